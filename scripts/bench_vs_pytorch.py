@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""dlperf vs PyTorch (CPU) training throughput, side by side in one run.
+
+For each (model, batch size) it builds the same network in PyTorch from
+`dlperf models show NAME --json`, trains one epoch of the same data in both, and prints
+images/s and the ratio dlperf / PyTorch. Runs alternate (dlperf, torch, dlperf, ...) so drift
+on a shared machine hits both; each figure is the median of --repeats runs.
+
+Fairness: same cores (torch.set_num_threads = dlperf --threads), same network, batch size,
+optimizer (SGD, momentum 0.9, Nesterov, weight decay 5e-4), data already in memory as float
+tensors for PyTorch and loaded in the training thread for dlperf (--workers 0), no
+augmentation for either; evaluation is excluded from both. The last partial batch is dropped
+in both.
+
+Needs Debian's python3-torch (PyTorch 1.13, CPU) and a built dlperf:
+  /usr/bin/python3 scripts/bench_vs_pytorch.py                    # the full table
+  /usr/bin/python3 scripts/bench_vs_pytorch.py --models medium --batches 64 --repeats 3
+"""
+import argparse
+import gzip
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+FMNIST = "/usr/share/datasets/fashion-mnist"
+
+
+def load_idx(path):
+    with gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb") as f:
+        data = f.read()
+    magic = int.from_bytes(data[0:4], "big")
+    if magic == 0x803:
+        n, h, w = (int.from_bytes(data[i:i + 4], "big") for i in (4, 8, 12))
+        return np.frombuffer(data, np.uint8, offset=16).reshape(n, 1, h, w)
+    n = int.from_bytes(data[4:8], "big")
+    return np.frombuffer(data, np.uint8, offset=8)[:n]
+
+
+class SpecNet(nn.Module):
+    """The network a resolved dlperf spec describes, layer for layer."""
+
+    def __init__(self, spec):
+        super().__init__()
+        self.layers = spec["layers"]
+        self.mods = nn.ModuleDict()
+        for l in self.layers:
+            t, key = l["type"], l["name"].replace(".", "_")
+            if t == "conv2d":
+                m = nn.Conv2d(l["in_channels"], l["out_channels"], l["kernel"], l["stride"], l["padding"], bias=l["bias"])
+            elif t == "batchnorm2d":
+                m = nn.BatchNorm2d(l["num_features"], eps=l["eps"], momentum=l["momentum"])
+            elif t == "relu":
+                m = nn.ReLU()
+            elif t == "maxpool2d":
+                m = nn.MaxPool2d(l["kernel"], l["stride"], l["padding"])
+            elif t == "avgpool2d":
+                m = nn.AvgPool2d(l["kernel"], l["stride"], l["padding"])
+            elif t == "global_avgpool":
+                m = nn.AdaptiveAvgPool2d(1)
+            elif t == "flatten":
+                m = nn.Flatten()
+            elif t == "linear":
+                m = nn.Linear(l["in_features"], l["out_features"], bias=l["bias"])
+            elif t == "dropout":
+                m = nn.Dropout(l["p"])
+            elif t == "add":
+                m = None
+            else:
+                raise SystemExit(f"unknown layer type {t}")
+            if m is not None:
+                self.mods[key] = m
+
+    def forward(self, x):
+        out = {"input": x}
+        prev = x
+        for l in self.layers:
+            inp = out[l["input"]]
+            if l["type"] == "add":
+                prev = inp + out[l["from"]]
+            else:
+                prev = self.mods[l["name"].replace(".", "_")](inp)
+            out[l["name"]] = prev
+        return prev
+
+
+def torch_epoch(spec, x, y, batch, lr):
+    torch.manual_seed(0)
+    model = SpecNet(spec)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    n = (len(x) // batch) * batch
+    perm = torch.randperm(len(x))
+    start = time.perf_counter()
+    for i in range(0, n, batch):
+        idx = perm[i:i + batch]
+        xb, yb = x[idx], y[idx]
+        loss = F.cross_entropy(model(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    return n / (time.perf_counter() - start)
+
+
+def dlperf_epoch(dlperf, model, batch, limit, threads, lr):
+    with tempfile.TemporaryDirectory() as runs:
+        cmd = [dlperf, "train", "--model", model, "--batch-size", str(batch), "--epochs", "1", "--no-augment",
+               "--workers", "0", "--threads", str(threads), "--lr", str(lr), "--schedule", "constant",
+               "--train-limit", str(limit), "--test-limit", "1000", "--runs-dir", runs, "--no-progress"]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        record = json.load(open(os.path.join(runs, os.listdir(runs)[0])))
+        return record["epochs"][0]["images_per_s"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dlperf", default=os.path.join(os.path.dirname(__file__), "..", "build", "dlperf"))
+    ap.add_argument("--models", default="small,medium,large")
+    ap.add_argument("--batches", default="16,64,256,1024")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--limit", type=int, default=0, help="training images (0 = all 60,000; large uses --large-limit)")
+    ap.add_argument("--large-limit", type=int, default=10000)
+    ap.add_argument("--json", help="also write the results here")
+    args = ap.parse_args()
+
+    torch.set_num_threads(args.threads)
+    xs = load_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")
+    ys = load_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")
+    x_all = torch.from_numpy(xs.astype(np.float32) / 255.0)
+    x_all = (x_all - x_all.mean()) / x_all.std()
+    y_all = torch.from_numpy(ys.astype(np.int64))
+    print(f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads) vs dlperf, one epoch of Fashion-MNIST, "
+          f"median of {args.repeats} run(s)\n", flush=True)
+    header = f"{'model':8} {'batch':>5} {'images':>6} {'dlperf img/s':>12} {'torch img/s':>11} {'ratio':>6}"
+    print(header + "\n" + "-" * len(header), flush=True)
+    rows = []
+    for model in args.models.split(","):
+        spec = json.loads(subprocess.run([args.dlperf, "models", "show", model, "--json", "--input", "1x28x28"],
+                                         check=True, capture_output=True, text=True).stdout)
+        limit = args.large_limit if model in ("large", "resnet18") else (args.limit or len(x_all))
+        x, y = x_all[:limit], y_all[:limit]
+        for batch in (int(b) for b in args.batches.split(",")):
+            lr = 0.01
+            ours, theirs = [], []
+            for _ in range(args.repeats):
+                ours.append(dlperf_epoch(args.dlperf, model, batch, limit, args.threads, lr))
+                theirs.append(torch_epoch(spec, x, y, batch, lr))
+            a, b = statistics.median(ours), statistics.median(theirs)
+            rows.append({"model": model, "batch": batch, "images": limit, "dlperf_images_per_s": a,
+                         "torch_images_per_s": b, "ratio": a / b, "dlperf_runs": ours, "torch_runs": theirs})
+            print(f"{model:8} {batch:5d} {limit:6d} {a:12.0f} {b:11.0f} {a / b:5.2f}x", flush=True)
+    if args.json:
+        json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, open(args.json, "w"), indent=2)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Installs everything dlperf needs on Debian 12 (run as root or with sudo), then configures and
+# builds it into build/. Safe to run again: apt-get skips what is installed, ninja rebuilds
+# only what changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(build-essential cmake ninja-build pkg-config
+          libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev
+          dataset-fashion-mnist gnuplot-nox)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build build

@@ -1,0 +1,109 @@
+// batchnorm2d over oneDNN, optionally with the following relu fused into it (one pass over
+// the activation instead of two, forward and backward).
+//
+// oneDNN normalizes with the batch's biased variance, as PyTorch does; the running variance
+// is updated with the unbiased one (n / (n - 1)), as PyTorch does.
+#include "backend/cpu/ops.h"
+
+namespace dlperf::cpu {
+
+namespace {
+using namespace dnnl;
+
+class BatchNorm final : public Op {
+ public:
+  BatchNorm(const ops::OpAttrs& a, const md& src, const Dims& x, const std::string& name,
+            bool fuse_relu)
+      : eps_(float(a.eps)), momentum_(float(a.momentum)), count_(x[0] * x[2] * x[3]) {
+    src_ = src;
+    name_ = name;
+    auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
+    if (fuse_relu) flags |= normalization_flags::fuse_norm_relu;
+    auto train_d = batch_normalization_forward::desc(prop_kind::forward_training, src, eps_, flags);
+    train_pd_ = batch_normalization_forward::primitive_desc(train_d, default_attr(), engine());
+    train_ = Prim::of<batch_normalization_forward>(train_pd_);
+    auto eval_d = batch_normalization_forward::desc(prop_kind::forward_inference, src, eps_,
+                                                    flags | normalization_flags::use_global_stats);
+    eval_ = Prim::of<batch_normalization_forward>(
+        batch_normalization_forward::primitive_desc(eval_d, default_attr(), engine()));
+    auto bwd_d = batch_normalization_backward::desc(prop_kind::backward, src, src, eps_, flags);
+    bwd_ = Prim::of<batch_normalization_backward>(
+        batch_normalization_backward::primitive_desc(bwd_d, default_attr(), engine(), train_pd_));
+
+    const md c_md({x[1]}, dt::f32, tag::a);
+    add_param(name + ".weight", {x[1]}, c_md, Init::ones, 1);
+    add_param(name + ".bias", {x[1]}, c_md, Init::zeros, 1);
+    mean_ = Mem(c_md, MemCategory::activations);
+    var_ = Mem(c_md, MemCategory::activations);
+    running_mean = Mem(c_md, MemCategory::parameters);
+    running_var = Mem(c_md, MemCategory::parameters);
+    running_mean.zero();
+    std::fill_n(running_var.f32(), x[1], 1.0f);
+    if (fuse_relu) workspace_ = Mem(train_pd_.workspace_desc(), MemCategory::activations);
+  }
+
+  md input_md(int) const override { return src_; }
+  md output_md() const override { return train_pd_.dst_desc(); }
+
+  void forward(const std::vector<memory>& in, const memory& out, bool training) override {
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]},
+                                         {DNNL_ARG_SCALE, params_[0]->value.mem},
+                                         {DNNL_ARG_SHIFT, params_[1]->value.mem},
+                                         {DNNL_ARG_DST, out}};
+    if (!training) {
+      args.emplace(DNNL_ARG_MEAN, running_mean.mem);
+      args.emplace(DNNL_ARG_VARIANCE, running_var.mem);
+      run(eval_, std::move(args));
+      return;
+    }
+    args.emplace(DNNL_ARG_MEAN, mean_.mem);
+    args.emplace(DNNL_ARG_VARIANCE, var_.mem);
+    if (!workspace_.empty()) args.emplace(DNNL_ARG_WORKSPACE, workspace_.mem);
+    run(train_, std::move(args));
+    const float m = momentum_;
+    const float unbias = count_ > 1 ? float(count_) / float(count_ - 1) : 1.0f;
+    const int64_t C = int64_t(floats_in(mean_.desc()));
+    for (int64_t c = 0; c < C; ++c) {
+      running_mean.f32()[c] = (1 - m) * running_mean.f32()[c] + m * mean_.f32()[c];
+      running_var.f32()[c] = (1 - m) * running_var.f32()[c] + m * var_.f32()[c] * unbias;
+    }
+  }
+
+  void backward(const std::vector<memory>& in, const memory&, const memory& diff_out,
+                const std::vector<memory>& diff_in) override {
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]},
+                                         {DNNL_ARG_MEAN, mean_.mem},
+                                         {DNNL_ARG_VARIANCE, var_.mem},
+                                         {DNNL_ARG_DIFF_DST, diff_out},
+                                         {DNNL_ARG_SCALE, params_[0]->value.mem},
+                                         // oneDNN 2.6 counts shift as an input of backward too
+                                         {DNNL_ARG_SHIFT, params_[1]->value.mem},
+                                         {DNNL_ARG_DIFF_SRC, diff_in[0]},
+                                         {DNNL_ARG_DIFF_SCALE, params_[0]->grad.mem},
+                                         {DNNL_ARG_DIFF_SHIFT, params_[1]->grad.mem}};
+    if (!workspace_.empty()) args.emplace(DNNL_ARG_WORKSPACE, workspace_.mem);
+    run(bwd_, std::move(args));
+  }
+
+  std::vector<std::pair<std::string, Mem*>> buffers() override {
+    return {{name_ + ".running_mean", &running_mean}, {name_ + ".running_var", &running_var}};
+  }
+
+ private:
+  std::string name_;
+  Mem running_mean, running_var;
+  float eps_, momentum_;
+  int64_t count_;
+  md src_;
+  batch_normalization_forward::primitive_desc train_pd_;
+  Prim train_, eval_, bwd_;
+  Mem mean_, var_, workspace_;
+};
+}  // namespace
+
+std::unique_ptr<Op> make_batchnorm(const ops::OpAttrs& a, const md& src, const Dims& x,
+                                   const std::string& name, bool fuse_relu) {
+  return std::make_unique<BatchNorm>(a, src, x, name, fuse_relu);
+}
+
+}  // namespace dlperf::cpu

@@ -1,0 +1,113 @@
+#include "backend/cpu/common.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl_debug.h>
+
+namespace dlperf::cpu {
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+dnnl::stream& stream() {
+  static dnnl::stream s(engine());
+  return s;
+}
+
+memory::dims to_dnnl(const Dims& d) { return memory::dims(d.begin(), d.end()); }
+
+md plain_md(const Dims& d) {
+  static const tag tags[] = {tag::undef, tag::a, tag::ab, tag::abc, tag::abcd};
+  check(d.size() >= 1 && d.size() <= 4, "plain_md: rank must be 1..4, got " + dims_str(d));
+  return md(to_dnnl(d), dt::f32, tags[d.size()]);
+}
+
+md any_md(const Dims& d) { return md(to_dnnl(d), dt::f32, tag::any); }
+
+Mem::Mem(const md& desc, MemCategory category)
+    : buffer(make_buffer(std::max<size_t>(desc.get_size(), 1), category)), mem_desc_(desc) {
+  mem = memory(desc, engine(), buffer->data());
+}
+
+memory Mem::view(const md& other) const {
+  check(other.get_size() == mem_desc_.get_size(), "Mem::view: sizes differ");
+  return memory(other, engine(), buffer->data());
+}
+
+void Mem::zero() { std::memset(buffer->data(), 0, mem_desc_.get_size()); }
+
+dnnl::primitive_attr default_attr() {
+  dnnl::primitive_attr a;
+  a.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  return a;
+}
+
+namespace {
+// One scratchpad shared by all primitives: execution is sequential on one stream.
+struct Scratchpad {
+  BufferPtr buffer;
+  memory get(const md& want) {
+    if (want.get_size() == 0) return memory(want, engine(), nullptr);
+    if (!buffer || buffer->bytes() < want.get_size())
+      buffer = make_buffer(want.get_size(), MemCategory::workspace);
+    return memory(want, engine(), buffer->data());
+  }
+};
+Scratchpad& scratchpad() {
+  static Scratchpad s;
+  return s;
+}
+}  // namespace
+
+void run(const Prim& p, std::unordered_map<int, memory> args) {
+  args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad().get(p.scratch));
+  try {
+    p.prim.execute(stream(), args);
+  } catch (const dnnl::error& e) {
+    const auto kind = dnnl::convert_to_c(p.prim.get_kind());
+    throw Error(fmt::format("oneDNN could not run a {} primitive: {} (status {})",
+                            dnnl_prim_kind2str(kind), e.what(), int(e.status)),
+                "run with ONEDNN_VERBOSE=1 to see its shapes and layouts");
+  }
+  stream().wait();
+}
+
+void reorder(const memory& src, const memory& dst) {
+  dnnl::reorder(src, dst).execute(stream(), const_cast<memory&>(src), const_cast<memory&>(dst));
+  stream().wait();
+}
+
+std::vector<float> to_plain(const md& layout, const Dims& dims, const Mem& m) {
+  std::vector<float> out(size_t(numel(dims)));
+  memory dst(plain_md(dims), engine(), out.data());
+  reorder(m.view(layout), dst);
+  return out;
+}
+
+void from_plain(const md& layout, const Dims& dims, const float* plain, Mem& m) {
+  m.zero();  // padding of blocked layouts must stay zero
+  memory src(plain_md(dims), engine(), const_cast<float*>(plain));
+  reorder(src, m.view(layout));
+}
+
+Param& Op::add_param(std::string name, Dims dims, const md& layout, Init init, int64_t fan_in) {
+  auto p = std::make_unique<Param>();
+  p->name = std::move(name);
+  p->dims = std::move(dims);
+  p->layout = layout;
+  p->value = Mem(layout, MemCategory::parameters);
+  p->grad = Mem(layout, MemCategory::gradients);
+  p->value.zero();
+  p->grad.zero();
+  p->init = init;
+  p->fan_in = fan_in;
+  params_.push_back(std::move(p));
+  return *params_.back();
+}
+
+}  // namespace dlperf::cpu

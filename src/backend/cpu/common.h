@@ -1,0 +1,107 @@
+// Shared pieces of the oneDNN CPU backend: engine and stream, memories that own tracked
+// buffers, the user-managed scratchpad, parameters, and the op interface the network runs.
+//
+// Layout rule: an op asks oneDNN for its preferred layouts (format_tag::any) and the network
+// keeps activations in them from layer to layer; reorders happen only where a consumer wants a
+// different layout, which in practice is at the model's edges (input, flatten).
+#pragma once
+
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/memory.h"
+#include "core/tensor.h"
+
+namespace dlperf::cpu {
+
+using dnnl::memory;
+using md = dnnl::memory::desc;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine();
+dnnl::stream& stream();
+
+memory::dims to_dnnl(const Dims& d);
+/// Dense row-major layout: x, nc or nchw.
+md plain_md(const Dims& d);
+/// "Let the primitive choose".
+md any_md(const Dims& d);
+/// Number of floats a layout occupies, padding included.
+inline size_t floats_in(const md& m) { return m.get_size() / sizeof(float); }
+
+/// A oneDNN memory over a buffer from the tracked allocator.
+struct Mem {
+  Mem() = default;
+  Mem(const md& desc, MemCategory category);
+  memory mem;
+  BufferPtr buffer;
+  bool empty() const { return !buffer; }
+  float* f32() const { return static_cast<float*>(buffer->data()); }
+  const md& desc() const { return mem_desc_; }
+  /// The same bytes seen through another layout of equal size (a view, e.g. flatten).
+  memory view(const md& other) const;
+  void zero();
+
+ private:
+  md mem_desc_;
+};
+
+/// A primitive and the scratchpad it needs (all primitives use a user scratchpad, so the
+/// workspace bytes are counted by the allocator and shared between primitives).
+struct Prim {
+  dnnl::primitive prim;
+  md scratch;
+  template <class P>
+  static Prim of(const typename P::primitive_desc& pd) {
+    return {P(pd), pd.scratchpad_desc()};
+  }
+};
+dnnl::primitive_attr default_attr();
+/// Runs `p` on the stream with `args` plus the shared scratchpad, then waits.
+void run(const Prim& p, std::unordered_map<int, memory> args);
+void reorder(const memory& src, const memory& dst);
+
+/// How a parameter starts.
+enum class Init { uniform_fan_in, ones, zeros };
+
+/// A learnable tensor: plain logical dims, physical layout chosen by its op, value and grad
+/// in that layout. The optimizer treats both as flat float arrays (padding stays zero).
+struct Param {
+  std::string name;
+  Dims dims;
+  md layout;
+  Mem value, grad;
+  Init init = Init::zeros;
+  int64_t fan_in = 1;
+  size_t floats() const { return floats_in(layout); }
+};
+
+/// Copies a parameter-shaped buffer in `layout` to/from plain row-major floats.
+std::vector<float> to_plain(const md& layout, const Dims& dims, const Mem& m);
+void from_plain(const md& layout, const Dims& dims, const float* plain, Mem& m);
+
+/// One op of a network, as the network runs it. Inputs arrive in the layouts the op asked for
+/// (input_md); a null diff_in memory means that gradient is not needed.
+class Op {
+ public:
+  virtual ~Op() = default;
+  virtual md input_md(int i) const = 0;
+  virtual md output_md() const = 0;
+  virtual void forward(const std::vector<memory>& in, const memory& out, bool training) = 0;
+  virtual void backward(const std::vector<memory>& in, const memory& out, const memory& diff_out,
+                        const std::vector<memory>& diff_in) = 0;
+  std::vector<std::unique_ptr<Param>>& params() { return params_; }
+  /// Persistent non-learnable state saved in checkpoints (batchnorm running statistics).
+  virtual std::vector<std::pair<std::string, Mem*>> buffers() { return {}; }
+
+ protected:
+  Param& add_param(std::string name, Dims dims, const md& layout, Init init, int64_t fan_in);
+  std::vector<std::unique_ptr<Param>> params_;
+};
+
+}  // namespace dlperf::cpu

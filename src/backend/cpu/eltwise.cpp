@@ -1,0 +1,139 @@
+// relu, residual add and dropout: element-wise ops that work in whatever layout they get.
+#include <omp.h>
+
+#include "backend/cpu/ops.h"
+#include "core/rng.h"
+
+namespace dlperf::cpu {
+
+namespace {
+using namespace dnnl;
+
+class Relu final : public Op {
+ public:
+  explicit Relu(const md& src) : src_(src) {
+    auto fd = eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, src, 0.f);
+    auto fpd = eltwise_forward::primitive_desc(fd, default_attr(), engine());
+    fwd_ = Prim::of<eltwise_forward>(fpd);
+    // Backward from the output (relu(x) > 0 iff x > 0), so the input need not be kept.
+    auto bd = eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, src, src, 0.f);
+    auto fpd_dst = eltwise_forward::primitive_desc(
+        eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd,
+                              src, 0.f),
+        default_attr(), engine());
+    bwd_ = Prim::of<eltwise_backward>(eltwise_backward::primitive_desc(bd, default_attr(), engine(), fpd_dst));
+  }
+  md input_md(int) const override { return src_; }
+  md output_md() const override { return src_; }
+  void forward(const std::vector<memory>& in, const memory& out, bool) override {
+    run(fwd_, {{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DST, out}});
+  }
+  void backward(const std::vector<memory>&, const memory& out, const memory& diff_out,
+                const std::vector<memory>& diff_in) override {
+    run(bwd_, {{DNNL_ARG_DST, out}, {DNNL_ARG_DIFF_DST, diff_out}, {DNNL_ARG_DIFF_SRC, diff_in[0]}});
+  }
+
+ private:
+  md src_;
+  Prim fwd_, bwd_;
+};
+
+class Add final : public Op {
+ public:
+  explicit Add(const md& src) : src_(src) {
+    auto d = binary::desc(algorithm::binary_add, src, src, src);
+    fwd_ = Prim::of<binary>(binary::primitive_desc(d, default_attr(), engine()));
+  }
+  md input_md(int) const override { return src_; }
+  md output_md() const override { return src_; }
+  void forward(const std::vector<memory>& in, const memory& out, bool) override {
+    run(fwd_, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, in[1]}, {DNNL_ARG_DST, out}});
+  }
+  void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
+                const std::vector<memory>& diff_in) override {
+    // d(a+b)/da = d(a+b)/db = 1: the gradient passes to both inputs unchanged.
+    for (const memory& d : diff_in)
+      if (d) reorder(diff_out, d);
+  }
+
+ private:
+  md src_;
+  Prim fwd_;
+};
+
+uint64_t g_dropout_step = 0;
+
+// dnnl 2.6 has no dropout primitive, so this is own code: one pass, mask kept as bytes.
+class Dropout final : public Op {
+ public:
+  Dropout(const ops::OpAttrs& a, const md& src, uint64_t seed)
+      : src_(src), p_(float(a.p)), seed_(seed), mask_(floats_in(src)) {}
+  md input_md(int) const override { return src_; }
+  md output_md() const override { return src_; }
+  void forward(const std::vector<memory>& in, const memory& out, bool training) override {
+    const auto* x = static_cast<const float*>(in[0].get_data_handle());
+    auto* y = static_cast<float*>(out.get_data_handle());
+    const int64_t n = int64_t(mask_.size());
+    if (!training || p_ == 0.f) {
+      std::copy_n(x, n, y);
+      return;
+    }
+    const float scale = 1.0f / (1.0f - p_);
+    const uint64_t step_seed = hash_coords(seed_, g_dropout_step);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) {
+      const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p_;
+      mask_[size_t(i)] = keep;
+      y[i] = keep ? x[i] * scale : 0.f;
+    }
+  }
+  void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
+                const std::vector<memory>& diff_in) override {
+    const auto* dy = static_cast<const float*>(diff_out.get_data_handle());
+    auto* dx = static_cast<float*>(diff_in[0].get_data_handle());
+    const float scale = p_ == 0.f ? 1.f : 1.0f / (1.0f - p_);
+    const int64_t n = int64_t(mask_.size());
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; ++i) dx[i] = mask_[size_t(i)] ? dy[i] * scale : 0.f;
+  }
+
+ private:
+  md src_;
+  float p_;
+  uint64_t seed_;
+  std::vector<uint8_t> mask_;
+};
+
+// Flatten is where blocked activations meet dense layers: reorder to plain NCHW and view the
+// bytes as [N, C*H*W] (PyTorch's flatten order, so weights are interchangeable).
+class Flatten final : public Op {
+ public:
+  Flatten(const md& src, const Dims& x)
+      : src_(src), plain4_(plain_md(x)), out_(plain_md({x[0], numel(x) / x[0]})) {}
+  md input_md(int) const override { return src_; }
+  md output_md() const override { return out_; }
+  void forward(const std::vector<memory>& in, const memory& out, bool) override {
+    reorder(in[0], memory(plain4_, engine(), out.get_data_handle()));
+  }
+  void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
+                const std::vector<memory>& diff_in) override {
+    reorder(memory(plain4_, engine(), diff_out.get_data_handle()), diff_in[0]);
+  }
+
+ private:
+  md src_, plain4_, out_;
+};
+}  // namespace
+
+void set_dropout_step(uint64_t step) { g_dropout_step = step; }
+
+std::unique_ptr<Op> make_relu(const md& src) { return std::make_unique<Relu>(src); }
+std::unique_ptr<Op> make_add(const md& src) { return std::make_unique<Add>(src); }
+std::unique_ptr<Op> make_dropout(const ops::OpAttrs& a, const md& src, uint64_t seed) {
+  return std::make_unique<Dropout>(a, src, seed);
+}
+std::unique_ptr<Op> make_flatten(const md& src, const Dims& x) {
+  return std::make_unique<Flatten>(src, x);
+}
+
+}  // namespace dlperf::cpu

@@ -1,0 +1,205 @@
+#include "backend/cpu/network.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+
+namespace dlperf::cpu {
+
+using ops::OpKind;
+
+// One input of a step: which value it reads, and how its layout and gradient are handled.
+struct Network::Link {
+  int value = 0;
+  bool convert = false;       // the op wants another layout: reorder in, reorder the diff out
+  Mem converted, diff_converted;
+  bool accumulate = false;    // another consumer already wrote this value's diff
+  Mem accum_tmp;
+  Mem dummy_diff;             // for ops on the model input that always write a diff
+};
+
+struct Network::Step {
+  int node = 0;
+  std::unique_ptr<Op> op;
+  std::vector<Link> links;
+  int out = 0;
+  bool fused_away = false;
+  std::string name;
+};
+
+Network::~Network() = default;
+
+Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse) : graph_(graph) {
+  const auto& nodes = graph_.nodes;
+  input_ = Mem(plain_md(graph_.input), MemCategory::activations);
+  act_.push_back(input_);
+  diff_.emplace_back();  // no gradient for the model input
+  value_of_.assign(nodes.size(), 0);
+  steps_.resize(nodes.size());
+  times_.assign(nodes.size(), {});
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const nn::Node& n = nodes[i];
+    Step& s = steps_[i];
+    s.node = int(i);
+    s.name = n.name;
+    // A relu whose only input is a batchnorm that feeds nothing else runs inside it.
+    if (fuse && n.kind == OpKind::relu && n.inputs[0] >= 0 &&
+        nodes[size_t(n.inputs[0])].kind == OpKind::batchnorm2d &&
+        graph_.consumers(n.inputs[0]).size() == 1 && steps_[size_t(n.inputs[0])].op) {
+      s.fused_away = true;
+      value_of_[i] = value_of_[size_t(n.inputs[0])];
+      steps_[size_t(n.inputs[0])].name += "+" + n.name;
+      continue;
+    }
+    std::vector<md> in_mds;
+    for (int in : n.inputs) in_mds.push_back(act_[size_t(in < 0 ? 0 : value_of_[size_t(in)])].desc());
+    const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && i + 1 < nodes.size() &&
+                           nodes[i + 1].kind == OpKind::relu && nodes[i + 1].inputs[0] == int(i) &&
+                           graph_.consumers(int(i)).size() == 1;
+    try {
+      s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name, fuse_relu, hash_coords(seed, 0xD20, i),
+                     /*need_dx=*/n.inputs[0] >= 0);
+    } catch (const dnnl::error& e) {
+      throw Error(fmt::format("oneDNN cannot build layer '{}' ({}) for input {}: {}", n.name,
+                              ops::to_string(n.kind), dims_str(n.in_dims[0]), e.what()));
+    }
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      Link l;
+      l.value = n.inputs[k] < 0 ? 0 : value_of_[size_t(n.inputs[k])];
+      const md want = s.op->input_md(int(k));
+      if (want != act_[size_t(l.value)].desc()) {
+        l.convert = true;
+        l.converted = Mem(want, MemCategory::activations);
+        if (l.value != 0) l.diff_converted = Mem(want, MemCategory::activations);
+      }
+      if (l.value == 0 && n.kind != OpKind::conv2d && n.kind != OpKind::linear)
+        l.dummy_diff = Mem(want, MemCategory::workspace);
+      s.links.push_back(std::move(l));
+    }
+    s.out = int(act_.size());
+    value_of_[i] = s.out;
+    act_.emplace_back(s.op->output_md(), MemCategory::activations);
+    diff_.emplace_back(s.op->output_md(), MemCategory::activations);
+  }
+  check(graph_.nodes.back().out_dims.size() == 2 &&
+            act_[size_t(value_of_.back())].desc() == plain_md(graph_.nodes.back().out_dims),
+        "the model's last layer must produce plain [batch, classes] logits");
+  // Backward runs steps in reverse; the first writer of a value's diff overwrites it, later
+  // writers accumulate into it.
+  std::vector<bool> written(act_.size(), false);
+  for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+    if (it->fused_away) continue;
+    for (Link& l : it->links) {
+      if (l.value == 0) continue;
+      l.accumulate = written[size_t(l.value)];
+      written[size_t(l.value)] = true;
+      if (l.accumulate) l.accum_tmp = Mem(act_[size_t(l.value)].desc(), MemCategory::activations);
+    }
+  }
+  init_params(seed);
+}
+
+void Network::init_params(uint64_t seed) {
+  int index = 0;
+  for (Param* p : params()) {
+    std::vector<float> v(size_t(numel(p->dims)));
+    Rng rng(hash_coords(seed, 0x1417, uint64_t(index++)));
+    // PyTorch's default: weights and biases uniform in +-1/sqrt(fan_in) (kaiming_uniform with
+    // a = sqrt(5)); batchnorm weight 1, bias 0.
+    const float bound = 1.0f / std::sqrt(float(p->fan_in));
+    for (float& x : v)
+      x = p->init == Init::ones ? 1.f : p->init == Init::zeros ? 0.f : (2 * rng.uniform() - 1) * bound;
+    from_plain(p->layout, p->dims, v.data(), p->value);
+  }
+}
+
+const float* Network::logits() const { return act_[size_t(value_of_.back())].f32(); }
+
+void Network::forward(bool training) {
+  std::vector<memory> ins;
+  for (Step& s : steps_) {
+    if (s.fused_away) continue;
+    const double t0 = timing_ ? now_s() : 0;
+    ins.clear();
+    for (Link& l : s.links) {
+      if (l.convert) {
+        reorder(act_[size_t(l.value)].mem, l.converted.mem);
+        ins.push_back(l.converted.mem);
+      } else {
+        ins.push_back(act_[size_t(l.value)].mem);
+      }
+    }
+    s.op->forward(ins, act_[size_t(s.out)].mem, training);
+    if (timing_) {
+      times_[size_t(s.node)].forward_s += now_s() - t0;
+      times_[size_t(s.node)].forward_calls++;
+    }
+  }
+}
+
+LossResult Network::loss(const int32_t* labels, int64_t valid, double smoothing, bool grad) {
+  return softmax_cross_entropy(logits(), labels, batch(), graph_.classes, valid, smoothing,
+                               grad ? diff_[size_t(value_of_.back())].f32() : nullptr);
+}
+
+void Network::backward() {
+  std::vector<memory> ins, dins;
+  for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
+    Step& s = *it;
+    if (s.fused_away) continue;
+    const double t0 = timing_ ? now_s() : 0;
+    ins.clear();
+    dins.clear();
+    for (Link& l : s.links) {
+      ins.push_back(l.convert ? l.converted.mem : act_[size_t(l.value)].mem);
+      if (l.value == 0) dins.push_back(l.dummy_diff.empty() ? memory() : l.dummy_diff.mem);
+      else if (l.convert) dins.push_back(l.diff_converted.mem);
+      else dins.push_back(l.accumulate ? l.accum_tmp.mem : diff_[size_t(l.value)].mem);
+    }
+    s.op->backward(ins, act_[size_t(s.out)].mem, diff_[size_t(s.out)].mem, dins);
+    for (Link& l : s.links) {
+      if (l.value == 0) continue;
+      Mem& target = diff_[size_t(l.value)];
+      if (l.convert) reorder(l.diff_converted.mem, l.accumulate ? l.accum_tmp.mem : target.mem);
+      if (l.accumulate) {
+        float* d = target.f32();
+        const float* t = l.accum_tmp.f32();
+        const int64_t n = int64_t(floats_in(target.desc()));
+#pragma omp parallel for schedule(static) if (n > 65536)
+        for (int64_t i = 0; i < n; ++i) d[i] += t[i];
+      }
+    }
+    if (timing_) {
+      times_[size_t(s.node)].backward_s += now_s() - t0;
+      times_[size_t(s.node)].backward_calls++;
+    }
+  }
+}
+
+std::vector<Param*> Network::params() {
+  std::vector<Param*> out;
+  for (Step& s : steps_)
+    if (s.op)
+      for (auto& p : s.op->params()) out.push_back(p.get());
+  return out;
+}
+
+std::vector<std::pair<std::string, Mem*>> Network::buffers() {
+  std::vector<std::pair<std::string, Mem*>> out;
+  for (Step& s : steps_)
+    if (s.op)
+      for (auto& b : s.op->buffers()) out.push_back(b);
+  return out;
+}
+
+std::string Network::step_name(int node) const {
+  return steps_[size_t(node)].fused_away ? "" : steps_[size_t(node)].name;
+}
+
+void Network::reset_times() { times_.assign(times_.size(), {}); }
+
+}  // namespace dlperf::cpu

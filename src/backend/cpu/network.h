@@ -1,0 +1,64 @@
+// Runs a resolved model graph on the CPU: forward, loss, backward, with activations in
+// oneDNN's chosen layouts and a reorder only where a consumer wants another layout.
+//
+// Built once for one batch size (the training batch); evaluation reuses it and pads a last,
+// partial batch. Where a batchnorm2d feeds only a relu, the relu runs inside the batchnorm.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "nn/graph.h"
+
+namespace dlperf::cpu {
+
+/// Seconds spent in one node's passes, when timing is on.
+struct NodeTime {
+  double forward_s = 0;
+  double backward_s = 0;
+  int64_t forward_calls = 0;
+  int64_t backward_calls = 0;
+};
+
+class Network {
+ public:
+  /// `seed` drives parameter init and dropout masks.
+  Network(const nn::Graph& graph, uint64_t seed, bool fuse = true);
+  ~Network();
+
+  const nn::Graph& graph() const { return graph_; }
+  int64_t batch() const { return graph_.batch(); }
+  /// The plain NCHW input the caller fills before forward().
+  float* input() { return input_.f32(); }
+  /// Plain [batch, classes] logits after forward().
+  const float* logits() const;
+
+  void forward(bool training);
+  /// Loss over rows [0, valid); with `grad`, also writes the logits' gradient for backward().
+  LossResult loss(const int32_t* labels, int64_t valid, double smoothing, bool grad);
+  void backward();
+
+  std::vector<Param*> params();
+  std::vector<std::pair<std::string, Mem*>> buffers();
+  /// The name of the node that runs node i ("bn1+relu1" when fused), empty if fused away.
+  std::string step_name(int node) const;
+
+  void set_timing(bool on) { timing_ = on; }
+  const std::vector<NodeTime>& node_times() const { return times_; }
+  void reset_times();
+
+ private:
+  struct Link;
+  struct Step;
+  void init_params(uint64_t seed);
+  nn::Graph graph_;
+  std::vector<Step> steps_;
+  std::vector<int> value_of_;  // node -> value index (0 = model input)
+  std::vector<Mem> act_, diff_;
+  Mem input_;
+  bool timing_ = false;
+  std::vector<NodeTime> times_;
+};
+
+}  // namespace dlperf::cpu

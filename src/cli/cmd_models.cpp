@@ -1,0 +1,72 @@
+// dlperf models [show NAME [--input CxHxW] [--json]]
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "nn/graph.h"
+#include "report/table.h"
+
+namespace dlperf::cli {
+
+namespace {
+Dims parse_chw(const std::string& s) {
+  long long c, h, w;
+  char tail;
+  check(std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) == 3 && c > 0 && h > 0 && w > 0,
+        fmt::format("--input '{}' is not CxHxW", s), "for example --input 3x32x32");
+  return {c, h, w};
+}
+
+void show(const std::string& name, const std::string& input, int64_t classes, bool as_json) {
+  const nn::ModelSpec spec = nn::load_model(name);
+  const nn::Graph g = nn::build_graph(spec, parse_chw(input), classes, 1);
+  if (as_json) {
+    std::printf("%s\n", nn::resolved_json(spec, g).dump(2).c_str());
+    return;
+  }
+  std::printf("%s: %s\ninput %s, %lld classes (per image)\n\n", spec.name.c_str(), spec.description.c_str(), input.c_str(),
+              (long long)classes);
+  report::Table t({"layer", "type", "output", "params", "fwd MFLOP", "bwd MFLOP", "activation"});
+  for (const auto& n : g.nodes)
+    t.add({n.name, std::string(ops::to_string(n.kind)), dims_str(Dims(n.out_dims.begin() + 1, n.out_dims.end())),
+           std::to_string(n.param_count()), fmt::format("{:.3f}", n.cost.forward.flops / 1e6),
+           fmt::format("{:.3f}", n.cost.total_backward().flops / 1e6), format_bytes(n.cost.output_bytes)});
+  t.separator();
+  t.add({"total", "", "", std::to_string(g.param_count()), fmt::format("{:.3f}", g.forward_flops() / 1e6),
+         fmt::format("{:.3f}", g.backward_flops() / 1e6), format_bytes(g.activation_bytes())});
+  t.print();
+  std::printf("\n%.3fM parameters (%s as f32); %.2f MFLOP forward + %.2f MFLOP backward per image\n",
+              double(g.param_count()) / 1e6, format_bytes(double(g.param_count()) * 4).c_str(), g.forward_flops() / 1e6,
+              g.backward_flops() / 1e6);
+}
+}  // namespace
+
+void add_models(CLI::App& app, const Command& self) {
+  auto* c = app.add_subcommand(self.name, self.summary);
+  c->callback([c] {
+    if (!c->get_subcommands().empty()) return;
+    report::Table t({"model", "params (3x32x32)", "params (1x28x28)", "MFLOP/image fwd (3x32x32)", "description"});
+    for (const auto& name : nn::preset_names()) {
+      const auto spec = nn::load_model(name);
+      const auto g32 = nn::build_graph(spec, {3, 32, 32}, 10, 1), g28 = nn::build_graph(spec, {1, 28, 28}, 10, 1);
+      t.add({name, fmt::format("{:.3f}M", double(g32.param_count()) / 1e6), fmt::format("{:.3f}M", double(g28.param_count()) / 1e6),
+             fmt::format("{:.2f}", g32.forward_flops() / 1e6), spec.description});
+    }
+    t.print();
+    std::printf("\n'dlperf models show NAME' prints one layer by layer; --model also takes a .json spec file.\n");
+  });
+  auto name = std::make_shared<std::string>();
+  auto input = std::make_shared<std::string>("3x32x32");
+  auto classes = std::make_shared<int64_t>(10);
+  auto as_json = std::make_shared<bool>(false);
+  auto* s = c->add_subcommand("show", "one model layer by layer: output shape, parameters, FLOPs, activation bytes");
+  s->add_option("name", *name, "preset name or .json spec")->required();
+  s->add_option("--input", *input, "input shape CxHxW")->capture_default_str();
+  s->add_option("--classes", *classes, "number of classes")->capture_default_str();
+  s->add_flag("--json", *as_json, "print the resolved spec as JSON (every inferred size filled in)");
+  s->callback([=] { show(*name, *input, *classes, *as_json); });
+}
+
+}  // namespace dlperf::cli

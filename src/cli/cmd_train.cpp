@@ -1,0 +1,39 @@
+// dlperf train: flags map one to one onto train::TrainConfig.
+#include "cli/commands.h"
+#include "train/trainer.h"
+
+namespace dlperf::cli {
+
+void add_train(CLI::App& app, const Command& self) {
+  auto cfg = std::make_shared<train::TrainConfig>();
+  auto* c = app.add_subcommand(self.name, self.summary);
+  c->add_option("--model,-m", cfg->model, "preset (small, medium, large, resnet18) or a .json spec")->capture_default_str();
+  c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
+  c->add_option("--epochs,-e", cfg->epochs, "passes over the training set")->capture_default_str();
+  c->add_option("--batch-size,-b", cfg->batch, "images per step")->capture_default_str();
+  c->add_option("--lr", cfg->lr, "peak learning rate")->capture_default_str();
+  c->add_option("--optimizer", cfg->optimizer.name, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
+  c->add_option("--momentum", cfg->optimizer.momentum, "SGD momentum")->capture_default_str();
+  c->add_flag("!--no-nesterov", cfg->optimizer.nesterov, "plain momentum instead of Nesterov");
+  c->add_option("--weight-decay", cfg->optimizer.weight_decay, "L2 (sgd) or decoupled (adamw) weight decay")->capture_default_str();
+  c->add_option("--schedule", cfg->schedule.name, "constant | step | cosine | onecycle")->capture_default_str()
+      ->check(CLI::IsMember({"constant", "step", "cosine", "onecycle"}));
+  c->add_option("--warmup-epochs", cfg->schedule.warmup_epochs, "linear warm-up for constant, step and cosine")->capture_default_str();
+  c->add_option("--step-epochs", cfg->schedule.step_epochs, "step schedule: decay every N epochs")->capture_default_str();
+  c->add_option("--label-smoothing", cfg->label_smoothing, "cross-entropy label smoothing")->capture_default_str();
+  c->add_flag("!--no-augment", cfg->augment, "no random crop or flip");
+  c->add_option("--workers,-j", cfg->workers, "data-loader threads (0 = load in the training thread)")->capture_default_str();
+  c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
+  c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str();
+  c->add_option("--device", cfg->device, "cpu (cuda comes with the CUDA backend)")->capture_default_str();
+  c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str();
+  c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str();
+  c->add_option("--checkpoint", cfg->checkpoint_dir, "save a checkpoint in DIR after every epoch");
+  c->add_flag("--resume", cfg->resume, "continue from the checkpoint in --checkpoint DIR");
+  c->add_option("--runs-dir", cfg->runs_dir, "where the run record (JSON) goes; empty for none")->capture_default_str();
+  c->add_flag("!--no-progress", cfg->progress, "no progress bar");
+  c->add_flag("--layer-times", cfg->layer_times, "time every layer and report achieved GFLOP/s against the CPU's peak");
+  c->callback([cfg] { train::train(*cfg); });
+}
+
+}  // namespace dlperf::cli

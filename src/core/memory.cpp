@@ -1,0 +1,112 @@
+#include "core/memory.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <new>
+
+#include "core/error.h"
+
+namespace dlperf {
+
+std::string_view to_string(MemCategory c) {
+  switch (c) {
+    case MemCategory::parameters: return "parameters";
+    case MemCategory::gradients: return "gradients";
+    case MemCategory::optimizer_state: return "optimizer_state";
+    case MemCategory::activations: return "activations";
+    case MemCategory::workspace: return "workspace";
+    case MemCategory::data: return "data";
+  }
+  return "?";
+}
+
+HostAllocator& HostAllocator::instance() {
+  static HostAllocator a;
+  return a;
+}
+
+HostAllocator::~HostAllocator() { trim(); }
+
+static size_t round_up(size_t bytes) {
+  // Round to 256 bytes below 1 MiB and to 64 KiB above, so near-equal sizes share blocks.
+  const size_t q = bytes < (1u << 20) ? 256 : (64u << 10);
+  return (bytes + q - 1) / q * q;
+}
+
+void* HostAllocator::allocate(size_t bytes, MemCategory category) {
+  const size_t size = round_up(bytes == 0 ? 1 : bytes);
+  std::lock_guard lock(mutex_);
+  void* ptr = nullptr;
+  // Reuse a cached block of exactly this rounded size, or one at most 2x larger.
+  auto it = cache_.lower_bound(size);
+  if (it != cache_.end() && it->first <= 2 * size) {
+    ptr = it->second;
+    stats_.cached_bytes -= it->first;
+    const size_t got = it->first;
+    cache_.erase(it);
+    live_[ptr] = {got, category};
+    stats_.current[int(category)] += got;
+    stats_.current_total += got;
+  } else {
+    ptr = std::aligned_alloc(64, size);
+    if (!ptr)
+      throw Error(fmt::format("out of host memory allocating {} for {}", format_bytes(double(size)),
+                              to_string(category)),
+                  "use a smaller --batch-size or model");
+    live_[ptr] = {size, category};
+    stats_.current[int(category)] += size;
+    stats_.current_total += size;
+  }
+  auto& c = stats_.current[int(category)];
+  if (c > stats_.peak[int(category)]) stats_.peak[int(category)] = c;
+  if (stats_.current_total > stats_.peak_total) stats_.peak_total = stats_.current_total;
+  return ptr;
+}
+
+void HostAllocator::release(void* ptr) {
+  if (!ptr) return;
+  std::lock_guard lock(mutex_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) return;
+  stats_.current[int(it->second.category)] -= it->second.bytes;
+  stats_.current_total -= it->second.bytes;
+  cache_.emplace(it->second.bytes, ptr);
+  stats_.cached_bytes += it->second.bytes;
+  live_.erase(it);
+}
+
+MemoryStats HostAllocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void HostAllocator::reset_peaks() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.current;
+  stats_.peak_total = stats_.current_total;
+}
+
+void HostAllocator::trim() {
+  std::lock_guard lock(mutex_);
+  for (auto& [size, ptr] : cache_) std::free(ptr);
+  cache_.clear();
+  stats_.cached_bytes = 0;
+}
+
+Buffer::Buffer(size_t bytes, MemCategory category)
+    : ptr_(HostAllocator::instance().allocate(bytes, category)), bytes_(bytes), category_(category) {}
+
+Buffer::~Buffer() { HostAllocator::instance().release(ptr_); }
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  int u = 0;
+  while (bytes >= 1000.0 && u < 4) {
+    bytes /= 1000.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
+}
+
+}  // namespace dlperf

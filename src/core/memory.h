@@ -1,0 +1,80 @@
+// A caching host allocator that counts bytes by category.
+//
+// Why: dlperf reports peak memory split into parameters, gradients, optimizer state,
+// activations and workspace, and the planner predicts the same split. Every buffer the engine
+// owns comes from here, so current and peak bytes are exact, not sampled. Freed blocks are
+// kept by size and reused, so a training step that reallocates (a new batch size, eval) does
+// not go back to the system allocator.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string_view>
+
+namespace dlperf {
+
+enum class MemCategory { parameters, gradients, optimizer_state, activations, workspace, data };
+inline constexpr int kMemCategories = 6;
+std::string_view to_string(MemCategory c);
+
+struct MemoryStats {
+  std::array<size_t, kMemCategories> current{};  ///< live bytes per category
+  std::array<size_t, kMemCategories> peak{};     ///< highest live bytes per category
+  size_t current_total = 0;
+  size_t peak_total = 0;    ///< highest live bytes over all categories at once
+  size_t cached_bytes = 0;  ///< freed blocks kept for reuse (not counted as live)
+};
+
+class HostAllocator {
+ public:
+  static HostAllocator& instance();
+  /// 64-byte aligned block of at least `bytes`; never returns null (throws on failure).
+  void* allocate(size_t bytes, MemCategory category);
+  void release(void* ptr);
+  MemoryStats stats() const;
+  /// Starts peak counting afresh from the current live bytes (e.g. per epoch).
+  void reset_peaks();
+  /// Returns cached blocks to the system.
+  void trim();
+  ~HostAllocator();
+
+ private:
+  struct Block {
+    size_t bytes;
+    MemCategory category;
+  };
+  mutable std::mutex mutex_;
+  std::map<void*, Block> live_;
+  std::multimap<size_t, void*> cache_;  // size -> free block
+  MemoryStats stats_;
+};
+
+/// An owned block from HostAllocator, freed (into the cache) when the last owner goes.
+class Buffer {
+ public:
+  Buffer(size_t bytes, MemCategory category);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  MemCategory category() const { return category_; }
+
+ private:
+  void* ptr_;
+  size_t bytes_;
+  MemCategory category_;
+};
+
+using BufferPtr = std::shared_ptr<Buffer>;
+inline BufferPtr make_buffer(size_t bytes, MemCategory category) {
+  return std::make_shared<Buffer>(bytes, category);
+}
+
+/// "1.23 MB" style formatting for tables.
+std::string format_bytes(double bytes);
+
+}  // namespace dlperf

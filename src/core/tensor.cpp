@@ -1,0 +1,52 @@
+#include "core/tensor.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace dlperf {
+
+size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::f16: return 2;
+    case DType::u8: return 1;
+    case DType::i32: return 4;
+  }
+  return 0;
+}
+
+std::string to_string(DType t) {
+  switch (t) {
+    case DType::f32: return "f32";
+    case DType::f64: return "f64";
+    case DType::bf16: return "bf16";
+    case DType::f16: return "f16";
+    case DType::u8: return "u8";
+    case DType::i32: return "i32";
+  }
+  return "?";
+}
+
+int64_t numel(const Dims& d) {
+  int64_t n = 1;
+  for (auto x : d) n *= x;
+  return n;
+}
+
+std::string dims_str(const Dims& d) {
+  std::string s;
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+  return s;
+}
+
+Tensor::Tensor(Dims dims, DType dtype, MemCategory category)
+    : dims_(std::move(dims)), dtype_(dtype), buffer_(make_buffer(bytes(), category)) {}
+
+void Tensor::zero() {
+  if (buffer_) std::memset(buffer_->data(), 0, bytes());
+}
+
+}  // namespace dlperf

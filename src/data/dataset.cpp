@@ -1,0 +1,108 @@
+#include "data/dataset.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace dlperf::data {
+
+namespace fs = std::filesystem;
+
+void Dataset::truncate(int64_t n) {
+  if (n <= 0 || n >= size()) return;
+  labels.resize(size_t(n));
+  images.resize(size_t(n * image_bytes()));
+}
+
+namespace {
+// The first of name, name.gz that exists in dir.
+std::string find_file(const fs::path& dir, const std::string& name) {
+  for (const auto& cand : {name, name + ".gz"})
+    if (fs::exists(dir / cand)) return (dir / cand).string();
+  return "";
+}
+
+DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok) {
+  DataPair p;
+  const std::string names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                                "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"};
+  std::string paths[4];
+  for (int i = 0; i < 4; ++i) {
+    paths[i] = find_file(dir, names[i]);
+    check(!paths[i].empty(), fmt::format("{} has no {}[.gz]", dir.string(), names[i]),
+          "an IDX dataset directory needs the train and t10k image and label files");
+  }
+  p.train = read_idx(paths[0], paths[1], name);
+  p.test = read_idx(paths[2], paths[3], name);
+  check(p.train.height == p.test.height && p.train.width == p.test.width,
+        fmt::format("{}: train and test images differ in size", dir.string()));
+  p.train.flip_ok = p.test.flip_ok = flip_ok;
+  p.source = dir.string();
+  return p;
+}
+
+DataPair load_cifar_dir(const fs::path& dir) {
+  DataPair p;
+  std::vector<std::string> train;
+  for (int i = 1; i <= 5; ++i) {
+    auto f = dir / fmt::format("data_batch_{}.bin", i);
+    check(fs::exists(f), fmt::format("{} is missing", f.string()), "a CIFAR-10 directory needs data_batch_1..5.bin and test_batch.bin");
+    train.push_back(f.string());
+  }
+  check(fs::exists(dir / "test_batch.bin"), fmt::format("{} is missing", (dir / "test_batch.bin").string()));
+  p.train = read_cifar10(train, "cifar10");
+  p.test = read_cifar10({(dir / "test_batch.bin").string()}, "cifar10");
+  p.source = dir.string();
+  return p;
+}
+
+DataPair synthetic_pair(const std::string& spec) {
+  // synthetic[:CxHxW[:N]]
+  int64_t c = 1, h = 28, w = 28, n = 10000;
+  const auto colon = spec.find(':');
+  if (colon != std::string::npos) {
+    std::string rest = spec.substr(colon + 1);
+    long long n_ll = n;
+    long long cc, hh, ww;
+    const int got = std::sscanf(rest.c_str(), "%lldx%lldx%lld:%lld", &cc, &hh, &ww, &n_ll);
+    check(got >= 3 && cc > 0 && cc <= 64 && hh >= 4 && hh <= 1024 && ww >= 4 && ww <= 1024 && n_ll >= 10,
+          fmt::format("--data {}: expected synthetic[:CxHxW[:N]] with C 1..64, H and W 4..1024, N >= 10", spec));
+    c = cc, h = hh, w = ww, n = n_ll;
+  }
+  DataPair p;
+  // One stream of samples split into train and test, so both follow the same classes.
+  Dataset all = make_synthetic(n + n / 5, c, h, w, 10, 0x5EED);
+  p.train = all;
+  p.train.truncate(n);
+  p.test = all;
+  p.test.labels.erase(p.test.labels.begin(), p.test.labels.begin() + n);
+  p.test.images.erase(p.test.images.begin(), p.test.images.begin() + n * all.image_bytes());
+  p.source = fmt::format("synthetic:{}x{}x{}:{}", c, h, w, n);
+  return p;
+}
+}  // namespace
+
+DataPair load_data(const std::string& spec) {
+  if (spec == "synthetic" || spec.rfind("synthetic:", 0) == 0) return synthetic_pair(spec);
+  if (spec == "fashion-mnist") {
+    if (!fs::exists(kFashionMnistDir)) {
+      DataPair p = synthetic_pair("synthetic");
+      p.notice = fmt::format("Fashion-MNIST not found at {} (install it with: apt-get install "
+                             "dataset-fashion-mnist); using synthetic 1x28x28 data instead", kFashionMnistDir);
+      return p;
+    }
+    return load_idx_dir(kFashionMnistDir, "fashion-mnist", true);
+  }
+  const fs::path dir(spec);
+  check(fs::is_directory(dir), fmt::format("--data {}: no such directory", spec),
+        "use fashion-mnist, synthetic[:CxHxW[:N]], or a directory with IDX or CIFAR-10 files");
+  if (fs::exists(dir / "data_batch_1.bin")) return load_cifar_dir(dir);
+  const std::string name = dir.filename().string().find("fashion") != std::string::npos ? "fashion-mnist" : dir.filename().string();
+  // Digits change meaning when mirrored; clothes and most other images do not.
+  const bool flip_ok = name.find("mnist") == std::string::npos || name.find("fashion") != std::string::npos;
+  return load_idx_dir(dir, name, flip_ok);
+}
+
+}  // namespace dlperf::data

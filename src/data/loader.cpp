@@ -1,0 +1,182 @@
+#include "data/loader.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace dlperf::data {
+
+void channel_stats(const Dataset& d, std::vector<float>& mean, std::vector<float>& stddev) {
+  const int64_t C = d.channels, HW = d.height * d.width, N = d.size();
+  mean.assign(size_t(C), 0.f);
+  stddev.assign(size_t(C), 1.f);
+  for (int64_t c = 0; c < C; ++c) {
+    double s = 0, s2 = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* p = &d.images[size_t((n * C + c) * HW)];
+      uint64_t a = 0, a2 = 0;
+      for (int64_t i = 0; i < HW; ++i) a += p[i], a2 += uint64_t(p[i]) * p[i];
+      s += double(a), s2 += double(a2);
+    }
+    const double cnt = double(N * HW), m = s / cnt / 255.0;
+    const double var = std::max(s2 / cnt / (255.0 * 255.0) - m * m, 1e-12);
+    mean[size_t(c)] = float(m);
+    stddev[size_t(c)] = float(std::sqrt(var));
+  }
+}
+
+Loader::Loader(const Dataset& data, LoaderConfig cfg, std::vector<float> mean, std::vector<float> stddev)
+    : data_(data), cfg_(cfg) {
+  check(cfg_.batch > 0, "--batch-size must be at least 1");
+  check(cfg_.workers >= 0 && cfg_.workers <= 256, "--workers must be between 0 and 256");
+  check(data_.size() > 0, "the dataset is empty");
+  check(!cfg_.drop_last || cfg_.batch <= data_.size(),
+        fmt::format("--batch-size {} is larger than the {} training images", cfg_.batch, data_.size()),
+        "use a smaller --batch-size or more data");
+  for (int64_t c = 0; c < data_.channels; ++c) {
+    scale_.push_back(1.0f / (255.0f * stddev[size_t(c)]));
+    shift_.push_back(-mean[size_t(c)] / stddev[size_t(c)]);
+  }
+  batches_ = cfg_.drop_last ? data_.size() / cfg_.batch : (data_.size() + cfg_.batch - 1) / cfg_.batch;
+  const int nslots = std::max(2, cfg_.prefetch > 0 ? cfg_.prefetch : 2 * cfg_.workers);
+  slots_.resize(size_t(cfg_.workers == 0 ? 1 : nslots));
+  for (Slot& s : slots_) {
+    s.batch.images = make_buffer(size_t(cfg_.batch * data_.image_bytes()) * sizeof(float), MemCategory::data);
+    s.batch.labels.resize(size_t(cfg_.batch));
+  }
+  order_.resize(size_t(data_.size()));
+}
+
+Loader::~Loader() { stop_workers(); }
+
+int64_t Loader::batches_per_epoch() const { return batches_; }
+
+void Loader::stop_workers() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  produced_.notify_all();
+  consumed_.notify_all();
+  for (auto& t : threads_) t.join();
+  threads_.clear();
+}
+
+void Loader::start_epoch(int64_t epoch) {
+  stop_workers();
+  epoch_ = epoch;
+  std::iota(order_.begin(), order_.end(), 0);
+  if (cfg_.shuffle) {  // Fisher-Yates from a stream that depends on (seed, epoch) only
+    Rng rng(hash_coords(cfg_.seed, 0x5A0F, uint64_t(epoch)));
+    for (int64_t i = int64_t(order_.size()) - 1; i > 0; --i)
+      std::swap(order_[size_t(i)], order_[rng.below(uint64_t(i + 1))]);
+  }
+  stopping_ = false;
+  error_ = nullptr;
+  next_id_ = want_ = 0;
+  held_ = -1;
+  for (Slot& s : slots_) s.id = -1, s.ready = false;
+  for (int w = 0; w < cfg_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+}
+
+void Loader::fill(Batch& b, int64_t id) const {
+  const int64_t C = data_.channels, H = data_.height, W = data_.width, HW = H * W;
+  const int64_t first = id * cfg_.batch;
+  b.index = id;
+  b.valid = std::min(cfg_.batch, data_.size() - first);
+  float* out = b.data();
+  for (int64_t i = 0; i < cfg_.batch; ++i) {
+    float* img = out + i * C * HW;
+    if (i >= b.valid) {  // padding of a last eval batch
+      std::fill_n(img, C * HW, 0.f);
+      b.labels[size_t(i)] = 0;
+      continue;
+    }
+    const int64_t sample = order_[size_t(first + i)];
+    b.labels[size_t(i)] = data_.labels[size_t(sample)];
+    const uint8_t* src = &data_.images[size_t(sample * C * HW)];
+    int64_t dy = 0, dx = 0;
+    bool flip = false;
+    if (cfg_.augment) {
+      const uint64_t h = hash_coords(cfg_.seed, 0xA06, uint64_t(epoch_), uint64_t(sample));
+      const int64_t span = 2 * cfg_.pad_crop + 1;
+      dy = int64_t(h % uint64_t(span)) - cfg_.pad_crop;
+      dx = int64_t((h >> 16) % uint64_t(span)) - cfg_.pad_crop;
+      flip = data_.flip_ok && ((h >> 40) & 1);
+    }
+    for (int64_t c = 0; c < C; ++c) {
+      const float sc = scale_[size_t(c)], sh = shift_[size_t(c)];
+      const uint8_t* plane = src + c * HW;
+      float* dst = img + c * HW;
+      for (int64_t y = 0; y < H; ++y) {
+        const int64_t sy = y + dy;
+        for (int64_t x = 0; x < W; ++x) {
+          const int64_t sx = (flip ? W - 1 - x : x) + dx;
+          // Zero padding of the crop is black in the source image (0 before normalization).
+          const float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? float(plane[sy * W + sx]) : 0.f;
+          dst[y * W + x] = v * sc + sh;
+        }
+      }
+    }
+  }
+}
+
+void Loader::worker_loop() {
+  for (;;) {
+    int64_t id;
+    Slot* slot;
+    {
+      std::unique_lock lock(mutex_);
+      if (stopping_ || next_id_ >= batches_) return;
+      id = next_id_++;
+      slot = &slots_[size_t(id % int64_t(slots_.size()))];
+      // The slot is free once the consumer is done with the batch that used it before.
+      consumed_.wait(lock, [&] { return stopping_ || (slot->id == -1 && want_ > id - int64_t(slots_.size())); });
+      if (stopping_) return;
+      slot->id = id;
+      slot->ready = false;
+    }
+    try {
+      fill(slot->batch, id);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      error_ = std::current_exception();
+    }
+    {
+      std::lock_guard lock(mutex_);
+      slot->ready = true;
+    }
+    produced_.notify_all();
+  }
+}
+
+const Batch* Loader::next() {
+  std::unique_lock lock(mutex_);
+  if (held_ >= 0) {  // the previous batch is done with
+    slots_[size_t(held_)].id = -1;
+    slots_[size_t(held_)].ready = false;
+    held_ = -1;
+    consumed_.notify_all();
+  }
+  if (want_ >= batches_) return nullptr;
+  const int64_t id = want_;
+  const size_t s = size_t(id % int64_t(slots_.size()));
+  if (cfg_.workers == 0) {
+    lock.unlock();
+    fill(slots_[s].batch, id);
+    lock.lock();
+  } else {
+    produced_.wait(lock, [&] { return error_ || (slots_[s].id == id && slots_[s].ready); });
+    if (error_) std::rethrow_exception(error_);
+  }
+  ++want_;
+  held_ = int64_t(s);
+  consumed_.notify_all();
+  return &slots_[s].batch;
+}
+
+}  // namespace dlperf::data

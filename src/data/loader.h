@@ -1,0 +1,83 @@
+// Turns a Dataset into normalized float batches: shuffling, augmentation (random crop with
+// padding, horizontal flip), normalization, with N worker threads and a bounded prefetch queue.
+//
+// Determinism: the epoch's order is a function of (seed, epoch), each sample's augmentation a
+// function of (seed, epoch, sample), and batches are handed out in order, so the batches are
+// identical for any number of workers. With workers = 0 the training thread loads each batch.
+#pragma once
+
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "core/memory.h"
+#include "data/dataset.h"
+
+namespace dlperf::data {
+
+struct LoaderConfig {
+  int64_t batch = 64;
+  bool shuffle = true;
+  bool augment = true;     ///< random crop (pad_crop) and, where the data allows, flip
+  int64_t pad_crop = 2;    ///< pixels of zero padding for the random crop; 0 = no crop
+  bool drop_last = true;   ///< training drops a last partial batch; eval pads it
+  int workers = 0;
+  int prefetch = 0;        ///< batches buffered ahead; 0 = 2 per worker
+  uint64_t seed = 0;
+};
+
+struct Batch {
+  BufferPtr images;             ///< batch x C x H x W floats, normalized
+  std::vector<int32_t> labels;  ///< batch entries; padding rows repeat label 0
+  int64_t valid = 0;            ///< real samples (the rest is padding)
+  int64_t index = 0;
+  float* data() const { return static_cast<float*>(images->data()); }
+};
+
+/// Per-channel mean and standard deviation of a dataset's pixels in [0, 1].
+void channel_stats(const Dataset& d, std::vector<float>& mean, std::vector<float>& stddev);
+
+class Loader {
+ public:
+  Loader(const Dataset& data, LoaderConfig cfg, std::vector<float> mean, std::vector<float> stddev);
+  ~Loader();
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  int64_t batches_per_epoch() const;
+  /// Starts producing the batches of `epoch` (workers start ahead right away).
+  void start_epoch(int64_t epoch);
+  /// The next batch of the epoch, or nullptr at its end. Valid until the next call.
+  const Batch* next();
+
+ private:
+  struct Slot {
+    Batch batch;
+    int64_t id = -1;
+    bool ready = false;
+  };
+  void fill(Batch& b, int64_t id) const;
+  void worker_loop();
+  void stop_workers();
+
+  const Dataset& data_;
+  LoaderConfig cfg_;
+  std::vector<float> scale_, shift_;  // x * scale + shift == (x/255 - mean) / std
+  std::vector<int64_t> order_;
+  int64_t epoch_ = 0;
+  int64_t batches_ = 0;
+
+  std::vector<Slot> slots_;
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable produced_, consumed_;
+  int64_t next_id_ = 0;    // next batch a worker takes
+  int64_t want_ = 0;       // next batch the consumer takes
+  int64_t held_ = -1;      // slot the consumer holds
+  bool stopping_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace dlperf::data

@@ -1,0 +1,85 @@
+#include "hw/cpu_info.h"
+
+#include <fmt/format.h>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <sched.h>
+#include <sys/utsname.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace dlperf::hw {
+
+namespace {
+std::string read_line(const std::string& path) {
+  std::ifstream f(path);
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+}  // namespace
+
+CpuInfo cpu_info() {
+  CpuInfo c;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) c.cores = CPU_COUNT(&set);
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  double mhz = 0;
+  std::set<std::string> flags;
+  while (std::getline(f, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = line.substr(0, line.find_last_not_of(" \t", colon - 1) + 1);
+    std::string val = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
+    if (key == "model name" && c.model.empty()) c.model = val;
+    if (key == "cpu MHz" && mhz == 0) mhz = std::atof(val.c_str());
+    if (key == "flags" && flags.empty()) {
+      std::istringstream is(val);
+      for (std::string w; is >> w;) flags.insert(w);
+    }
+  }
+  const std::string max_khz = read_line("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq");
+  c.ghz = !max_khz.empty() ? std::atof(max_khz.c_str()) / 1e6 : mhz / 1e3;
+  c.avx2 = flags.count("avx2");
+  c.fma = flags.count("fma");
+  c.avx512f = flags.count("avx512f");
+  c.avx512_bf16 = flags.count("avx512_bf16");
+  c.amx_bf16 = flags.count("amx_bf16");
+  c.lanes_f32 = c.avx512f ? 16 : (c.avx2 || flags.count("avx")) ? 8 : 4;
+  if (!c.fma && !c.avx512f) c.fma_units = 1;  // separate add and multiply: count one "FMA"
+  c.isa = c.avx512f ? "avx512" : c.avx2 && c.fma ? "avx2+fma" : flags.count("avx") ? "avx" : "sse";
+  for (int i = 0; i < 8; ++i) {
+    const std::string base = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
+    const std::string level = read_line(base + "level"), type = read_line(base + "type"), size = read_line(base + "size");
+    if (level.empty()) break;
+    if (type == "Instruction") continue;
+    c.caches += fmt::format("{}L{}{} {}", c.caches.empty() ? "" : ", ", level, type == "Data" ? "d" : "", size);
+  }
+  std::ifstream mi("/proc/meminfo");
+  std::string k;
+  double kb = 0;
+  if (mi >> k >> kb) c.memory_gb = kb / 1024.0 / 1024.0;
+  return c;
+}
+
+nlohmann::json to_json(const CpuInfo& c) {
+  return {{"model", c.model},       {"cores", c.cores},         {"ghz", c.ghz},
+          {"isa", c.isa},           {"avx512_bf16", c.avx512_bf16},
+          {"fma_units_per_core", c.fma_units}, {"f32_lanes", c.lanes_f32},
+          {"peak_gflops_f32", c.peak_gflops()}, {"caches", c.caches}, {"memory_gb", c.memory_gb}};
+}
+
+nlohmann::json machine_json() {
+  utsname u{};
+  uname(&u);
+  const dnnl_version_t* v = dnnl_version();
+  return {{"cpu", to_json(cpu_info())},
+          {"os", fmt::format("{} {}", u.sysname, u.release)},
+          {"hostname", u.nodename},
+          {"onednn", fmt::format("{}.{}.{}", v->major, v->minor, v->patch)},
+          {"dlperf", DLPERF_VERSION}};
+}
+
+}  // namespace dlperf::hw

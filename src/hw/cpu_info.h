@@ -1,0 +1,30 @@
+// What the CPU is and what it can do at most: model, cores, ISA, caches, clock, and the FMA
+// peak (cores x FMA units x vector lanes x 2 flops x clock) that achieved FLOP/s is read against.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace dlperf::hw {
+
+struct CpuInfo {
+  std::string model;
+  int cores = 1;        ///< CPUs this process may run on
+  double ghz = 0;       ///< max clock where the OS tells it, else the current one
+  bool avx2 = false, fma = false, avx512f = false, avx512_bf16 = false, amx_bf16 = false;
+  int fma_units = 2;    ///< per core; 2 on every x86 server core since Haswell / Zen 2
+  int lanes_f32 = 4;    ///< f32 lanes of the widest vector unit used for FMA
+  std::string isa;      ///< "avx2+fma", "avx512", ...
+  std::string caches;   ///< "L1d 32K, L2 512K, L3 32M"
+  double memory_gb = 0;
+  /// fp32 peak of the cores this process may use, in GFLOP/s.
+  double peak_gflops() const { return cores * fma_units * lanes_f32 * 2.0 * ghz; }
+};
+
+CpuInfo cpu_info();
+nlohmann::json to_json(const CpuInfo& c);
+/// The machine: CPU, OS, library versions, for run records.
+nlohmann::json machine_json();
+
+}  // namespace dlperf::hw

@@ -1,0 +1,268 @@
+#include "nn/graph.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "nn/presets.h"
+
+namespace dlperf::nn {
+
+using nlohmann::json;
+using ops::OpKind;
+
+namespace {
+
+struct KindInfo {
+  OpKind kind;
+  std::set<std::string> keys;  // allowed besides type/name/input
+};
+
+const std::map<std::string, KindInfo>& kinds() {
+  static const std::map<std::string, KindInfo> k = {
+      {"conv2d", {OpKind::conv2d, {"out_channels", "kernel", "stride", "padding", "bias"}}},
+      {"batchnorm2d", {OpKind::batchnorm2d, {"eps", "momentum"}}},
+      {"relu", {OpKind::relu, {}}},
+      {"maxpool2d", {OpKind::maxpool2d, {"kernel", "stride", "padding"}}},
+      {"avgpool2d", {OpKind::avgpool2d, {"kernel", "stride", "padding"}}},
+      {"global_avgpool", {OpKind::global_avgpool, {}}},
+      {"flatten", {OpKind::flatten, {}}},
+      {"linear", {OpKind::linear, {"out_features", "bias"}}},
+      {"dropout", {OpKind::dropout, {"p"}}},
+      {"add", {OpKind::add, {"from"}}},
+  };
+  return k;
+}
+
+std::string join(const std::set<std::string>& s) {
+  std::string out;
+  for (const auto& x : s) out += (out.empty() ? "" : ", ") + x;
+  return out.empty() ? "(none)" : out;
+}
+
+int64_t get_int(const json& l, const char* key, int64_t dflt, const std::string& where) {
+  if (!l.contains(key)) return dflt;
+  check(l[key].is_number_integer(), fmt::format("{}: '{}' must be an integer, got {}", where, key, l[key].dump()));
+  return l[key].get<int64_t>();
+}
+
+double get_num(const json& l, const char* key, double dflt, const std::string& where) {
+  if (!l.contains(key)) return dflt;
+  check(l[key].is_number(), fmt::format("{}: '{}' must be a number, got {}", where, key, l[key].dump()));
+  return l[key].get<double>();
+}
+
+}  // namespace
+
+ModelSpec parse_model_spec(const json& j, const std::string& source) {
+  const std::string hint = "see docs/model-spec.md for the format";
+  check(j.is_object(), fmt::format("model spec {}: expected a JSON object", source), hint);
+  for (auto& [k, v] : j.items())
+    check(k == "name" || k == "description" || k == "layers",
+          fmt::format("model spec {}: unknown top-level key '{}' (allowed: name, description, layers)", source, k), hint);
+  check(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(),
+        fmt::format("model spec {}: needs a non-empty 'layers' list", source), hint);
+  ModelSpec spec;
+  spec.name = j.value("name", std::filesystem::path(source).stem().string());
+  spec.description = j.value("description", "");
+  std::map<std::string, int> counters;
+  std::set<std::string> names;
+  for (size_t i = 0; i < j["layers"].size(); ++i) {
+    const json& l = j["layers"][i];
+    std::string where = fmt::format("model spec {}: layer {}", source, i + 1);
+    check(l.is_object() && l.contains("type") && l["type"].is_string(),
+          where + ": needs a \"type\" string", hint);
+    const std::string type = l["type"];
+    auto it = kinds().find(type);
+    if (it == kinds().end()) {
+      std::set<std::string> all;
+      for (auto& [k, _] : kinds()) all.insert(k);
+      throw Error(fmt::format("{}: unknown layer type '{}' (known: {})", where, type, join(all)), hint);
+    }
+    LayerSpec s;
+    s.kind = it->second.kind;
+    s.name = l.contains("name") ? l["name"].get<std::string>()
+                                : fmt::format("{}{}", type, ++counters[type]);
+    where += fmt::format(" ('{}', {})", s.name, type);
+    check(names.insert(s.name).second, where + ": the name is used twice", "give each layer its own name");
+    for (auto& [k, v] : l.items())
+      check(k == "type" || k == "name" || k == "input" || it->second.keys.count(k),
+            fmt::format("{}: unknown parameter '{}' (allowed: {})", where, k, join(it->second.keys)), hint);
+    if (l.contains("input")) s.input = l["input"].get<std::string>();
+    auto& a = s.attrs;
+    a.out_channels = get_int(l, "out_channels", 0, where);
+    a.kernel = get_int(l, "kernel", s.kind == OpKind::conv2d ? 3 : 2, where);
+    a.stride = get_int(l, "stride", s.kind == OpKind::conv2d ? 1 : a.kernel, where);
+    a.padding = get_int(l, "padding", 0, where);
+    a.bias = l.value("bias", true);
+    a.p = get_num(l, "p", 0.5, where);
+    a.eps = get_num(l, "eps", 1e-5, where);
+    a.momentum = get_num(l, "momentum", 0.1, where);
+    if (s.kind == OpKind::conv2d)
+      check(a.out_channels > 0, where + ": needs out_channels > 0");
+    if (s.kind == OpKind::linear) {
+      check(l.contains("out_features"), where + ": needs out_features (a number or \"classes\")");
+      if (l["out_features"] == "classes") s.out_is_classes = true;
+      else a.out_features = get_int(l, "out_features", 0, where);
+      check(s.out_is_classes || a.out_features > 0, where + ": out_features must be > 0 or \"classes\"");
+    }
+    if (s.kind == OpKind::dropout) check(a.p >= 0 && a.p < 1, where + ": p must be in [0, 1)");
+    if (s.kind == OpKind::add) {
+      check(l.contains("from") && l["from"].is_string(), where + ": needs \"from\": the name of the layer to add");
+      s.from = l["from"];
+    }
+    spec.layers.push_back(std::move(s));
+  }
+  return spec;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> n;
+  for (const auto& p : presets()) n.push_back(p.name);
+  return n;
+}
+
+ModelSpec load_model(const std::string& name_or_path) {
+  for (const auto& p : presets())
+    if (p.name == name_or_path) return parse_model_spec(json::parse(p.json), name_or_path);
+  std::ifstream f(name_or_path);
+  if (!f) {
+    std::string names;
+    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    throw Error(fmt::format("model '{}' is neither a preset nor a readable file", name_or_path),
+                fmt::format("use one of: {} (see 'dlperf models'), or a path to a .json spec", names));
+  }
+  json j;
+  try {
+    j = json::parse(f);
+  } catch (const json::parse_error& e) {
+    throw Error(fmt::format("model spec {} is not valid JSON: {}", name_or_path, e.what()));
+  }
+  return parse_model_spec(j, name_or_path);
+}
+
+int64_t Node::param_count() const {
+  int64_t n = 0;
+  for (const auto& p : params) n += numel(p.dims);
+  return n;
+}
+
+int64_t Graph::param_count() const {
+  int64_t n = 0;
+  for (const auto& node : nodes) n += node.param_count();
+  return n;
+}
+
+double Graph::forward_flops() const {
+  double f = 0;
+  for (const auto& n : nodes) f += n.cost.forward.flops;
+  return f;
+}
+
+double Graph::backward_flops() const {
+  double f = 0;
+  for (const auto& n : nodes) f += n.cost.total_backward().flops;
+  return f;
+}
+
+double Graph::activation_bytes() const {
+  double b = 0;
+  for (const auto& n : nodes) b += n.cost.output_bytes;
+  return b;
+}
+
+std::vector<int> Graph::consumers(int i) const {
+  std::vector<int> c;
+  for (size_t j = 0; j < nodes.size(); ++j)
+    for (int in : nodes[j].inputs)
+      if (in == i) c.push_back(int(j));
+  return c;
+}
+
+Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
+  check(chw.size() == 3, "input shape must be CxHxW");
+  Graph g;
+  g.model = spec.name;
+  g.input = {batch, chw[0], chw[1], chw[2]};
+  g.classes = classes;
+  std::map<std::string, int> index;
+  for (size_t i = 0; i < spec.layers.size(); ++i) {
+    const LayerSpec& l = spec.layers[i];
+    const std::string where = fmt::format("model {}: layer '{}' ({})", spec.name, l.name, ops::to_string(l.kind));
+    Node n;
+    n.name = l.name;
+    n.kind = l.kind;
+    n.attrs = l.attrs;
+    if (l.out_is_classes) n.attrs.out_features = classes;
+    auto resolve = [&](const std::string& ref) {
+      auto it = index.find(ref);
+      check(it != index.end(), fmt::format("{}: no earlier layer named '{}'", where, ref),
+            "a layer can only read layers above it in the list");
+      return it->second;
+    };
+    n.inputs.push_back(l.input.empty() ? int(i) - 1 : resolve(l.input));
+    if (l.kind == OpKind::add) n.inputs.push_back(resolve(l.from));
+    for (int in : n.inputs) n.in_dims.push_back(in < 0 ? g.input : g.nodes[size_t(in)].out_dims);
+    try {
+      n.out_dims = ops::infer_shape(n.kind, n.attrs, n.in_dims);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {} (input {})", where, e.what(), dims_str(n.in_dims[0])), e.hint());
+    }
+    n.params = ops::param_shapes(n.kind, n.attrs, n.in_dims[0]);
+    n.cost = ops::cost(n.kind, n.attrs, n.in_dims);
+    // Nothing needs the gradient of the model input, so the first layer skips backward-data.
+    if (n.inputs[0] < 0) n.cost.backward_data = {};
+    index[n.name] = int(i);
+    g.nodes.push_back(std::move(n));
+  }
+  const Dims& out = g.nodes.back().out_dims;
+  check(out.size() == 2 && out[1] == classes,
+        fmt::format("model {} ends in shape {} but the data has {} classes", spec.name,
+                    dims_str(out), classes),
+        "end the model with a linear layer whose out_features is \"classes\"");
+  return g;
+}
+
+json resolved_json(const ModelSpec& spec, const Graph& g) {
+  json layers = json::array();
+  for (const auto& n : g.nodes) {
+    json l{{"type", ops::to_string(n.kind)}, {"name", n.name}};
+    l["input"] = n.inputs[0] < 0 ? "input" : g.nodes[size_t(n.inputs[0])].name;
+    const auto& a = n.attrs;
+    switch (n.kind) {
+      case OpKind::conv2d:
+        l.update({{"in_channels", n.in_dims[0][1]}, {"out_channels", a.out_channels}, {"kernel", a.kernel},
+                  {"stride", a.stride}, {"padding", a.padding}, {"bias", a.bias}});
+        break;
+      case OpKind::batchnorm2d:
+        l.update({{"num_features", n.in_dims[0][1]}, {"eps", a.eps}, {"momentum", a.momentum}});
+        break;
+      case OpKind::maxpool2d:
+      case OpKind::avgpool2d:
+        l.update({{"kernel", a.kernel}, {"stride", a.stride}, {"padding", a.padding}});
+        break;
+      case OpKind::linear:
+        l.update({{"in_features", n.in_dims[0][1]}, {"out_features", a.out_features}, {"bias", a.bias}});
+        break;
+      case OpKind::dropout: l["p"] = a.p; break;
+      case OpKind::add: l["from"] = g.nodes[size_t(n.inputs[1])].name; break;
+      default: break;
+    }
+    Dims shape(n.out_dims.begin() + 1, n.out_dims.end());
+    l["output_shape"] = shape;
+    l["parameters"] = n.param_count();
+    layers.push_back(std::move(l));
+  }
+  return {{"name", spec.name},
+          {"description", spec.description},
+          {"input", Dims(g.input.begin() + 1, g.input.end())},
+          {"classes", g.classes},
+          {"parameters", g.param_count()},
+          {"layers", layers}};
+}
+
+}  // namespace dlperf::nn

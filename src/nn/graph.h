@@ -1,0 +1,75 @@
+// Models: a JSON spec (a list of layers) and the graph it resolves to for a given input.
+//
+// Spec format (docs/model-spec.md): {"name": ..., "description": ..., "layers": [ {"type":
+// "conv2d", "out_channels": 32, "kernel": 3, "padding": 1}, ... ]}. Each layer reads the
+// previous layer's output unless it names another with "input"; "add" sums its input with the
+// layer named in "from". Input channels and linear in-features are inferred, so one spec
+// serves 1x28x28 and 3x32x32 data; "out_features": "classes" takes the dataset's class count.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "ops/op.h"
+
+namespace dlperf::nn {
+
+struct LayerSpec {
+  std::string name;
+  ops::OpKind kind{};
+  ops::OpAttrs attrs;
+  std::string input;          ///< producer's name; empty = the previous layer
+  std::string from;           ///< add: the other operand
+  bool out_is_classes = false;  ///< linear: out_features = dataset classes
+};
+
+struct ModelSpec {
+  std::string name;
+  std::string description;
+  std::vector<LayerSpec> layers;
+};
+
+/// Parses and validates a spec; `source` names it in errors (a path or preset name).
+ModelSpec parse_model_spec(const nlohmann::json& j, const std::string& source);
+/// A preset name ("medium") or a path to a .json spec file.
+ModelSpec load_model(const std::string& name_or_path);
+std::vector<std::string> preset_names();
+
+/// One resolved node: its inputs (indices of earlier nodes; -1 = the model input), shapes,
+/// parameters and cost, all at the graph's batch size.
+struct Node {
+  std::string name;
+  ops::OpKind kind{};
+  ops::OpAttrs attrs;
+  std::vector<int> inputs;
+  std::vector<Dims> in_dims;
+  Dims out_dims;
+  std::vector<ops::ParamShape> params;
+  ops::OpCost cost;
+  int64_t param_count() const;
+};
+
+struct Graph {
+  std::string model;
+  Dims input;  ///< N, C, H, W
+  int64_t classes = 0;
+  std::vector<Node> nodes;
+  int64_t batch() const { return input[0]; }
+  int64_t param_count() const;
+  double forward_flops() const;
+  double backward_flops() const;
+  double activation_bytes() const;  ///< sum of op outputs
+  /// Indices of the nodes reading node i's output.
+  std::vector<int> consumers(int i) const;
+};
+
+/// Resolves `spec` for input [batch, C, H, W] and `classes` classes. Throws Error naming the
+/// layer whose shapes do not fit.
+Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch);
+
+/// The resolved spec: every layer with its inferred in_channels / in_features and input names.
+nlohmann::json resolved_json(const ModelSpec& spec, const Graph& g);
+
+}  // namespace dlperf::nn

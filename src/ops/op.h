@@ -1,0 +1,85 @@
+// Device-independent op descriptions: attributes, shape inference and cost.
+//
+// Every op knows its FLOPs and the minimum bytes it must move for forward, backward-data and
+// backward-weight, and the bytes it keeps from forward for backward. The engine runs ops, the
+// profiler divides measured time by these counts, and the planner predicts from them; all three
+// count the same things. Shapes are logical (NCHW or NC), whatever layout a backend uses.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dlperf::ops {
+
+enum class OpKind {
+  conv2d,
+  batchnorm2d,
+  relu,
+  maxpool2d,
+  avgpool2d,
+  global_avgpool,
+  linear,
+  flatten,
+  add,
+  dropout,
+  softmax_cross_entropy,
+};
+std::string_view to_string(OpKind k);
+
+/// Attributes of one op; each kind reads the fields it needs.
+struct OpAttrs {
+  int64_t out_channels = 0;  ///< conv2d
+  int64_t kernel = 0;        ///< conv2d, pools
+  int64_t stride = 1;        ///< conv2d, pools
+  int64_t padding = 0;       ///< conv2d, pools
+  int64_t out_features = 0;  ///< linear
+  bool bias = true;          ///< conv2d, linear
+  double p = 0.5;            ///< dropout probability
+  double eps = 1e-5;         ///< batchnorm2d
+  double momentum = 0.1;     ///< batchnorm2d running-stat update (PyTorch's convention)
+  double label_smoothing = 0.0;  ///< softmax_cross_entropy
+};
+
+/// FLOPs and minimum bytes moved by one pass of an op.
+struct PassCost {
+  double flops = 0;
+  double bytes = 0;
+};
+
+struct OpCost {
+  PassCost forward;
+  PassCost backward_data;
+  PassCost backward_weight;  ///< zero for ops without parameters
+  double saved_bytes = 0;    ///< kept from forward for backward (training only)
+  double output_bytes = 0;   ///< the activation this op produces
+  PassCost total_backward() const {
+    return {backward_data.flops + backward_weight.flops, backward_data.bytes + backward_weight.bytes};
+  }
+};
+
+/// A learnable tensor of an op, in its logical (plain) shape.
+struct ParamShape {
+  std::string name;  ///< "weight", "bias"
+  Dims dims;
+};
+
+/// Output shape of `kind` for the given input shapes (batch included). Throws Error with the
+/// reason when the shapes do not fit; the caller adds the layer's name.
+Dims infer_shape(OpKind kind, const OpAttrs& a, const std::vector<Dims>& inputs);
+
+/// Parameters `kind` owns for this input shape (conv weight OIHW, linear weight OI, bn
+/// weight/bias C). Batchnorm running statistics are state, not parameters, and are not listed.
+std::vector<ParamShape> param_shapes(OpKind kind, const OpAttrs& a, const Dims& input);
+
+/// Cost of `kind` with these input shapes, for elements of `elem_bytes` bytes.
+OpCost cost(OpKind kind, const OpAttrs& a, const std::vector<Dims>& inputs, double elem_bytes = 4);
+
+/// Output size of a convolution or pooling window along one axis.
+inline int64_t window_out(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
+  return (in + 2 * pad - kernel) / stride + 1;
+}
+
+}  // namespace dlperf::ops

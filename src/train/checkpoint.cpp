@@ -1,0 +1,102 @@
+#include "train/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace dlperf::train {
+
+namespace fs = std::filesystem;
+static constexpr char kMagic[8] = {'D', 'L', 'P', 'E', 'R', 'F', 'C', 'K'};
+
+std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.dlperf").string(); }
+
+void save_checkpoint(const std::string& dir, const Checkpoint& ck) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  check(!ec, fmt::format("cannot create checkpoint directory {}: {}", dir, ec.message()));
+  nlohmann::json header = ck.meta;
+  header["format"] = "dlperf-checkpoint";
+  header["version"] = 1;
+  nlohmann::json index = nlohmann::json::array();
+  uint64_t offset = 0;
+  for (const auto& [name, v] : ck.tensors) {
+    index.push_back({{"name", name}, {"offset", offset}, {"count", v.size()}});
+    offset += v.size();
+  }
+  header["tensors"] = index;
+  const std::string h = header.dump();
+  const std::string final_path = checkpoint_path(dir), tmp = final_path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  check(fd >= 0, fmt::format("cannot write {}: {}", tmp, std::strerror(errno)));
+  auto write_all = [&](const void* p, size_t n) {
+    const char* c = static_cast<const char*>(p);
+    while (n > 0) {
+      const ssize_t w = ::write(fd, c, n);
+      if (w < 0) {
+        const std::string err = std::strerror(errno);
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        throw Error(fmt::format("writing checkpoint {} failed: {}", tmp, err), "free disk space or pick another --checkpoint");
+      }
+      c += w;
+      n -= size_t(w);
+    }
+  };
+  const uint64_t hlen = h.size();
+  write_all(kMagic, 8);
+  write_all(&hlen, 8);
+  write_all(h.data(), h.size());
+  for (const auto& [name, v] : ck.tensors) write_all(v.data(), v.size() * sizeof(float));
+  check(::fsync(fd) == 0 && ::close(fd) == 0, fmt::format("cannot flush {}", tmp));
+  fs::rename(tmp, final_path, ec);
+  check(!ec, fmt::format("cannot move {} into place: {}", tmp, ec.message()));
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (dfd >= 0) {  // make the rename itself durable
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+Checkpoint load_checkpoint(const std::string& dir) {
+  const std::string path = checkpoint_path(dir);
+  const std::string hint = "delete it to start afresh, or point --checkpoint at another directory";
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  check(bool(f), fmt::format("no checkpoint to resume from at {}", path), "run once without --resume first");
+  const uint64_t size = uint64_t(f.tellg());
+  f.seekg(0);
+  char magic[8];
+  uint64_t hlen = 0;
+  f.read(magic, 8);
+  f.read(reinterpret_cast<char*>(&hlen), 8);
+  check(f && std::memcmp(magic, kMagic, 8) == 0, fmt::format("{} is not a dlperf checkpoint", path), hint);
+  check(hlen < size - 16, fmt::format("{} is truncated (header)", path), hint);
+  std::string h(hlen, '\0');
+  f.read(h.data(), std::streamsize(hlen));
+  Checkpoint ck;
+  try {
+    ck.meta = nlohmann::json::parse(h);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{} has a corrupt header: {}", path, e.what()), hint);
+  }
+  uint64_t total = 0;
+  for (const auto& t : ck.meta.at("tensors")) total += t.at("count").get<uint64_t>();
+  check(16 + hlen + total * 4 == size,
+        fmt::format("{} is truncated or damaged: expected {} bytes, found {}", path, 16 + hlen + total * 4, size), hint);
+  for (const auto& t : ck.meta.at("tensors")) {
+    std::vector<float> v(t.at("count").get<size_t>());
+    f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));
+    ck.tensors[t.at("name").get<std::string>()] = std::move(v);
+  }
+  check(bool(f), fmt::format("{} could not be read completely", path), hint);
+  ck.meta.erase("tensors");
+  return ck;
+}
+
+}  // namespace dlperf::train

@@ -1,0 +1,27 @@
+// Checkpoints: every parameter, buffer and optimizer state in plain layout, plus where the run
+// stands, in one file written atomically (temporary file, fsync, rename), so a crash never
+// leaves a half-written checkpoint behind.
+//
+// File: "DLPERFCK" | u64 header length | JSON header | raw little-endian f32 data.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dlperf::train {
+
+struct Checkpoint {
+  nlohmann::json meta;  ///< model, input, epoch_done, optimizer_steps, config, history
+  std::map<std::string, std::vector<float>> tensors;
+};
+
+/// Writes `ck` to dir/checkpoint.dlperf atomically, creating dir if needed.
+void save_checkpoint(const std::string& dir, const Checkpoint& ck);
+/// Reads dir/checkpoint.dlperf; throws Error on a missing, truncated or corrupt file.
+Checkpoint load_checkpoint(const std::string& dir);
+std::string checkpoint_path(const std::string& dir);
+
+}  // namespace dlperf::train

@@ -1,0 +1,67 @@
+// The training loop: epochs of (load -> forward -> loss -> backward -> update), evaluation,
+// timing split into data wait and compute, memory peaks, checkpoints, and the run record.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "nn/optimizer.h"
+
+namespace dlperf::train {
+
+struct TrainConfig {
+  std::string model = "medium";
+  std::string data = "fashion-mnist";
+  std::string device = "cpu";
+  int64_t epochs = 5;
+  int64_t batch = 64;
+  double lr = 0.1;
+  nn::OptimizerConfig optimizer;
+  nn::ScheduleConfig schedule;
+  double label_smoothing = 0.0;
+  bool augment = true;
+  int workers = 1;
+  int threads = 0;            ///< 0 = all cores this process may use
+  uint64_t seed = 42;
+  int64_t train_limit = 0;    ///< use only the first N training images (0 = all)
+  int64_t test_limit = 0;
+  std::string checkpoint_dir; ///< empty = no checkpoints
+  bool resume = false;
+  std::string runs_dir = "runs";  ///< empty = no run record
+  bool progress = true;       ///< progress bar when stderr is a terminal
+  bool layer_times = false;   ///< time every layer (adds a clock read per layer)
+  int64_t stop_after_epochs = 0;  ///< tests: stop early as if interrupted (0 = never)
+  bool quiet = false;         ///< no console output (tests)
+};
+
+struct EpochStats {
+  int64_t epoch = 0;          ///< 1-based
+  double train_s = 0;         ///< the training loop only
+  double eval_s = 0;
+  double images_per_s = 0;
+  double data_wait_s = 0;     ///< time the step waited for the loader
+  double compute_s = 0;       ///< forward + loss + backward + update
+  double train_loss = 0, train_acc = 0;
+  double test_loss = 0, test_acc = 0;
+  double lr = 0;              ///< at the end of the epoch
+  double peak_bytes = 0;      ///< tracked by the allocator, all categories at once
+  std::vector<double> peak_by_category;
+};
+
+struct TrainResult {
+  std::vector<EpochStats> epochs;
+  nlohmann::json record;
+  std::string record_path;
+  std::vector<float> weights;  ///< all parameters and buffers, plain, in order (tests)
+};
+
+TrainResult train(const TrainConfig& cfg);
+
+nlohmann::json to_json(const TrainConfig& c);
+nlohmann::json to_json(const EpochStats& e);
+EpochStats epoch_from_json(const nlohmann::json& j);
+
+}  // namespace dlperf::train

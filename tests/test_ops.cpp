@@ -1,0 +1,283 @@
+// Every CPU op against the float64 reference, forward and all gradients, and every reference
+// gradient against finite differences. The scalar checked is L = sum(y * r) for a fixed random
+// r, so dL/dy = r.
+#include <gtest/gtest.h>
+
+#include "op_harness.h"
+
+namespace dlperf::test {
+namespace {
+
+using ops::OpAttrs;
+using ops::OpKind;
+
+constexpr double kF32Tol = 2e-5;  // f32 vs f64, relative to the largest value
+
+OpAttrs conv_attrs(int64_t out, int64_t k, int64_t stride, int64_t pad, bool bias) {
+  OpAttrs a;
+  a.out_channels = out, a.kernel = k, a.stride = stride, a.padding = pad, a.bias = bias;
+  return a;
+}
+
+struct ConvCase {
+  Dims x;
+  OpAttrs a;
+};
+
+class Conv2dTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(Conv2dTest, MatchesReferenceForwardAndBackward) {
+  const auto& [xd, a] = GetParam();
+  const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel};
+  const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
+  Vec x = random_vec(size_t(numel(xd)), 1), w = random_vec(size_t(numel(wd)), 2, -0.5, 0.5);
+  Vec b = a.bias ? random_vec(size_t(a.out_channels), 3) : Vec{};
+  Vec dy = random_vec(size_t(numel(yd)), 4);
+  std::vector<Vec> params{w};
+  if (a.bias) params.push_back(b);
+  auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy);
+  Vec y = ref::conv2d_forward(x, xd, w, b, a);
+  Vec dx, dw, db;
+  ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+  EXPECT_LT(rel_err(r.y, y), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
+  EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
+  if (a.bias) EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Conv2dTest,
+                         ::testing::Values(ConvCase{{2, 3, 8, 8}, conv_attrs(8, 3, 1, 1, true)},
+                                           ConvCase{{2, 1, 7, 7}, conv_attrs(4, 3, 1, 1, false)},
+                                           ConvCase{{2, 8, 9, 9}, conv_attrs(16, 3, 2, 1, false)},
+                                           ConvCase{{1, 16, 6, 6}, conv_attrs(8, 1, 2, 0, true)},
+                                           ConvCase{{2, 5, 6, 5}, conv_attrs(3, 5, 1, 2, true)}));
+
+TEST(Conv2dTest, SkipsDataGradientWhenNotNeeded) {
+  const Dims xd = {2, 3, 6, 6};
+  auto a = conv_attrs(4, 3, 1, 1, true);
+  const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
+  Vec x = random_vec(72 * 3, 5), w = random_vec(4 * 27, 6), b = random_vec(4, 7), dy = random_vec(size_t(numel(yd)), 8);
+  auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, {w, b}, dy, true, false, /*want_dx=*/false);
+  Vec dx, dw, db;
+  ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+  EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
+}
+
+TEST(RefGradients, Conv2dFiniteDifferences) {
+  const Dims xd = {2, 2, 5, 5};
+  auto a = conv_attrs(3, 3, 2, 1, true);
+  const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
+  Vec x = random_vec(100, 11), w = random_vec(54, 12), b = random_vec(3, 13), r = random_vec(size_t(numel(yd)), 14);
+  Vec dx, dw, db;
+  ref::conv2d_backward(x, xd, w, a, r, dx, dw, db);
+  expect_grad_matches([&](const Vec& v) { return dot(ref::conv2d_forward(v, xd, w, b, a), r); }, x, dx, "dx");
+  expect_grad_matches([&](const Vec& v) { return dot(ref::conv2d_forward(x, xd, v, b, a), r); }, w, dw, "dw");
+  expect_grad_matches([&](const Vec& v) { return dot(ref::conv2d_forward(x, xd, w, v, a), r); }, b, db, "db");
+}
+
+class BatchNormTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(BatchNormTest, TrainingMatchesReference) {
+  const bool fuse_relu = GetParam();
+  const Dims xd = {4, 10, 5, 5};  // 10 channels: not a multiple of the 8-channel blocks
+  OpAttrs a;
+  Vec x = random_vec(size_t(numel(xd)), 21, -2, 3), g = random_vec(10, 22, 0.5, 1.5), b = random_vec(10, 23);
+  Vec dy = random_vec(x.size(), 24);
+  auto r = run_cpu(OpKind::batchnorm2d, a, {xd}, {x}, {g, b}, dy, true, fuse_relu);
+  Vec mean, var, dx, dg, db;
+  Vec y = ref::batchnorm_forward_train(x, xd, g, b, a.eps, mean, var);
+  Vec dy_eff = dy;
+  if (fuse_relu) {
+    dy_eff = ref::relu_backward(y, dy);
+    y = ref::relu_forward(y);
+  }
+  ref::batchnorm_backward(x, xd, g, mean, var, a.eps, dy_eff, dx, dg, db);
+  EXPECT_LT(rel_err(r.y, y), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], dx), 1e-4);
+  EXPECT_LT(rel_err(r.dparams[0], dg), 1e-4);
+  EXPECT_LT(rel_err(r.dparams[1], db), 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(FusedRelu, BatchNormTest, ::testing::Bool());
+
+TEST(BatchNormTest, EvalUsesRunningStatistics) {
+  const Dims xd = {2, 8, 3, 3};
+  OpAttrs a;
+  auto op = cpu::make_op(OpKind::batchnorm2d, a, {cpu::plain_md(xd)}, {xd}, "bn");
+  // After one training step from mean 0 / var 1, running stats move 10% towards the batch's.
+  Vec x = random_vec(size_t(numel(xd)), 31, 1, 4);
+  Vec g(8, 1.0), b(8, 0.0);
+  std::vector<float> ones(8, 1.f);
+  cpu::from_plain(op->params()[0]->layout, {8}, ones.data(), op->params()[0]->value);
+  cpu::Mem xm = to_layout(op->input_md(0), xd, x), y(op->output_md(), MemCategory::workspace);
+  op->forward({xm.mem}, y.mem, true);
+  op->forward({xm.mem}, y.mem, false);
+  Vec mean, var;
+  ref::batchnorm_forward_train(x, xd, g, b, a.eps, mean, var);
+  Vec rm(8), rv(8);
+  const double n = 2 * 9;
+  for (int c = 0; c < 8; ++c) rm[c] = 0.1 * mean[c], rv[c] = 0.9 + 0.1 * var[c] * n / (n - 1);
+  Vec expect = ref::batchnorm_forward_eval(x, xd, g, b, rm, rv, a.eps);
+  EXPECT_LT(rel_err(cpu::to_plain(op->output_md(), xd, y), expect), kF32Tol);
+}
+
+TEST(RefGradients, BatchNormFiniteDifferences) {
+  const Dims xd = {3, 2, 2, 3};
+  Vec x = random_vec(36, 41, -1, 2), g = random_vec(2, 42, 0.5, 1.5), b = random_vec(2, 43), r = random_vec(36, 44);
+  Vec mean, var, dx, dg, db;
+  ref::batchnorm_forward_train(x, xd, g, b, 1e-5, mean, var);
+  ref::batchnorm_backward(x, xd, g, mean, var, 1e-5, r, dx, dg, db);
+  auto f = [&](const Vec& xx, const Vec& gg, const Vec& bb) {
+    Vec m, v;
+    return dot(ref::batchnorm_forward_train(xx, xd, gg, bb, 1e-5, m, v), r);
+  };
+  expect_grad_matches([&](const Vec& v) { return f(v, g, b); }, x, dx, "dx", 1e-5);
+  expect_grad_matches([&](const Vec& v) { return f(x, v, b); }, g, dg, "dgamma");
+  expect_grad_matches([&](const Vec& v) { return f(x, g, v); }, b, db, "dbeta");
+}
+
+TEST(ReluTest, MatchesReference) {
+  const Dims xd = {2, 3, 4, 4};
+  Vec x = random_vec(96, 51), dy = random_vec(96, 52);
+  auto r = run_cpu(OpKind::relu, {}, {xd}, {x}, {}, dy);
+  EXPECT_LT(rel_err(r.y, ref::relu_forward(x)), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], ref::relu_backward(x, dy)), kF32Tol);
+  Vec rr = random_vec(96, 53);
+  Vec xs = random_vec(96, 54, 0.1, 1);  // away from the kink
+  for (size_t i = 0; i < xs.size(); i += 2) xs[i] = -xs[i];
+  expect_grad_matches([&](const Vec& v) { return dot(ref::relu_forward(v), rr); }, xs, ref::relu_backward(xs, rr), "relu");
+}
+
+struct PoolCase {
+  OpKind kind;
+  Dims x;
+  int64_t k, s, p;
+};
+
+class PoolTest : public ::testing::TestWithParam<PoolCase> {};
+
+TEST_P(PoolTest, MatchesReference) {
+  const auto& c = GetParam();
+  OpAttrs a;
+  a.kernel = c.k, a.stride = c.s, a.padding = c.p;
+  const Dims yd = ops::infer_shape(c.kind, a, {c.x});
+  Vec x = random_vec(size_t(numel(c.x)), 61), dy = random_vec(size_t(numel(yd)), 62);
+  auto r = run_cpu(c.kind, a, {c.x}, {x}, {}, dy);
+  Vec y, dx;
+  if (c.kind == OpKind::maxpool2d) {
+    y = ref::maxpool_forward(x, c.x, a), dx = ref::maxpool_backward(x, c.x, a, dy);
+  } else if (c.kind == OpKind::avgpool2d) {
+    y = ref::avgpool_forward(x, c.x, a), dx = ref::avgpool_backward(c.x, a, dy);
+  } else {
+    y = ref::global_avgpool_forward(x, c.x), dx = ref::global_avgpool_backward(c.x, dy);
+  }
+  EXPECT_LT(rel_err(r.y, y), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, PoolTest,
+                         ::testing::Values(PoolCase{OpKind::maxpool2d, {2, 3, 8, 8}, 2, 2, 0},
+                                           PoolCase{OpKind::maxpool2d, {2, 10, 7, 7}, 3, 2, 1},
+                                           PoolCase{OpKind::avgpool2d, {2, 3, 8, 8}, 2, 2, 0},
+                                           PoolCase{OpKind::avgpool2d, {1, 9, 7, 7}, 3, 2, 1},
+                                           PoolCase{OpKind::global_avgpool, {2, 12, 5, 5}, 0, 1, 0}));
+
+TEST(RefGradients, PoolingFiniteDifferences) {
+  const Dims xd = {1, 2, 5, 5};
+  OpAttrs a;
+  a.kernel = 3, a.stride = 2, a.padding = 1;
+  const Dims yd = ops::infer_shape(OpKind::maxpool2d, a, {xd});
+  Vec x = random_vec(50, 71), r = random_vec(size_t(numel(yd)), 72);
+  expect_grad_matches([&](const Vec& v) { return dot(ref::maxpool_forward(v, xd, a), r); }, x,
+                      ref::maxpool_backward(x, xd, a, r), "maxpool");
+  expect_grad_matches([&](const Vec& v) { return dot(ref::avgpool_forward(v, xd, a), r); }, x,
+                      ref::avgpool_backward(xd, a, r), "avgpool");
+  Vec rg = random_vec(2, 73);
+  expect_grad_matches([&](const Vec& v) { return dot(ref::global_avgpool_forward(v, xd), rg); }, x,
+                      ref::global_avgpool_backward(xd, rg), "global_avgpool");
+}
+
+TEST(LinearTest, MatchesReference) {
+  const Dims xd = {5, 37};
+  OpAttrs a;
+  a.out_features = 13;
+  Vec x = random_vec(185, 81), w = random_vec(13 * 37, 82), b = random_vec(13, 83), dy = random_vec(65, 84);
+  auto r = run_cpu(OpKind::linear, a, {xd}, {x}, {w, b}, dy);
+  Vec dx, dw, db;
+  ref::linear_backward(x, xd, w, 13, dy, dx, dw, db);
+  EXPECT_LT(rel_err(r.y, ref::linear_forward(x, xd, w, b, 13)), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
+  EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
+  EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
+  Vec rr = random_vec(65, 85);
+  ref::linear_backward(x, xd, w, 13, rr, dx, dw, db);
+  expect_grad_matches([&](const Vec& v) { return dot(ref::linear_forward(v, xd, w, b, 13), rr); }, x, dx, "dx");
+  expect_grad_matches([&](const Vec& v) { return dot(ref::linear_forward(x, xd, v, b, 13), rr); }, w, dw, "dw");
+  expect_grad_matches([&](const Vec& v) { return dot(ref::linear_forward(x, xd, w, v, 13), rr); }, b, db, "db");
+}
+
+TEST(FlattenTest, KeepsNchwOrderBothWays) {
+  const Dims xd = {2, 3, 2, 2};
+  Vec x = random_vec(24, 91), dy = random_vec(24, 92);
+  auto r = run_cpu(OpKind::flatten, {}, {xd}, {x}, {}, dy);
+  EXPECT_LT(rel_err(r.y, x), 1e-7);
+  EXPECT_LT(rel_err(r.dx[0], dy), 1e-7);
+}
+
+TEST(AddTest, MatchesReferenceAndPassesGradientToBoth) {
+  const Dims xd = {2, 4, 3, 3};
+  Vec a = random_vec(72, 101), b = random_vec(72, 102), dy = random_vec(72, 103);
+  auto r = run_cpu(OpKind::add, {}, {xd, xd}, {a, b}, {}, dy);
+  EXPECT_LT(rel_err(r.y, ref::add_forward(a, b)), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], dy), 1e-7);
+  EXPECT_LT(rel_err(r.dx[1], dy), 1e-7);
+}
+
+TEST(DropoutTest, ScalesKeptValuesAndDropsAboutP) {
+  const Dims xd = {8, 1000};
+  OpAttrs a;
+  a.p = 0.3;
+  Vec x = random_vec(8000, 111, 0.5, 1.5), dy = random_vec(8000, 112);
+  cpu::set_dropout_step(5);
+  auto r = run_cpu(OpKind::dropout, a, {xd}, {x}, {}, dy);
+  std::vector<uint8_t> keep(8000);
+  size_t kept = 0;
+  for (size_t i = 0; i < 8000; ++i) kept += keep[i] = r.y[i] != 0.f;
+  EXPECT_NEAR(double(kept) / 8000, 0.7, 0.03);
+  EXPECT_LT(rel_err(r.y, ref::dropout_forward(x, keep, a.p)), kF32Tol);
+  EXPECT_LT(rel_err(r.dx[0], ref::dropout_backward(dy, keep, a.p)), kF32Tol);
+  // Same step, same mask; eval passes values through.
+  auto again = run_cpu(OpKind::dropout, a, {xd}, {x}, {}, {});
+  EXPECT_EQ(again.y, r.y);
+  auto eval = run_cpu(OpKind::dropout, a, {xd}, {x}, {}, {}, /*training=*/false);
+  EXPECT_LT(rel_err(eval.y, x), 1e-7);
+}
+
+TEST(LossTest, SoftmaxCrossEntropyMatchesReference) {
+  const int64_t n = 6, c = 10;
+  for (double smoothing : {0.0, 0.1}) {
+    Vec z = random_vec(size_t(n * c), 121, -3, 3);
+    std::vector<int32_t> labels = {0, 3, 9, 1, 1, 7};
+    std::vector<float> zf(z.begin(), z.end()), dz(size_t(n * c));
+    auto r = cpu::softmax_cross_entropy(zf.data(), labels.data(), n, c, n, smoothing, dz.data());
+    EXPECT_NEAR(r.loss, ref::softmax_cross_entropy(z, labels, c, smoothing), 1e-5);
+    Vec g = ref::softmax_cross_entropy_backward(z, labels, c, smoothing);
+    EXPECT_LT(rel_err(dz, g), kF32Tol);
+    expect_grad_matches([&](const Vec& v) { return ref::softmax_cross_entropy(v, labels, c, smoothing); }, z, g, "dlogits");
+  }
+}
+
+TEST(LossTest, PaddingRowsCountForNothing) {
+  const int64_t c = 4;
+  std::vector<float> z = {1, 2, 3, 4, 9, 9, 9, -9};
+  std::vector<int32_t> labels = {3, 0};
+  std::vector<float> dz(8);
+  auto r = cpu::softmax_cross_entropy(z.data(), labels.data(), 2, c, 1, 0.0, dz.data());
+  auto only = cpu::softmax_cross_entropy(z.data(), labels.data(), 1, c, 1, 0.0, nullptr);
+  EXPECT_DOUBLE_EQ(r.loss, only.loss);
+  EXPECT_EQ(r.correct, 1);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(dz[size_t(i)], 0.f);
+}
+
+}  // namespace
+}  // namespace dlperf::test
