@@ -152,6 +152,7 @@ struct PoolCase {
   OpKind kind;
   Dims x;
   int64_t k, s, p;
+  cpu::tag layout = cpu::tag::undef;  ///< producer layout; undef = plain nchw
 };
 
 class PoolTest : public ::testing::TestWithParam<PoolCase> {};
@@ -162,7 +163,7 @@ TEST_P(PoolTest, MatchesReference) {
   a.kernel = c.k, a.stride = c.s, a.padding = c.p;
   const Dims yd = ops::infer_shape(c.kind, a, {c.x});
   Vec x = random_vec(size_t(numel(c.x)), 61), dy = random_vec(size_t(numel(yd)), 62);
-  auto r = run_cpu(c.kind, a, {c.x}, {x}, {}, dy);
+  auto r = run_cpu(c.kind, a, {c.x}, {x}, {}, dy, true, false, true, c.layout);
   Vec y, dx;
   if (c.kind == OpKind::maxpool2d) {
     y = ref::maxpool_forward(x, c.x, a), dx = ref::maxpool_backward(x, c.x, a, dy);
@@ -178,6 +179,10 @@ TEST_P(PoolTest, MatchesReference) {
 INSTANTIATE_TEST_SUITE_P(Kinds, PoolTest,
                          ::testing::Values(PoolCase{OpKind::maxpool2d, {2, 3, 8, 8}, 2, 2, 0},
                                            PoolCase{OpKind::maxpool2d, {2, 10, 7, 7}, 3, 2, 1},
+                                           PoolCase{OpKind::maxpool2d, {2, 10, 7, 7}, 3, 2, 1, cpu::tag::nChw8c},
+                                           PoolCase{OpKind::maxpool2d, {2, 16, 8, 8}, 2, 2, 0, cpu::tag::nChw8c},
+                                           PoolCase{OpKind::maxpool2d, {2, 5, 9, 9}, 3, 3, 1, cpu::tag::nhwc},
+                                           PoolCase{OpKind::maxpool2d, {3, 32, 6, 6}, 2, 2, 0, cpu::tag::nhwc},
                                            PoolCase{OpKind::avgpool2d, {2, 3, 8, 8}, 2, 2, 0},
                                            PoolCase{OpKind::avgpool2d, {1, 9, 7, 7}, 3, 2, 1},
                                            PoolCase{OpKind::global_avgpool, {2, 12, 5, 5}, 0, 1, 0}));

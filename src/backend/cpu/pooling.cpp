@@ -1,4 +1,15 @@
 // maxpool2d, avgpool2d (padding counted, PyTorch's default) and global average pooling.
+//
+// Max pooling is own code for the layouts the network keeps activations in (nChw8c blocks and
+// nhwc): oneDNN 2.6's training-mode max pooling (the one that records argmax) ran at about
+// 2-3 GB/s on the benchmark machine, several times slower than a plain loop over the channel
+// vectors (see docs/benchmarks.md). Average pooling and other layouts go to oneDNN.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
 #include "backend/cpu/ops.h"
 
 namespace dlperf::cpu {
@@ -44,12 +55,167 @@ class Pool final : public Op {
   Prim fwd_, bwd_;
   Mem workspace_;
 };
+
+// A layout whose innermost dimension is a run of `V` channels: nChw8c (V = 8, channels in
+// blocks) or nhwc (V = C, one block). Strides are in floats.
+struct ChannelVectors {
+  int64_t V = 0, blocks = 0, sn = 0, sb = 0, sh = 0, sw = 0;
+  static bool of(const md& m, const Dims& d, ChannelVectors& out) {
+    const int64_t C = d[1], H = d[2], W = d[3];
+    if (m == md(to_dnnl(d), dt::f32, tag::nChw8c)) {
+      const int64_t blocks = (C + 7) / 8;
+      out = {8, blocks, blocks * H * W * 8, H * W * 8, W * 8, 8};
+      return true;
+    }
+    if (m == md(to_dnnl(d), dt::f32, tag::nhwc)) {
+      out = {C, 1, H * W * C, 0, W * C, C};
+      return true;
+    }
+    return false;
+  }
+};
+
+// Window geometry of one max pooling, passed by value to the plane kernels so that the
+// compiler keeps it in registers (stores through float* could alias an object's members).
+struct PoolGeometry {
+  int64_t H, W, P, Q, k, s, pad;
+  ChannelVectors in, out;
+};
+
+// Max of 8 lanes over one window; `pos` gets the window position (r * k + t) of each max.
+// AVX2 when the compiler targets it, else a loop. Strict '>' keeps the first max, like PyTorch.
+inline void max8(const float* __restrict xp, const PoolGeometry& g, int64_t p, int64_t q, float* best_out,
+                 float* pos_out) {
+#ifdef __AVX2__
+  __m256 best = _mm256_set1_ps(-std::numeric_limits<float>::infinity()), pos = _mm256_setzero_ps();
+#else
+  float best[8], pos[8];
+  for (int v = 0; v < 8; ++v) best[v] = -std::numeric_limits<float>::infinity(), pos[v] = 0;
+#endif
+  for (int64_t r = 0; r < g.k; ++r) {
+    const int64_t h = p * g.s - g.pad + r;
+    if (h < 0 || h >= g.H) continue;
+    for (int64_t t = 0; t < g.k; ++t) {
+      const int64_t w = q * g.s - g.pad + t;
+      if (w < 0 || w >= g.W) continue;
+      const float* xi = xp + h * g.in.sh + w * g.in.sw;
+#ifdef __AVX2__
+      const __m256 x = _mm256_loadu_ps(xi);
+      const __m256 more = _mm256_cmp_ps(x, best, _CMP_GT_OQ);
+      best = _mm256_blendv_ps(best, x, more);
+      pos = _mm256_blendv_ps(pos, _mm256_set1_ps(float(r * g.k + t)), more);
+#else
+      for (int v = 0; v < 8; ++v)
+        if (xi[v] > best[v]) best[v] = xi[v], pos[v] = float(r * g.k + t);
+#endif
+    }
+  }
+#ifdef __AVX2__
+  _mm256_storeu_ps(best_out, best);
+  _mm256_storeu_ps(pos_out, pos);
+#else
+  std::copy_n(best, 8, best_out);
+  std::copy_n(pos, 8, pos_out);
+#endif
+}
+
+// One (image, channel block) plane.
+void max_forward_plane(const float* __restrict x, float* __restrict y, uint8_t* __restrict argmax,
+                       const PoolGeometry g, int64_t n, int64_t b) {
+  const float* xp = x + n * g.in.sn + b * g.in.sb;
+  float best[8], pos[8];
+  for (int64_t p = 0; p < g.P; ++p)
+    for (int64_t q = 0; q < g.Q; ++q) {
+      const int64_t o = n * g.out.sn + b * g.out.sb + p * g.out.sh + q * g.out.sw;
+      for (int64_t v0 = 0; v0 < g.in.V; v0 += 8) {
+        const int64_t lanes = std::min<int64_t>(8, g.in.V - v0);
+        if (lanes == 8) {
+          max8(xp + v0, g, p, q, best, pos);
+        } else {  // the last lanes of an nhwc row whose channels are not a multiple of 8
+          for (int v = 0; v < 8; ++v) best[v] = -std::numeric_limits<float>::infinity(), pos[v] = 0;
+          for (int64_t r = 0; r < g.k; ++r)
+            for (int64_t t = 0; t < g.k; ++t) {
+              const int64_t h = p * g.s - g.pad + r, w = q * g.s - g.pad + t;
+              if (h < 0 || h >= g.H || w < 0 || w >= g.W) continue;
+              const float* xi = xp + h * g.in.sh + w * g.in.sw + v0;
+              for (int64_t v = 0; v < lanes; ++v)
+                if (xi[v] > best[v]) best[v] = xi[v], pos[v] = float(r * g.k + t);
+            }
+        }
+        for (int64_t v = 0; v < lanes; ++v) y[o + v0 + v] = best[v], argmax[o + v0 + v] = uint8_t(pos[v]);
+      }
+    }
+}
+
+// `offset[pos]` is where window position pos lies relative to the window's corner (a table,
+// so that no division decodes it).
+void max_backward_plane(const float* __restrict dy, float* __restrict dx, const uint8_t* __restrict argmax,
+                        const int64_t* __restrict offset, const PoolGeometry g, int64_t n, int64_t b) {
+  float* plane = dx + n * g.in.sn + b * g.in.sb;
+  std::memset(plane, 0, size_t(g.in.sb == 0 ? g.in.sn : g.in.sb) * sizeof(float));
+  for (int64_t p = 0; p < g.P; ++p)
+    for (int64_t q = 0; q < g.Q; ++q) {
+      const int64_t o = n * g.out.sn + b * g.out.sb + p * g.out.sh + q * g.out.sw;
+      float* corner = plane + (p * g.s - g.pad) * g.in.sh + (q * g.s - g.pad) * g.in.sw;
+      for (int64_t v = 0; v < g.in.V; ++v) corner[offset[argmax[o + v]] + v] += dy[o + v];
+    }
+}
+
+class MaxPool final : public Op {
+ public:
+  MaxPool(const md& src, const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in) : src_(src), n_(x[0]) {
+    const Dims y = {x[0], x[1], ops::window_out(x[2], a.kernel, a.stride, a.padding),
+                    ops::window_out(x[3], a.kernel, a.stride, a.padding)};
+    dst_ = md(to_dnnl(y), dt::f32, in.V == 8 && in.sb != 0 ? tag::nChw8c : tag::nhwc);
+    g_ = {x[2], x[3], y[2], y[3], a.kernel, a.stride, a.padding, in, {}};
+    ChannelVectors::of(dst_, y, g_.out);
+    argmax_.resize(dst_.get_size() / sizeof(float));
+    for (int64_t r = 0; r < a.kernel; ++r)
+      for (int64_t t = 0; t < a.kernel; ++t) offset_.push_back(r * in.sh + t * in.sw);
+  }
+  md input_md(int) const override { return src_; }
+  md output_md() const override { return dst_; }
+
+  void forward(const std::vector<memory>& in, const memory& out, bool) override {
+    const float* x = static_cast<const float*>(in[0].get_data_handle());
+    float* y = static_cast<float*>(out.get_data_handle());
+    const PoolGeometry g = g_;
+    uint8_t* am = argmax_.data();
+    const int64_t blocks = g.in.blocks, planes = n_ * blocks;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < planes; ++i) max_forward_plane(x, y, am, g, i / blocks, i % blocks);
+  }
+
+  void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
+                const std::vector<memory>& diff_in) override {
+    const float* dy = static_cast<const float*>(diff_out.get_data_handle());
+    float* dx = static_cast<float*>(diff_in[0].get_data_handle());
+    const PoolGeometry g = g_;
+    const uint8_t* am = argmax_.data();
+    const int64_t* off = offset_.data();
+    const int64_t blocks = g.in.blocks, planes = n_ * blocks;
+    // Parallel over (image, channel block) planes only: overlapping windows of one plane add
+    // into the same input element.
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < planes; ++i) max_backward_plane(dy, dx, am, off, g, i / blocks, i % blocks);
+  }
+
+ private:
+  md src_, dst_;
+  int64_t n_;
+  PoolGeometry g_;
+  std::vector<uint8_t> argmax_;
+  std::vector<int64_t> offset_;
+};
 }  // namespace
 
 std::unique_ptr<Op> make_pool(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x) {
   switch (kind) {
-    case ops::OpKind::maxpool2d:
+    case ops::OpKind::maxpool2d: {
+      ChannelVectors layout;
+      if (a.kernel <= 15 && ChannelVectors::of(src, x, layout)) return std::make_unique<MaxPool>(src, x, a, layout);
       return std::make_unique<Pool>(algorithm::pooling_max, src, x, a.kernel, a.kernel, a.stride, a.padding);
+    }
     case ops::OpKind::avgpool2d:
       return std::make_unique<Pool>(algorithm::pooling_avg_include_padding, src, x, a.kernel,
                                     a.kernel, a.stride, a.padding);
