@@ -1,0 +1,246 @@
+// Dataset readers on good and damaged files, the synthetic set, and the loader: every sample
+// once per epoch, identical batches for any number of workers, padding of a last eval batch.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+
+namespace dlperf::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    path = fs::temp_directory_path() / ("dlperf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+  static int& counter() {
+    static int c = 0;
+    return c;
+  }
+};
+
+std::vector<uint8_t> be32(uint32_t v) { return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)}; }
+
+std::vector<uint8_t> idx_images(uint32_t n, uint32_t h, uint32_t w, uint32_t magic = 0x803) {
+  std::vector<uint8_t> b = be32(magic);
+  for (uint32_t v : {n, h, w}) {
+    auto x = be32(v);
+    b.insert(b.end(), x.begin(), x.end());
+  }
+  for (uint32_t i = 0; i < n * h * w; ++i) b.push_back(uint8_t(i * 7));
+  return b;
+}
+
+std::vector<uint8_t> idx_labels(uint32_t n, uint8_t bad_at = 255) {
+  std::vector<uint8_t> b = be32(0x801);
+  auto x = be32(n);
+  b.insert(b.end(), x.begin(), x.end());
+  for (uint32_t i = 0; i < n; ++i) b.push_back(i == bad_at ? 12 : uint8_t(i % 10));
+  return b;
+}
+
+void write(const fs::path& p, const std::vector<uint8_t>& bytes, bool gz = false) {
+  if (gz) {
+    gzFile f = gzopen(p.c_str(), "wb");
+    gzwrite(f, bytes.data(), unsigned(bytes.size()));
+    gzclose(f);
+  } else {
+    std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+  }
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void write_idx_set(const fs::path& dir, bool gz) {
+  const std::string ext = gz ? ".gz" : "";
+  write(dir / ("train-images-idx3-ubyte" + ext), idx_images(20, 6, 5), gz);
+  write(dir / ("train-labels-idx1-ubyte" + ext), idx_labels(20), gz);
+  write(dir / ("t10k-images-idx3-ubyte" + ext), idx_images(7, 6, 5), gz);
+  write(dir / ("t10k-labels-idx1-ubyte" + ext), idx_labels(7), gz);
+}
+
+TEST(Idx, ReadsRawAndGzipDirectories) {
+  for (bool gz : {false, true}) {
+    TempDir t;
+    write_idx_set(t.path, gz);
+    auto d = data::load_data(t.path.string());
+    EXPECT_EQ(d.train.size(), 20);
+    EXPECT_EQ(d.test.size(), 7);
+    EXPECT_EQ(d.train.height, 6);
+    EXPECT_EQ(d.train.width, 5);
+    EXPECT_EQ(d.train.images[3], uint8_t(21));
+    EXPECT_EQ(d.train.labels[13], 3);
+  }
+}
+
+TEST(Idx, DamagedFilesGiveOneClearError) {
+  TempDir t;
+  const auto img = t.path / "img", lab = t.path / "lab";
+  auto read = [&] { return error_of([&] { data::read_idx(img.string(), lab.string(), "x"); }); };
+  write(lab, idx_labels(4));
+  write(img, idx_images(4, 3, 3, 0x801));
+  EXPECT_NE(read().find("is not an IDX image file"), std::string::npos) << read();
+  auto short_img = idx_images(4, 3, 3);
+  short_img.resize(short_img.size() - 5);
+  write(img, short_img);
+  EXPECT_NE(read().find("is truncated"), std::string::npos) << read();
+  write(img, idx_images(4, 3, 3));
+  write(lab, idx_labels(5));
+  EXPECT_NE(read().find("has 5 labels but"), std::string::npos) << read();
+  write(lab, idx_labels(4, 2));
+  EXPECT_NE(read().find("label 12 of sample 2 is out of range"), std::string::npos) << read();
+  auto extra = idx_images(4, 3, 3);
+  extra.push_back(1);
+  write(img, extra);
+  write(lab, idx_labels(4));
+  EXPECT_NE(read().find("bytes past its 4 images"), std::string::npos) << read();
+  write(img, {0, 0});
+  EXPECT_NE(read().find("truncated"), std::string::npos) << read();
+  // A gzip file cut short is reported, not read as zeros.
+  std::vector<uint8_t> big = idx_images(50, 28, 28);
+  write(img, big, true);
+  auto bytes = [&] {
+    std::ifstream f(img, std::ios::binary);
+    return std::vector<char>((std::istreambuf_iterator<char>(f)), {});
+  }();
+  std::ofstream(img, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size() / 2));
+  EXPECT_FALSE(read().empty());
+  EXPECT_NE(error_of([&] { data::read_idx("/no/such/file", lab.string(), "x"); }).find("cannot open"), std::string::npos);
+  EXPECT_NE(error_of([&] { data::load_data("/no/such/dir"); }).find("no such directory"), std::string::npos);
+}
+
+TEST(Cifar, ReadsBatchesAndRejectsDamage) {
+  TempDir t;
+  auto record = [](uint8_t label) {
+    std::vector<uint8_t> r(3073, 9);
+    r[0] = label;
+    return r;
+  };
+  std::vector<uint8_t> batch;
+  for (int i = 0; i < 3; ++i) {
+    auto r = record(uint8_t(i));
+    batch.insert(batch.end(), r.begin(), r.end());
+  }
+  for (int i = 1; i <= 5; ++i) write(t.path / ("data_batch_" + std::to_string(i) + ".bin"), batch);
+  write(t.path / "test_batch.bin", batch);
+  auto d = data::load_data(t.path.string());
+  EXPECT_EQ(d.train.size(), 15);
+  EXPECT_EQ(d.train.channels, 3);
+  EXPECT_EQ(d.test.labels[2], 2);
+  auto cut = batch;
+  cut.pop_back();
+  write(t.path / "test_batch.bin", cut);
+  EXPECT_NE(error_of([&] { data::load_data(t.path.string()); }).find("not a whole number"), std::string::npos);
+  auto bad = batch;
+  bad[3073] = 11;
+  write(t.path / "test_batch.bin", bad);
+  EXPECT_NE(error_of([&] { data::load_data(t.path.string()); }).find("label 11 of record 1"), std::string::npos);
+}
+
+TEST(Synthetic, IsDeterministicAndShaped) {
+  auto a = data::load_data("synthetic:3x8x8:100"), b = data::load_data("synthetic:3x8x8:100");
+  EXPECT_EQ(a.train.images, b.train.images);
+  EXPECT_EQ(a.train.size(), 100);
+  EXPECT_EQ(a.test.size(), 20);
+  EXPECT_EQ(a.train.channels, 3);
+  EXPECT_NE(error_of([] { data::load_data("synthetic:0x8"); }).find("expected synthetic"), std::string::npos);
+}
+
+std::vector<std::vector<float>> epoch_batches(const data::Dataset& d, data::LoaderConfig cfg, int64_t epoch) {
+  std::vector<float> mean, sd;
+  data::channel_stats(d, mean, sd);
+  data::Loader l(d, cfg, mean, sd);
+  l.start_epoch(epoch);
+  std::vector<std::vector<float>> out;
+  while (const data::Batch* b = l.next()) {
+    std::vector<float> v(b->data(), b->data() + b->images->bytes() / 4);
+    for (int32_t y : b->labels) v.push_back(float(y));
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
+  auto d = data::load_data("synthetic:1x12x12:500").train;
+  d.flip_ok = true;
+  data::LoaderConfig cfg;
+  cfg.batch = 32;
+  cfg.seed = 7;
+  cfg.workers = 0;
+  auto ref = epoch_batches(d, cfg, 3);
+  EXPECT_EQ(ref.size(), 500u / 32);
+  for (int w : {1, 2, 5}) {
+    cfg.workers = w;
+    EXPECT_EQ(epoch_batches(d, cfg, 3), ref) << w << " workers";
+  }
+  cfg.prefetch = 1;  // smallest queue still works
+  cfg.workers = 3;
+  EXPECT_EQ(epoch_batches(d, cfg, 3), ref);
+  EXPECT_NE(epoch_batches(d, cfg, 4), ref);  // another epoch, another order
+}
+
+TEST(Loader, EachSampleOncePerEpochAndEvalPadsTheLastBatch) {
+  auto d = data::load_data("synthetic:1x4x4:100").train;
+  for (int64_t i = 0; i < d.size(); ++i) d.labels[size_t(i)] = uint8_t(i % 10);
+  data::LoaderConfig cfg;
+  cfg.batch = 30;
+  cfg.augment = false;
+  cfg.drop_last = false;
+  cfg.workers = 2;
+  std::vector<float> mean, sd;
+  data::channel_stats(d, mean, sd);
+  data::Loader l(d, cfg, mean, sd);
+  l.start_epoch(0);
+  std::vector<int> seen(10, 0);
+  int64_t batches = 0, valid = 0;
+  while (const data::Batch* b = l.next()) {
+    ++batches;
+    valid += b->valid;
+    for (int64_t i = 0; i < b->valid; ++i) seen[size_t(b->labels[size_t(i)])]++;
+  }
+  EXPECT_EQ(batches, 4);
+  EXPECT_EQ(valid, 100);
+  for (int c : seen) EXPECT_EQ(c, 10);
+  // Normalized data has mean about 0 and std about 1 without augmentation.
+  cfg.shuffle = false;
+  data::Loader plain(d, cfg, mean, sd);
+  plain.start_epoch(0);
+  double s = 0, s2 = 0;
+  int64_t n = 0;
+  while (const data::Batch* b = plain.next())
+    for (int64_t i = 0; i < b->valid * 16; ++i) s += b->data()[i], s2 += double(b->data()[i]) * b->data()[i], ++n;
+  EXPECT_NEAR(s / double(n), 0.0, 1e-3);
+  EXPECT_NEAR(s2 / double(n), 1.0, 1e-2);
+}
+
+TEST(Loader, RejectsImpossibleSettings) {
+  auto d = data::load_data("synthetic:1x4x4:100").train;
+  std::vector<float> mean{0}, sd{1};
+  data::LoaderConfig cfg;
+  cfg.batch = 101;
+  EXPECT_NE(error_of([&] { data::Loader l(d, cfg, mean, sd); }).find("larger than the 100 training images"), std::string::npos);
+  cfg.batch = 0;
+  EXPECT_FALSE(error_of([&] { data::Loader l(d, cfg, mean, sd); }).empty());
+  cfg.batch = 10;
+  cfg.workers = -1;
+  EXPECT_FALSE(error_of([&] { data::Loader l(d, cfg, mean, sd); }).empty());
+}
+
+}  // namespace
+}  // namespace dlperf::test

@@ -1,0 +1,148 @@
+// A whole network on the CPU backend against the same graph run with the float64 reference
+// ops: logits, loss and every parameter's gradient. This covers what single-op tests cannot:
+// batchnorm+relu fusion, layout reorders between layers, flatten, and gradient accumulation
+// where a residual branch rejoins.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "backend/cpu/network.h"
+#include "op_harness.h"
+
+namespace dlperf::test {
+namespace {
+
+using nlohmann::json;
+using ops::OpKind;
+
+// Runs a graph with backend/ref in float64: forward, softmax cross-entropy, backward.
+struct RefNet {
+  const nn::Graph& g;
+  std::map<std::string, Vec> params, grads;
+  std::vector<Vec> vals, dvals;
+  std::vector<Vec> means, vars;
+
+  Vec& p(const nn::Node& n, const char* which) { return params[n.name + "." + which]; }
+
+  double run(const Vec& input, const std::vector<int32_t>& labels) {
+    const size_t N = g.nodes.size();
+    vals.assign(N, {});
+    means.assign(N, {});
+    vars.assign(N, {});
+    auto in = [&](const nn::Node& n, int k) -> const Vec& { return n.inputs[size_t(k)] < 0 ? input : vals[size_t(n.inputs[size_t(k)])]; };
+    for (size_t i = 0; i < N; ++i) {
+      const auto& n = g.nodes[i];
+      const Vec& x = in(n, 0);
+      const Dims& xd = n.in_dims[0];
+      switch (n.kind) {
+        case OpKind::conv2d: vals[i] = ref::conv2d_forward(x, xd, p(n, "weight"), n.attrs.bias ? p(n, "bias") : Vec{}, n.attrs); break;
+        case OpKind::batchnorm2d: vals[i] = ref::batchnorm_forward_train(x, xd, p(n, "weight"), p(n, "bias"), n.attrs.eps, means[i], vars[i]); break;
+        case OpKind::relu: vals[i] = ref::relu_forward(x); break;
+        case OpKind::maxpool2d: vals[i] = ref::maxpool_forward(x, xd, n.attrs); break;
+        case OpKind::avgpool2d: vals[i] = ref::avgpool_forward(x, xd, n.attrs); break;
+        case OpKind::global_avgpool: vals[i] = ref::global_avgpool_forward(x, xd); break;
+        case OpKind::flatten: vals[i] = x; break;
+        case OpKind::linear: vals[i] = ref::linear_forward(x, xd, p(n, "weight"), n.attrs.bias ? p(n, "bias") : Vec{}, n.attrs.out_features); break;
+        case OpKind::add: vals[i] = ref::add_forward(x, in(n, 1)); break;
+        default: ADD_FAILURE() << "op not covered by this test";
+      }
+    }
+    const double loss = ref::softmax_cross_entropy(vals.back(), labels, g.classes, 0.1);
+    dvals.assign(N, {});
+    dvals.back() = ref::softmax_cross_entropy_backward(vals.back(), labels, g.classes, 0.1);
+    for (size_t i = N; i-- > 0;) {
+      const auto& n = g.nodes[i];
+      const Vec& x = in(n, 0);
+      const Dims& xd = n.in_dims[0];
+      const Vec& dy = dvals[i];
+      std::vector<Vec> dx(n.inputs.size());
+      Vec dw, db;
+      switch (n.kind) {
+        case OpKind::conv2d:
+          ref::conv2d_backward(x, xd, p(n, "weight"), n.attrs, dy, dx[0], dw, db);
+          break;
+        case OpKind::batchnorm2d:
+          ref::batchnorm_backward(x, xd, p(n, "weight"), means[i], vars[i], n.attrs.eps, dy, dx[0], dw, db);
+          break;
+        case OpKind::relu: dx[0] = ref::relu_backward(x, dy); break;
+        case OpKind::maxpool2d: dx[0] = ref::maxpool_backward(x, xd, n.attrs, dy); break;
+        case OpKind::avgpool2d: dx[0] = ref::avgpool_backward(xd, n.attrs, dy); break;
+        case OpKind::global_avgpool: dx[0] = ref::global_avgpool_backward(xd, dy); break;
+        case OpKind::flatten: dx[0] = dy; break;
+        case OpKind::linear: ref::linear_backward(x, xd, p(n, "weight"), n.attrs.out_features, dy, dx[0], dw, db); break;
+        case OpKind::add: dx[0] = dy, dx[1] = dy; break;
+        default: break;
+      }
+      if (!dw.empty()) grads[n.name + ".weight"] = dw;
+      if (!db.empty()) grads[n.name + ".bias"] = db;
+      for (size_t k = 0; k < n.inputs.size(); ++k) {
+        const int src = n.inputs[k];
+        if (src < 0) continue;
+        Vec& acc = dvals[size_t(src)];
+        if (acc.empty()) acc = dx[k];
+        else for (size_t j = 0; j < acc.size(); ++j) acc[j] += dx[k][j];
+      }
+    }
+    return loss;
+  }
+};
+
+void check_network(const json& spec, const Dims& chw, int64_t batch) {
+  const auto graph = nn::build_graph(nn::parse_model_spec(spec, "test"), chw, 10, batch);
+  cpu::Network net(graph, 123);
+  RefNet ref{graph, {}, {}, {}, {}, {}, {}};
+  for (cpu::Param* p : net.params()) {
+    auto v = cpu::to_plain(p->layout, p->dims, p->value);
+    ref.params[p->name] = Vec(v.begin(), v.end());
+  }
+  const Vec input = random_vec(size_t(numel(graph.input)), 99, -2, 2);
+  std::vector<int32_t> labels;
+  for (int64_t i = 0; i < batch; ++i) labels.push_back(int32_t((i * 7) % 10));
+  std::copy(input.begin(), input.end(), net.input());
+  net.forward(true);
+  const auto r = net.loss(labels.data(), batch, 0.1, true);
+  net.backward();
+  const double ref_loss = ref.run(input, labels);
+  EXPECT_NEAR(r.loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  std::vector<float> logits(net.logits(), net.logits() + batch * 10);
+  EXPECT_LT(rel_err(logits, ref.vals.back()), 1e-4);
+  ASSERT_EQ(ref.grads.size(), net.params().size());
+  for (cpu::Param* p : net.params())
+    EXPECT_LT(rel_err(cpu::to_plain(p->layout, p->dims, p->grad), ref.grads[p->name]), 2e-4) << p->name;
+}
+
+TEST(Network, ResidualCnnMatchesReferenceGraph) {
+  json spec = {{"layers",
+                {{{"type", "conv2d"}, {"name", "stem"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
+                 {{"type", "batchnorm2d"}, {"name", "bn0"}},
+                 {{"type", "relu"}, {"name", "r0"}},
+                 {{"type", "conv2d"}, {"name", "c1"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
+                 {{"type", "batchnorm2d"}, {"name", "bn1"}},
+                 {{"type", "add"}, {"name", "sum"}, {"from", "r0"}},
+                 {{"type", "relu"}, {"name", "r1"}},
+                 {{"type", "maxpool2d"}, {"name", "pool"}, {"kernel", 2}},
+                 {{"type", "conv2d"}, {"name", "down"}, {"out_channels", 12}, {"kernel", 3}, {"stride", 2}, {"padding", 1}},
+                 {{"type", "relu"}, {"name", "r2"}},
+                 {{"type", "avgpool2d"}, {"name", "ap"}, {"kernel", 2}, {"stride", 1}},
+                 {{"type", "flatten"}},
+                 {{"type", "linear"}, {"name", "fc1"}, {"out_features", 16}},
+                 {{"type", "relu"}, {"name", "r3"}},
+                 {{"type", "linear"}, {"name", "fc2"}, {"out_features", "classes"}}}}};
+  check_network(spec, {3, 12, 12}, 4);
+  check_network(spec, {1, 12, 12}, 3);  // a 1-channel input takes other layouts
+}
+
+TEST(Network, GlobalPoolHeadMatchesReferenceGraph) {
+  json spec = {{"layers",
+                // No bias before batchnorm: its true gradient is zero, so no relative check works.
+                {{{"type", "conv2d"}, {"out_channels", 16}, {"padding", 1}, {"bias", false}},
+                 {{"type", "batchnorm2d"}},
+                 {{"type", "relu"}},
+                 {{"type", "global_avgpool"}},
+                 {{"type", "flatten"}},
+                 {{"type", "linear"}, {"out_features", "classes"}}}}};
+  check_network(spec, {3, 7, 7}, 5);
+}
+
+}  // namespace
+}  // namespace dlperf::test

@@ -1,0 +1,118 @@
+// The model spec format: presets resolve for both data shapes, sizes are as documented, and
+// every kind of mistake gets an error that names the layer.
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "nn/graph.h"
+
+namespace dlperf::test {
+namespace {
+
+using nlohmann::json;
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+nn::Graph graph_of(const json& j, Dims chw = {1, 28, 28}) {
+  return nn::build_graph(nn::parse_model_spec(j, "test.json"), chw, 10, 2);
+}
+
+TEST(Presets, ResolveForBothShapesWithTheDocumentedSizes) {
+  const std::map<std::string, std::pair<double, double>> expected = {  // params on 3x32x32: range
+      {"small", {0.025e6, 0.04e6}},
+      {"medium", {0.35e6, 0.45e6}},
+      {"large", {6.4e6, 7.0e6}},
+      {"resnet18", {11.1e6, 11.25e6}}};
+  for (const auto& name : nn::preset_names()) {
+    const auto spec = nn::load_model(name);
+    const auto g32 = nn::build_graph(spec, {3, 32, 32}, 10, 4);
+    const auto g28 = nn::build_graph(spec, {1, 28, 28}, 10, 4);
+    ASSERT_TRUE(expected.count(name)) << name;
+    EXPECT_GE(double(g32.param_count()), expected.at(name).first) << name;
+    EXPECT_LE(double(g32.param_count()), expected.at(name).second) << name;
+    EXPECT_EQ(g28.nodes.back().out_dims, (Dims{4, 10}));
+  }
+  // The CIFAR ResNet-18 has 11,173,962 parameters with 10 classes (torchvision's count).
+  EXPECT_EQ(nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 1).param_count(), 11173962);
+}
+
+TEST(Spec, InfersChannelsAndFeaturesFromTheData) {
+  json j = {{"layers",
+             {{{"type", "conv2d"}, {"out_channels", 4}, {"kernel", 3}, {"padding", 1}},
+              {{"type", "maxpool2d"}, {"kernel", 2}},
+              {{"type", "flatten"}},
+              {{"type", "linear"}, {"out_features", "classes"}}}}};
+  auto g1 = graph_of(j, {1, 8, 8});
+  auto g3 = graph_of(j, {3, 6, 6});
+  EXPECT_EQ(g1.nodes[0].params[0].dims, (Dims{4, 1, 3, 3}));
+  EXPECT_EQ(g3.nodes[0].params[0].dims, (Dims{4, 3, 3, 3}));
+  EXPECT_EQ(g1.nodes[3].params[0].dims, (Dims{10, 4 * 4 * 4}));
+  EXPECT_EQ(g3.nodes[3].params[0].dims, (Dims{10, 4 * 3 * 3}));
+  // Names are made up where missing, and the resolved spec carries every inferred size.
+  EXPECT_EQ(g1.nodes[0].name, "conv2d1");
+  auto r = nn::resolved_json(nn::parse_model_spec(j, "t"), g3);
+  EXPECT_EQ(r["layers"][0]["in_channels"], 3);
+  EXPECT_EQ(r["layers"][3]["in_features"], 36);
+  EXPECT_EQ(r["layers"][3]["out_features"], 10);
+}
+
+TEST(Spec, CostsMatchHandCounts) {
+  json j = {{"layers", {{{"type", "conv2d"}, {"out_channels", 8}, {"kernel", 3}, {"padding", 1}, {"bias", false}},
+                        {{"type", "flatten"}},
+                        {{"type", "linear"}, {"out_features", 10}}}}};
+  auto g = graph_of(j, {3, 5, 5});  // batch 2
+  // conv: 2 images x 8 x 5 x 5 outputs, each 3*3*3 MACs
+  EXPECT_DOUBLE_EQ(g.nodes[0].cost.forward.flops, 2.0 * 2 * 8 * 25 * 27);
+  EXPECT_DOUBLE_EQ(g.nodes[0].cost.backward_weight.flops, 2.0 * 2 * 8 * 25 * 27);
+  EXPECT_DOUBLE_EQ(g.nodes[0].cost.backward_data.flops, 0.0);  // nothing needs d(input)
+  EXPECT_DOUBLE_EQ(g.nodes[2].cost.forward.flops, 2.0 * 2 * 200 * 10 + 2 * 10);
+  EXPECT_DOUBLE_EQ(g.nodes[2].cost.backward_data.flops, 2.0 * 2 * 200 * 10);
+}
+
+TEST(Spec, ResidualAddNamesItsEarlierInput) {
+  json j = {{"layers",
+             {{{"type", "conv2d"}, {"name", "stem"}, {"out_channels", 4}, {"padding", 1}},
+              {{"type", "relu"}, {"name", "a"}},
+              {{"type", "conv2d"}, {"name", "c"}, {"out_channels", 4}, {"padding", 1}},
+              {{"type", "add"}, {"name", "sum"}, {"from", "a"}},
+              {{"type", "global_avgpool"}},
+              {{"type", "flatten"}},
+              {{"type", "linear"}, {"out_features", 10}}}}};
+  auto g = graph_of(j);
+  EXPECT_EQ(g.nodes[3].inputs, (std::vector<int>{2, 1}));
+  EXPECT_EQ(g.consumers(1), (std::vector<int>{2, 3}));
+}
+
+TEST(SpecErrors, SayWhatIsWrongAndWhere) {
+  auto err = [](const json& layers) { return error_of([&] { graph_of({{"layers", layers}}); }); };
+  auto has = [](const std::string& msg, const std::string& part) {
+    return msg.find(part) != std::string::npos;
+  };
+  EXPECT_TRUE(has(err({{{"type", "conv3d"}}}), "unknown layer type 'conv3d'"));
+  EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"name", "c1"}, {"out_channels", 4}, {"kernal", 3}}}),
+                  "layer 1 ('c1', conv2d): unknown parameter 'kernal'"));
+  EXPECT_TRUE(has(err({{{"type", "linear"}}}), "needs out_features"));
+  EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"out_channels", "many"}}}), "'out_channels' must be an integer"));
+  EXPECT_TRUE(has(err({{{"type", "dropout"}, {"p", 1.5}}}), "p must be in [0, 1)"));
+  // Shapes that do not fit name the layer and the input it got.
+  std::string fit = err({{{"type", "conv2d"}, {"name", "big"}, {"out_channels", 4}, {"kernel", 40}}});
+  EXPECT_TRUE(has(fit, "layer 'big' (conv2d)")) << fit;
+  EXPECT_TRUE(has(fit, "does not fit a 28x28 input")) << fit;
+  EXPECT_TRUE(has(err({{{"type", "linear"}, {"name", "fc"}, {"out_features", 10}}}), "layer 'fc' (linear): linear expects a 2-D input"));
+  EXPECT_TRUE(has(err({{{"type", "relu"}}, {{"type", "add"}, {"from", "nothere"}}}), "no earlier layer named 'nothere'"));
+  EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"out_channels", 3}}, {{"type", "flatten"}},
+                       {{"type", "linear"}, {"out_features", 7}}}), "ends in shape 2x7 but the data has 10 classes"));
+  EXPECT_TRUE(has(err({{{"type", "relu"}, {"name", "x"}}, {{"type", "relu"}, {"name", "x"}}}), "name is used twice"));
+  EXPECT_TRUE(has(error_of([] { nn::parse_model_spec(json::array(), "a.json"); }), "expected a JSON object"));
+  EXPECT_TRUE(has(error_of([] { nn::parse_model_spec({{"layers", json::array()}}, "a.json"); }), "non-empty 'layers'"));
+  EXPECT_TRUE(has(error_of([] { nn::load_model("/no/such/model.json"); }), "neither a preset nor a readable file"));
+}
+
+}  // namespace
+}  // namespace dlperf::test

@@ -1,0 +1,149 @@
+// Training end to end: it learns, it is deterministic whatever the number of loader workers,
+// a resumed run ends with the same weights as an uninterrupted one, and bad settings or a
+// diverging loss stop it with a clear message.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "train/checkpoint.h"
+#include "train/trainer.h"
+
+namespace dlperf::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("dlperf_train_" + std::to_string(::getpid()) + "_" +
+                                               std::to_string(std::rand()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+train::TrainConfig tiny() {
+  train::TrainConfig c;
+  c.model = "small";
+  c.data = "synthetic:1x12x12:1500";
+  c.epochs = 3;
+  c.batch = 32;
+  c.lr = 0.05;
+  c.workers = 0;
+  c.threads = 2;
+  c.quiet = true;
+  c.runs_dir = "";
+  return c;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return std::string(e.what()) + " | " + e.hint();
+  }
+  return "";
+}
+
+TEST(Train, LearnsTheSyntheticTaskAndWritesARunRecord) {
+  TempDir runs;
+  auto c = tiny();
+  c.runs_dir = runs.path.string();
+  auto r = train::train(c);
+  ASSERT_EQ(r.epochs.size(), 3u);
+  EXPECT_LT(r.epochs.back().train_loss, 0.5 * r.epochs.front().train_loss);
+  EXPECT_GE(r.epochs.back().test_acc, 0.90);
+  EXPECT_GT(r.epochs.back().images_per_s, 0);
+  EXPECT_GT(r.epochs.back().peak_bytes, 0);
+  ASSERT_TRUE(fs::exists(r.record_path));
+  auto j = nlohmann::json::parse(std::ifstream(r.record_path));
+  EXPECT_EQ(j["config"]["model"], "small");
+  EXPECT_EQ(j["epochs"].size(), 3u);
+  EXPECT_GT(j["machine"]["cpu"]["peak_gflops_f32"].get<double>(), 0);
+  EXPECT_GT(j["epochs"][0]["peak_bytes_by_category"]["parameters"].get<double>(), 0);
+  EXPECT_GT(j["epochs"][0]["peak_bytes_by_category"]["activations"].get<double>(), 0);
+  EXPECT_EQ(j["summary"]["final_test_acc"], r.epochs.back().test_acc);
+}
+
+TEST(Train, SameWeightsForAnyNumberOfWorkers) {
+  auto c = tiny();
+  c.epochs = 1;
+  c.model = "medium";  // has dropout too
+  auto a = train::train(c);
+  c.workers = 3;
+  auto b = train::train(c);
+  EXPECT_EQ(a.weights, b.weights);
+  c.seed = 43;
+  EXPECT_NE(train::train(c).weights, a.weights);
+}
+
+TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
+  TempDir ck;
+  auto c = tiny();
+  c.model = "medium";
+  auto whole = train::train(c);
+  c.checkpoint_dir = ck.path.string();
+  c.stop_after_epochs = 1;  // as if killed after epoch 1
+  train::train(c);
+  ASSERT_TRUE(fs::exists(train::checkpoint_path(c.checkpoint_dir)));
+  EXPECT_FALSE(fs::exists(train::checkpoint_path(c.checkpoint_dir) + ".tmp"));
+  c.stop_after_epochs = 0;
+  c.resume = true;
+  auto resumed = train::train(c);
+  EXPECT_EQ(resumed.weights, whole.weights);
+  ASSERT_EQ(resumed.epochs.size(), 3u);  // history carried over
+  EXPECT_EQ(resumed.epochs[0].train_loss, whole.epochs[0].train_loss);
+  EXPECT_EQ(resumed.epochs[2].test_acc, whole.epochs[2].test_acc);
+}
+
+TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
+  TempDir ck;
+  auto c = tiny();
+  c.epochs = 1;
+  c.checkpoint_dir = ck.path.string();
+  train::train(c);
+  c.resume = true;
+  c.model = "medium";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("is for model small"), std::string::npos);
+  const auto path = train::checkpoint_path(c.checkpoint_dir);
+  fs::resize_file(path, fs::file_size(path) - 8);
+  c.model = "small";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("truncated"), std::string::npos);
+  std::ofstream(path) << "garbage";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("not a dlperf checkpoint"), std::string::npos);
+  fs::remove(path);
+  EXPECT_NE(error_of([&] { train::train(c); }).find("no checkpoint to resume from"), std::string::npos);
+}
+
+TEST(Train, DivergenceStopsWithAClearMessage) {
+  auto c = tiny();
+  c.lr = 1e12;
+  c.schedule.name = "constant";
+  const std::string e = error_of([&] { train::train(c); });
+  EXPECT_NE(e.find("training diverged"), std::string::npos) << e;
+  EXPECT_NE(e.find("lower --lr"), std::string::npos) << e;
+}
+
+TEST(Train, ImpossibleSettingsAreRefused) {
+  auto c = tiny();
+  c.batch = 0;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--batch-size"), std::string::npos);
+  c = tiny();
+  c.device = "cuda";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--device cuda"), std::string::npos);
+  c = tiny();
+  c.resume = true;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--resume needs --checkpoint"), std::string::npos);
+  c = tiny();
+  c.batch = 5000;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("larger than the"), std::string::npos);
+  c = tiny();
+  c.model = "nosuchmodel";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("neither a preset"), std::string::npos);
+  c = tiny();
+  c.lr = -1;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--lr"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlperf::test
