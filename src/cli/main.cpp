@@ -3,24 +3,62 @@
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
 
 namespace {
 const dlperf::cli::Command kCommands[] = {
+    {"help", "list the commands", nullptr},
     {"train", "train a model on a dataset and report time, throughput, memory and accuracy", dlperf::cli::add_train},
     {"models", "list the preset models, or show one layer by layer", dlperf::cli::add_models},
 };
+// Edit distance, for "did you mean" (as ninja does for its tools).
+size_t distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+void print_commands() {
+  std::printf("usage: dlperf COMMAND [flags]   (dlperf COMMAND --help for its flags)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::printf("  %-8s %s\n", c.name, c.summary);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string first = argc > 1 ? argv[1] : "";
+  if (argc == 1 || first == "help") {
+    print_commands();
+    return argc == 1 ? 2 : 0;
+  }
+  if (first[0] != '-' && std::none_of(std::begin(kCommands), std::end(kCommands), [&](const auto& c) { return first == c.name; })) {
+    std::fprintf(stderr, "dlperf: unknown command '%s'", first.c_str());
+    for (const auto& c : kCommands)
+      if (distance(first, c.name) <= 2) std::fprintf(stderr, "; did you mean '%s'?", c.name);
+    std::fprintf(stderr, "\n\n");
+    print_commands();
+    return 2;
+  }
   CLI::App app{"dlperf: a deep-learning performance lab. Trains real networks with its own engine and\n"
                "measures time, throughput, memory and accuracy."};
   app.set_version_flag("--version", std::string("dlperf ") + DLPERF_VERSION);
   app.require_subcommand(1);
-  for (const auto& c : kCommands) c.add(app, c);
+  for (const auto& c : kCommands)
+    if (c.add) c.add(app, c);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
