@@ -9,24 +9,12 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "test_util.h"
 
 namespace dlperf::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("dlperf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter()++));
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  static int& counter() {
-    static int c = 0;
-    return c;
-  }
-};
 
 std::vector<uint8_t> be32(uint32_t v) { return {uint8_t(v >> 24), uint8_t(v >> 16), uint8_t(v >> 8), uint8_t(v)}; }
 
@@ -56,15 +44,6 @@ void write(const fs::path& p, const std::vector<uint8_t>& bytes, bool gz = false
   } else {
     std::ofstream(p, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
   }
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
 }
 
 void write_idx_set(const fs::path& dir, bool gz) {

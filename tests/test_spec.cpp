@@ -4,20 +4,12 @@
 
 #include "core/error.h"
 #include "nn/graph.h"
+#include "test_util.h"
 
 namespace dlperf::test {
 namespace {
 
 using nlohmann::json;
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 nn::Graph graph_of(const json& j, Dims chw = {1, 28, 28}) {
   return nn::build_graph(nn::parse_model_spec(j, "test.json"), chw, 10, 2);

@@ -9,18 +9,12 @@
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
+#include "test_util.h"
 
 namespace dlperf::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("dlperf_train_" + std::to_string(::getpid()) + "_" +
-                                               std::to_string(std::rand()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-};
 
 train::TrainConfig tiny() {
   train::TrainConfig c;
@@ -33,16 +27,8 @@ train::TrainConfig tiny() {
   c.threads = 2;
   c.quiet = true;
   c.runs_dir = "";
+  c.augment = true;  // exercise crops and flips in determinism and resume checks
   return c;
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return std::string(e.what()) + " | " + e.hint();
-  }
-  return "";
 }
 
 TEST(Train, LearnsTheSyntheticTaskAndWritesARunRecord) {

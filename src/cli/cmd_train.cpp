@@ -21,7 +21,7 @@ void add_train(CLI::App& app, const Command& self) {
   c->add_option("--warmup-epochs", cfg->schedule.warmup_epochs, "linear warm-up for constant, step and cosine")->capture_default_str();
   c->add_option("--step-epochs", cfg->schedule.step_epochs, "step schedule: decay every N epochs")->capture_default_str();
   c->add_option("--label-smoothing", cfg->label_smoothing, "cross-entropy label smoothing")->capture_default_str();
-  c->add_flag("!--no-augment", cfg->augment, "no random crop or flip");
+  c->add_flag("--augment,!--no-augment", cfg->augment, "random crop (2 px padding) and, where the data allows, horizontal flip; pays off in runs longer than 5 epochs");
   c->add_option("--workers,-j", cfg->workers, "data-loader threads (0 = load in the training thread)")->capture_default_str();
   c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
   c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str();

@@ -22,7 +22,7 @@ struct TrainConfig {
   nn::OptimizerConfig optimizer;
   nn::ScheduleConfig schedule;
   double label_smoothing = 0.0;
-  bool augment = true;
+  bool augment = false;      ///< off: in 5-epoch runs random crops cost accuracy (docs/benchmarks.md)
   int workers = 1;
   int threads = 0;            ///< 0 = all cores this process may use
   uint64_t seed = 42;

@@ -1,0 +1,38 @@
+// Small helpers shared by the test suites.
+#pragma once
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <string>
+
+#include "core/error.h"
+
+namespace dlperf::test {
+
+/// The message (and hint) of the dlperf::Error that f throws; empty if it throws none.
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return std::string(e.what()) + (e.hint().empty() ? "" : " | " + e.hint());
+  }
+  return "";
+}
+
+/// A fresh directory under the system's temporary folder, removed with everything in it.
+struct TempDir {
+  std::filesystem::path path;
+  TempDir() {
+    static int counter = 0;
+    path = std::filesystem::temp_directory_path() /
+           ("dlperf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() { std::filesystem::remove_all(path); }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+}  // namespace dlperf::test
