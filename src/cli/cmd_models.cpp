@@ -5,6 +5,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "nn/graph.h"
 #include "report/table.h"
 

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 
 namespace dlperf {
 
@@ -40,13 +39,6 @@ std::string dims_str(const Dims& d) {
   std::string s;
   for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
   return s;
-}
-
-Tensor::Tensor(Dims dims, DType dtype, MemCategory category)
-    : dims_(std::move(dims)), dtype_(dtype), buffer_(make_buffer(bytes(), category)) {}
-
-void Tensor::zero() {
-  if (buffer_) std::memset(buffer_->data(), 0, bytes());
 }
 
 }  // namespace dlperf

@@ -1,15 +1,13 @@
-// Shapes, dtypes and a plain host tensor.
+// Shapes and element types.
 //
-// The engine's hot path works on oneDNN memories (which carry their own, possibly blocked,
-// layouts); Tensor is the plain, dense NCHW/NC form used at the model's edges, by the
-// reference backend, checkpoints and tests.
+// A backend's tensor is its own (on the CPU, cpu::Mem: a oneDNN memory, whose descriptor
+// carries element type and possibly blocked layout, over a buffer from the tracked allocator);
+// what every part shares is the logical shape (Dims, NCHW or NC) and the element type.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
-
-#include "core/memory.h"
 
 namespace dlperf {
 
@@ -21,25 +19,5 @@ using Dims = std::vector<int64_t>;
 int64_t numel(const Dims& d);
 /// "64x3x32x32"
 std::string dims_str(const Dims& d);
-
-/// A dense, row-major tensor in host memory.
-class Tensor {
- public:
-  Tensor() = default;
-  Tensor(Dims dims, DType dtype, MemCategory category);
-  const Dims& dims() const { return dims_; }
-  DType dtype() const { return dtype_; }
-  int64_t numel() const { return dlperf::numel(dims_); }
-  size_t bytes() const { return size_t(numel()) * dtype_size(dtype_); }
-  bool empty() const { return !buffer_; }
-  void* raw() const { return buffer_ ? buffer_->data() : nullptr; }
-  float* f32() const { return static_cast<float*>(raw()); }
-  void zero();
-
- private:
-  Dims dims_;
-  DType dtype_ = DType::f32;
-  BufferPtr buffer_;
-};
 
 }  // namespace dlperf
