@@ -171,7 +171,9 @@ std::string timestamp() {
   return buf;
 }
 
-void print_layer_times(const cpu::Network& net, int64_t steps, const hw::CpuInfo& cpu, json& record) {
+void print_layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, json& record) {
+  int64_t steps = 0;
+  for (const auto& x : net.node_times()) steps = std::max(steps, x.backward_calls);
   report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd GFLOP/s", "bwd GFLOP/s", "% of peak"});
   const double peak = cpu.peak_gflops();
   json rows = json::array();
@@ -206,7 +208,20 @@ void print_layer_times(const cpu::Network& net, int64_t steps, const hw::CpuInfo
 
 }  // namespace
 
-TrainResult train(const TrainConfig& cfg) {
+namespace {
+
+// The epoch table, one row at a time as epochs finish (fixed widths, so rows line up).
+constexpr const char* kEpochHeader =
+    "epoch   time s    img/s  train loss  train acc  test acc    peak mem  data wait  compute\n"
+    "-----  -------  -------  ----------  ---------  --------  ----------  ---------  -------\n";
+
+std::string epoch_row(const EpochStats& e) {
+  return fmt::format("{:>5}  {:>7.2f}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>7.2f}%  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
+                     e.train_s, e.images_per_s, e.train_loss, 100 * e.train_acc, 100 * e.test_acc,
+                     format_bytes(e.peak_bytes), 100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
+}
+
+void validate(const TrainConfig& cfg) {
   check(cfg.device == "cpu" || cfg.device == "auto",
         fmt::format("--device {} is not available in this build", cfg.device),
         "this build trains on the CPU: use --device cpu (CUDA support comes with the CUDA backend)");
@@ -216,82 +231,68 @@ TrainResult train(const TrainConfig& cfg) {
   check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   check(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be between 0 and 1024");
   check(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint DIR", "name the directory the checkpoint is in");
-  const bool say = !cfg.quiet;
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const int threads = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
+  if (!cfg.runs_dir.empty()) {  // fail now, not after a long run
+    std::error_code ec;
+    fs::create_directories(cfg.runs_dir, ec);
+    check(!ec && ::access(cfg.runs_dir.c_str(), W_OK) == 0,
+          fmt::format("cannot write run records to {}", cfg.runs_dir), "pick a writable --runs-dir");
+  }
+}
 
-  // Data
-  data::DataPair d = data::load_data(cfg.data);
-  if (!d.notice.empty() && say) std::printf("note: %s\n", d.notice.c_str());
-  d.train.truncate(cfg.train_limit);
-  d.test.truncate(cfg.test_limit);
-  std::vector<float> mean, stddev;
-  data::channel_stats(d.train, mean, stddev);
+data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
   data::LoaderConfig lc;
   lc.batch = cfg.batch;
-  lc.augment = cfg.augment;
   lc.workers = cfg.workers;
   lc.seed = cfg.seed;
-  data::Loader train_loader(d.train, lc, mean, stddev);
-  data::LoaderConfig ec = lc;
-  ec.shuffle = ec.augment = ec.drop_last = false;
-  data::Loader test_loader(d.test, ec, mean, stddev);
+  lc.augment = training && cfg.augment;
+  lc.shuffle = lc.drop_last = training;
+  return lc;
+}
 
-  // Model
-  const nn::ModelSpec spec = nn::load_model(cfg.model);
-  const nn::Graph graph = nn::build_graph(spec, {d.train.channels, d.train.height, d.train.width}, d.train.classes, cfg.batch);
-  HostAllocator::instance().reset_peaks();
-  cpu::Network net(graph, cfg.seed);
+std::vector<nn::ParamRef> param_refs(cpu::Network& net) {
   std::vector<nn::ParamRef> refs;
   for (cpu::Param* p : net.params()) refs.push_back({p->value.f32(), p->grad.f32(), p->floats()});
-  nn::Optimizer opt(cfg.optimizer, refs);
+  return refs;
+}
 
-  const int64_t per_epoch = train_loader.batches_per_epoch();
-  const int64_t total_steps = per_epoch * cfg.epochs;
-  TrainResult result;
-  int64_t start_epoch = 0;
-  if (cfg.resume) {
+// Everything one training run holds, in the order it is built.
+struct Run {
+  const TrainConfig& cfg;
+  data::DataPair data;
+  struct Normalization {
+    std::vector<float> mean, stddev;
+    explicit Normalization(const data::Dataset& d) { data::channel_stats(d, mean, stddev); }
+  } norm;
+  data::Loader train_loader, test_loader;
+  nn::Graph graph;
+  cpu::Network net;
+  nn::Optimizer opt;
+  int64_t per_epoch, total_steps;
+
+  Run(const TrainConfig& c, data::DataPair d)
+      : cfg(c), data(std::move(d)), norm(data.train),
+        train_loader(data.train, loader_config(c, true), norm.mean, norm.stddev),
+        test_loader(data.test, loader_config(c, false), norm.mean, norm.stddev),
+        graph(nn::build_graph(nn::load_model(c.model), {data.train.channels, data.train.height, data.train.width},
+                              data.train.classes, c.batch)),
+        net(graph, c.seed), opt(c.optimizer, param_refs(net)),
+        per_epoch(train_loader.batches_per_epoch()), total_steps(per_epoch * c.epochs) {}
+
+  /// Restores weights, optimizer state and history; returns the epochs already done.
+  int64_t resume(std::vector<EpochStats>& history) {
     Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
     check(ck.meta.value("model", "") == graph.model && ck.meta.value("batch_size", int64_t(0)) == cfg.batch,
           fmt::format("the checkpoint in {} is for model {} at batch size {}, not {} at {}", cfg.checkpoint_dir,
                       ck.meta.value("model", "?"), ck.meta.value("batch_size", int64_t(0)), graph.model, cfg.batch),
           "resume with the same --model and --batch-size");
     restore(net, opt, ck);
-    start_epoch = ck.meta.at("epoch_done");
     opt.set_steps_done(ck.meta.at("optimizer_steps"));
-    for (const auto& e : ck.meta.at("history")) result.epochs.push_back(epoch_from_json(e));
-    if (say) std::printf("resumed from %s after epoch %lld\n", checkpoint_path(cfg.checkpoint_dir).c_str(), (long long)start_epoch);
+    for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));
+    return ck.meta.at("epoch_done");
   }
 
-  const hw::CpuInfo cpu = hw::cpu_info();
-  if (say) {
-    std::printf("dlperf train: model %s (%s parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
-                graph.model.c_str(), fmt::format("{:.3f}M", double(graph.param_count()) / 1e6).c_str(),
-                graph.forward_flops() / double(cfg.batch) / 1e6, d.train.name.c_str(),
-                dims_str({d.train.channels, d.train.height, d.train.width}).c_str(), (long long)d.train.size(),
-                (long long)d.test.size());
-    std::printf("device cpu (%s, %d threads, %s), batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n",
-                cpu.model.c_str(), threads, cpu.isa.c_str(), (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
-                cfg.schedule.name.c_str(), cfg.workers, (unsigned long long)cfg.seed);
-  }
-  report::Table epochs_table({"epoch", "time s", "img/s", "train loss", "train acc", "test acc", "peak mem", "data wait", "compute"});
-  for (const auto& e : result.epochs)
-    epochs_table.add({std::to_string(e.epoch), fmt::format("{:.2f}", e.train_s), fmt::format("{:.0f}", e.images_per_s),
-                      fmt::format("{:.4f}", e.train_loss), fmt::format("{:.2f}%", 100 * e.train_acc),
-                      fmt::format("{:.2f}%", 100 * e.test_acc), format_bytes(e.peak_bytes),
-                      fmt::format("{:.1f}%", 100 * e.data_wait_s / e.train_s), fmt::format("{:.1f}%", 100 * e.compute_s / e.train_s)});
-  if (say) {
-    std::string head = epochs_table.str();
-    std::fputs(head.c_str(), stdout);
-    std::fflush(stdout);
-  }
-  size_t printed_rows = result.epochs.size();
-  net.set_timing(cfg.layer_times);
-  const bool bar = cfg.progress && say && isatty(STDERR_FILENO);
-
-  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
-    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
-    HostAllocator::instance().reset_peaks();
+  /// One epoch of training, then evaluation.
+  EpochStats epoch(int64_t epoch, bool bar) {
     EpochStats st;
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
@@ -330,7 +331,7 @@ TrainResult train(const TrainConfig& cfg) {
     st.train_acc = double(correct) / double(seen);
     const double e0 = now_s();
     net.set_timing(false);  // layer times are of training steps only
-    const EvalResult ev = evaluate(net, test_loader, d.test.size());
+    const EvalResult ev = evaluate(net, test_loader, data.test.size());
     net.set_timing(cfg.layer_times);
     st.eval_s = now_s() - e0;
     st.test_loss = ev.loss;
@@ -338,82 +339,121 @@ TrainResult train(const TrainConfig& cfg) {
     const MemoryStats ms = HostAllocator::instance().stats();
     st.peak_bytes = double(ms.peak_total);
     for (size_t c = 0; c < ms.peak.size(); ++c) st.peak_by_category.push_back(double(ms.peak[c]));
-    result.epochs.push_back(st);
-    epochs_table.add({std::to_string(st.epoch), fmt::format("{:.2f}", st.train_s), fmt::format("{:.0f}", st.images_per_s),
-                      fmt::format("{:.4f}", st.train_loss), fmt::format("{:.2f}%", 100 * st.train_acc),
-                      fmt::format("{:.2f}%", 100 * st.test_acc), format_bytes(st.peak_bytes),
-                      fmt::format("{:.1f}%", 100 * st.data_wait_s / st.train_s), fmt::format("{:.1f}%", 100 * st.compute_s / st.train_s)});
-    if (say) {  // print the new row only (the table's column widths are fixed by its header)
-      std::string all = epochs_table.str();
-      size_t pos = 0;
-      for (size_t k = 0; k < 2 + printed_rows; ++k) pos = all.find('\n', pos) + 1;
-      std::fputs(all.c_str() + pos, stdout);
-      std::fflush(stdout);
-      printed_rows++;
-    }
-    if (!cfg.checkpoint_dir.empty()) {
-      Checkpoint ck;
-      ck.meta = {{"model", graph.model}, {"batch_size", cfg.batch}, {"input", graph.input}, {"epoch_done", epoch + 1},
-                 {"optimizer_steps", opt.steps_done()}, {"config", to_json(cfg)}, {"history", json::array()}};
-      for (const auto& e : result.epochs) ck.meta["history"].push_back(to_json(e));
-      for (auto& [name, v] : snapshot(net, &opt)) ck.tensors[name] = std::move(v);
-      save_checkpoint(cfg.checkpoint_dir, ck);
-    }
+    return st;
   }
 
-  // Summary and run record
-  json record;
-  record["dlperf_version"] = DLPERF_VERSION;
-  record["command"] = "train";
-  record["config"] = to_json(cfg);
-  record["config"]["threads_used"] = threads;
-  record["machine"] = hw::machine_json();
-  record["model"] = {{"name", graph.model}, {"parameters", graph.param_count()},
-                     {"forward_flops_per_image", graph.forward_flops() / double(cfg.batch)},
-                     {"backward_flops_per_image", graph.backward_flops() / double(cfg.batch)},
-                     {"activation_bytes_per_image", graph.activation_bytes() / double(cfg.batch)}};
-  record["data"] = {{"name", d.train.name}, {"source", d.source}, {"train_images", d.train.size()},
-                    {"test_images", d.test.size()}, {"shape", {d.train.channels, d.train.height, d.train.width}},
-                    {"classes", d.train.classes}};
-  record["epochs"] = json::array();
-  double total_train = 0, peak = 0, wait = 0;
-  for (const auto& e : result.epochs) {
-    record["epochs"].push_back(to_json(e));
-    total_train += e.train_s;
-    wait += e.data_wait_s;
-    peak = std::max(peak, e.peak_bytes);
+  void save(int64_t epochs_done, const std::vector<EpochStats>& history) {
+    Checkpoint ck;
+    ck.meta = {{"model", graph.model}, {"batch_size", cfg.batch}, {"input", graph.input}, {"epoch_done", epochs_done},
+               {"optimizer_steps", opt.steps_done()}, {"config", to_json(cfg)}, {"history", json::array()}};
+    for (const auto& e : history) ck.meta["history"].push_back(to_json(e));
+    for (auto& [name, v] : snapshot(net, &opt)) ck.tensors[name] = std::move(v);
+    save_checkpoint(cfg.checkpoint_dir, ck);
   }
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  if (!result.epochs.empty()) {
-    const EpochStats& last = result.epochs.back();
-    record["summary"] = {{"epochs_run", result.epochs.size()}, {"train_s", total_train},
-                         {"images_per_s", double(d.train.size() / cfg.batch * cfg.batch) * double(result.epochs.size()) / total_train},
-                         {"final_test_acc", last.test_acc}, {"final_train_loss", last.train_loss},
-                         {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
-                         {"data_wait_share", wait / total_train}};
-    if (say)
-      std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak tracked memory %s (process RSS %s)\n",
-                  result.epochs.size(), total_train, record["summary"]["images_per_s"].get<double>(), 100 * last.test_acc,
-                  format_bytes(peak).c_str(), format_bytes(double(ru.ru_maxrss) * 1024.0).c_str());
+
+  json record(const std::vector<EpochStats>& epochs, int threads) const {
+    json r;
+    r["dlperf_version"] = DLPERF_VERSION;
+    r["command"] = "train";
+    r["config"] = to_json(cfg);
+    r["config"]["threads_used"] = threads;
+    r["machine"] = hw::machine_json();
+    const double b = double(cfg.batch);
+    r["model"] = {{"name", graph.model}, {"parameters", graph.param_count()},
+                  {"forward_flops_per_image", graph.forward_flops() / b},
+                  {"backward_flops_per_image", graph.backward_flops() / b},
+                  {"activation_bytes_per_image", graph.activation_bytes() / b}};
+    const auto& t = data.train;
+    r["data"] = {{"name", t.name}, {"source", data.source}, {"train_images", t.size()}, {"test_images", data.test.size()},
+                 {"shape", {t.channels, t.height, t.width}}, {"classes", t.classes}};
+    r["epochs"] = json::array();
+    double train_s = 0, peak = 0, wait = 0, images = 0;
+    for (const auto& e : epochs) {
+      r["epochs"].push_back(to_json(e));
+      train_s += e.train_s;
+      wait += e.data_wait_s;
+      images += e.images_per_s * e.train_s;
+      peak = std::max(peak, e.peak_bytes);
+    }
+    rusage ru{};
+    getrusage(RUSAGE_SELF, &ru);
+    if (!epochs.empty())
+      r["summary"] = {{"epochs_run", epochs.size()}, {"train_s", train_s}, {"images_per_s", images / train_s},
+                      {"final_test_acc", epochs.back().test_acc}, {"final_train_loss", epochs.back().train_loss},
+                      {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
+                      {"data_wait_share", wait / train_s}};
+    return r;
   }
-  if (cfg.layer_times) {
-    const auto& t = net.node_times();
-    int64_t steps = 0;
-    for (const auto& x : t) steps = std::max(steps, x.backward_calls);
-    if (say) print_layer_times(net, steps, cpu, record);
+};
+
+std::string write_record(const json& record, const std::string& dir, const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const std::string path = (fs::path(dir) / name).string();
+  std::ofstream out(path);
+  out << record.dump(2) << "\n";
+  check(bool(out), fmt::format("could not write the run record {}", path), "check --runs-dir");
+  return path;
+}
+
+}  // namespace
+
+TrainResult train(const TrainConfig& cfg) {
+  validate(cfg);
+  const bool say = !cfg.quiet;
+  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
+  const int threads = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
+  data::DataPair d = data::load_data(cfg.data);
+  if (!d.notice.empty() && say) std::printf("note: %s\n", d.notice.c_str());
+  d.train.truncate(cfg.train_limit);
+  d.test.truncate(cfg.test_limit);
+  HostAllocator::instance().reset_peaks();
+  Run run(cfg, std::move(d));
+
+  TrainResult result;
+  const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
+  const hw::CpuInfo cpu = hw::cpu_info();
+  if (say) {
+    const auto& t = run.data.train;
+    if (cfg.resume) std::printf("resumed from %s after epoch %lld\n", checkpoint_path(cfg.checkpoint_dir).c_str(), (long long)start_epoch);
+    std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
+                run.graph.model.c_str(), double(run.graph.param_count()) / 1e6, run.graph.forward_flops() / double(cfg.batch) / 1e6,
+                t.name.c_str(), dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)run.data.test.size());
+    std::printf("device cpu (%s, %d threads, %s), batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n%s",
+                cpu.model.c_str(), threads, cpu.isa.c_str(), (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
+                cfg.schedule.name.c_str(), cfg.workers, (unsigned long long)cfg.seed, kEpochHeader);
+    for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
+    std::fflush(stdout);
   }
+
+  run.net.set_timing(cfg.layer_times);
+  const bool bar = cfg.progress && say && isatty(STDERR_FILENO);
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
+    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
+    HostAllocator::instance().reset_peaks();
+    result.epochs.push_back(run.epoch(epoch, bar));
+    if (say) {
+      std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
+  }
+
+  result.record = run.record(result.epochs, threads);
+  if (say && result.record.contains("summary")) {
+    const json& s = result.record["summary"];
+    std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak tracked memory %s (process RSS %s)\n",
+                result.epochs.size(), s["train_s"].get<double>(), s["images_per_s"].get<double>(),
+                100 * s["final_test_acc"].get<double>(), format_bytes(s["peak_bytes"]).c_str(),
+                format_bytes(s["max_rss_bytes"]).c_str());
+  }
+  if (cfg.layer_times && say) print_layer_times(run.net, cpu, result.record);
   if (!cfg.runs_dir.empty()) {
-    std::error_code ec;
-    fs::create_directories(cfg.runs_dir, ec);
-    result.record_path = (fs::path(cfg.runs_dir) / fmt::format("{}-train-{}-{}-b{}.json", timestamp(), graph.model, d.train.name, cfg.batch)).string();
-    std::ofstream out(result.record_path);
-    if (out) out << record.dump(2) << "\n";
-    if (!out && say) std::printf("warning: could not write the run record %s\n", result.record_path.c_str());
-    else if (say) std::printf("run record: %s\n", result.record_path.c_str());
+    result.record_path = write_record(result.record, cfg.runs_dir,
+                                      fmt::format("{}-train-{}-{}-b{}.json", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
+    if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
-  result.record = std::move(record);
-  for (auto& [name, v] : snapshot(net, nullptr)) result.weights.insert(result.weights.end(), v.begin(), v.end());
+  for (auto& [name, v] : snapshot(run.net, nullptr)) result.weights.insert(result.weights.end(), v.begin(), v.end());
   return result;
 }
 
