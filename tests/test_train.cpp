@@ -110,6 +110,21 @@ TEST(Train, DivergenceStopsWithAClearMessage) {
   EXPECT_NE(e.find("lower --lr"), std::string::npos) << e;
 }
 
+TEST(Train, MemoryEstimateIsCloseToTheMeasuredPeakAndGuardsRuns) {
+  auto c = tiny();
+  c.epochs = 1;
+  c.model = "medium";
+  auto r = train::train(c);
+  const auto g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, c.batch);
+  const double estimate = train::estimate_train_bytes(g, c.optimizer), measured = r.epochs[0].peak_bytes;
+  EXPECT_GE(estimate, 0.9 * measured);  // conservative...
+  EXPECT_LE(estimate, 2.0 * measured);  // ...but not wildly
+  EXPECT_NO_THROW(train::check_fits(g, c.optimizer, 4 * estimate));
+  const std::string e = error_of([&] { train::check_fits(g, c.optimizer, estimate / 2); });
+  EXPECT_NE(e.find("needs about"), std::string::npos) << e;
+  EXPECT_NE(e.find("use --batch-size"), std::string::npos) << e;
+}
+
 TEST(Train, ImpossibleSettingsAreRefused) {
   auto c = tiny();
   c.batch = 0;

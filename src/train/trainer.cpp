@@ -208,7 +208,38 @@ void print_layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, json& re
 
 }  // namespace
 
+double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt) {
+  const double params = double(g.param_count()) * 4;
+  const double states = opt.name == "adamw" ? 2 : opt.momentum != 0 ? 1 : 0;
+  const double input = double(numel(g.input)) * 4;
+  // Each activation and its gradient; the input once more in the loader's batch.
+  return 2 * g.activation_bytes() + 2 * input + params * (2 + states);
+}
+
+void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available) {
+  const double need = estimate_train_bytes(g, opt);
+  if (need <= 0.9 * available) return;
+  // Everything but the parameters grows linearly with the batch.
+  const double fixed = double(g.param_count()) * 4 * (2 + (opt.name == "adamw" ? 2 : opt.momentum != 0 ? 1 : 0));
+  const double per_image = (need - fixed) / double(g.batch());
+  const int64_t fits = int64_t((0.9 * available - fixed) / per_image);
+  throw Error(fmt::format("model {} at batch size {} needs about {} of memory, but {} is available", g.model,
+                          g.batch(), format_bytes(need), format_bytes(available)),
+              fits >= 1 ? fmt::format("use --batch-size {} or less", fits) : "use a smaller model");
+}
+
 namespace {
+
+// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
+double available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  double kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
 
 // The epoch table, one row at a time as epochs finish (fixed widths, so rows line up).
 constexpr const char* kEpochHeader =
@@ -269,12 +300,11 @@ struct Run {
   nn::Optimizer opt;
   int64_t per_epoch, total_steps;
 
-  Run(const TrainConfig& c, data::DataPair d)
+  Run(const TrainConfig& c, data::DataPair d, nn::Graph g)
       : cfg(c), data(std::move(d)), norm(data.train),
         train_loader(data.train, loader_config(c, true), norm.mean, norm.stddev),
         test_loader(data.test, loader_config(c, false), norm.mean, norm.stddev),
-        graph(nn::build_graph(nn::load_model(c.model), {data.train.channels, data.train.height, data.train.width},
-                              data.train.classes, c.batch)),
+        graph(std::move(g)),
         net(graph, c.seed), opt(c.optimizer, param_refs(net)),
         per_epoch(train_loader.batches_per_epoch()), total_steps(per_epoch * c.epochs) {}
 
@@ -407,8 +437,12 @@ TrainResult train(const TrainConfig& cfg) {
   if (!d.notice.empty() && say) std::printf("note: %s\n", d.notice.c_str());
   d.train.truncate(cfg.train_limit);
   d.test.truncate(cfg.test_limit);
+  nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
+                                    d.train.classes, cfg.batch);
+  // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
+  if (const double avail = available_memory(); avail > 0) check_fits(graph, cfg.optimizer, avail);
   HostAllocator::instance().reset_peaks();
-  Run run(cfg, std::move(d));
+  Run run(cfg, std::move(d), std::move(graph));
 
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "nn/graph.h"
 #include "nn/optimizer.h"
 
 namespace dlperf::train {
@@ -59,6 +60,14 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainConfig& cfg);
+
+/// Host memory a training run at the graph's batch size needs, estimated from the op costs:
+/// activations and their gradients, parameters, gradients and optimizer state. Conservative
+/// (the engine shares a fused batchnorm+relu's output; the estimate does not).
+double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt);
+/// Throws Error when the run needs more than `available` bytes, naming the largest batch size
+/// that fits.
+void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available);
 
 nlohmann::json to_json(const TrainConfig& c);
 nlohmann::json to_json(const EpochStats& e);
