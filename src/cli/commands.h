@@ -13,5 +13,6 @@ struct Command {
 
 void add_train(CLI::App& app, const Command& self);
 void add_models(CLI::App& app, const Command& self);
+void add_bench(CLI::App& app, const Command& self);
 
 }  // namespace dlperf::cli

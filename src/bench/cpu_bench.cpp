@@ -1,0 +1,177 @@
+#include "bench/cpu_bench.h"
+
+#include <fmt/format.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "core/memory.h"
+#include "core/timer.h"
+
+namespace dlperf::bench {
+
+Spread spread_of(std::vector<double> s) {
+  check(!s.empty(), "spread_of: no samples");
+  std::sort(s.begin(), s.end());
+  const size_t n = s.size();
+  const double median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+  return {median, s.front(), s.back()};
+}
+
+double stream_bytes(const std::string& kernel, size_t n) {
+  check(kernel == "copy" || kernel == "triad", "unknown memory kernel " + kernel);
+  return (kernel == "copy" ? 2.0 : 3.0) * double(n) * sizeof(float);
+}
+
+double stream_flops(const std::string& kernel, size_t n) { return kernel == "triad" ? 2.0 * double(n) : 0.0; }
+
+namespace {
+
+int thread_count(const Options& o) { return o.threads > 0 ? o.threads : omp_get_max_threads(); }
+
+// `passes` passes of a kernel inside one parallel region: each thread repeats its own static
+// slice, so small (cache-sized) working sets measure the cache, not the cost of forking threads.
+void run_kernel(const std::string& kernel, float* a, float* b, const float* c, size_t n, int threads, int passes) {
+  const bool copy = kernel == "copy";
+#pragma omp parallel num_threads(threads)
+  {
+    const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+    const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    for (int p = 0; p < passes; ++p) {
+      if (copy) {
+        for (size_t i = lo; i < hi; ++i) b[i] = a[i];
+      } else {
+        for (size_t i = lo; i < hi; ++i) a[i] = b[i] + 3.0f * c[i];
+      }
+      // Keeps the compiler from merging passes; the data stays where it is.
+      asm volatile("" ::: "memory");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
+  const int threads = thread_count(o);
+  std::vector<size_t> sizes;  // working set in bytes, 16 KiB .. 512 MiB
+  for (size_t s = 16 << 10; s <= (size_t(512) << 20); s *= (o.quick ? 8 : 2)) sizes.push_back(s);
+  std::vector<MemoryPoint> out;
+  for (const std::string kernel : {"copy", "triad"}) {
+    const size_t arrays = kernel == "copy" ? 2 : 3;
+    for (size_t ws : sizes) {
+      const size_t n = ws / arrays / sizeof(float);
+      Buffer ba(n * 4, MemCategory::workspace), bb(n * 4, MemCategory::workspace), bc(n * 4, MemCategory::workspace);
+      float *a = static_cast<float*>(ba.data()), *b = static_cast<float*>(bb.data()), *c = static_cast<float*>(bc.data());
+      // First touch by the same static slices the kernel uses (pages land near their thread).
+#pragma omp parallel num_threads(threads)
+      {
+        const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
+        for (size_t i = n * t / nt; i < n * (t + 1) / nt; ++i) a[i] = 1.0f + float(i % 7), b[i] = 2.0f, c[i] = 0.5f;
+      }
+      // Enough passes per sample that one sample lasts about a millisecond or more.
+      const int passes = int(std::clamp<size_t>((size_t(64) << 20) / ws, 1, 4096));
+      const int repeats = o.quick ? 5 : 15;
+      std::vector<double> gbps;
+      for (int r = -2; r < repeats; ++r) {  // two warm-up samples
+        const double t0 = now_s();
+        run_kernel(kernel, a, b, c, n, threads, passes);
+        const double dt = now_s() - t0;
+        if (r >= 0) gbps.push_back(stream_bytes(kernel, n) * passes / dt / 1e9);
+      }
+      // Validate: copy leaves b == a; triad leaves a == b + 3c == 3.5.
+      for (size_t i = 0; i < n; i += std::max<size_t>(1, n / 64))
+        check(kernel == "copy" ? b[i] == a[i] : a[i] == 3.5f,
+              fmt::format("memory benchmark {}: wrong result at element {}", kernel, i), "the machine or compiler is faulty");
+      out.push_back({kernel, n * arrays * sizeof(float), spread_of(gbps), repeats});
+    }
+  }
+  return out;
+}
+
+namespace {
+
+// 12 independent FMA chains: enough to keep 2 FMA pipes with 4-cycle latency busy, few enough
+// to stay in 16 vector registers. Each chain x <- x * b + c converges to c / (1 - b).
+#if defined(__AVX512F__)
+constexpr int kLanes = 16;
+constexpr const char* kIsa = "avx512";
+using Vec = __m512;
+inline Vec vset(float x) { return _mm512_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline float vfirst(Vec a) { return _mm512_cvtss_f32(a); }
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kLanes = 8;
+constexpr const char* kIsa = "avx2+fma";
+using Vec = __m256;
+inline Vec vset(float x) { return _mm256_set1_ps(x); }
+inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline float vfirst(Vec a) { return _mm256_cvtss_f32(a); }
+#else
+constexpr int kLanes = 1;
+constexpr const char* kIsa = "scalar";
+using Vec = float;
+inline Vec vset(float x) { return x; }
+inline Vec vfma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline float vfirst(Vec a) { return a; }
+#endif
+
+constexpr int kChains = 12;
+
+// Runs `iters` rounds of kChains FMAs on one thread; returns one chain's final value.
+float fma_chains(int64_t iters, float start) {
+  const Vec b = vset(0.999f), c = vset(0.001f);
+  Vec x0 = vset(start), x1 = vset(start + 0.01f), x2 = vset(start + 0.02f), x3 = vset(start + 0.03f);
+  Vec x4 = vset(start + 0.04f), x5 = vset(start + 0.05f), x6 = vset(start + 0.06f), x7 = vset(start + 0.07f);
+  Vec x8 = vset(start + 0.08f), x9 = vset(start + 0.09f), x10 = vset(start + 0.10f), x11 = vset(start + 0.11f);
+  for (int64_t i = 0; i < iters; ++i) {
+    x0 = vfma(x0, b, c), x1 = vfma(x1, b, c), x2 = vfma(x2, b, c), x3 = vfma(x3, b, c);
+    x4 = vfma(x4, b, c), x5 = vfma(x5, b, c), x6 = vfma(x6, b, c), x7 = vfma(x7, b, c);
+    x8 = vfma(x8, b, c), x9 = vfma(x9, b, c), x10 = vfma(x10, b, c), x11 = vfma(x11, b, c);
+  }
+  // Sum the chains so that none can be optimized away.
+  return vfirst(x0) + vfirst(x1) + vfirst(x2) + vfirst(x3) + vfirst(x4) + vfirst(x5) + vfirst(x6) + vfirst(x7) +
+         vfirst(x8) + vfirst(x9) + vfirst(x10) + vfirst(x11);
+}
+
+}  // namespace
+
+FlopsResult fma_peak(const Options& o) {
+  FlopsResult r;
+  r.isa = kIsa;
+  r.threads = thread_count(o);
+  r.repeats = o.quick ? 5 : 15;
+  const int64_t iters = o.quick ? 2'000'000 : 10'000'000;
+  std::vector<double> gflops;
+  for (int rep = -2; rep < r.repeats; ++rep) {
+    std::vector<float> result(size_t(r.threads), 0.f);
+    const double t0 = now_s();
+#pragma omp parallel num_threads(r.threads)
+    result[size_t(omp_get_thread_num())] = fma_chains(iters, 0.5f);
+    const double dt = now_s() - t0;
+    // After many rounds every chain sits at the fixed point 0.001 / (1 - 0.999) = 1.
+    for (float v : result)
+      check(std::abs(v - float(kChains)) < 1e-2f * kChains,
+            fmt::format("FMA benchmark: chains ended at {} instead of {}", v, kChains), "the machine or compiler is faulty");
+    if (rep >= 0) gflops.push_back(double(r.threads) * double(iters) * kChains * kLanes * 2 / dt / 1e9);
+  }
+  r.gflops = spread_of(gflops);
+  r.per_core_gflops = r.gflops.median / r.threads;
+  r.implied_ghz = kLanes > 1 ? r.per_core_gflops / (2.0 * kLanes * 2) : 0;
+  return r;
+}
+
+nlohmann::json to_json(const MemoryPoint& p) {
+  return {{"kernel", p.kernel}, {"working_set_bytes", p.working_set}, {"gbps_median", p.gbps.median},
+          {"gbps_min", p.gbps.min}, {"gbps_max", p.gbps.max}, {"repeats", p.repeats}};
+}
+
+nlohmann::json to_json(const FlopsResult& r) {
+  return {{"isa", r.isa}, {"dtype", "f32"}, {"threads", r.threads}, {"gflops_median", r.gflops.median},
+          {"gflops_min", r.gflops.min}, {"gflops_max", r.gflops.max}, {"repeats", r.repeats},
+          {"per_core_gflops", r.per_core_gflops}, {"implied_ghz", r.implied_ghz}};
+}
+
+}  // namespace dlperf::bench

@@ -1,0 +1,54 @@
+// CPU micro-benchmarks: memory bandwidth across working-set sizes (so the cache levels show as
+// plateaus) and the fp32 FMA peak, measured as STREAM and empirical-roofline tools measure them.
+//
+// Method: warm-up, then `repeats` timed runs; the median is the figure, min and max the spread.
+// Inputs are never zero and every kernel's output is checked after timing.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace dlperf::bench {
+
+struct Spread {
+  double median = 0, min = 0, max = 0;
+};
+/// Median, min and max of samples (not empty).
+Spread spread_of(std::vector<double> samples);
+
+struct Options {
+  bool quick = false;  ///< fewer sizes and repeats: seconds, not minutes
+  int threads = 0;     ///< 0 = all cores this process may use
+};
+
+/// Bytes one pass of a memory kernel moves over `n` floats, as STREAM counts them (reads plus
+/// writes, no write-allocate traffic): copy b = a moves 2n floats, triad a = b + s*c moves 3n.
+double stream_bytes(const std::string& kernel, size_t n);
+/// FLOPs of one pass: triad does a multiply and an add per element, copy none.
+double stream_flops(const std::string& kernel, size_t n);
+
+struct MemoryPoint {
+  std::string kernel;        ///< copy | triad
+  size_t working_set = 0;    ///< bytes of all arrays together
+  Spread gbps;               ///< GB/s (1e9 bytes)
+  int repeats = 0;
+};
+std::vector<MemoryPoint> memory_bandwidth(const Options& o);
+
+struct FlopsResult {
+  std::string isa;   ///< the vector unit used ("avx2+fma", "avx512", "scalar")
+  int threads = 0;
+  Spread gflops;     ///< all threads together
+  int repeats = 0;
+  double per_core_gflops = 0;
+  double implied_ghz = 0;  ///< median / (threads x 2 FMA units x lanes x 2): the clock the cores ran at
+};
+FlopsResult fma_peak(const Options& o);
+
+nlohmann::json to_json(const MemoryPoint& p);
+nlohmann::json to_json(const FlopsResult& r);
+
+}  // namespace dlperf::bench

@@ -1,0 +1,60 @@
+// The CPU micro-benchmarks: byte and FLOP counts, the statistics, and the quick mode end to end.
+#include <gtest/gtest.h>
+
+#include "bench/cpu_bench.h"
+#include "core/error.h"
+
+namespace dlperf::test {
+namespace {
+
+TEST(Bench, CountsBytesAndFlopsAsStreamDoes) {
+  EXPECT_DOUBLE_EQ(bench::stream_bytes("copy", 1000), 8000.0);   // read a, write b
+  EXPECT_DOUBLE_EQ(bench::stream_bytes("triad", 1000), 12000.0);  // read b and c, write a
+  EXPECT_DOUBLE_EQ(bench::stream_flops("triad", 1000), 2000.0);
+  EXPECT_DOUBLE_EQ(bench::stream_flops("copy", 1000), 0.0);
+  EXPECT_THROW(bench::stream_bytes("scale", 1), Error);
+}
+
+TEST(Bench, SpreadIsMedianMinMax) {
+  auto s = bench::spread_of({5, 1, 3});
+  EXPECT_DOUBLE_EQ(s.median, 3);
+  EXPECT_DOUBLE_EQ(s.min, 1);
+  EXPECT_DOUBLE_EQ(s.max, 5);
+  EXPECT_DOUBLE_EQ(bench::spread_of({4, 1, 3, 2}).median, 2.5);
+  EXPECT_THROW(bench::spread_of({}), Error);
+}
+
+TEST(Bench, QuickMemoryCoversCacheAndMemorySizes) {
+  bench::Options o;
+  o.quick = true;
+  const auto points = bench::memory_bandwidth(o);
+  ASSERT_EQ(points.size() % 2, 0u);
+  const size_t half = points.size() / 2;
+  EXPECT_LE(points.front().working_set, size_t(32) << 10);         // fits any L1
+  EXPECT_GE(points[half - 1].working_set, size_t(256) << 20);      // larger than any L3 here
+  for (size_t i = 0; i < points.size(); ++i) {
+    EXPECT_EQ(points[i].kernel, i < half ? "copy" : "triad");
+    EXPECT_GT(points[i].gbps.median, 0.1);
+    EXPECT_LE(points[i].gbps.min, points[i].gbps.median);
+    EXPECT_LE(points[i].gbps.median, points[i].gbps.max);
+    auto j = bench::to_json(points[i]);
+    for (const char* key : {"kernel", "working_set_bytes", "gbps_median", "gbps_min", "gbps_max", "repeats"})
+      EXPECT_TRUE(j.contains(key)) << key;
+  }
+}
+
+TEST(Bench, QuickFmaPeakIsPositiveAndValidated) {
+  bench::Options o;
+  o.quick = true;
+  o.threads = 1;
+  const auto r = bench::fma_peak(o);
+  EXPECT_EQ(r.threads, 1);
+  EXPECT_GT(r.gflops.median, 0.5);
+  EXPECT_DOUBLE_EQ(r.per_core_gflops, r.gflops.median);
+  auto j = bench::to_json(r);
+  for (const char* key : {"isa", "dtype", "threads", "gflops_median", "gflops_min", "gflops_max", "implied_ghz"})
+    EXPECT_TRUE(j.contains(key)) << key;
+}
+
+}  // namespace
+}  // namespace dlperf::test
