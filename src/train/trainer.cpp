@@ -202,7 +202,7 @@ void print_layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, json& re
   t.print();
   if (best > 100)
     std::printf("Above 100%%: the cores run faster than the %.2f GHz the OS reports (boost clocks), so that\n"
-                "peak understates the real one; measured ceilings come with 'dlperf bench'.\n", cpu.ghz);
+                "peak understates the real one; 'dlperf bench flops' measures it.\n", cpu.ghz);
   record["layer_times"] = rows;
 }
 
