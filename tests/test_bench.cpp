@@ -58,3 +58,39 @@ TEST(Bench, QuickFmaPeakIsPositiveAndValidated) {
 
 }  // namespace
 }  // namespace dlperf::test
+
+#include "bench/ops_bench.h"
+
+namespace dlperf::test {
+namespace {
+
+TEST(Bench, GemmCountsAndQuickSweepIsValidated) {
+  EXPECT_DOUBLE_EQ(bench::gemm_flops(2, 3, 4), 48.0);
+  bench::Options o;
+  o.quick = true;
+  const auto points = bench::gemm_sweep(o);
+  ASSERT_GE(points.size(), 4u);
+  for (const auto& p : points) {
+    EXPECT_GT(p.gflops.median, 0.1);
+    EXPECT_LT(p.max_rel_error, 1e-5);
+    EXPECT_TRUE(bench::to_json(p).contains("gflops_median"));
+  }
+}
+
+TEST(Bench, ConvSweepTimesEachDistinctLayer) {
+  bench::Options o;
+  o.quick = true;
+  const auto points = bench::conv_sweep(o, {"small", "small"}, {1, 16, 16}, 8);
+  ASSERT_EQ(points.size(), 3u);  // small has three convs; the second model adds no new shape
+  EXPECT_EQ(points[0].layer, "conv1");
+  EXPECT_EQ(points[0].backward_data_gflops.median, 0.0);  // the first layer needs no data gradient
+  for (const auto& p : points) {
+    EXPECT_GT(p.forward_gflops.median, 0.0);
+    EXPECT_GT(p.backward_weights_gflops.median, 0.0);
+  }
+  EXPECT_GT(points[1].backward_data_gflops.median, 0.0);
+  EXPECT_EQ(bench::to_json(points[1])["input"], (Dims{8, 16, 8, 8}));
+}
+
+}  // namespace
+}  // namespace dlperf::test

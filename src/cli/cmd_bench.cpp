@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "bench/cpu_bench.h"
+#include "bench/ops_bench.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -21,7 +22,54 @@ struct BenchArgs {
   std::string what = "all";
   bench::Options opt;
   std::string json_path;
+  std::string models = "small,medium,large,resnet18";
+  std::string input = "3x32x32";
+  int64_t batch = 64;
 };
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
+nlohmann::json run_gemm(const bench::Options& o, double peak) {
+  std::printf("\nGEMM through oneDNN matmul (f32, median of repeats):\n");
+  report::Table t({"M", "N", "K", "GFLOP/s", "spread", "% of FMA peak", "max rel. error"});
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& g : bench::gemm_sweep(o)) {
+    t.add({std::to_string(g.m), std::to_string(g.n), std::to_string(g.k), fmt::format("{:.1f}", g.gflops.median),
+           fmt::format("{:.1f}-{:.1f}", g.gflops.min, g.gflops.max), fmt::format("{:.0f}%", 100 * g.gflops.median / peak),
+           fmt::format("{:.1e}", g.max_rel_error)});
+    rows.push_back(bench::to_json(g));
+  }
+  t.print();
+  return rows;
+}
+
+nlohmann::json run_conv(const BenchArgs& a, double peak) {
+  long long c, h, w;
+  check(std::sscanf(a.input.c_str(), "%lldx%lldx%lld", &c, &h, &w) == 3 && c > 0 && h > 0 && w > 0,
+        "--input must be CxHxW, for example 3x32x32");
+  check(a.batch >= 1 && a.batch <= 4096, "--batch-size must be between 1 and 4096");
+  const auto models = a.opt.quick ? std::vector<std::string>{"medium"} : split(a.models);
+  std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
+              a.opt.quick ? "medium" : a.models.c_str(), (long long)a.batch, a.input.c_str());
+  report::Table t({"model", "layer", "input", "out", "k/s/p", "forward", "bwd data", "bwd weights", "fwd % of peak"});
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& p : bench::conv_sweep(a.opt, models, {c, h, w}, a.batch)) {
+    t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), std::to_string(p.attrs.out_channels),
+           fmt::format("{}/{}/{}", p.attrs.kernel, p.attrs.stride, p.attrs.padding), fmt::format("{:.1f}", p.forward_gflops.median),
+           p.backward_data_gflops.median > 0 ? fmt::format("{:.1f}", p.backward_data_gflops.median) : "-",
+           fmt::format("{:.1f}", p.backward_weights_gflops.median), fmt::format("{:.0f}%", 100 * p.forward_gflops.median / peak)});
+    rows.push_back(bench::to_json(p));
+  }
+  t.print();
+  std::printf("(bwd data is backward with the data gradient minus backward without it, so it is noisier)\n");
+  return rows;
+}
 
 nlohmann::json run_memory(const bench::Options& o) {
   std::printf("Memory bandwidth (STREAM byte counts; median of repeats, min-max in brackets):\n");
@@ -63,8 +111,11 @@ std::string default_json_path() {
 void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
-  c->add_option("what", args->what, "memory | flops | all (GEMM, conv, copies, launch and all-reduce are not measured yet)")
-      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "all"}));
+  c->add_option("what", args->what, "memory | flops | gemm | conv | all (GPU copies, launch and all-reduce are not measured yet)")
+      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "all"}));
+  c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time")->capture_default_str();
+  c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
+  c->add_option("--batch-size,-b", args->batch, "conv: batch size")->capture_default_str();
   c->add_flag("--quick", args->opt.quick, "fewer sizes and repeats: seconds instead of about a minute");
   c->add_option("--threads", args->opt.threads, "threads (0 = all cores)")->capture_default_str();
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");
@@ -75,7 +126,16 @@ void add_bench(CLI::App& app, const Command& self) {
     std::printf("dlperf bench on %s (%d threads, %s)\n\n", cpu.model.c_str(), threads, cpu.isa.c_str());
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
     if (args->what == "memory" || args->what == "all") out["memory"] = run_memory(args->opt);
-    if (args->what == "flops" || args->what == "all") out["flops"] = run_flops(args->opt, cpu);
+    // GEMM and conv are read against the measured FMA peak when it was measured in this run.
+    double peak = cpu.peak_gflops() * double(threads) / double(cpu.cores);
+    if (args->what == "flops" || args->what == "all") {
+      out["flops"] = run_flops(args->opt, cpu);
+      peak = out["flops"]["gflops_median"];
+    }
+    if (args->what == "gemm" || args->what == "all") out["gemm"] = run_gemm(args->opt, peak);
+    if (args->what == "conv" || args->what == "all") out["conv"] = run_conv(*args, peak);
+    if (args->what == "gemm" || args->what == "conv")
+      std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' uses the measured one)\n", peak);
     const std::string path = args->json_path.empty() ? default_json_path() : args->json_path;
     std::error_code ec;
     if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);

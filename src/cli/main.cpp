@@ -16,7 +16,7 @@ const dlperf::cli::Command kCommands[] = {
     {"help", "list the commands", nullptr},
     {"train", "train a model on a dataset and report time, throughput, memory and accuracy", dlperf::cli::add_train},
     {"models", "list the preset models, or show one layer by layer", dlperf::cli::add_models},
-    {"bench", "measure the CPU's memory bandwidth per cache level and its FMA peak", dlperf::cli::add_bench},
+    {"bench", "measure the CPU: memory bandwidth per cache level, FMA peak, GEMM and the presets' convolutions", dlperf::cli::add_bench},
 };
 // Edit distance, for "did you mean" (as ninja does for its tools).
 size_t distance(const std::string& a, const std::string& b) {

@@ -1,0 +1,136 @@
+#include "bench/ops_bench.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+#include "core/rng.h"
+#include "core/timer.h"
+#include "nn/graph.h"
+
+namespace dlperf::bench {
+
+double gemm_flops(int64_t m, int64_t n, int64_t k) { return 2.0 * double(m) * double(n) * double(k); }
+
+namespace {
+
+void fill(cpu::Mem& m, uint64_t seed) {  // uniform in [-1, 1), never all zero
+  Rng r(seed);
+  float* p = m.f32();
+  for (size_t i = 0; i < cpu::floats_in(m.desc()); ++i) p[i] = 2 * r.uniform() - 1;
+}
+
+// Median/min/max rate of `work` units per second over repeats, after two warm-up calls.
+template <class F>
+Spread rate(int repeats, double work, F&& run) {
+  std::vector<double> rates;
+  for (int r = -2; r < repeats; ++r) {
+    const double t0 = now_s();
+    run();
+    const double dt = now_s() - t0;
+    if (r >= 0) rates.push_back(work / dt);
+  }
+  return spread_of(rates);
+}
+
+}  // namespace
+
+std::vector<GemmPoint> gemm_sweep(const Options& o) {
+  using namespace dnnl;
+  std::vector<std::array<int64_t, 3>> shapes;
+  for (int64_t s : o.quick ? std::vector<int64_t>{256, 1024} : std::vector<int64_t>{128, 256, 512, 1024, 2048})
+    shapes.push_back({s, s, s});
+  // Dense layers of training: batch x in -> out (medium fc1 and large fc1 on 1x28x28, at batch 64 and 256).
+  for (int64_t b : {64, 256}) shapes.push_back({b, 150, 1152}), shapes.push_back({b, 1500, 2304});
+  std::vector<GemmPoint> out;
+  for (auto [m, n, k] : shapes) {
+    const cpu::md a_md({m, k}, cpu::dt::f32, cpu::tag::ab), b_md({k, n}, cpu::dt::f32, cpu::tag::ab),
+        c_md({m, n}, cpu::dt::f32, cpu::tag::ab);
+    cpu::Mem a(a_md, MemCategory::workspace), b(b_md, MemCategory::workspace), c(c_md, MemCategory::workspace);
+    fill(a, 1), fill(b, 2);
+    auto pd = matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), cpu::default_attr(), cpu::engine());
+    const cpu::Prim p = cpu::Prim::of<matmul>(pd);
+    GemmPoint g{m, n, k, {}, o.quick ? 5 : 15, 0};
+    const double flops = gemm_flops(m, n, k);
+    const int calls = int(std::clamp(2e8 / flops, 1.0, 1000.0));  // about 1 ms or more a sample
+    g.gflops = rate(g.repeats, flops * calls / 1e9, [&] {
+      for (int i = 0; i < calls; ++i) cpu::run(p, {{DNNL_ARG_SRC, a.mem}, {DNNL_ARG_WEIGHTS, b.mem}, {DNNL_ARG_DST, c.mem}});
+    });
+    // Validate sampled outputs against a float64 dot product.
+    Rng pick(3);
+    for (int s = 0; s < 16; ++s) {
+      const int64_t i = int64_t(pick.below(uint64_t(m))), j = int64_t(pick.below(uint64_t(n)));
+      double ref = 0, scale = 0;
+      for (int64_t t = 0; t < k; ++t) {
+        const double x = double(a.f32()[i * k + t]) * double(b.f32()[t * n + j]);
+        ref += x, scale += std::abs(x);
+      }
+      g.max_rel_error = std::max(g.max_rel_error, std::abs(double(c.f32()[i * n + j]) - ref) / std::max(scale, 1e-30));
+    }
+    check(g.max_rel_error < 1e-5, fmt::format("GEMM {}x{}x{} gave wrong results (relative error {:.2g})", m, n, k, g.max_rel_error));
+    out.push_back(g);
+  }
+  return out;
+}
+
+std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::string>& models, const Dims& chw, int64_t batch) {
+  std::vector<ConvPoint> out;
+  std::set<std::string> seen;
+  for (const auto& model : models) {
+    const nn::Graph g = nn::build_graph(nn::load_model(model), chw, 10, batch);
+    for (const auto& n : g.nodes) {
+      if (n.kind != ops::OpKind::conv2d) continue;
+      const std::string key = fmt::format("{}/{}/{}/{}/{}", dims_str(n.in_dims[0]), n.attrs.out_channels, n.attrs.kernel,
+                                          n.attrs.stride, n.attrs.padding);
+      if (!seen.insert(key).second) continue;  // the same shape again (ResNet blocks repeat)
+      const bool first = n.inputs[0] < 0;      // the first layer computes no data gradient
+      auto op = cpu::make_op(n.kind, n.attrs, {cpu::plain_md(n.in_dims[0])}, n.in_dims, n.name, false, 0, !first);
+      cpu::Mem x(op->input_md(0), MemCategory::workspace), y(op->output_md(), MemCategory::workspace),
+          dy(op->output_md(), MemCategory::workspace), dx(op->input_md(0), MemCategory::workspace);
+      fill(x, 4), fill(dy, 5);
+      for (auto& p : op->params()) fill(p->value, 6);
+      ConvPoint c{model, n.name, n.in_dims[0], n.attrs, {}, {}, {}, o.quick ? 3 : 10};
+      const auto& cost = n.cost;
+      const int calls = int(std::clamp(2e8 / cost.forward.flops, 1.0, 1000.0));  // about 1 ms or more a sample
+      auto repeat = [calls](auto&& f) {
+        return [calls, &f] {
+          for (int i = 0; i < calls; ++i) f();
+        };
+      };
+      auto fwd = [&] { op->forward({x.mem}, y.mem, true); };
+      auto bww = [&] { op->backward({x.mem}, y.mem, dy.mem, {dnnl::memory()}); };
+      auto bwd_both = [&] { op->backward({x.mem}, y.mem, dy.mem, {dx.mem}); };
+      c.forward_gflops = rate(c.repeats, calls * cost.forward.flops / 1e9, repeat(fwd));
+      // backward() runs weights then data; timing it with and without the data gradient separates them.
+      c.backward_weights_gflops = rate(c.repeats, calls * cost.backward_weight.flops / 1e9, repeat(bww));
+      if (!first) {
+        const Spread both = rate(c.repeats, double(calls), repeat(bwd_both));
+        const double data_s = std::max(1.0 / both.median - cost.backward_weight.flops / 1e9 / c.backward_weights_gflops.median, 1e-9);
+        const double gf = cost.backward_data.flops / 1e9 / data_s;
+        c.backward_data_gflops = {gf, gf, gf};  // derived from two medians: no spread of its own
+      }
+      for (float v : cpu::to_plain(op->output_md(), n.out_dims, y))
+        check(std::isfinite(v), fmt::format("conv {} of {} produced a non-finite value", n.name, model));
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const GemmPoint& p) {
+  return {{"m", p.m}, {"n", p.n}, {"k", p.k}, {"flops", gemm_flops(p.m, p.n, p.k)}, {"gflops_median", p.gflops.median},
+          {"gflops_min", p.gflops.min}, {"gflops_max", p.gflops.max}, {"repeats", p.repeats}, {"max_rel_error", p.max_rel_error}};
+}
+
+nlohmann::json to_json(const ConvPoint& p) {
+  return {{"model", p.model}, {"layer", p.layer}, {"input", p.input}, {"out_channels", p.attrs.out_channels},
+          {"kernel", p.attrs.kernel}, {"stride", p.attrs.stride}, {"padding", p.attrs.padding},
+          {"forward_gflops", p.forward_gflops.median}, {"forward_gflops_min", p.forward_gflops.min},
+          {"forward_gflops_max", p.forward_gflops.max}, {"backward_data_gflops", p.backward_data_gflops.median},
+          {"backward_weights_gflops", p.backward_weights_gflops.median}, {"repeats", p.repeats}};
+}
+
+}  // namespace dlperf::bench

@@ -1,0 +1,39 @@
+// GEMM and convolution throughput on the CPU, through the same oneDNN code paths the engine
+// uses: GEMM over a sweep of shapes (square, and the dense layers of training), convolutions
+// for the presets' layers (forward, backward-data and backward-weights timed separately).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "bench/cpu_bench.h"
+#include "ops/op.h"
+
+namespace dlperf::bench {
+
+struct GemmPoint {
+  int64_t m = 0, n = 0, k = 0;
+  Spread gflops;
+  int repeats = 0;
+  double max_rel_error = 0;  ///< sampled outputs against a float64 dot product
+};
+/// FLOPs of C[m,n] = A[m,k] B[k,n]: 2mnk.
+double gemm_flops(int64_t m, int64_t n, int64_t k);
+std::vector<GemmPoint> gemm_sweep(const Options& o);
+
+struct ConvPoint {
+  std::string model, layer;
+  Dims input;  ///< N, C, H, W
+  ops::OpAttrs attrs;
+  Spread forward_gflops, backward_data_gflops, backward_weights_gflops;
+  int repeats = 0;
+};
+/// The distinct conv layers of `models` at `batch` on input `chw`, each timed per pass.
+std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::string>& models, const Dims& chw, int64_t batch);
+
+nlohmann::json to_json(const GemmPoint& p);
+nlohmann::json to_json(const ConvPoint& p);
+
+}  // namespace dlperf::bench
