@@ -94,3 +94,25 @@ TEST(Bench, ConvSweepTimesEachDistinctLayer) {
 
 }  // namespace
 }  // namespace dlperf::test
+
+namespace dlperf::test {
+namespace {
+
+TEST(Bench, BandwidthLevelsTakeThePlateauOfEachCache) {
+  auto pt = [](size_t ws, double gbps) { return bench::MemoryPoint{"triad", ws, {gbps, gbps, gbps}, 1}; };
+  // 1 thread, L1 32 KiB, L2 512 KiB, L3 8 MiB.
+  const std::vector<bench::MemoryPoint> points = {pt(8 << 10, 300), pt(16 << 10, 320), pt(128 << 10, 200),
+                                                  pt(256 << 10, 180), pt(2 << 20, 90), pt(16 << 20, 50),
+                                                  pt(64 << 20, 20), pt(256 << 20, 22),
+                                                  bench::MemoryPoint{"copy", 8 << 10, {999, 999, 999}, 1}};
+  const auto levels = bench::bandwidth_levels(points, 32 << 10, 512 << 10, 8 << 20, 1);
+  EXPECT_DOUBLE_EQ(levels["L1"].get<double>(), 310);   // median of the two points in L1, copy ignored
+  EXPECT_DOUBLE_EQ(levels["L2"].get<double>(), 190);
+  EXPECT_DOUBLE_EQ(levels["L3"].get<double>(), 90);   // 16 MiB is past half the L3: neither L3 nor DRAM
+  EXPECT_DOUBLE_EQ(levels["DRAM"].get<double>(), 21);
+  // Unknown cache sizes: nothing can be placed.
+  EXPECT_TRUE(bench::bandwidth_levels(points, 0, 0, 0, 1).empty());
+}
+
+}  // namespace
+}  // namespace dlperf::test

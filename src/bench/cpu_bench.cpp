@@ -163,6 +163,25 @@ FlopsResult fma_peak(const Options& o) {
   return r;
 }
 
+nlohmann::json bandwidth_levels(const std::vector<MemoryPoint>& points, int64_t l1, int64_t l2, int64_t l3, int threads) {
+  nlohmann::json out = nlohmann::json::object();
+  if (l1 <= 0 || l2 <= 0 || l3 <= 0) return out;  // cache sizes unknown: no level can be told apart
+  const double t = double(threads);
+  const std::pair<const char*, std::pair<double, double>> levels[] = {
+      {"L1", {0, 0.5 * double(l1) * t}},
+      {"L2", {double(l1) * t, 0.5 * double(l2) * t}},
+      {"L3", {double(l2) * t, 0.5 * double(l3)}},
+      {"DRAM", {4.0 * double(l3), 1e18}}};
+  for (const auto& [name, range] : levels) {
+    std::vector<double> v;
+    for (const auto& p : points)
+      if (p.kernel == "triad" && double(p.working_set) > range.first && double(p.working_set) <= range.second)
+        v.push_back(p.gbps.median);
+    if (!v.empty()) out[name] = spread_of(v).median;
+  }
+  return out;
+}
+
 nlohmann::json to_json(const MemoryPoint& p) {
   return {{"kernel", p.kernel}, {"working_set_bytes", p.working_set}, {"gbps_median", p.gbps.median},
           {"gbps_min", p.gbps.min}, {"gbps_max", p.gbps.max}, {"repeats", p.repeats}};

@@ -48,6 +48,15 @@ struct FlopsResult {
 };
 FlopsResult fma_peak(const Options& o);
 
+/// Bandwidth plateau of each memory level: the median triad GB/s of working sets that fit well
+/// inside the level (at most half of it, counting one private L1/L2 per thread) and exceed the
+/// level below; DRAM is every working set of at least 4x the L3. Levels without points are left
+/// out, and all of them when the cache sizes are unknown (0).
+nlohmann::json bandwidth_levels(const std::vector<MemoryPoint>& points, int64_t l1, int64_t l2, int64_t l3, int threads);
+
+/// Where `dlperf bench all` leaves the measured ceilings, and `train --layer-times` finds them.
+inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
+
 nlohmann::json to_json(const MemoryPoint& p);
 nlohmann::json to_json(const FlopsResult& r);
 

@@ -71,12 +71,13 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
   return rows;
 }
 
-nlohmann::json run_memory(const bench::Options& o) {
+nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int threads, nlohmann::json& levels) {
   std::printf("Memory bandwidth (STREAM byte counts; median of repeats, min-max in brackets):\n");
   const auto points = bench::memory_bandwidth(o);
   report::Table t({"working set", "copy GB/s", "triad GB/s"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : points) rows.push_back(bench::to_json(p));
+  levels = bench::bandwidth_levels(points, cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
   // The same sizes come for each kernel, copy first.
   const size_t half = points.size() / 2;
   auto cell = [](const bench::MemoryPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.gbps.median, p.gbps.min, p.gbps.max); };
@@ -125,7 +126,8 @@ void add_bench(CLI::App& app, const Command& self) {
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
     std::printf("dlperf bench on %s (%d threads, %s)\n\n", cpu.model.c_str(), threads, cpu.isa.c_str());
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
-    if (args->what == "memory" || args->what == "all") out["memory"] = run_memory(args->opt);
+    nlohmann::json levels;
+    if (args->what == "memory" || args->what == "all") out["memory"] = run_memory(args->opt, cpu, threads, levels);
     // GEMM and conv are read against the measured FMA peak when it was measured in this run.
     double peak = cpu.peak_gflops() * double(threads) / double(cpu.cores);
     if (args->what == "flops" || args->what == "all") {
@@ -136,6 +138,20 @@ void add_bench(CLI::App& app, const Command& self) {
     if (args->what == "conv" || args->what == "all") out["conv"] = run_conv(*args, peak);
     if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' uses the measured one)\n", peak);
+    if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
+      nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
+                                {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
+                                {"quick", args->opt.quick}, {"source", "dlperf bench all"}};
+      std::error_code ec;
+      std::filesystem::create_directories("runs", ec);
+      std::ofstream(std::string(bench::kMachineProfile) + ".tmp") << profile.dump(2) << "\n";
+      std::filesystem::rename(std::string(bench::kMachineProfile) + ".tmp", bench::kMachineProfile, ec);
+      check(!ec, std::string("cannot write ") + bench::kMachineProfile);
+      std::printf("\nbandwidth plateaus (triad):");
+      for (const char* level : {"L1", "L2", "L3", "DRAM"})
+        if (levels.contains(level)) std::printf(" %s %.0f GB/s", level, levels[level].get<double>());
+      std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
+    }
     const std::string path = args->json_path.empty() ? default_json_path() : args->json_path;
     std::error_code ec;
     if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);

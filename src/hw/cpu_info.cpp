@@ -56,6 +56,9 @@ CpuInfo cpu_info() {
     if (level.empty()) break;
     if (type == "Instruction") continue;
     c.caches += fmt::format("{}L{}{} {}", c.caches.empty() ? "" : ", ", level, type == "Data" ? "d" : "", size);
+    // sysfs sizes read like "32K" or "32768K"
+    const int64_t bytes = std::atoll(size.c_str()) * (size.back() == 'M' ? 1 << 20 : size.back() == 'K' ? 1 << 10 : 1);
+    (level == "1" ? c.l1d_bytes : level == "2" ? c.l2_bytes : c.l3_bytes) = bytes;
   }
   std::ifstream mi("/proc/meminfo");
   std::string k;
@@ -68,7 +71,8 @@ nlohmann::json to_json(const CpuInfo& c) {
   return {{"model", c.model},       {"cores", c.cores},         {"ghz", c.ghz},
           {"isa", c.isa},           {"avx512_bf16", c.avx512_bf16},
           {"fma_units_per_core", c.fma_units}, {"f32_lanes", c.lanes_f32},
-          {"peak_gflops_f32", c.peak_gflops()}, {"caches", c.caches}, {"memory_gb", c.memory_gb}};
+          {"peak_gflops_f32", c.peak_gflops()}, {"caches", c.caches}, {"l1d_bytes", c.l1d_bytes}, {"l2_bytes", c.l2_bytes},
+          {"l3_bytes", c.l3_bytes}, {"memory_gb", c.memory_gb}};
 }
 
 nlohmann::json machine_json() {

@@ -17,6 +17,7 @@ struct CpuInfo {
   int lanes_f32 = 4;    ///< f32 lanes of the widest vector unit used for FMA
   std::string isa;      ///< "avx2+fma", "avx512", ...
   std::string caches;   ///< "L1d 32K, L2 512K, L3 32M"
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  ///< one instance of each level
   double memory_gb = 0;
   /// fp32 peak of the cores this process may use, in GFLOP/s.
   double peak_gflops() const { return cores * fma_units * lanes_f32 * 2.0 * ghz; }
