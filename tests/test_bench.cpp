@@ -116,3 +116,48 @@ TEST(Bench, BandwidthLevelsTakeThePlateauOfEachCache) {
 
 }  // namespace
 }  // namespace dlperf::test
+
+#include <filesystem>
+#include <fstream>
+
+#include "bench/roofline.h"
+#include "report/plot.h"
+#include "test_util.h"
+
+namespace dlperf::test {
+namespace {
+
+TEST(Roofline, PointsRoofsAndFiles) {
+  const nlohmann::json layer_times = {
+      {{"layer", "conv1"}, {"forward_flops", 2e9}, {"forward_bytes", 1e7}, {"forward_s", 0.02},
+       {"backward_flops", 4e9}, {"backward_bytes", 2e7}, {"backward_s", 0.05}},
+      {{"layer", "flatten"}, {"forward_flops", 0.0}, {"forward_bytes", 0.0}, {"forward_s", 0.001},
+       {"backward_flops", 0.0}, {"backward_bytes", 0.0}, {"backward_s", 0.001}}};
+  const auto points = bench::roofline_points(layer_times);
+  ASSERT_EQ(points.size(), 2u);  // flatten does no arithmetic: left out
+  EXPECT_DOUBLE_EQ(points[0].intensity(), 200.0);
+  EXPECT_DOUBLE_EQ(points[0].gflops(), 100.0);
+  EXPECT_EQ(points[1].pass, "backward");
+  EXPECT_DOUBLE_EQ(bench::roof(200, 150, 20), 150);  // compute-bound
+  EXPECT_DOUBLE_EQ(bench::roof(2, 150, 20), 40);     // memory-bound
+  TempDir t;
+  const std::string stem = (t.path / "roof").string();
+  const bool draw = report::gnuplot_available();
+  const auto files = bench::write_roofline(points, 150, {{"L1", 200.0}, {"DRAM", 20.0}}, stem, "test", draw);
+  EXPECT_EQ(files.size(), draw ? 3u : 2u);
+  std::ifstream csv(stem + ".csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_EQ(header, "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops");
+  if (draw) {  // a valid PNG: the 8-byte signature
+    std::ifstream png(stem + ".png", std::ios::binary);
+    char sig[8] = {};
+    png.read(sig, 8);
+    EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+    EXPECT_GT(std::filesystem::file_size(stem + ".png"), 1000u);
+  }
+  EXPECT_THROW(bench::write_roofline({}, 150, {}, stem, "t", false), Error);
+}
+
+}  // namespace
+}  // namespace dlperf::test

@@ -8,6 +8,9 @@
 
 #include "bench/cpu_bench.h"
 #include "bench/ops_bench.h"
+#include "bench/roofline.h"
+#include "report/plot.h"
+#include "train/trainer.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -25,7 +28,59 @@ struct BenchArgs {
   std::string models = "small,medium,large,resnet18";
   std::string input = "3x32x32";
   int64_t batch = 64;
+  std::string model = "medium";  ///< roofline
+  std::string data = "fashion-mnist";
+  int64_t steps = 30;
 };
+
+// The roofline of one model's training step, against the ceilings in the machine profile when it
+// fits this CPU and thread count, else measured now in quick mode.
+nlohmann::json run_roofline(const BenchArgs& a, const hw::CpuInfo& cpu, int threads) {
+  check(a.steps >= 3 && a.steps <= 100000, "--steps must be between 3 and 100000");
+  double peak = 0;
+  nlohmann::json levels;
+  if (std::ifstream f(bench::kMachineProfile); f) {
+    try {
+      const auto p = nlohmann::json::parse(f);
+      if (p.value("cpu", "") == cpu.model && p.value("threads", 0) == threads) peak = p["f32_gflops"], levels = p["bandwidth_gbps"];
+    } catch (const std::exception&) {
+    }
+  }
+  if (peak == 0) {
+    std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
+    bench::Options q = a.opt;
+    q.quick = true;
+    peak = bench::fma_peak(q).gflops.median;
+    levels = bench::bandwidth_levels(bench::memory_bandwidth(q), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
+  }
+  train::TrainConfig tc;
+  tc.model = a.model, tc.data = a.data, tc.batch = a.batch, tc.epochs = 1, tc.threads = a.opt.threads;
+  tc.train_limit = a.batch * a.steps, tc.test_limit = a.batch, tc.layer_times = true, tc.quiet = true, tc.runs_dir = "";
+  std::printf("timing %lld training steps of %s at batch %lld on %s...\n", (long long)a.steps, a.model.c_str(),
+              (long long)a.batch, a.data.c_str());
+  const auto result = train::train(tc);
+  const auto points = bench::roofline_points(result.record["layer_times"]);
+  const bool draw = report::gnuplot_available();
+  if (!draw) std::printf("gnuplot (with pngcairo) is not installed: writing the data and script only (apt-get install gnuplot-nox)\n");
+  std::error_code ec;
+  std::filesystem::create_directories("runs", ec);
+  const std::string stem = fmt::format("runs/roofline-{}-b{}", result.record["model"]["name"].get<std::string>(), a.batch);
+  const auto files = bench::write_roofline(points, peak, levels,
+                                           stem, fmt::format("{} at batch {} on {} ({} threads)",
+                                                             result.record["model"]["name"].get<std::string>(), a.batch, cpu.model, threads),
+                                           draw);
+  report::Table t({"layer", "pass", "FLOP/byte", "GFLOP/s", "roof (DRAM)", "of roof"});
+  const double dram = levels.value("DRAM", 0.0);
+  for (const auto& p : points) {
+    const double r = dram > 0 ? bench::roof(p.intensity(), peak, dram) : peak;
+    t.add({p.layer, p.pass, fmt::format("{:.2f}", p.intensity()), fmt::format("{:.1f}", p.gflops()),
+           fmt::format("{:.1f}", r), fmt::format("{:.0f}%", 100 * p.gflops() / r)});
+  }
+  std::printf("\nRoofline (peak %.1f GFLOP/s):\n", peak);
+  t.print();
+  for (const auto& f : files) std::printf("wrote %s\n", f.c_str());
+  return {{"peak_gflops", peak}, {"bandwidth_gbps", levels}, {"files", files}};
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -112,8 +167,11 @@ std::string default_json_path() {
 void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
-  c->add_option("what", args->what, "memory | flops | gemm | conv | all (GPU copies, launch and all-reduce are not measured yet)")
-      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "all"}));
+  c->add_option("what", args->what, "memory | flops | gemm | conv | roofline | all (roofline is not part of all; GPU copies, launch and all-reduce are not measured yet)")
+      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "roofline", "all"}));
+  c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
+  c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
+  c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str();
   c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time")->capture_default_str();
   c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
   c->add_option("--batch-size,-b", args->batch, "conv: batch size")->capture_default_str();
@@ -138,6 +196,7 @@ void add_bench(CLI::App& app, const Command& self) {
     if (args->what == "conv" || args->what == "all") out["conv"] = run_conv(*args, peak);
     if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' uses the measured one)\n", peak);
+    if (args->what == "roofline") out["roofline"] = run_roofline(*args, cpu, threads);
     if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},

@@ -184,7 +184,8 @@ double measured_peak(const hw::CpuInfo& cpu, int threads) {
   return 0;
 }
 
-void print_layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, json& record) {
+// Records per-layer times and efficiencies in the run record; prints them when `say`.
+void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, json& record, bool say) {
   int64_t steps = 0;
   for (const auto& x : net.node_times()) steps = std::max(steps, x.backward_calls);
   report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd GFLOP/s", "bwd GFLOP/s", "% of peak"});
@@ -208,9 +209,14 @@ void print_layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int thre
            fmt::format("{:.1f}", fg), fmt::format("{:.1f}", bg), fmt::format("{:.1f}%", 100 * all / peak)});
     best = std::max(best, 100 * all / peak);
     rows.push_back({{"layer", name}, {"op", ops::to_string(n.kind)}, {"forward_s", fwd}, {"backward_s", bwd},
-                    {"forward_flops", ff}, {"backward_flops", bf}, {"forward_gflops", fg}, {"backward_gflops", bg},
+                    {"forward_flops", ff}, {"backward_flops", bf}, {"forward_bytes", n.cost.forward.bytes},
+                    {"backward_bytes", n.cost.total_backward().bytes}, {"forward_gflops", fg}, {"backward_gflops", bg},
                     {"percent_of_peak", 100 * all / peak}});
   }
+  record["layer_times"] = rows;
+  record["layer_times_peak_gflops"] = peak;
+  record["layer_times_peak_source"] = measured > 0 ? "measured" : "counted";
+  if (!say) return;
   if (measured > 0)
     std::printf("\nPer-layer time per training step (%lld steps timed), against the FMA peak of %.1f GFLOP/s\n"
                 "measured by 'dlperf bench all' (%s):\n", (long long)steps, peak, bench::kMachineProfile);
@@ -219,12 +225,9 @@ void print_layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int thre
                 "(%d threads x %d FMA units x %d f32 lanes x 2 flops x %.2f GHz, the clock the OS reports):\n",
                 (long long)steps, peak, threads, cpu.fma_units, cpu.lanes_f32, cpu.ghz);
   t.print();
-  record["layer_times_peak_gflops"] = peak;
-  record["layer_times_peak_source"] = measured > 0 ? "measured" : "counted";
   if (best > 100 && measured == 0)
     std::printf("Above 100%%: the cores run faster than the %.2f GHz the OS reports (boost clocks), so that\n"
                 "peak understates the real one; 'dlperf bench flops' measures it.\n", cpu.ghz);
-  record["layer_times"] = rows;
 }
 
 }  // namespace
@@ -502,7 +505,7 @@ TrainResult train(const TrainConfig& cfg) {
                 100 * s["final_test_acc"].get<double>(), format_bytes(s["peak_bytes"]).c_str(),
                 format_bytes(s["max_rss_bytes"]).c_str());
   }
-  if (cfg.layer_times && say) print_layer_times(run.net, cpu, threads, result.record);
+  if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}.json", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
