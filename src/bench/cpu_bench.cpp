@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -180,6 +181,18 @@ nlohmann::json bandwidth_levels(const std::vector<MemoryPoint>& points, int64_t 
     if (!v.empty()) out[name] = spread_of(v).median;
   }
   return out;
+}
+
+Ceilings load_ceilings(const std::string& cpu_model, int threads) {
+  std::ifstream f(kMachineProfile);
+  if (!f) return {};
+  try {
+    const auto p = nlohmann::json::parse(f);
+    if (p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
+      return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object())};
+  } catch (const std::exception&) {  // a damaged profile counts as none
+  }
+  return {};
 }
 
 nlohmann::json to_json(const MemoryPoint& p) {

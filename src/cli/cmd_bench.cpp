@@ -37,15 +37,9 @@ struct BenchArgs {
 // fits this CPU and thread count, else measured now in quick mode.
 nlohmann::json run_roofline(const BenchArgs& a, const hw::CpuInfo& cpu, int threads) {
   check(a.steps >= 3 && a.steps <= 100000, "--steps must be between 3 and 100000");
-  double peak = 0;
-  nlohmann::json levels;
-  if (std::ifstream f(bench::kMachineProfile); f) {
-    try {
-      const auto p = nlohmann::json::parse(f);
-      if (p.value("cpu", "") == cpu.model && p.value("threads", 0) == threads) peak = p["f32_gflops"], levels = p["bandwidth_gbps"];
-    } catch (const std::exception&) {
-    }
-  }
+  const bench::Ceilings known = bench::load_ceilings(cpu.model, threads);
+  double peak = known.f32_gflops;
+  nlohmann::json levels = known.bandwidth_gbps;
   if (peak == 0) {
     std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
     bench::Options q = a.opt;

@@ -172,25 +172,13 @@ std::string timestamp() {
   return buf;
 }
 
-// The fp32 peak measured by 'dlperf bench all' on this CPU with this many threads, or 0.
-double measured_peak(const hw::CpuInfo& cpu, int threads) {
-  std::ifstream f(bench::kMachineProfile);
-  if (!f) return 0;
-  try {
-    const json p = json::parse(f);
-    if (p.value("cpu", "") == cpu.model && p.value("threads", 0) == threads) return p.value("f32_gflops", 0.0);
-  } catch (const std::exception&) {  // a damaged profile is ignored: the counted peak is used
-  }
-  return 0;
-}
-
 // Records per-layer times and efficiencies in the run record; prints them when `say`.
 void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, json& record, bool say) {
   int64_t steps = 0;
   for (const auto& x : net.node_times()) steps = std::max(steps, x.backward_calls);
   report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd GFLOP/s", "bwd GFLOP/s", "% of peak"});
   const double counted = cpu.peak_gflops() * double(threads) / double(cpu.cores);
-  const double measured = measured_peak(cpu, threads);
+  const double measured = bench::load_ceilings(cpu.model, threads).f32_gflops;
   const double peak = measured > 0 ? measured : counted;
   json rows = json::array();
   const auto& g = net.graph();
