@@ -161,3 +161,47 @@ TEST(Roofline, PointsRoofsAndFiles) {
 
 }  // namespace
 }  // namespace dlperf::test
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "bench/collective.h"
+
+namespace dlperf::test {
+namespace {
+
+TEST(Collective, BusBandwidthFollowsNcclTests) {
+  EXPECT_DOUBLE_EQ(bench::algbw_gbps(2e9, 0.5), 4.0);
+  EXPECT_DOUBLE_EQ(bench::allreduce_busbw(4.0, 2), 4.0);   // 2(n-1)/n = 1
+  EXPECT_DOUBLE_EQ(bench::allreduce_busbw(4.0, 8), 7.0);   // 2 * 7/8
+  EXPECT_DOUBLE_EQ(bench::allreduce_busbw(4.0, 1), 4.0);
+}
+
+TEST(Collective, MpiAllReduceRunsAndIsCorrect) {
+#ifndef DLPERF_ALLREDUCE_BIN
+  GTEST_SKIP() << "built without MPI";
+#else
+  if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
+  const std::string cmd = std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun ") +
+                          (::geteuid() == 0 ? "--allow-run-as-root " : "") + "--oversubscribe -np 2 " +
+                          DLPERF_ALLREDUCE_BIN + " --quick";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof buf, p)) out.append(buf, got);
+  ASSERT_EQ(::pclose(p), 0) << out;
+  const auto r = nlohmann::json::parse(out.substr(out.find('{')));
+  EXPECT_EQ(r["ranks"], 2);
+  EXPECT_TRUE(r["correct"].get<bool>());
+  for (const auto& row : r["sizes"]) {
+    EXPECT_GT(row["algbw_gbps"].get<double>(), 0);
+    EXPECT_DOUBLE_EQ(row["busbw_gbps"].get<double>(), row["algbw_gbps"].get<double>());  // 2 ranks
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace dlperf::test

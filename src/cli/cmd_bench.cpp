@@ -2,6 +2,10 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -31,7 +35,45 @@ struct BenchArgs {
   std::string model = "medium";  ///< roofline
   std::string data = "fashion-mnist";
   int64_t steps = 30;
+  int ranks = 2;  ///< allreduce
 };
+
+// All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
+// is installed) under mpirun and reads the JSON it prints.
+nlohmann::json run_allreduce(const BenchArgs& a) {
+  check(a.ranks >= 2 && a.ranks <= 256, "--ranks must be between 2 and 256");
+  const auto self = std::filesystem::read_symlink("/proc/self/exe");
+  const auto helper = self.parent_path() / "dlperf-allreduce";
+  check(std::filesystem::exists(helper), "this build has no MPI all-reduce benchmark (dlperf-allreduce)",
+        "install Open MPI (apt-get install libopenmpi-dev openmpi-bin) and build again (scripts/setup.sh)");
+  check(std::system("command -v mpirun >/dev/null 2>&1") == 0, "mpirun is not on the PATH", "apt-get install openmpi-bin");
+  // As root, Open MPI wants to be told; in containers its single-copy transport may be refused.
+  const std::string cmd = fmt::format("OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun {} --oversubscribe -np {} '{}' {}",
+                                      ::geteuid() == 0 ? "--allow-run-as-root" : "", a.ranks, helper.string(),
+                                      a.opt.quick ? "--quick" : "");
+  std::string output;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  check(p != nullptr, "cannot start mpirun");
+  char buf[4096];
+  while (size_t got = std::fread(buf, 1, sizeof buf, p)) output.append(buf, got);
+  const int rc = ::pclose(p);
+  nlohmann::json r;
+  try {
+    r = nlohmann::json::parse(output.substr(output.find('{')));
+  } catch (const std::exception&) {
+    throw Error(fmt::format("the MPI all-reduce benchmark failed (status {}): {}", rc, output.substr(0, 400)),
+                "run the command by hand to see MPI's message: " + cmd);
+  }
+  check(r.value("correct", false), "the MPI all-reduce returned wrong sums", "the MPI installation is faulty");
+  std::printf("\nAll-reduce (f32 sum) over %d MPI ranks on this machine (median; nccl-tests' algbw and busbw):\n", a.ranks);
+  report::Table t({"size", "time us", "spread us", "algbw GB/s", "busbw GB/s"});
+  for (const auto& row : r["sizes"])
+    t.add({format_bytes(row["bytes"].get<double>()), fmt::format("{:.1f}", row["time_us_median"].get<double>()),
+           fmt::format("{:.1f}-{:.1f}", row["time_us_min"].get<double>(), row["time_us_max"].get<double>()),
+           fmt::format("{:.2f}", row["algbw_gbps"].get<double>()), fmt::format("{:.2f}", row["busbw_gbps"].get<double>())});
+  t.print();
+  return r;
+}
 
 // The roofline of one model's training step, against the ceilings in the machine profile when it
 // fits this CPU and thread count, else measured now in quick mode.
@@ -161,8 +203,9 @@ std::string default_json_path() {
 void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
-  c->add_option("what", args->what, "memory | flops | gemm | conv | roofline | all (roofline is not part of all; GPU copies, launch and all-reduce are not measured yet)")
-      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "roofline", "all"}));
+  c->add_option("what", args->what, "memory | flops | gemm | conv | roofline | allreduce | all (roofline and allreduce are not part of all; GPU benchmarks are not there yet)")
+      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "roofline", "allreduce", "all"}));
+  c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str();
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
   c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
   c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str();
@@ -191,6 +234,7 @@ void add_bench(CLI::App& app, const Command& self) {
     if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' uses the measured one)\n", peak);
     if (args->what == "roofline") out["roofline"] = run_roofline(*args, cpu, threads);
+    if (args->what == "allreduce") out["allreduce"] = run_allreduce(*args);
     if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
