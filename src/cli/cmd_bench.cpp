@@ -223,16 +223,20 @@ void add_bench(CLI::App& app, const Command& self) {
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
     nlohmann::json levels;
     if (args->what == "memory" || args->what == "all") out["memory"] = run_memory(args->opt, cpu, threads, levels);
-    // GEMM and conv are read against the measured FMA peak when it was measured in this run.
-    double peak = cpu.peak_gflops() * double(threads) / double(cpu.cores);
+    // GEMM and conv are read against the measured FMA peak: of this run, else of the machine
+    // profile, else the counted one.
+    const double profiled = bench::load_ceilings(cpu.model, threads).f32_gflops;
+    double peak = profiled > 0 ? profiled : cpu.peak_gflops() * double(threads) / double(cpu.cores);
     if (args->what == "flops" || args->what == "all") {
       out["flops"] = run_flops(args->opt, cpu);
       peak = out["flops"]["gflops_median"];
     }
     if (args->what == "gemm" || args->what == "all") out["gemm"] = run_gemm(args->opt, peak);
     if (args->what == "conv" || args->what == "all") out["conv"] = run_conv(*args, peak);
-    if (args->what == "gemm" || args->what == "conv")
-      std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' uses the measured one)\n", peak);
+    if ((args->what == "gemm" || args->what == "conv") && profiled == 0)
+      std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' measures it)\n", peak);
+    else if (args->what == "gemm" || args->what == "conv")
+      std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
     if (args->what == "roofline") out["roofline"] = run_roofline(*args, cpu, threads);
     if (args->what == "allreduce") out["allreduce"] = run_allreduce(*args);
     if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
