@@ -184,9 +184,7 @@ TEST(Collective, MpiAllReduceRunsAndIsCorrect) {
   GTEST_SKIP() << "built without MPI";
 #else
   if (std::system("command -v mpirun >/dev/null 2>&1") != 0) GTEST_SKIP() << "mpirun not installed";
-  const std::string cmd = std::string("OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun ") +
-                          (::geteuid() == 0 ? "--allow-run-as-root " : "") + "--oversubscribe -np 2 " +
-                          DLPERF_ALLREDUCE_BIN + " --quick";
+  const std::string cmd = bench::mpirun_command(DLPERF_ALLREDUCE_BIN, 2, true);
   FILE* p = ::popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   std::string out;

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "bench/collective.h"
 #include "bench/cpu_bench.h"
 #include "bench/ops_bench.h"
 #include "bench/roofline.h"
@@ -47,10 +48,7 @@ nlohmann::json run_allreduce(const BenchArgs& a) {
   check(std::filesystem::exists(helper), "this build has no MPI all-reduce benchmark (dlperf-allreduce)",
         "install Open MPI (apt-get install libopenmpi-dev openmpi-bin) and build again (scripts/setup.sh)");
   check(std::system("command -v mpirun >/dev/null 2>&1") == 0, "mpirun is not on the PATH", "apt-get install openmpi-bin");
-  // As root, Open MPI wants to be told; in containers its single-copy transport may be refused.
-  const std::string cmd = fmt::format("OMPI_MCA_btl_vader_single_copy_mechanism=none mpirun {} --oversubscribe -np {} '{}' {}",
-                                      ::geteuid() == 0 ? "--allow-run-as-root" : "", a.ranks, helper.string(),
-                                      a.opt.quick ? "--quick" : "");
+  const std::string cmd = bench::mpirun_command(helper.string(), a.ranks, a.opt.quick);
   std::string output;
   FILE* p = ::popen(cmd.c_str(), "r");
   check(p != nullptr, "cannot start mpirun");
