@@ -67,13 +67,15 @@ uint64_t g_dropout_step = 0;
 class Dropout final : public Op {
  public:
   Dropout(const ops::OpAttrs& a, const md& src, uint64_t seed)
-      : src_(src), p_(float(a.p)), seed_(seed), mask_(floats_in(src)) {}
+      : src_(src), p_(float(a.p)), seed_(seed), n_(int64_t(floats_in(src))),
+        mask_(make_buffer(size_t(n_), MemCategory::activations)) {}
   md input_md(int) const override { return src_; }
   md output_md() const override { return src_; }
   void forward(const std::vector<memory>& in, const memory& out, bool training) override {
     const auto* x = static_cast<const float*>(in[0].get_data_handle());
     auto* y = static_cast<float*>(out.get_data_handle());
-    const int64_t n = int64_t(mask_.size());
+    const int64_t n = n_;
+    uint8_t* mask = static_cast<uint8_t*>(mask_->data());
     if (!training || p_ == 0.f) {
       std::copy_n(x, n, y);
       return;
@@ -83,7 +85,7 @@ class Dropout final : public Op {
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; ++i) {
       const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p_;
-      mask_[size_t(i)] = keep;
+      mask[i] = keep;
       y[i] = keep ? x[i] * scale : 0.f;
     }
   }
@@ -92,16 +94,18 @@ class Dropout final : public Op {
     const auto* dy = static_cast<const float*>(diff_out.get_data_handle());
     auto* dx = static_cast<float*>(diff_in[0].get_data_handle());
     const float scale = p_ == 0.f ? 1.f : 1.0f / (1.0f - p_);
-    const int64_t n = int64_t(mask_.size());
+    const int64_t n = n_;
+    const uint8_t* mask = static_cast<const uint8_t*>(mask_->data());
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; ++i) dx[i] = mask_[size_t(i)] ? dy[i] * scale : 0.f;
+    for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : 0.f;
   }
 
  private:
   md src_;
   float p_;
   uint64_t seed_;
-  std::vector<uint8_t> mask_;
+  int64_t n_;
+  BufferPtr mask_;  // kept for backward: counted as activations
 };
 
 // Flatten is where blocked activations meet dense layers: reorder to plain NCHW and view the

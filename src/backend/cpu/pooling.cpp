@@ -169,7 +169,7 @@ class MaxPool final : public Op {
     dst_ = md(to_dnnl(y), dt::f32, in.V == 8 && in.sb != 0 ? tag::nChw8c : tag::nhwc);
     g_ = {x[2], x[3], y[2], y[3], a.kernel, a.stride, a.padding, in, {}};
     ChannelVectors::of(dst_, y, g_.out);
-    argmax_.resize(dst_.get_size() / sizeof(float));
+    argmax_ = make_buffer(dst_.get_size() / sizeof(float), MemCategory::activations);
     for (int64_t r = 0; r < a.kernel; ++r)
       for (int64_t t = 0; t < a.kernel; ++t) offset_.push_back(r * in.sh + t * in.sw);
   }
@@ -180,7 +180,7 @@ class MaxPool final : public Op {
     const float* x = static_cast<const float*>(in[0].get_data_handle());
     float* y = static_cast<float*>(out.get_data_handle());
     const PoolGeometry g = g_;
-    uint8_t* am = argmax_.data();
+    uint8_t* am = static_cast<uint8_t*>(argmax_->data());
     const int64_t blocks = g.in.blocks, planes = n_ * blocks;
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < planes; ++i) max_forward_plane(x, y, am, g, i / blocks, i % blocks);
@@ -191,7 +191,7 @@ class MaxPool final : public Op {
     const float* dy = static_cast<const float*>(diff_out.get_data_handle());
     float* dx = static_cast<float*>(diff_in[0].get_data_handle());
     const PoolGeometry g = g_;
-    const uint8_t* am = argmax_.data();
+    const uint8_t* am = static_cast<const uint8_t*>(argmax_->data());
     const int64_t* off = offset_.data();
     const int64_t blocks = g.in.blocks, planes = n_ * blocks;
     // Parallel over (image, channel block) planes only: overlapping windows of one plane add
@@ -204,7 +204,7 @@ class MaxPool final : public Op {
   md src_, dst_;
   int64_t n_;
   PoolGeometry g_;
-  std::vector<uint8_t> argmax_;
+  BufferPtr argmax_;  // kept for backward: counted as activations
   std::vector<int64_t> offset_;
 };
 }  // namespace
