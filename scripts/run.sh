@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: set up, build, then train the default model on Fashion-MNIST.
+# The main job: set up, build, then run the training lab (dlperf lab; arguments pass through).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec build/dlperf train "$@"
+exec build/dlperf lab "$@"

@@ -42,7 +42,9 @@ TEST_P(Conv2dTest, MatchesReferenceForwardAndBackward) {
   EXPECT_LT(rel_err(r.y, y), kF32Tol);
   EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
   EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
-  if (a.bias) EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
+  if (a.bias) {
+    EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Conv2dTest,

@@ -20,7 +20,8 @@ TEST(Presets, ResolveForBothShapesWithTheDocumentedSizes) {
       {"small", {0.025e6, 0.04e6}},
       {"medium", {0.35e6, 0.45e6}},
       {"large", {6.4e6, 7.0e6}},
-      {"resnet18", {11.1e6, 11.25e6}}};
+      {"resnet18", {11.1e6, 11.25e6}},
+      {"mlp", {0.19e6, 0.2e6}}};
   for (const auto& name : nn::preset_names()) {
     const auto spec = nn::load_model(name);
     const auto g32 = nn::build_graph(spec, {3, 32, 32}, 10, 4);

@@ -14,6 +14,7 @@
 namespace {
 const dlperf::cli::Command kCommands[] = {
     {"help", "list the commands", nullptr},
+    {"lab", "the training lab: device, batch size, model size, loader workers and precision, with a report", dlperf::cli::add_lab},
     {"train", "train a model on a dataset and report time, throughput, memory and accuracy", dlperf::cli::add_train},
     {"models", "list the preset models, or show one layer by layer", dlperf::cli::add_models},
     {"bench", "measure the CPU: memory bandwidth per cache level, FMA peak, GEMM and the presets' convolutions", dlperf::cli::add_bench},

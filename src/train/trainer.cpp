@@ -431,7 +431,9 @@ struct Run {
 std::string write_record(const json& record, const std::string& dir, const std::string& name) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  const std::string path = (fs::path(dir) / name).string();
+  // Runs finishing within the same second (the lab's short runs) each keep their own record.
+  std::string path = (fs::path(dir) / (name + ".json")).string();
+  for (int i = 2; fs::exists(path); ++i) path = (fs::path(dir) / fmt::format("{}-{}.json", name, i)).string();
   std::ofstream out(path);
   out << record.dump(2) << "\n";
   check(bool(out), fmt::format("could not write the run record {}", path), "check --runs-dir");
@@ -473,7 +475,7 @@ TrainResult train(const TrainConfig& cfg) {
   }
 
   run.net.set_timing(cfg.layer_times);
-  const bool bar = cfg.progress && say && isatty(STDERR_FILENO);
+  const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
     HostAllocator::instance().reset_peaks();
@@ -496,7 +498,7 @@ TrainResult train(const TrainConfig& cfg) {
   if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
-                                      fmt::format("{}-train-{}-{}-b{}.json", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
+                                      fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
   for (auto& [name, v] : snapshot(run.net, nullptr)) result.weights.insert(result.weights.end(), v.begin(), v.end());

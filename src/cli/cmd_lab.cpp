@@ -1,0 +1,29 @@
+// dlperf lab [device|batch|model|workers|precision ...]: flags map onto lab::LabConfig.
+#include "cli/commands.h"
+#include "lab/lab.h"
+
+namespace dlperf::cli {
+
+void add_lab(CLI::App& app, const Command& self) {
+  auto cfg = std::make_shared<lab::LabConfig>();
+  auto* c = app.add_subcommand(self.name, self.summary);
+  c->add_option("experiments", cfg->experiments, "which experiments to run (default: all): device batch model workers precision")
+      ->check(CLI::IsMember(lab::experiment_names()));
+  auto quick_flag = std::make_shared<bool>(false);  // the default; the flag is there to say so
+  auto* quick = c->add_flag("--quick", *quick_flag, "a subset (20,000 training images) and 1 epoch per run: minutes on 2 CPU cores (the default without a GPU)");
+  c->add_flag("--full", cfg->full, "the whole dataset, 5 epochs per run")->excludes(quick);
+  c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
+  c->add_option("--out,-o", cfg->out, "the report folder (README.md, CSV, JSON, plots, run records)")->capture_default_str();
+  c->add_option("--model,-m", cfg->base_model, "the model of the device, batch, workers and precision experiments")->capture_default_str();
+  c->add_option("--models", cfg->models, "the model experiment's models")->delimiter(',')->capture_default_str();
+  c->add_option("--batches", cfg->batches, "the batch experiment's batch sizes")->delimiter(',')->capture_default_str();
+  c->add_option("--epochs,-e", cfg->epochs, "epochs per run (default: 1 with --quick, 5 with --full)");
+  c->add_option("--train-limit", cfg->train_limit, "training images per run (default: 20000 with --quick, all with --full)");
+  c->add_option("--test-limit", cfg->test_limit, "test images per run (default: 5000 with --quick, all with --full)");
+  c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)");
+  c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str();
+  c->add_flag("!--no-progress", cfg->progress, "no progress bar");
+  c->callback([cfg, quick_flag] { lab::run_lab(*cfg); });
+}
+
+}  // namespace dlperf::cli

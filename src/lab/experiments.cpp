@@ -1,0 +1,349 @@
+// The five lab experiments: which training runs each makes, and the row each run becomes.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+#include "core/timer.h"
+#include "hw/cpu_info.h"
+#include "lab/lab.h"
+#include "report/table.h"
+#include "train/trainer.h"
+
+namespace dlperf::lab {
+
+using nlohmann::json;
+
+std::vector<json> Experiment::measured() const {
+  std::vector<json> out;
+  for (const auto& r : rows)
+    if (r.value("status", "") == "measured") out.push_back(r);
+  return out;
+}
+
+std::vector<int> worker_counts(int cores, int max_workers) {
+  const int bound = max_workers > 0 ? max_workers : std::max(cores, 1);
+  std::vector<int> w;
+  for (int n : {0, 2, 4, 8})
+    if (n <= bound) w.push_back(n);
+  if (w.size() < 3 && bound >= 1) w.insert(w.begin() + 1, 1);  // 0, 1, 2 on two cores
+  return w;
+}
+
+namespace {
+
+// Why there are no GPU rows: the build, or the machine.
+std::string gpu_missing_reason() {
+  if (::access("/dev/nvidia0", F_OK) != 0) return "no NVIDIA GPU on this machine (no /dev/nvidia0)";
+  return "this dlperf build trains on the CPU only; the GPU here is not used until the CUDA backend is built";
+}
+
+// Why a precision cannot train on this CPU, or "" when it can.
+std::string cpu_precision_refusal(const std::string& p, const hw::CpuInfo& cpu) {
+  if (p == "fp32") return "";
+  if (p == "tf32") return "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); CPUs have none";
+  if (p == "bf16")
+    return cpu.avx512_bf16 ? "this CPU has AVX512-BF16, but dlperf's CPU engine trains in fp32 only so far"
+                           : fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
+  return "fp16 training needs a GPU: x86 CPUs have no fp16 FMA before AVX512-FP16, and dlperf's CPU engine has no fp16 path";
+}
+
+// Runs training configurations, once each: experiments share runs with identical settings (the
+// base run is the batch-64 row, the fp32 row and a workers row), so the lab does not repeat them.
+class Runner {
+ public:
+  Runner(const LabConfig& lab, bool quick) : lab_(lab), start_(now_s()) {
+    base_.model = lab.base_model;
+    base_.data = lab.data;
+    base_.epochs = lab.epochs > 0 ? lab.epochs : quick ? 1 : 5;
+    base_.batch = lab.base_batch;
+    base_.lr = lab.base_lr;
+    base_.seed = lab.seed;
+    base_.train_limit = lab.train_limit >= 0 ? lab.train_limit : quick ? 20000 : 0;
+    base_.test_limit = lab.test_limit >= 0 ? lab.test_limit : quick ? 5000 : 0;
+    base_.runs_dir = lab.out + "/runs";
+    base_.quiet = true;
+    base_.progress = lab.progress && !lab.quiet;
+  }
+
+  /// A few steps of the base model before anything is timed, so the first measured run does
+  /// not pay the process's one-off costs (page faults, thread start-up, kernel generation).
+  void warm_up() {
+    train::TrainConfig c = base_;
+    c.train_limit = c.test_limit = 4 * c.batch;
+    c.epochs = 1;
+    c.runs_dir.clear();
+    c.progress = false;
+    try {
+      train::train(c);
+    } catch (const Error&) {
+      // The measured runs report any problem with their own configuration.
+    }
+  }
+  const train::TrainConfig& base() const { return base_; }
+
+  struct Outcome {
+    bool ok = false;
+    std::string error;  ///< when !ok: the trainer's message (divergence, out of memory, ...)
+    json record;
+  };
+
+  /// Runs the base configuration twice: the first becomes the shared base run, the second
+  /// measures how much identical runs differ on this machine. Returns that difference in %.
+  double measure_noise() {
+    const std::string what = fmt::format("{} at batch {}", base_.model, base_.batch);
+    const Outcome& a = run("base", what, base_);
+    train::TrainConfig again = base_;
+    again.runs_dir.clear();  // not a row of any experiment
+    const Outcome b = execute("base", what + " again, for the run-to-run noise", again);
+    if (!a.ok || !b.ok) return 0;
+    const double x = a.record["summary"]["images_per_s"], y = b.record["summary"]["images_per_s"];
+    return 100 * std::fabs(x - y) / std::min(x, y);
+  }
+
+  const Outcome& run(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
+    const std::string key = train::to_json(c).dump();
+    if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    return cache_.emplace(key, execute(experiment, label, c)).first->second;
+  }
+
+ private:
+  Outcome execute(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
+    if (!lab_.quiet) {
+      std::printf("  [%6.1f s] %-9s %s ... ", now_s() - start_, experiment.c_str(), label.c_str());
+      std::fflush(stdout);
+    }
+    Outcome o;
+    try {
+      train::TrainResult r = train::train(c);
+      o.record = std::move(r.record);
+      o.record["record_path"] = r.record_path;
+      o.ok = o.record.contains("summary");
+    } catch (const Error& e) {
+      o.error = e.what();
+    }
+    if (!lab_.quiet) {
+      if (o.ok)
+        std::printf("%.1f s, %.0f img/s, test acc %.2f%%\n", o.record["summary"]["train_s"].get<double>(),
+                    o.record["summary"]["images_per_s"].get<double>(), 100 * o.record["summary"]["final_test_acc"].get<double>());
+      else
+        std::printf("failed: %s\n", o.error.c_str());
+      std::fflush(stdout);
+    }
+    return o;
+  }
+
+  const LabConfig& lab_;
+  train::TrainConfig base_;
+  double start_;
+  std::map<std::string, Outcome> cache_;
+};
+
+// The measurements every experiment reports, from a run record.
+json measured_row(const json& rec) {
+  const json& s = rec.at("summary");
+  double train_s = 0, eval_s = 0, compute_s = 0;
+  for (const auto& e : rec.at("epochs")) {
+    train_s += e.at("train_s").get<double>();
+    eval_s += e.at("eval_s").get<double>();
+    compute_s += e.at("compute_s").get<double>();
+  }
+  const double epochs = double(rec["epochs"].size());
+  const double batch = rec["config"]["batch_size"];
+  const double steps = std::floor(rec["data"]["train_images"].get<double>() / batch) * epochs;
+  const json& m = rec.at("model");
+  const double flops_per_image = m["forward_flops_per_image"].get<double>() + m["backward_flops_per_image"].get<double>();
+  return {{"status", "measured"},
+          {"note", ""},
+          {"epoch_s", (train_s + eval_s) / epochs},
+          {"total_s", train_s + eval_s},
+          {"train_s", train_s},
+          {"images_per_s", s["images_per_s"]},
+          {"step_ms", 1e3 * train_s / std::max(steps, 1.0)},
+          {"peak_mb", s["peak_bytes"].get<double>() / 1e6},
+          {"test_acc", 100 * s["final_test_acc"].get<double>()},
+          {"data_wait_pct", 100 * s["data_wait_share"].get<double>()},
+          {"idle_pct", 100 * (1 - compute_s / train_s)},
+          {"parameters_m", m["parameters"].get<double>() / 1e6},
+          {"mflops_per_image", flops_per_image / 1e6},
+          {"achieved_gflops", flops_per_image * s["images_per_s"].get<double>() / 1e9},
+          {"epochs", rec["epochs"].size()},
+          {"train_images", rec["data"]["train_images"]},
+          {"test_images", rec["data"]["test_images"]},
+          {"record", rec.value("record_path", "")}};
+}
+
+// A row for an outcome: the measurements, or why there are none, plus the row's own keys.
+json row_of(const Runner::Outcome& o, json keys) {
+  json r = o.ok ? measured_row(o.record) : json{{"status", "diverged"}, {"note", o.error}};
+  if (!o.ok && o.error.find("diverged") == std::string::npos) r["status"] = "failed";
+  for (auto& [k, v] : keys.items()) r[k] = v;
+  return r;
+}
+
+json missing_row(const std::string& why, json keys) {
+  json r = {{"status", "missing"}, {"note", why}};
+  for (auto& [k, v] : keys.items()) r[k] = v;
+  return r;
+}
+
+Experiment device(Runner& run, const LabConfig& lab) {
+  Experiment e{"device", "Device: CPU vs GPU",
+               "How much faster does the same training run on a GPU, and when does the CPU win?", {}, {}, {}, {}};
+  e.columns = {{"device", "device", -1},        {"workload", "workload", -1},      {"batch", "batch", 0},
+               {"epoch_s", "s/epoch", 2},       {"total_s", "total s", 2},         {"images_per_s", "img/s", 0},
+               {"step_ms", "ms/step", 3},       {"speedup_vs_cpu", "speed-up", 2}, {"test_acc", "test acc %", 2}};
+  const std::string no_gpu = gpu_missing_reason();
+  struct Workload {
+    std::string model;
+    int64_t batch;
+  };
+  for (const Workload& w : {Workload{lab.base_model, lab.base_batch}, Workload{lab.tiny_model, 16}}) {
+    train::TrainConfig c = run.base();
+    c.model = w.model;
+    c.batch = w.batch;
+    if (w.model == lab.tiny_model) c.lr = lab.tiny_lr;
+    const auto& o = run.run("device", fmt::format("cpu, {} at batch {}", w.model, w.batch), c);
+    json cpu = row_of(o, {{"device", "cpu"}, {"workload", w.model}, {"batch", w.batch}});
+    if (cpu["status"] == "measured") cpu["speedup_vs_cpu"] = 1.0;
+    e.rows.push_back(cpu);
+    e.rows.push_back(missing_row(no_gpu, {{"device", "cuda"}, {"workload", w.model}, {"batch", w.batch}}));
+  }
+  return e;
+}
+
+Experiment batch(Runner& run, const LabConfig& lab) {
+  Experiment e{"batch", "Batch size",
+               "How do time, throughput, memory and accuracy change with the batch size, with and without the "
+               "linear learning-rate scaling rule?", {}, {}, {}, {}};
+  e.columns = {{"batch", "batch", 0},         {"lr_rule", "lr rule", -1},         {"lr", "lr", 4},
+               {"epoch_s", "s/epoch", 2},     {"total_s", "total s", 2},          {"images_per_s", "img/s", 0},
+               {"peak_mb", "peak MB", 1},     {"test_acc", "test acc %", 2}};
+  for (const std::string rule : {"fixed", "linear"})
+    for (int64_t b : lab.batches) {
+      train::TrainConfig c = run.base();
+      c.batch = b;
+      c.lr = rule == "fixed" ? lab.base_lr : lab.base_lr * double(b) / double(lab.base_batch);
+      const auto& o = run.run("batch", fmt::format("batch {}, lr {:g} ({})", b, c.lr, rule), c);
+      e.rows.push_back(row_of(o, {{"batch", b}, {"lr_rule", rule}, {"lr", c.lr}}));
+    }
+  return e;
+}
+
+Experiment model(Runner& run, const LabConfig& lab) {
+  Experiment e{"model", "Model size",
+               "How do time, memory and achieved FLOP/s grow with the model?", {}, {}, {}, {}};
+  e.columns = {{"model", "model", -1},          {"parameters_m", "params (M)", 3},  {"mflops_per_image", "MFLOP/img (train)", 2},
+               {"epoch_s", "s/epoch", 2},       {"images_per_s", "img/s", 0},        {"peak_mb", "peak MB", 1},
+               {"achieved_gflops", "GFLOP/s", 1}, {"test_acc", "test acc %", 2}};
+  for (const std::string& m : lab.models) {
+    train::TrainConfig c = run.base();
+    c.model = m;
+    e.rows.push_back(row_of(run.run("model", m, c), {{"model", m}}));
+  }
+  return e;
+}
+
+Experiment workers(Runner& run, const LabConfig& lab) {
+  Experiment e{"workers", "Data-loader workers",
+               "How much does loading data in parallel help, and how long does the step wait for data?", {}, {}, {}, {}};
+  e.columns = {{"workers", "workers", 0},         {"epoch_s", "s/epoch", 2},          {"images_per_s", "img/s", 0},
+               {"data_wait_pct", "data wait %", 1}, {"idle_pct", "device idle %", 1}, {"test_acc", "test acc %", 2}};
+  for (int w : worker_counts(hw::cpu_info().cores, lab.max_workers)) {
+    train::TrainConfig c = run.base();
+    c.workers = w;
+    e.rows.push_back(row_of(run.run("workers", fmt::format("{} workers", w), c), {{"workers", w}}));
+  }
+  return e;
+}
+
+Experiment precision(Runner& run, const LabConfig&) {
+  Experiment e{"precision", "Precision",
+               "What do lower-precision formats buy in time and memory, and what do they cost in accuracy?", {}, {}, {}, {}};
+  e.columns = {{"precision", "precision", -1}, {"device", "device", -1},      {"epoch_s", "s/epoch", 2},
+               {"images_per_s", "img/s", 0},   {"peak_mb", "peak MB", 1},    {"test_acc", "test acc %", 2},
+               {"loss_scale_skips", "loss-scale skips", 0}};
+  const hw::CpuInfo cpu = hw::cpu_info();
+  for (const std::string p : {"fp32", "tf32", "bf16", "fp16"}) {
+    const std::string refusal = cpu_precision_refusal(p, cpu);
+    if (!refusal.empty()) {
+      e.rows.push_back(missing_row(refusal, {{"precision", p}, {"device", "cpu"}}));
+      continue;
+    }
+    e.rows.push_back(row_of(run.run("precision", p, run.base()), {{"precision", p}, {"device", "cpu"}}));
+  }
+  return e;
+}
+
+// The "Performance Comparison" table on the console, the observations under it.
+void print_experiment(const Experiment& e) {
+  std::vector<std::string> header;
+  for (const auto& c : e.columns) header.push_back(c.header);
+  header.push_back("note");
+  report::Table t(header);
+  for (const auto& r : e.rows) {
+    std::vector<std::string> cells;
+    for (const auto& c : e.columns) {
+      const json v = r.value(c.key, json());
+      cells.push_back(v.is_null() ? "-" : v.is_string() ? v.get<std::string>()
+                                                        : fmt::format("{:.{}f}", v.get<double>(), std::max(c.decimals, 0)));
+    }
+    cells.push_back(r["status"] == "measured" ? "" : r["status"].get<std::string>() + ": " + r["note"].get<std::string>());
+    t.add(cells);
+  }
+  std::printf("\nPerformance Comparison: %s\n", e.title.c_str());
+  t.print();
+  for (const auto& o : e.observations) std::printf("  * %s\n", o.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::vector<Experiment> run_lab(const LabConfig& cfg) {
+  for (const auto& name : cfg.experiments)
+    check(std::find(experiment_names().begin(), experiment_names().end(), name) != experiment_names().end(),
+          fmt::format("there is no lab experiment '{}'", name), "choose from device, batch, model, workers, precision");
+  check(!cfg.models.empty() && !cfg.batches.empty(), "the lab needs at least one model and one batch size");
+  const bool quick = !cfg.full;
+  const double t0 = now_s();
+  Runner runner(cfg, quick);
+  const auto& b = runner.base();
+  if (!cfg.quiet)
+    std::printf("dlperf lab (%s): %s, %lld epoch%s per run, %s training images%s; report in %s\n\n",
+                quick ? "quick" : "full", cfg.data.c_str(), (long long)b.epochs, b.epochs == 1 ? "" : "s",
+                b.train_limit > 0 ? fmt::format("the first {}", b.train_limit).c_str() : "all",
+                quick ? " (--full runs the real thing)" : "", cfg.out.c_str());
+  runner.warm_up();
+  const double noise = runner.measure_noise();
+  std::vector<Experiment> exps;
+  using Fn = Experiment (*)(Runner&, const LabConfig&);
+  const std::pair<const char*, Fn> all[] = {
+      {"device", device}, {"batch", batch}, {"model", model}, {"workers", workers}, {"precision", precision}};
+  for (const auto& [name, fn] : all) {
+    if (!cfg.experiments.empty() && std::find(cfg.experiments.begin(), cfg.experiments.end(), name) == cfg.experiments.end())
+      continue;
+    exps.push_back(fn(runner, cfg));
+    for (auto& r : exps.back().rows)  // every row has every column (null = not measured)
+      for (const auto& c : exps.back().columns)
+        if (!r.contains(c.key)) r[c.key] = nullptr;
+    exps.back().noise_pct = noise;
+    exps.back().observations = observe(exps.back());
+  }
+  json machine = hw::machine_json();
+  machine["gpu"] = {{"present", false}, {"reason", gpu_missing_reason()}};
+  const double seconds = now_s() - t0;
+  write_report(exps, cfg, machine, seconds, noise);
+  if (!cfg.quiet) {
+    for (const auto& e : exps) print_experiment(e);
+    if (noise > 0)
+      std::printf("\nRun-to-run noise: two identical runs differed by %.1f%% in images/s; smaller differences above are noise.\n", noise);
+    std::printf("\nlab done in %.0f s; report: %s/README.md (CSV, JSON and plots beside it)\n", seconds, cfg.out.c_str());
+  }
+  return exps;
+}
+
+}  // namespace dlperf::lab

@@ -1,0 +1,77 @@
+// dlperf lab: the classic training-performance lab in one command. Five experiments (device,
+// batch, model, workers, precision), each a set of real training runs whose measurements land
+// in a table, a CSV, a JSON, gnuplot PNGs, and a README.md with observations drawn from the
+// numbers. Rows that cannot run here (no GPU, an unsupported precision) are kept, marked
+// missing, with the reason.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace dlperf::lab {
+
+/// One column of an experiment's table. `key` names it in the CSV and JSON (docs/lab.md lists
+/// them); `header` is the console and README heading.
+struct Column {
+  std::string key, header;
+  int decimals = 2;  ///< for numbers; -1 = text
+};
+
+/// One experiment's results: rows are JSON objects keyed by column key; a number that was not
+/// measured is null. Every row has "status" ("measured", "missing" or "diverged") and "note".
+struct Experiment {
+  std::string name, title, question;
+  std::vector<Column> columns;
+  std::vector<nlohmann::json> rows;
+  std::vector<std::string> observations;  ///< sentences computed from the rows
+  std::vector<std::string> plots;          ///< PNG paths relative to the report folder
+  /// How much two identical runs differed in images/s, in % (0 = not measured); differences
+  /// below it are noise, and the observations say so.
+  double noise_pct = 0;
+
+  std::vector<nlohmann::json> measured() const;  ///< rows whose status is "measured"
+};
+
+struct LabConfig {
+  std::vector<std::string> experiments;  ///< empty = all five
+  bool full = false;                     ///< false = --quick
+  std::string data = "fashion-mnist";
+  std::string out = "reports/lab";
+  std::string base_model = "medium";                   ///< for device, batch, workers, precision
+  std::vector<std::string> models = {"small", "medium", "large"};
+  std::string tiny_model = "mlp";                      ///< the device experiment's tiny workload
+  double tiny_lr = 0.02;                               ///< an MLP without batchnorm needs a smaller lr
+  std::vector<int64_t> batches = {16, 64, 256, 1024};
+  int64_t base_batch = 64;
+  double base_lr = 0.1;                                ///< at base_batch; the linear rule scales it
+  int64_t epochs = 0;                                  ///< 0 = 1 in --quick, 5 in --full
+  int64_t train_limit = -1, test_limit = -1;           ///< -1 = the mode's default, 0 = all
+  uint64_t seed = 42;
+  int max_workers = 0;                                 ///< 0 = bounded by the core count
+  bool progress = true;
+  bool quiet = false;                                  ///< tests
+};
+
+inline const std::vector<std::string>& experiment_names() {
+  static const std::vector<std::string> n = {"device", "batch", "model", "workers", "precision"};
+  return n;
+}
+
+/// Runs the chosen experiments and writes the report; returns the experiments.
+std::vector<Experiment> run_lab(const LabConfig& cfg);
+
+/// The observations for one experiment, from its rows only (so they follow the data).
+std::vector<std::string> observe(const Experiment& e);
+
+/// Writes <out>/<name>.csv for each experiment, <out>/lab.json, <out>/plots/*.png (when
+/// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`.
+void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlohmann::json& machine,
+                  double lab_seconds, double noise_pct);
+
+/// The worker counts the workers experiment tries on a machine with `cores` cores: 0, 2, 4, 8
+/// bounded by the core count (and 0, 1, 2 on two cores, so there is more than one to compare).
+std::vector<int> worker_counts(int cores, int max_workers);
+
+}  // namespace dlperf::lab

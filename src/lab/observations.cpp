@@ -1,0 +1,201 @@
+// Observations: sentences computed from an experiment's rows, so the report's conclusions are
+// the data's (a test changes the numbers and sees the sentences change).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "lab/lab.h"
+
+namespace dlperf::lab {
+
+using nlohmann::json;
+
+namespace {
+
+double num(const json& r, const char* key) { return r.at(key).get<double>(); }
+
+std::optional<json> find(const std::vector<json>& rows, const std::function<bool(const json&)>& pred) {
+  for (const auto& r : rows)
+    if (pred(r)) return r;
+  return std::nullopt;
+}
+
+// "fell 1.3 points", "rose 0.4 points", "stayed the same".
+std::string change(double from, double to) {
+  const double d = to - from;
+  if (std::fabs(d) < 0.05) return "stayed the same";
+  return fmt::format("{} {:.1f} point{}", d < 0 ? "fell" : "rose", std::fabs(d), std::fabs(d) >= 0.95 && std::fabs(d) < 1.05 ? "" : "s");
+}
+
+std::string megabytes(double mb) { return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : fmt::format("{:.0f} MB", mb); }
+
+std::vector<std::string> missing_notes(const Experiment& e, const char* label_key) {
+  std::vector<std::string> out;
+  for (const auto& r : e.rows)
+    if (r["status"] != "measured") {
+      std::string label = r.value(label_key, json()).is_string() ? r[label_key].get<std::string>() : r.value(label_key, json()).dump();
+      out.push_back(fmt::format("{} {}: {}", label, r["status"].get<std::string>(), r["note"].get<std::string>()));
+    }
+  return out;
+}
+
+std::vector<std::string> device(const Experiment& e) {
+  std::vector<std::string> out;
+  const auto rows = e.measured();
+  std::vector<std::string> workloads;
+  for (const auto& r : e.rows)
+    if (std::find(workloads.begin(), workloads.end(), r["workload"]) == workloads.end()) workloads.push_back(r["workload"]);
+  bool any_gpu = false;
+  for (const auto& w : workloads) {
+    auto cpu = find(rows, [&](const json& r) { return r["workload"] == w && r["device"] == "cpu"; });
+    auto gpu = find(rows, [&](const json& r) { return r["workload"] == w && r["device"] != "cpu"; });
+    if (!cpu) continue;
+    if (!gpu) {
+      out.push_back(fmt::format("{} at batch {} on the CPU: {:.2f} s per epoch, {:.0f} img/s, {:.3f} ms per step.", w,
+                                cpu->at("batch").get<int64_t>(), num(*cpu, "epoch_s"), num(*cpu, "images_per_s"), num(*cpu, "step_ms")));
+      continue;
+    }
+    any_gpu = true;
+    const double speedup = num(*cpu, "epoch_s") / num(*gpu, "epoch_s");
+    if (speedup >= 1)
+      out.push_back(fmt::format("{} at batch {}: the GPU trains {:.1f}x faster than the CPU ({:.2f} s vs {:.2f} s per epoch).", w,
+                                cpu->at("batch").get<int64_t>(), speedup, num(*gpu, "epoch_s"), num(*cpu, "epoch_s")));
+    else
+      out.push_back(fmt::format("{} at batch {}: the CPU wins, {:.1f}x faster than the GPU ({:.3f} ms vs {:.3f} ms per step): "
+                                "the step's compute is smaller than the GPU's fixed cost of launching kernels and copying each batch.",
+                                w, cpu->at("batch").get<int64_t>(), 1 / speedup, num(*cpu, "step_ms"), num(*gpu, "step_ms")));
+  }
+  if (!any_gpu)
+    for (const auto& r : e.rows)
+      if (r["device"] != "cpu" && r["status"] == "missing") {
+        out.push_back("No GPU rows: " + r["note"].get<std::string>() + ".");
+        break;
+      }
+  return out;
+}
+
+std::vector<std::string> batch(const Experiment& e) {
+  std::vector<std::string> out;
+  const auto rows = e.measured();
+  auto rule_rows = [&](const char* rule) {
+    std::vector<json> v;
+    for (const auto& r : rows)
+      if (r["lr_rule"] == rule) v.push_back(r);
+    std::sort(v.begin(), v.end(), [](const json& a, const json& b) { return a["batch"] < b["batch"]; });
+    return v;
+  };
+  const auto fixed = rule_rows("fixed"), linear = rule_rows("linear");
+  if (fixed.size() >= 2) {
+    const json &lo = fixed.front(), &hi = fixed.back();
+    const double speed = num(hi, "images_per_s") / num(lo, "images_per_s");
+    const std::string how = 100 * std::fabs(speed - 1) <= std::max(3.0, e.noise_pct)
+                                ? "about as fast as"
+                                : fmt::format("{:.1f}x {} than", speed >= 1 ? speed : 1 / speed, speed >= 1 ? "faster" : "slower");
+    out.push_back(fmt::format("Batch {} trains {} batch {} ({:.0f} vs {:.0f} img/s), and test accuracy {} "
+                              "(fixed lr {:g}: {:.2f}% vs {:.2f}%).",
+                              hi["batch"].get<int64_t>(), how, lo["batch"].get<int64_t>(), num(hi, "images_per_s"), num(lo, "images_per_s"),
+                              change(num(lo, "test_acc"), num(hi, "test_acc")), num(lo, "lr"), num(hi, "test_acc"), num(lo, "test_acc")));
+    out.push_back(fmt::format("Peak memory grows from {} at batch {} to {} at batch {}: {:.1f}x for {:.0f}x the batch.",
+                              megabytes(num(lo, "peak_mb")), lo["batch"].get<int64_t>(), megabytes(num(hi, "peak_mb")),
+                              hi["batch"].get<int64_t>(), num(hi, "peak_mb") / num(lo, "peak_mb"),
+                              num(hi, "batch") / num(lo, "batch")));
+  }
+  // The linear rule at the largest batch against the fixed lr there.
+  if (!fixed.empty()) {
+    const json& hi = fixed.back();
+    auto lin = find(linear, [&](const json& r) { return r["batch"] == hi["batch"]; });
+    if (lin && num(*lin, "lr") != num(hi, "lr"))
+      out.push_back(fmt::format("With the linear scaling rule (lr {:g} at batch {}), test accuracy {} against the fixed lr "
+                                "({:.2f}% vs {:.2f}%).",
+                                num(*lin, "lr"), hi["batch"].get<int64_t>(), change(num(hi, "test_acc"), num(*lin, "test_acc")),
+                                num(*lin, "test_acc"), num(hi, "test_acc")));
+  }
+  for (const auto& r : e.rows)
+    if (r["status"] != "measured")
+      out.push_back(fmt::format("Batch {} with the {} lr {}: {}.", r["batch"].get<int64_t>(), r["lr_rule"].get<std::string>(),
+                                r["status"].get<std::string>(), r["note"].get<std::string>()));
+  return out;
+}
+
+std::vector<std::string> model(const Experiment& e) {
+  std::vector<std::string> out;
+  auto rows = e.measured();
+  if (rows.size() < 2) return missing_notes(e, "model");
+  std::sort(rows.begin(), rows.end(), [](const json& a, const json& b) { return a["parameters_m"] < b["parameters_m"]; });
+  const json &lo = rows.front(), &hi = rows.back();
+  const std::string a = lo["model"], b = hi["model"];
+  out.push_back(fmt::format("{} has {:.0f}x the parameters and {:.1f}x the training FLOPs per image of {}, and takes {:.1f}x as "
+                            "long per epoch ({:.2f} s vs {:.2f} s).",
+                            b, num(hi, "parameters_m") / num(lo, "parameters_m"), num(hi, "mflops_per_image") / num(lo, "mflops_per_image"),
+                            a, num(hi, "epoch_s") / num(lo, "epoch_s"), num(hi, "epoch_s"), num(lo, "epoch_s")));
+  const double g_lo = num(lo, "achieved_gflops"), g_hi = num(hi, "achieved_gflops");
+  out.push_back(fmt::format("Achieved compute {} from {:.1f} GFLOP/s ({}) to {:.1f} GFLOP/s ({}){}.", g_hi >= g_lo ? "rises" : "falls",
+                            g_lo, a, g_hi, b,
+                            g_hi > 1.2 * g_lo ? ": larger layers keep the cores busier, so time grows slower than FLOPs" : ""));
+  out.push_back(fmt::format("Peak memory: {} for {}, {} for {}.", megabytes(num(lo, "peak_mb")), a, megabytes(num(hi, "peak_mb")), b));
+  const auto best = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["test_acc"] < y["test_acc"]; });
+  out.push_back(fmt::format("The best test accuracy is {}'s, {:.2f}%.", best["model"].get<std::string>(), num(best, "test_acc")));
+  for (const auto& m : missing_notes(e, "model")) out.push_back("Model " + m + ".");
+  return out;
+}
+
+std::string n_workers(const json& r) {
+  const int n = r["workers"];
+  return n == 0 ? "0 workers (loading in the training thread)" : fmt::format("{} worker{}", n, n == 1 ? "" : "s");
+}
+
+std::vector<std::string> workers(const Experiment& e) {
+  std::vector<std::string> out;
+  auto rows = e.measured();
+  if (rows.empty()) return missing_notes(e, "workers");
+  std::sort(rows.begin(), rows.end(), [](const json& a, const json& b) { return a["workers"] < b["workers"]; });
+  const json& first = rows.front();
+  const auto fastest = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["images_per_s"] < y["images_per_s"]; });
+  const auto slowest = *std::min_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["images_per_s"] < y["images_per_s"]; });
+  out.push_back(fmt::format("With {} the step waits for data {:.1f}% of the time; with {}, {:.1f}%.",
+                            n_workers(first), num(first, "data_wait_pct"), n_workers(rows.back()), num(rows.back(), "data_wait_pct")));
+  const double spread = num(fastest, "images_per_s") / num(slowest, "images_per_s");
+  const double max_wait = num(*std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) {
+    return x["data_wait_pct"] < y["data_wait_pct"]; }), "data_wait_pct");
+  if (100 * (spread - 1) <= std::max(3.0, e.noise_pct))
+    out.push_back(fmt::format("The worker count barely matters here: all within {:.1f}%{}.{}", 100 * (spread - 1),
+                              e.noise_pct > 3 ? fmt::format(", no more than the run-to-run noise ({:.1f}%)", e.noise_pct) : "",
+                              max_wait < 5 ? " Loading is cheap next to the compute, so the step is compute-bound." : ""));
+  else
+    out.push_back(fmt::format("The fastest is {} at {:.0f} img/s, {:.2f}x the slowest ({}, {:.0f} img/s).", n_workers(fastest),
+                              num(fastest, "images_per_s"), spread, n_workers(slowest), num(slowest, "images_per_s")));
+  return out;
+}
+
+std::vector<std::string> precision(const Experiment& e) {
+  std::vector<std::string> out;
+  const auto rows = e.measured();
+  auto fp32 = find(rows, [](const json& r) { return r["precision"] == "fp32"; });
+  for (const auto& r : rows) {
+    if (!fp32 || r["precision"] == "fp32") continue;
+    const double s = num(*fp32, "epoch_s") / num(r, "epoch_s");
+    out.push_back(fmt::format("{} trains {:.2f}x {} than fp32, peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%).",
+                              r["precision"].get<std::string>(), s >= 1 ? s : 1 / s, s >= 1 ? "faster" : "slower",
+                              megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
+                              change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc")));
+  }
+  if (rows.size() == 1)
+    out.push_back(fmt::format("Only {} runs here.", rows.front()["precision"].get<std::string>()));
+  for (const auto& m : missing_notes(e, "precision")) out.push_back(m + ".");
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> observe(const Experiment& e) {
+  if (e.name == "device") return device(e);
+  if (e.name == "batch") return batch(e);
+  if (e.name == "model") return model(e);
+  if (e.name == "workers") return workers(e);
+  if (e.name == "precision") return precision(e);
+  return {};
+}
+
+}  // namespace dlperf::lab

@@ -1,0 +1,231 @@
+// The lab's report folder: a CSV per experiment, lab.json, gnuplot PNGs, and README.md that
+// embeds the plots, describes the machine and states the observations.
+#include <fmt/format.h>
+
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "lab/lab.h"
+#include "report/plot.h"
+
+namespace dlperf::lab {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+std::string csv_cell(const json& v) {
+  if (v.is_null()) return "";
+  if (!v.is_string()) return v.dump();
+  std::string s = v.get<std::string>();
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
+std::string text_cell(const json& v, int decimals) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  return fmt::format("{:.{}f}", v.get<double>(), std::max(decimals, 0));
+}
+
+void write_file(const fs::path& path, const std::string& body) {
+  std::ofstream f(path);
+  f << body;
+  check(bool(f), fmt::format("could not write {}", path.string()), "pick a writable --out directory");
+}
+
+void write_csv(const Experiment& e, const fs::path& path) {
+  std::string s;
+  for (const auto& c : e.columns) s += c.key + ",";
+  s += "status,note\n";
+  for (const auto& r : e.rows) {
+    for (const auto& c : e.columns) s += csv_cell(r.value(c.key, json())) + ",";
+    s += csv_cell(r["status"]) + "," + csv_cell(r["note"]) + "\n";
+  }
+  write_file(path, s);
+}
+
+// One plot: a line per series over a numeric x, or bars over labelled rows.
+struct Series {
+  std::string title;
+  std::function<bool(const json&)> keep;
+};
+struct Plot {
+  std::string stem, title, xlabel, ylabel;
+  std::string x;               ///< numeric x column; empty = bars labelled by `label`
+  std::function<std::string(const json&)> label;
+  std::string y;
+  std::vector<Series> series;
+  bool log2x = false;
+};
+
+std::vector<Plot> plots_for(const Experiment& e) {
+  auto all = [](const json&) { return true; };
+  auto rule = [](const char* r) { return [r](const json& row) { return row["lr_rule"] == r; }; };
+  auto field = [](const char* k) { return [k](const json& r) { return r[k].get<std::string>(); }; };
+  if (e.name == "device")
+    return {{"device-time", "Seconds per epoch by device", "", "seconds per epoch", "",
+             [](const json& r) { return fmt::format("{} {} b{}", r["device"].get<std::string>(), r["workload"].get<std::string>(), r["batch"].get<int64_t>()); },
+             "epoch_s", {{"measured", all}}, false}};
+  if (e.name == "batch")
+    return {{"batch-throughput", "Throughput by batch size", "batch size", "images per second", "batch", nullptr, "images_per_s",
+             {{"fixed lr", rule("fixed")}, {"linear lr scaling", rule("linear")}}, true},
+            {"batch-accuracy", "Test accuracy by batch size", "batch size", "test accuracy (%)", "batch", nullptr, "test_acc",
+             {{"fixed lr", rule("fixed")}, {"linear lr scaling", rule("linear")}}, true},
+            {"batch-memory", "Peak memory by batch size", "batch size", "peak tracked memory (MB)", "batch", nullptr, "peak_mb",
+             {{"fixed lr", rule("fixed")}}, true}};
+  if (e.name == "model")
+    return {{"model-time", "Seconds per epoch by model", "", "seconds per epoch", "", field("model"), "epoch_s", {{"measured", all}}, false},
+            {"model-gflops", "Achieved GFLOP/s by model", "", "GFLOP/s (forward + backward)", "", field("model"), "achieved_gflops",
+             {{"measured", all}}, false}};
+  if (e.name == "workers")
+    return {{"workers-throughput", "Throughput by data-loader workers", "workers", "images per second", "workers", nullptr,
+             "images_per_s", {{"measured", all}}, false},
+            {"workers-wait", "Data wait by data-loader workers", "workers", "share of the step waiting for data (%)", "workers",
+             nullptr, "data_wait_pct", {{"measured", all}}, false}};
+  if (e.name == "precision")
+    return {{"precision-time", "Seconds per epoch by precision", "", "seconds per epoch", "", field("precision"), "epoch_s",
+             {{"measured", all}}, false}};
+  return {};
+}
+
+// Writes the data files and the script for one plot and runs gnuplot; returns the PNG's path
+// relative to the report folder, or "" when no row of it was measured.
+std::string draw(const Plot& p, const Experiment& e, const fs::path& out) {
+  const auto rows = e.measured();
+  const fs::path dir = out / "plots";
+  std::string plot_cmd;
+  bool any = false;
+  for (size_t i = 0; i < p.series.size(); ++i) {
+    std::string dat;
+    for (const auto& r : rows) {
+      if (!p.series[i].keep(r) || r.value(p.y, json()).is_null()) continue;
+      dat += p.x.empty() ? fmt::format("\"{}\" {}\n", p.label(r), r[p.y].dump()) : fmt::format("{} {}\n", r[p.x].dump(), r[p.y].dump());
+    }
+    if (dat.empty()) continue;
+    any = true;
+    const std::string file = fmt::format("{}-{}.dat", p.stem, i);
+    write_file(dir / file, dat);
+    plot_cmd += plot_cmd.empty() ? "plot " : ", ";
+    plot_cmd += p.x.empty() ? fmt::format("'{}' using 0:2:xtic(1) with boxes fs solid 0.6 lc rgb '#4477aa' notitle, "
+                                          "'{}' using 0:2:(sprintf('%.3g', $2)) with labels offset 0,0.8 notitle",
+                                          (dir / file).string(), (dir / file).string())
+                            : fmt::format("'{}' using 1:2 with linespoints lw 2 pt 7 title '{}'", (dir / file).string(), p.series[i].title);
+  }
+  if (!any) return "";
+  const fs::path png = dir / (p.stem + ".png"), gp = dir / (p.stem + ".gp");
+  std::string script = fmt::format(
+      "# Made by dlperf lab. Rerun with: gnuplot {}\n"
+      "set terminal pngcairo size 900,560 enhanced font 'Sans,10'\nset output '{}'\nset title '{}'\n"
+      "set ylabel '{}'\nset grid ytics\nset key top left\nset yrange [0:*]\n",
+      gp.string(), png.string(), p.title, p.ylabel);
+  if (p.x.empty())
+    script += "set style fill solid\nset boxwidth 0.6\nset xtics nomirror\nset offsets 0.5,0.5,0,0\n";
+  else
+    script += fmt::format("set xlabel '{}'\n{}set offsets graph 0.05, graph 0.05, 0, 0\n", p.xlabel, p.log2x ? "set logscale x 2\n" : "");
+  script += plot_cmd + "\n";
+  write_file(gp, script);
+  report::run_gnuplot(gp.string());
+  return (fs::path("plots") / (p.stem + ".png")).string();
+}
+
+std::string markdown_table(const Experiment& e) {
+  std::string s = "|";
+  for (const auto& c : e.columns) s += " " + c.header + " |";
+  s += " note |\n|";
+  for (const auto& c : e.columns) s += c.decimals < 0 ? " --- |" : " ---: |";
+  s += " --- |\n";
+  for (const auto& r : e.rows) {
+    s += "|";
+    for (const auto& c : e.columns) s += fmt::format(" {} |", text_cell(r.value(c.key, json()), c.decimals));
+    s += " ";
+    if (r["status"] != "measured") s += fmt::format("{}: {}", r["status"].get<std::string>(), r["note"].get<std::string>());
+    s += " |\n";
+  }
+  return s;
+}
+
+std::string machine_text(const json& m) {
+  const json& c = m["cpu"];
+  return fmt::format(
+      "- **CPU:** {} ({} cores usable, {}, {}, {:.2f} GHz reported)\n- **Memory:** {:.1f} GB\n- **OS:** {}\n"
+      "- **GPU:** {}\n- **Software:** dlperf {}, oneDNN {}\n",
+      c.value("model", "?"), c.value("cores", 0), c.value("isa", "?"), c.value("caches", "?"), c.value("ghz", 0.0),
+      c.value("memory_gb", 0.0), m.value("os", "?"),
+      m["gpu"].value("present", false) ? m["gpu"].value("name", "?") : "none: " + m["gpu"].value("reason", std::string("?")),
+      m.value("dlperf", "?"), m.value("onednn", "?"));
+}
+
+// "20000 training and 5000 test images, 1 epoch", from the first measured row.
+std::string run_size(const std::vector<Experiment>& exps) {
+  for (const auto& e : exps)
+    for (const auto& r : e.measured())
+      return fmt::format("{} training and {} test images, {} epoch{}", r.value("train_images", 0), r.value("test_images", 0),
+                         r.value("epochs", 0), r.value("epochs", 0) == 1 ? "" : "s");
+  return "no run was measured";
+}
+
+}  // namespace
+
+void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const json& machine, double lab_seconds,
+                  double noise_pct) {
+  const fs::path out(cfg.out);
+  std::error_code ec;
+  fs::create_directories(out / "plots", ec);
+  check(!ec, fmt::format("cannot create the report folder {}: {}", cfg.out, ec.message()), "pick a writable --out directory");
+
+  const bool gnuplot = report::gnuplot_available();
+  if (!gnuplot && !cfg.quiet)
+    std::printf("note: gnuplot with the pngcairo terminal was not found, so the lab draws no plots; the CSV and JSON are "
+                "written (Debian: apt-get install gnuplot-nox)\n");
+  for (auto& e : exps) {
+    write_csv(e, out / (e.name + ".csv"));
+    e.plots.clear();
+    if (gnuplot)
+      for (const auto& p : plots_for(e))
+        if (std::string png = draw(p, e, out); !png.empty()) e.plots.push_back(png);
+  }
+
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
+  json j = {{"dlperf_version", DLPERF_VERSION}, {"command", "lab"}, {"mode", cfg.full ? "full" : "quick"},
+            {"created", date}, {"seconds", lab_seconds}, {"noise_pct", noise_pct}, {"machine", machine}, {"data", cfg.data},
+            {"experiments", json::array()}};
+  for (const auto& e : exps) {
+    json cols = json::array();
+    for (const auto& c : e.columns) cols.push_back({{"key", c.key}, {"header", c.header}});
+    j["experiments"].push_back({{"name", e.name}, {"title", e.title}, {"question", e.question}, {"columns", cols},
+                                {"rows", e.rows}, {"observations", e.observations}, {"plots", e.plots},
+                                {"csv", e.name + ".csv"}});
+  }
+  write_file(out / "lab.json", j.dump(2) + "\n");
+
+  std::string md = fmt::format(
+      "# dlperf lab report\n\nMade by `dlperf lab{}` on {} in {:.0f} s. Every number below was measured by a training run "
+      "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
+      "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
+      "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}\n\n",
+      cfg.full ? " --full" : " --quick", date, lab_seconds, machine_text(machine), cfg.data,
+      run_size(exps),
+      cfg.base_model, cfg.base_batch, cfg.base_lr,
+      noise_pct > 0 ? fmt::format("\n\n**Run-to-run noise:** two identical runs of that base configuration differed by "
+                                  "{:.1f}% in images/s; smaller differences between rows are noise.", noise_pct)
+                    : "");
+  for (const auto& e : exps) {
+    md += fmt::format("## {}\n\n{}\n\n{}\n", e.title, e.question, markdown_table(e));
+    for (const auto& p : e.plots) md += fmt::format("![{}]({})\n", e.title, p);
+    if (!gnuplot) md += "_No plots: gnuplot (Debian: gnuplot-nox) was not found when the lab ran._\n";
+    md += "\n**Observations**\n\n";
+    for (const auto& o : e.observations) md += "- " + o + "\n";
+    md += fmt::format("\nData: [{0}.csv]({0}.csv), and `lab.json`.\n\n", e.name);
+  }
+  write_file(out / "README.md", md);
+}
+
+}  // namespace dlperf::lab

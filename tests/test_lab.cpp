@@ -1,0 +1,204 @@
+// dlperf lab: a quick lab on a tiny synthetic dataset writes every file with the documented
+// columns, and the observations follow the numbers.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "lab/lab.h"
+#include "report/plot.h"
+#include "test_util.h"
+
+namespace dlperf::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+std::string first_line(const fs::path& p) {
+  std::ifstream f(p);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+// The columns docs/lab.md lists for each CSV, from lines like "- `batch.csv`: `batch, lr, ...`".
+std::map<std::string, std::string> documented_columns() {
+  std::map<std::string, std::string> out;
+  std::ifstream f(fs::path(DLPERF_SOURCE_DIR) / "docs" / "lab.md");
+  std::string line;
+  while (std::getline(f, line)) {
+    const auto a = line.find("- `"), b = line.find(".csv`: `");
+    if (a != 0 || b == std::string::npos) continue;
+    std::string cols = line.substr(b + 8, line.rfind('`') - (b + 8));
+    std::string compact;
+    for (char c : cols)
+      if (c != ' ') compact += c;
+    out[line.substr(3, b - 3)] = compact;
+  }
+  return out;
+}
+
+lab::LabConfig tiny_lab(const fs::path& out) {
+  lab::LabConfig c;
+  c.data = "synthetic:1x12x12:192";
+  c.out = out.string();
+  c.base_model = "small";
+  c.models = {"mlp", "small"};
+  c.batches = {8, 32};
+  c.base_batch = 32;
+  c.train_limit = c.test_limit = 0;
+  c.epochs = 1;
+  c.max_workers = 2;
+  c.quiet = true;
+  c.progress = false;
+  return c;
+}
+
+TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
+  TempDir dir;
+  const auto exps = lab::run_lab(tiny_lab(dir.path));
+  ASSERT_EQ(exps.size(), 5u);
+  const auto docs = documented_columns();
+  ASSERT_EQ(docs.size(), 5u) << "docs/lab.md should list the columns of the five CSV files";
+
+  const json j = json::parse(slurp(dir.path / "lab.json"));
+  ASSERT_EQ(j["experiments"].size(), 5u);
+  const std::string readme = slurp(dir.path / "README.md");
+  for (size_t i = 0; i < exps.size(); ++i) {
+    const auto& e = exps[i];
+    SCOPED_TRACE(e.name);
+    // CSV header = documented columns; JSON rows carry every column.
+    ASSERT_TRUE(docs.count(e.name));
+    EXPECT_EQ(first_line(dir.path / (e.name + ".csv")), docs.at(e.name));
+    std::stringstream cols(docs.at(e.name));
+    std::string key;
+    const json& je = j["experiments"][i];
+    EXPECT_EQ(je["name"], e.name);
+    EXPECT_EQ(je["rows"].size(), e.rows.size());
+    while (std::getline(cols, key, ','))
+      for (const auto& r : je["rows"]) EXPECT_TRUE(r.contains(key)) << key;
+    EXPECT_FALSE(e.observations.empty());
+    EXPECT_NE(readme.find("## " + e.title), std::string::npos);
+    for (const auto& o : e.observations) EXPECT_NE(readme.find(o), std::string::npos) << o;
+    // Plots: valid PNGs, embedded in the README.
+    if (report::gnuplot_available()) {
+      EXPECT_FALSE(e.plots.empty());
+      for (const auto& p : e.plots) {
+        std::ifstream png(dir.path / p, std::ios::binary);
+        char sig[8] = {};
+        png.read(sig, 8);
+        EXPECT_EQ(std::string(sig + 1, 3), "PNG") << p;
+        EXPECT_NE(readme.find("](" + p + ")"), std::string::npos) << p;
+      }
+    }
+  }
+  // Every measured row has its run record, and the GPU rows say why they are missing.
+  size_t records = 0;
+  for (const auto& f : fs::directory_iterator(dir.path / "runs")) records += f.path().extension() == ".json";
+  EXPECT_GE(records, 7u);  // distinct runs: 2 devices' workloads, 4 batch rows less the shared one, 2 models ...
+  for (const auto& r : exps[0].rows)
+    if (r["device"] == "cuda") {
+      EXPECT_EQ(r["status"], "missing");
+      EXPECT_FALSE(r["note"].get<std::string>().empty());
+    }
+  EXPECT_NE(readme.find("## Machine"), std::string::npos);
+}
+
+TEST(Lab, RefusesUnknownExperiments) {
+  TempDir dir;
+  lab::LabConfig c = tiny_lab(dir.path);
+  c.experiments = {"bacth"};
+  EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("no lab experiment 'bacth'"), std::string::npos);
+}
+
+TEST(Lab, WorkerCountsAreBoundedByTheCores) {
+  EXPECT_EQ(lab::worker_counts(2, 0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(lab::worker_counts(1, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(lab::worker_counts(16, 0), (std::vector<int>{0, 2, 4, 8}));
+  EXPECT_EQ(lab::worker_counts(16, 4), (std::vector<int>{0, 2, 4}));
+}
+
+json row(json keys, double epoch_s, double ips, double acc, double peak_mb) {
+  keys["status"] = "measured";
+  keys["note"] = "";
+  keys["epoch_s"] = epoch_s;
+  keys["images_per_s"] = ips;
+  keys["test_acc"] = acc;
+  keys["peak_mb"] = peak_mb;
+  keys["step_ms"] = epoch_s;
+  return keys;
+}
+
+bool says(const std::vector<std::string>& obs, const std::string& text) {
+  for (const auto& o : obs)
+    if (o.find(text) != std::string::npos) return true;
+  return false;
+}
+
+TEST(Lab, BatchObservationsFollowTheData) {
+  lab::Experiment e;
+  e.name = "batch";
+  e.rows = {row({{"batch", 16}, {"lr_rule", "fixed"}, {"lr", 0.1}}, 34, 1000, 91.5, 215),
+            row({{"batch", 1024}, {"lr_rule", "fixed"}, {"lr", 0.1}}, 7, 4900, 90.2, 555),
+            row({{"batch", 1024}, {"lr_rule", "linear"}, {"lr", 6.4}}, 7, 4900, 91.0, 555)};
+  auto obs = lab::observe(e);
+  EXPECT_TRUE(says(obs, "Batch 1024 trains 4.9x faster than batch 16")) << obs[0];
+  EXPECT_TRUE(says(obs, "test accuracy fell 1.3 points")) << obs[0];
+  EXPECT_TRUE(says(obs, "Peak memory grows from 215 MB at batch 16 to 555 MB at batch 1024: 2.6x for 64x the batch"));
+  EXPECT_TRUE(says(obs, "linear scaling rule (lr 6.4 at batch 1024), test accuracy rose 0.8 points"));
+
+  e.rows[1]["test_acc"] = 93.0;   // now the big batch generalizes better
+  e.rows[1]["images_per_s"] = 500;  // and is slower
+  obs = lab::observe(e);
+  EXPECT_TRUE(says(obs, "Batch 1024 trains 2.0x slower than batch 16")) << obs[0];
+  EXPECT_TRUE(says(obs, "test accuracy rose 1.5 points")) << obs[0];
+
+  e.rows[1]["images_per_s"] = 1040;  // 4% apart, within a 5% run-to-run noise
+  e.noise_pct = 5;
+  EXPECT_TRUE(says(lab::observe(e), "Batch 1024 trains about as fast as batch 16"));
+
+  e.rows[2] = {{"batch", 1024}, {"lr_rule", "linear"}, {"lr", 6.4}, {"status", "diverged"}, {"note", "the loss is nan"}};
+  obs = lab::observe(e);
+  EXPECT_TRUE(says(obs, "Batch 1024 with the linear lr diverged: the loss is nan"));
+}
+
+TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
+  lab::Experiment w;
+  w.name = "workers";
+  auto wr = [](int n, double ips, double wait) {
+    json r = row({{"workers", n}}, 1, ips, 90, 10);
+    r["data_wait_pct"] = wait;
+    return r;
+  };
+  w.rows = {wr(0, 1000, 30), wr(2, 1010, 2)};
+  EXPECT_TRUE(says(lab::observe(w), "barely matters"));
+  EXPECT_TRUE(says(lab::observe(w), "waits for data 30.0% of the time; with 2 workers, 2.0%"));
+  w.rows[1]["images_per_s"] = 1500;
+  EXPECT_TRUE(says(lab::observe(w), "The fastest is 2 workers at 1500 img/s, 1.50x the slowest"));
+
+  lab::Experiment d;
+  d.name = "device";
+  d.rows = {row({{"device", "cpu"}, {"workload", "medium"}, {"batch", 64}}, 30, 2000, 90, 60),
+            row({{"device", "cuda"}, {"workload", "medium"}, {"batch", 64}}, 3, 20000, 90, 60),
+            row({{"device", "cpu"}, {"workload", "mlp"}, {"batch", 16}}, 0.05, 0, 90, 1),
+            row({{"device", "cuda"}, {"workload", "mlp"}, {"batch", 16}}, 0.2, 0, 90, 1)};
+  auto obs = lab::observe(d);
+  EXPECT_TRUE(says(obs, "medium at batch 64: the GPU trains 10.0x faster than the CPU"));
+  EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU wins, 4.0x faster than the GPU"));
+  d.rows[1]["status"] = "missing";
+  d.rows[1]["note"] = "no GPU";
+  obs = lab::observe(d);
+  EXPECT_FALSE(says(obs, "the GPU trains"));
+}
+
+}  // namespace
+}  // namespace dlperf::test
