@@ -12,13 +12,6 @@
 namespace dlperf::cli {
 
 namespace {
-Dims parse_chw(const std::string& s) {
-  long long c, h, w;
-  char tail;
-  check(std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) == 3 && c > 0 && h > 0 && w > 0,
-        fmt::format("--input '{}' is not CxHxW", s), "for example --input 3x32x32");
-  return {c, h, w};
-}
 
 void show(const std::string& name, const std::string& input, int64_t classes, bool as_json) {
   const nn::ModelSpec spec = nn::load_model(name);

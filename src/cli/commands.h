@@ -15,5 +15,6 @@ void add_train(CLI::App& app, const Command& self);
 void add_models(CLI::App& app, const Command& self);
 void add_bench(CLI::App& app, const Command& self);
 void add_lab(CLI::App& app, const Command& self);
+void add_plan(CLI::App& app, const Command& self);
 
 }  // namespace dlperf::cli

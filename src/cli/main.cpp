@@ -17,6 +17,7 @@ const dlperf::cli::Command kCommands[] = {
     {"lab", "the training lab: device, batch size, model size, loader workers and precision, with a report", dlperf::cli::add_lab},
     {"train", "train a model on a dataset and report time, throughput, memory and accuracy", dlperf::cli::add_train},
     {"models", "list the preset models, or show one layer by layer", dlperf::cli::add_models},
+    {"plan", "predict a run's FLOPs, memory and step time from op costs, or check predictions --against run records", dlperf::cli::add_plan},
     {"bench", "measure the CPU: memory bandwidth per cache level, FMA peak, GEMM and the presets' convolutions", dlperf::cli::add_bench},
 };
 // Edit distance, for "did you mean" (as ninja does for its tools).

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+
+#include "core/error.h"
 
 namespace dlperf {
 
@@ -39,6 +42,14 @@ std::string dims_str(const Dims& d) {
   std::string s;
   for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
   return s;
+}
+
+Dims parse_chw(const std::string& s, const std::string& flag) {
+  long long c, h, w;
+  char tail;
+  check(std::sscanf(s.c_str(), "%lldx%lldx%lld%c", &c, &h, &w, &tail) == 3 && c > 0 && h > 0 && w > 0,
+        fmt::format("{} '{}' is not CxHxW", flag, s), fmt::format("for example {} 3x32x32", flag));
+  return {c, h, w};
 }
 
 }  // namespace dlperf

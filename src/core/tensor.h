@@ -19,5 +19,7 @@ using Dims = std::vector<int64_t>;
 int64_t numel(const Dims& d);
 /// "64x3x32x32"
 std::string dims_str(const Dims& d);
+/// "3x32x32" -> {3, 32, 32}; throws Error naming `flag` when it is not CxHxW.
+Dims parse_chw(const std::string& s, const std::string& flag = "--input");
 
 }  // namespace dlperf

@@ -455,6 +455,9 @@ TrainResult train(const TrainConfig& cfg) {
                                     d.train.classes, cfg.batch);
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = available_memory(); avail > 0) check_fits(graph, cfg.optimizer, avail);
+  // Start from an empty block cache: blocks cached by earlier runs in this process (the lab
+  // runs many) would be reused for smaller requests and counted at their larger size.
+  HostAllocator::instance().trim();
   HostAllocator::instance().reset_peaks();
   Run run(cfg, std::move(d), std::move(graph));
 

@@ -1,0 +1,69 @@
+#include "plan/against.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+#include "plan/memory.h"
+
+namespace dlperf::plan {
+
+using nlohmann::json;
+
+ErrorSummary summarize(std::vector<double> errors) {
+  if (errors.empty()) return {};
+  for (double& e : errors) e = std::fabs(e);
+  std::sort(errors.begin(), errors.end());
+  const size_t n = errors.size();
+  return {n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2, errors.back()};
+}
+
+std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
+                                             std::vector<std::string>& skipped) {
+  std::vector<Comparison> out;
+  for (const auto& file : files) {
+    json r;
+    try {
+      std::ifstream f(file);
+      check(bool(f), fmt::format("cannot read {}", file));
+      r = json::parse(f);
+    } catch (const std::exception& e) {
+      skipped.push_back(fmt::format("{}: not a JSON run record ({})", file, e.what()));
+      continue;
+    }
+    if (r.value("command", "") != "train" || !r.contains("summary")) {
+      skipped.push_back(fmt::format("{}: not a finished training run record", file));
+      continue;
+    }
+    const json& cfg = r["config"];
+    const json& d = r["data"];
+    const int64_t batch = cfg["batch_size"];
+    nn::OptimizerConfig opt;
+    opt.name = cfg.value("optimizer", "sgd");
+    opt.momentum = cfg.value("momentum", 0.9);
+    nn::Graph g;
+    try {
+      g = nn::build_graph(nn::load_model(cfg["model"]), {d["shape"][0], d["shape"][1], d["shape"][2]}, d["classes"], batch);
+    } catch (const Error& e) {
+      skipped.push_back(fmt::format("{}: cannot rebuild its model: {}", file, e.what()));
+      continue;
+    }
+    Comparison cmp;
+    cmp.file = std::filesystem::path(file).filename().string();
+    cmp.run = fmt::format("{} b{} w{}", g.model, batch, cfg.value("workers", 0));
+    const json& last = r["epochs"].back();
+    const double steps = std::floor(d["train_images"].get<double>() / double(batch));
+    cmp.measured_step_s = last["train_s"].get<double>() / steps;
+    cmp.predicted_step_s = predict_step(g, opt, c).step_s;
+    cmp.measured_peak = r["summary"]["peak_bytes"];
+    cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0)).total();
+    out.push_back(cmp);
+  }
+  return out;
+}
+
+}  // namespace dlperf::plan

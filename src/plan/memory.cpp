@@ -1,0 +1,104 @@
+#include "plan/memory.h"
+
+namespace dlperf::plan {
+
+double optimizer_states(const nn::OptimizerConfig& opt) {
+  if (opt.name == "adamw") return 2;
+  return opt.momentum != 0 ? 1 : 0;
+}
+
+namespace {
+// oneDNN's blocked layouts (nChw8c) round channels up to a multiple of 8.
+double padded_elems(const Dims& d) {
+  if (d.size() != 4) return double(numel(d));
+  return double(d[0]) * double((d[1] + 7) / 8 * 8) * double(d[2] * d[3]);
+}
+
+// A relu that runs inside the batchnorm before it (network.cpp fuses them).
+bool fused_into_batchnorm(const nn::Graph& g, size_t i) {
+  const nn::Node& n = g.nodes[i];
+  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::batchnorm2d &&
+         g.consumers(n.inputs[0]).size() == 1;
+}
+// Values in the layout of the first conv's output. A conv reading the model's few input
+// channels writes a layout of its own (conv2d.cpp's candidate search); the layers after it keep
+// that layout until the next conv, which wants the blocked one.
+std::vector<bool> first_layer_layout(const nn::Graph& g) {
+  std::vector<bool> in(g.nodes.size(), false);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    if (n.kind == ops::OpKind::conv2d) {
+      in[i] = n.inputs[0] < 0 && n.in_dims[0][1] < 8;
+    } else if (n.kind != ops::OpKind::linear && n.kind != ops::OpKind::flatten && n.inputs[0] >= 0) {
+      in[i] = in[size_t(n.inputs[0])];
+    }
+  }
+  return in;
+}
+
+// Whether layer i reorders an input: the first conv, or residual add, that meets a value still in
+// the first conv's layout (once per model: after it, the reordered value's consumers agree).
+bool reorders_input(const nn::Graph& g, size_t i, const std::vector<bool>& first_layer) {
+  const nn::Node& n = g.nodes[i];
+  if (n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::add) return false;
+  bool meets = false, other = false;
+  for (int in : n.inputs) (in >= 0 && first_layer[size_t(in)] ? meets : other) = true;
+  if (!meets || (n.kind == ops::OpKind::add && !other)) return false;
+  // Only the first such conv and the first such add.
+  for (size_t j = 0; j < i; ++j)
+    if (g.nodes[j].kind == n.kind) {
+      bool earlier = false, earlier_other = false;
+      for (int in : g.nodes[j].inputs) (in >= 0 && first_layer[size_t(in)] ? earlier : earlier_other) = true;
+      if (earlier && (n.kind == ops::OpKind::conv2d || earlier_other)) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+// The rules mirror backend/cpu/network.cpp and the ops' constructors; keep them in step.
+MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers) {
+  MemoryEstimate m;
+  const double f = 4;  // f32
+  const double params = double(g.param_count());
+  m[MemCategory::parameters] = params * f;
+  m[MemCategory::gradients] = params * f;
+  m[MemCategory::optimizer_state] = params * f * optimizer_states(opt);
+
+  const std::vector<bool> first_layer = first_layer_layout(g);
+  double act = double(numel(g.input)) * f;  // the network's input buffer
+  double workspace = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    if (fused_into_batchnorm(g, i)) continue;  // shares the batchnorm's output
+    const double out = n.kind == ops::OpKind::flatten || n.out_dims.size() != 4 ? double(numel(n.out_dims)) : padded_elems(n.out_dims);
+    act += 2 * out * f;  // the output and its gradient
+    switch (n.kind) {
+      case ops::OpKind::batchnorm2d: {
+        const double ch = double(n.out_dims[1]);
+        act += 2 * ch * f;                          // batch mean and variance
+        m[MemCategory::parameters] += 2 * ch * f;   // running mean and variance
+        const bool relu_next = i + 1 < g.nodes.size() && fused_into_batchnorm(g, i + 1) && g.nodes[i + 1].inputs[0] == int(i);
+        if (relu_next) act += out / 8;              // the fused relu's mask, a bit an element
+        break;
+      }
+      case ops::OpKind::maxpool2d: act += out; break;            // argmax, a byte an output
+      case ops::OpKind::dropout: act += out; break;              // the mask, a byte an element
+      case ops::OpKind::conv2d: workspace += double(n.params[0].dims[0] * n.params[0].dims[1] * n.params[0].dims[2] *
+                                                    n.params[0].dims[3]) * f;  // weights reordered for backward-data
+        break;
+      default: break;
+    }
+    // A value read by several layers gets a temporary to sum their gradients into.
+    if (g.consumers(int(i)).size() > 1) act += out * f;
+    if (reorders_input(g, i, first_layer)) act += 2 * padded_elems(n.in_dims[0]) * f;  // the input reordered, and its gradient
+  }
+  m[MemCategory::activations] = act;
+  m[MemCategory::workspace] = workspace;
+  // The train and test loaders each hold 1 batch (no workers) or 2 per worker.
+  const double slots = workers == 0 ? 1 : std::max(2, 2 * workers);
+  m[MemCategory::data] = 2 * slots * double(numel(g.input)) * f;
+  return m;
+}
+
+}  // namespace dlperf::plan

@@ -1,0 +1,160 @@
+#include "plan/step_time.h"
+
+#include <algorithm>
+#include <array>
+
+#include "bench/cpu_bench.h"
+#include "hw/cpu_info.h"
+#include "plan/memory.h"
+
+namespace dlperf::plan {
+
+using nlohmann::json;
+
+CpuCeilings host_ceilings(int threads) {
+  const hw::CpuInfo cpu = hw::cpu_info();
+  CpuCeilings c;
+  c.threads = threads;
+  c.l2_bytes = double(cpu.l2_bytes) * threads;
+  c.l3_bytes = double(cpu.l3_bytes);
+  const bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
+  if (measured.f32_gflops > 0) {
+    c.peak_gflops = measured.f32_gflops;
+    const json& b = measured.bandwidth_gbps;
+    c.l1_gbps = b.value("L1", 0.0);
+    c.l2_gbps = b.value("L2", 0.0);
+    c.l3_gbps = b.value("L3", 0.0);
+    c.dram_gbps = b.value("DRAM", 0.0);
+    c.source = "measured by 'dlperf bench all' (" + std::string(bench::kMachineProfile) + ")";
+  }
+  if (c.peak_gflops <= 0) {
+    c.peak_gflops = cpu.peak_gflops() * threads / std::max(cpu.cores, 1);
+    c.source = "counted FMA peak; bandwidths assumed (run 'dlperf bench all' to measure them)";
+  }
+  // Typical server-core figures where nothing was measured: per-thread L1/L2 rates, a shared
+  // L3, and one socket's DRAM.
+  if (c.l1_gbps <= 0) c.l1_gbps = 60.0 * threads;
+  if (c.l2_gbps <= 0) c.l2_gbps = 40.0 * threads;
+  if (c.l3_gbps <= 0) c.l3_gbps = 25.0 * threads;
+  if (c.dram_gbps <= 0) c.dram_gbps = std::min(12.0 * threads, 100.0);
+  return c;
+}
+
+json to_json(const CpuCeilings& c) {
+  return {{"peak_gflops", c.peak_gflops}, {"l1_gbps", c.l1_gbps}, {"l2_gbps", c.l2_gbps}, {"l3_gbps", c.l3_gbps},
+          {"dram_gbps", c.dram_gbps},     {"source", c.source}};
+}
+
+namespace {
+
+// The bandwidth a pass streaming `bytes` sees: L2's when they fit in the threads' L2, else
+// DRAM's. (A pass over a tensor larger than L2 runs at about DRAM speed on the machines measured
+// so far, even where L3 could hold it: the next layer's data has evicted it by then.)
+double bandwidth_for(double bytes, const CpuCeilings& c) {
+  if (bytes <= c.l2_bytes) return c.l2_gbps * 1e9;
+  return c.dram_gbps * 1e9;
+}
+
+// A conv or linear pass is a GEMM of M x N outputs, each a sum over K; a small dimension wastes
+// vector lanes and register blocking. Efficiency = peak share x prod d / (d + small_dim).
+double gemm_efficiency(double m_, double n_, double k_, const EngineModel& m) {
+  auto f = [&](double d) { return d / (d + m.small_dim); };
+  return m.gemm_efficiency * f(m_) * f(n_) * f(k_);
+}
+
+// {M, N, K} of a layer's forward pass.
+std::array<double, 3> gemm_dims(const nn::Node& n) {
+  const Dims& x = n.in_dims[0];
+  if (n.kind == ops::OpKind::conv2d)
+    return {double(n.out_dims[0] * n.out_dims[2] * n.out_dims[3]), double(n.out_dims[1]), double(x[1] * n.attrs.kernel * n.attrs.kernel)};
+  return {double(x[0]), double(n.out_dims[1]), double(x[1])};
+}
+
+struct PassTime {
+  double s = 0;
+  bool compute_bound = false;
+};
+
+PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m) {
+  if (p.flops == 0 && p.bytes == 0) return {};
+  const double compute = p.flops / (c.peak_gflops * 1e9 * efficiency);
+  const double memory = p.bytes / bandwidth_for(p.bytes, c);
+  return {std::max(compute, memory) + m.call_overhead_s, compute >= memory};
+}
+
+bool fused_relu(const nn::Graph& g, size_t i) {
+  const nn::Node& n = g.nodes[i];
+  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::batchnorm2d &&
+         g.consumers(n.inputs[0]).size() == 1;
+}
+
+}  // namespace
+
+StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c, const EngineModel& m) {
+  StepPrediction p;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
+    const bool has_dx = n.inputs[0] >= 0;  // the first layer computes no input gradient
+    auto memory_pass = [&](double bytes, double efficiency) {
+      return bytes > 0 ? bytes / (bandwidth_for(bytes, c) * efficiency) + m.call_overhead_s : 0.0;
+    };
+    switch (n.kind) {
+      case ops::OpKind::conv2d:
+      case ops::OpKind::linear: {
+        const auto [gm, gn, gk] = gemm_dims(n);
+        // Forward: M x N outputs over K. Backward-data: M x K over N. Backward-weight: N x K over M.
+        const PassTime f = pass_time(n.cost.forward, gemm_efficiency(gm, gn, gk, m), c, m);
+        lt.forward_s = f.s;
+        lt.bound = f.compute_bound ? "compute" : "memory";
+        if (has_dx) lt.backward_s += pass_time(n.cost.backward_data, gemm_efficiency(gm, gk, gn, m), c, m).s;
+        lt.backward_s += pass_time(n.cost.backward_weight, gemm_efficiency(gn, gk, gm, m), c, m).s;
+        break;
+      }
+      case ops::OpKind::batchnorm2d:
+        lt.forward_s = memory_pass(n.cost.forward.bytes * m.batchnorm_passes, 1);
+        lt.backward_s = memory_pass(n.cost.backward_data.bytes * m.batchnorm_passes, 1);
+        break;
+      case ops::OpKind::relu:
+        if (fused_relu(g, i)) {  // inside the batchnorm: no pass of its own
+          lt.forward_s = lt.backward_s = 0;
+          break;
+        }
+        lt.forward_s = memory_pass(n.cost.forward.bytes, 1);
+        lt.backward_s = memory_pass(n.cost.backward_data.bytes, 1);
+        break;
+      case ops::OpKind::maxpool2d:
+        lt.forward_s = memory_pass(n.cost.forward.bytes, m.maxpool_efficiency);
+        lt.backward_s = memory_pass(n.cost.backward_data.bytes, m.maxpool_efficiency);
+        break;
+      case ops::OpKind::dropout: {
+        const double elems = double(numel(n.out_dims));
+        lt.forward_s = elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(n.cost.forward.bytes, 1);
+        lt.backward_s = memory_pass(n.cost.backward_data.bytes, 1);
+        break;
+      }
+      case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways
+        const double bytes = 2 * double(numel(n.out_dims)) * 4;
+        lt.forward_s = memory_pass(bytes, 1);
+        lt.backward_s = memory_pass(bytes, 1);
+        break;
+      }
+      default:
+        lt.forward_s = memory_pass(n.cost.forward.bytes, 1);
+        lt.backward_s = has_dx ? memory_pass(n.cost.backward_data.bytes, 1) : 0;
+        break;
+    }
+    if (!has_dx && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear) lt.backward_s = 0;
+    p.forward_s += lt.forward_s;
+    p.backward_s += lt.backward_s;
+    p.layers.push_back(lt);
+  }
+  // The optimizer streams weights, gradients and state once: read all, write weights and state.
+  const double params = double(g.param_count()) * 4, states = optimizer_states(opt);
+  const double bytes = params * (2 + 2 * states + 1);
+  p.optimizer_s = bytes / bandwidth_for(bytes, c) + m.call_overhead_s;
+  p.step_s = p.forward_s + p.backward_s + p.optimizer_s;
+  return p;
+}
+
+}  // namespace dlperf::plan

@@ -1,0 +1,57 @@
+// Step time predicted from the op cost model on a cache-aware roofline: every pass of every
+// layer takes the longer of its FLOPs at the attainable compute rate and its bytes at the
+// bandwidth of the memory level its working set fits in, plus a fixed cost per call.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "nn/graph.h"
+#include "nn/optimizer.h"
+
+namespace dlperf::plan {
+
+/// What the CPU can do: measured by `dlperf bench` when runs/machine-profile.json is there,
+/// otherwise counted (FMA peak) and assumed (bandwidths). `source` says which.
+struct CpuCeilings {
+  double peak_gflops = 0;              ///< f32 FMA peak of the threads used
+  double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
+  double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
+  int threads = 1;
+  std::string source;
+};
+CpuCeilings host_ceilings(int threads);
+
+
+/// How close dlperf's CPU engine gets to the roofline, by op kind. Documented, with how each
+/// figure was found, in docs/plan.md; fitted once on `medium` at batch 64 (--layer-times) and
+/// validated on every other run.
+struct EngineModel {
+  double gemm_efficiency = 0.85;   ///< conv/linear: fraction of the FMA peak on large shapes
+  double small_dim = 10;           ///< a GEMM dimension of this size halves the efficiency
+  double batchnorm_passes = 2.0;   ///< training batchnorm reads its input 3 times: 2x the minimal bytes
+  double maxpool_efficiency = 0.35;  ///< our max pool with argmax: fraction of the bandwidth
+  double dropout_ns_per_element = 6;  ///< counter-based RNG for the mask, per element per thread
+  double call_overhead_s = 10e-6;  ///< per layer pass: thread fork/join, primitive dispatch
+};
+
+struct LayerTime {
+  std::string name, op;
+  double forward_s = 0, backward_s = 0;
+  std::string bound;  ///< "compute" or "memory" (the forward pass)
+};
+
+struct StepPrediction {
+  double step_s = 0;     ///< forward + backward + optimizer
+  double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  std::vector<LayerTime> layers;
+};
+
+StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c,
+                            const EngineModel& m = {});
+
+nlohmann::json to_json(const CpuCeilings& c);
+
+}  // namespace dlperf::plan
