@@ -13,6 +13,8 @@
 #include "plan/against.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
+#include "plan/targets.h"
+#include "plan/transformer.h"
 #include "report/table.h"
 
 namespace dlperf::cli {
@@ -31,7 +33,106 @@ struct PlanArgs {
   bool layers = false;
   std::vector<std::string> against;
   std::string json_out;
+  // Transformers and hardware targets
+  std::string transformer;
+  double tokens = 0;
+  int64_t micro_batch = 1;
+  std::string precision = "fp32";
+  plan::Layout layout;
+  std::vector<std::string> targets;
+  std::string region = "world";
+  double pue = 0, grid = -1, cpu_watts = 0;
+  std::string catalog;
 };
+
+std::string seconds(double s) {
+  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
+  if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
+  if (s < 120) return fmt::format("{:.1f} s", s);
+  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
+  return fmt::format("{:.1f} h", s / 3600);
+}
+
+std::string money(double x) { return x < 0 ? "-" : x < 100 ? fmt::format("${:.2f}", x) : fmt::format("${:.0f}", x); }
+std::string or_dash(double x, const char* f) { return x < 0 ? "-" : fmt::format(fmt::runtime(f), x); }
+
+// The targets table: one row per hardware target.
+void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
+  const plan::Catalog cat = plan::load_catalog(a.catalog);
+  const double pue = a.pue > 0 ? a.pue : cat.pue;
+  double grid = a.grid;
+  if (grid < 0) {
+    auto it = cat.grid.find(a.region);
+    check(it != cat.grid.end(), fmt::format("no grid carbon intensity for region '{}'", a.region),
+          "use a region of data/hardware.json (world, us, eu, fr, de, gb, ...) or --grid-intensity G_PER_KWH");
+    grid = it->second;
+  }
+  std::vector<std::string> ids = a.targets;
+  if (ids.empty()) ids = job.transformer ? std::vector<std::string>{"a100-80gb", "h100-sxm", "h200"} : std::vector<std::string>{"cpu"};
+  report::Table t({"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"});
+  std::vector<std::string> notes;
+  for (const auto& id : ids) {
+    const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
+    const plan::TargetEstimate e = plan::estimate(job, d, cat, grid, pue);
+    if (!e.unsupported.empty()) {
+      t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", e.unsupported});
+      continue;
+    }
+    t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",
+           seconds(e.step_s), seconds(e.comm_s), fmt::format("{:.0f}%", 100 * e.efficiency), seconds(e.job_s), money(e.cost),
+           or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")});
+    if (!e.fits) notes.push_back(fmt::format("{} does not fit; it would with {}", d.id, e.what_fits));
+    if (d.tdp_w <= 0) notes.push_back(fmt::format("{}: no power figure, so no energy or CO2 (pass --cpu-watts for this CPU)", d.id));
+    if (d.price_per_hour < 0 && d.id != "cpu") notes.push_back(fmt::format("{}: no list price in the catalog ({})", d.id, d.sources.value("price", "")));
+  }
+  std::printf("\nOn hardware targets (%s; energy at TDP x PUE %.2f, CO2 at %.0f gCO2e/kWh for '%s'):\n", 
+              job.transformer ? "datasheet peaks at 60% for GEMMs" : "this CPU from measured ceilings, others from datasheets",
+              pue, grid, a.grid >= 0 ? "--grid-intensity" : a.region.c_str());
+  t.print();
+  for (const auto& n : notes) std::printf("  * %s\n", n.c_str());
+}
+
+void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
+  const plan::TransformerSpec t = plan::transformer(a.transformer);
+  check(a.batch >= 1 && a.micro_batch >= 1, "--batch-size and --micro-batch must be at least 1");
+  const double n = plan::transformer_params(t);
+  const double per_token = plan::transformer_train_flops_per_token(t);
+  const double tokens = a.tokens > 0 ? a.tokens : 20 * n;  // Chinchilla's 20 tokens a parameter
+  const double tokens_per_step = double(a.batch) * double(t.seq);
+  const plan::StateBytes sb = plan::state_bytes_per_param(a.precision, a.optimizer);
+  std::printf("dlperf plan: Transformer %s (%lld layers, hidden %lld, %lld heads, sequence %lld, vocabulary %lld)\n\n", t.name.c_str(),
+              (long long)t.layers, (long long)t.hidden, (long long)t.heads, (long long)t.seq, (long long)t.vocab);
+  std::printf("parameters          %.4g\n", n);
+  std::printf("bytes per parameter %.0f (%s weights %.0f + gradients %.0f + optimizer %.0f, %s)\n", sb.total(), a.precision.c_str(),
+              sb.weights, sb.gradients, sb.optimizer, a.optimizer.c_str());
+  std::printf("FLOPs per token     %.4g training (6N = %.4g, attention adds %.4g)\n", per_token, 6 * n, per_token - 6 * n);
+  std::printf("tokens              %.4g%s, %.0f per step (%lld sequences)\n", tokens, a.tokens > 0 ? "" : " (20 per parameter)",
+              tokens_per_step, (long long)a.batch);
+  std::printf("job FLOPs           %.4g (6ND = %.4g)%s\n", per_token * tokens * (1 + plan::recompute_overhead(t, a.layout.checkpointing)),
+              6 * n * tokens, a.layout.checkpointing == "none" ? "" : fmt::format(", with {} recomputation", a.layout.checkpointing).c_str());
+  const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout);
+  report::Table mt({"memory per device", "bytes"});
+  mt.add({"parameters", format_bytes(m.parameters)});
+  mt.add({"gradients", format_bytes(m.gradients)});
+  mt.add({"optimizer states", format_bytes(m.optimizer)});
+  mt.add({"activations", format_bytes(m.activations)});
+  mt.add({"workspace (logits)", format_bytes(m.workspace)});
+  mt.separator();
+  mt.add({"total", format_bytes(m.total())});
+  std::printf("\nlayout: data %lld x tensor %lld x pipeline %lld, ZeRO %d, checkpointing %s, micro-batch %lld\n",
+              (long long)a.layout.dp, (long long)a.layout.tp, (long long)a.layout.pp, a.layout.zero, a.layout.checkpointing.c_str(),
+              (long long)a.micro_batch);
+  mt.print();
+  plan::JobSpec job;
+  job.transformer = t;
+  job.global_batch = a.batch;
+  job.micro_batch = a.micro_batch;
+  job.steps = std::ceil(tokens / tokens_per_step);
+  job.precision = a.precision;
+  job.optimizer = a.optimizer;
+  job.layout = a.layout;
+  print_targets(job, a, c);
+}
 
 double available_memory() {
   std::ifstream f("/proc/meminfo");
@@ -42,20 +143,14 @@ double available_memory() {
   return 0;
 }
 
-std::string seconds(double s) {
-  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
-  if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
-  if (s < 120) return fmt::format("{:.1f} s", s);
-  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
-  return fmt::format("{:.1f} h", s / 3600);
-}
 
 void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
   check(a.batch >= 1, "--batch-size must be at least 1");
   check(a.dataset >= a.batch, "--dataset-size must be at least one batch");
-  const nn::Graph g = nn::build_graph(nn::load_model(a.model), parse_chw(a.input), a.classes, a.batch);
+  const nn::ModelSpec spec = nn::load_model(a.model);
+  const nn::Graph g = nn::build_graph(spec, parse_chw(a.input), a.classes, a.batch);
   const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers);
   const plan::StepPrediction p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
@@ -83,6 +178,14 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::printf("job               %s for %lld epochs\n", seconds(p.step_s * steps * double(a.epochs)).c_str(), (long long)a.epochs);
   std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s: %s\n", c.peak_gflops, c.l2_gbps, c.l3_gbps,
               c.dram_gbps, c.source.c_str());
+  plan::JobSpec job;
+  job.graph = &g;
+  job.spec = &spec;
+  job.global_batch = a.batch;
+  job.steps = steps * double(a.epochs);
+  job.precision = a.precision;
+  job.optimizer = a.optimizer;
+  print_targets(job, a, c);
   if (a.layers) {
     report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd bound"});
     for (const auto& l : p.layers)
@@ -140,9 +243,29 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_flag("--layers", a->layers, "per-layer predicted times");
   c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json)");
   c->add_option("--json", a->json_out, "with --against: write the comparison here");
+  c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");
+  c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)");
+  c->add_option("--micro-batch", a->micro_batch, "Transformer: sequences per device per micro-step")->capture_default_str();
+  c->add_option("--precision", a->precision, "fp32 | tf32 | bf16 | fp16 (mixed precision keeps fp32 master weights)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+  c->add_option("--dp", a->layout.dp, "data-parallel degree")->capture_default_str();
+  c->add_option("--tp", a->layout.tp, "tensor-parallel degree")->capture_default_str();
+  c->add_option("--pp", a->layout.pp, "pipeline-parallel degree")->capture_default_str();
+  c->add_option("--zero", a->layout.zero, "ZeRO stage 0-3")->capture_default_str()->check(CLI::Range(0, 3));
+  c->add_option("--checkpointing", a->layout.checkpointing, "activation checkpointing: none | selective | full")
+      ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}));
+  c->add_option("--targets", a->targets, "hardware targets: cpu (this machine) and catalog ids (t4, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, rtx-4090, l4, tpu-v4, tpu-v5e)")
+      ->delimiter(',');
+  c->add_option("--region", a->region, "grid region for CO2 (world, us, eu, fr, de, gb, no, se, ca, cn, in)")->capture_default_str();
+  c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region");
+  c->add_option("--pue", a->pue, "power usage effectiveness (default: the catalog's 1.1)");
+  c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target");
+  c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a] {
     const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
-    if (a->against.empty())
+    if (!a->transformer.empty())
+      plan_transformer(*a, ceilings);
+    else if (a->against.empty())
       plan_one(*a, ceilings);
     else
       against(*a, ceilings);

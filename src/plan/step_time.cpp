@@ -55,19 +55,19 @@ double bandwidth_for(double bytes, const CpuCeilings& c) {
   return c.dram_gbps * 1e9;
 }
 
-// A conv or linear pass is a GEMM of M x N outputs, each a sum over K; a small dimension wastes
-// vector lanes and register blocking. Efficiency = peak share x prod d / (d + small_dim).
-double gemm_efficiency(double m_, double n_, double k_, const EngineModel& m) {
-  auto f = [&](double d) { return d / (d + m.small_dim); };
-  return m.gemm_efficiency * f(m_) * f(n_) * f(k_);
-}
+// A conv or linear pass is a GEMM whose outputs each sum over a reduction of length K; a short
+// reduction cannot keep the FMA units fed from registers. Efficiency = peak share x K / (K + k0).
+double gemm_efficiency(double k, const EngineModel& m) { return m.gemm_efficiency * k / (k + m.short_reduction); }
 
-// {M, N, K} of a layer's forward pass.
-std::array<double, 3> gemm_dims(const nn::Node& n) {
+// The reduction length of each pass: forward sums over input channels x kernel, backward-data
+// over output channels x kernel, backward-weight over the batch's output pixels.
+std::array<double, 3> reductions(const nn::Node& n) {
   const Dims& x = n.in_dims[0];
-  if (n.kind == ops::OpKind::conv2d)
-    return {double(n.out_dims[0] * n.out_dims[2] * n.out_dims[3]), double(n.out_dims[1]), double(x[1] * n.attrs.kernel * n.attrs.kernel)};
-  return {double(x[0]), double(n.out_dims[1]), double(x[1])};
+  if (n.kind == ops::OpKind::conv2d) {
+    const double kk = double(n.attrs.kernel * n.attrs.kernel);
+    return {double(x[1]) * kk, double(n.out_dims[1]) * kk, double(n.out_dims[0] * n.out_dims[2] * n.out_dims[3])};
+  }
+  return {double(x[1]), double(n.out_dims[1]), double(x[0])};
 }
 
 struct PassTime {
@@ -102,13 +102,12 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
     switch (n.kind) {
       case ops::OpKind::conv2d:
       case ops::OpKind::linear: {
-        const auto [gm, gn, gk] = gemm_dims(n);
-        // Forward: M x N outputs over K. Backward-data: M x K over N. Backward-weight: N x K over M.
-        const PassTime f = pass_time(n.cost.forward, gemm_efficiency(gm, gn, gk, m), c, m);
+        const auto [kf, kd, kw] = reductions(n);
+        const PassTime f = pass_time(n.cost.forward, gemm_efficiency(kf, m), c, m);
         lt.forward_s = f.s;
         lt.bound = f.compute_bound ? "compute" : "memory";
-        if (has_dx) lt.backward_s += pass_time(n.cost.backward_data, gemm_efficiency(gm, gk, gn, m), c, m).s;
-        lt.backward_s += pass_time(n.cost.backward_weight, gemm_efficiency(gn, gk, gm, m), c, m).s;
+        if (has_dx) lt.backward_s += pass_time(n.cost.backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
+        lt.backward_s += pass_time(n.cost.backward_weight, m.backward_share * gemm_efficiency(kw, m), c, m).s;
         break;
       }
       case ops::OpKind::batchnorm2d:
@@ -125,7 +124,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         break;
       case ops::OpKind::maxpool2d:
         lt.forward_s = memory_pass(n.cost.forward.bytes, m.maxpool_efficiency);
-        lt.backward_s = memory_pass(n.cost.backward_data.bytes, m.maxpool_efficiency);
+        lt.backward_s = memory_pass(n.cost.backward_data.bytes, m.maxpool_backward_efficiency);
         break;
       case ops::OpKind::dropout: {
         const double elems = double(numel(n.out_dims));
@@ -153,7 +152,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   const double params = double(g.param_count()) * 4, states = optimizer_states(opt);
   const double bytes = params * (2 + 2 * states + 1);
   p.optimizer_s = bytes / bandwidth_for(bytes, c) + m.call_overhead_s;
-  p.step_s = p.forward_s + p.backward_s + p.optimizer_s;
+  p.step_s = p.forward_s + p.backward_s + p.optimizer_s + m.step_overhead_s;
   return p;
 }
 

@@ -29,12 +29,15 @@ CpuCeilings host_ceilings(int threads);
 /// figure was found, in docs/plan.md; fitted once on `medium` at batch 64 (--layer-times) and
 /// validated on every other run.
 struct EngineModel {
-  double gemm_efficiency = 0.85;   ///< conv/linear: fraction of the FMA peak on large shapes
-  double small_dim = 10;           ///< a GEMM dimension of this size halves the efficiency
+  double gemm_efficiency = 0.78;   ///< conv/linear: fraction of the (measured) FMA peak on large shapes
+  double short_reduction = 10;     ///< a reduction this long halves it (a 3x3 conv on 1 channel: K = 9)
   double batchnorm_passes = 2.0;   ///< training batchnorm reads its input 3 times: 2x the minimal bytes
-  double maxpool_efficiency = 0.35;  ///< our max pool with argmax: fraction of the bandwidth
+  double backward_share = 0.9;     ///< conv/linear backward passes reach this share of forward's efficiency
+  double maxpool_efficiency = 0.35;  ///< our max pool with argmax: fraction of the bandwidth (forward)
+  double maxpool_backward_efficiency = 0.26;  ///< scattering gradients through the argmax
   double dropout_ns_per_element = 6;  ///< counter-based RNG for the mask, per element per thread
   double call_overhead_s = 10e-6;  ///< per layer pass: thread fork/join, primitive dispatch
+  double step_overhead_s = 50e-6;  ///< per step outside the layers: loader hand-off, loss, bookkeeping
 };
 
 struct LayerTime {

@@ -1,0 +1,39 @@
+// The hardware catalog (data/hardware.json, compiled in): peak FLOP/s per precision, memory,
+// bandwidth, power, interconnect and price of common accelerators, each with its source; grid
+// carbon intensity by region; the default PUE. Users add or replace entries with --catalog.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace dlperf::plan {
+
+struct Device {
+  std::string id, name, kind;
+  std::map<std::string, double> tflops;  ///< by precision; absent = unsupported
+  double memory_gb = 0, bandwidth_gbps = 0;
+  double tdp_w = 0;             ///< 0 = unknown
+  double interconnect_gbps = 0;
+  double price_per_hour = -1;   ///< < 0 = unknown
+  nlohmann::json sources;
+  /// Peak TFLOP/s for `precision`, or 0 when unsupported.
+  double peak_tflops(const std::string& precision) const;
+};
+
+struct Catalog {
+  std::vector<Device> devices;
+  std::map<std::string, double> grid;  ///< gCO2e per kWh by region
+  double pue = 1.1;
+  nlohmann::json about;
+  /// Throws Error naming the known ids when `id` is not there.
+  const Device& find(const std::string& id) const;
+};
+
+/// The built-in catalog, with the entries of `extra_file` (same format) added or replacing.
+Catalog load_catalog(const std::string& extra_file = "");
+Catalog parse_catalog(const nlohmann::json& j, const std::string& source);
+
+}  // namespace dlperf::plan

@@ -1,0 +1,174 @@
+#include "plan/targets.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "core/error.h"
+#include "hw/cpu_info.h"
+#include "plan/memory.h"
+
+namespace dlperf::plan {
+
+double ring_allreduce_s(double bytes, double n, double gbps, double alpha_s) {
+  if (n <= 1) return 0;
+  return 2 * (n - 1) / n * bytes / (gbps * 1e9) + 2 * (n - 1) * alpha_s;
+}
+
+double tree_allreduce_s(double bytes, double n, double gbps, double alpha_s) {
+  if (n <= 1) return 0;
+  return 2 * std::log2(n) * alpha_s + 2 * bytes / (gbps * 1e9);
+}
+
+Device host_device(const CpuCeilings& c, double watts) {
+  Device d;
+  d.id = "cpu";
+  d.name = hw::cpu_info().model + " (this machine)";
+  d.kind = "cpu";
+  d.tflops["fp32"] = c.peak_gflops / 1e3;
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") d.memory_gb = kb * 1024 / 1e9;
+  d.bandwidth_gbps = c.dram_gbps;
+  d.tdp_w = watts;
+  d.sources = {{"specs", c.source}};
+  return d;
+}
+
+namespace {
+
+// A CNN step on a datasheet target: every pass of every layer at the roofline, with the
+// assumed shares of peak, plus a kernel launch each.
+double cnn_step_s(const nn::Graph& g, double peak_flops, double bw, double dtype_bytes, const JobSpec& job) {
+  double t = 0;
+  for (const auto& n : g.nodes) {
+    const ops::PassCost passes[] = {n.cost.forward, n.cost.backward_data, n.cost.backward_weight};
+    for (const auto& p : passes) {
+      if (p.flops == 0 && p.bytes == 0) continue;
+      t += std::max(p.flops / (peak_flops * job.gemm_share), p.bytes * dtype_bytes / 4 / (bw * job.bandwidth_share)) + job.launch_s;
+    }
+  }
+  return t;
+}
+
+double memory_of(const JobSpec& job, const Device& d) {
+  if (job.transformer) return transformer_memory(*job.transformer, job.micro_batch, job.precision, job.optimizer, job.layout).total();
+  const nn::Graph& g = *job.graph;
+  nn::OptimizerConfig opt;
+  opt.name = job.optimizer;
+  if (d.id == "cpu") return engine_memory(g, opt, 1).total();
+  const double dtype = (job.precision == "bf16" || job.precision == "fp16") ? 2 : 4;
+  return double(g.param_count()) * state_bytes_per_param(job.precision, job.optimizer).total() + 2 * g.activation_bytes() * dtype / 4 + 64e6;
+}
+
+// The first change, in order of cost to the user, that makes the job fit on `d`.
+std::string what_would_fit(const JobSpec& job, const Device& d) {
+  const double cap = d.memory_gb * 1e9;
+  if (!job.transformer) {
+    // Everything but the parameters' share grows with the batch: find the largest that fits.
+    check(job.spec != nullptr, "what_would_fit needs the model spec");
+    const Dims chw(job.graph->input.begin() + 1, job.graph->input.end());
+    nn::Graph g1;
+    JobSpec j = job;
+    int64_t lo = 0, hi = job.graph->batch();
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      g1 = nn::build_graph(*job.spec, chw, job.graph->classes, mid);
+      j.graph = &g1;
+      if (memory_of(j, d) <= cap) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo >= 1 ? fmt::format("batch {} per device", lo) : "nothing: the parameters alone do not fit";
+  }
+  JobSpec j = job;
+  for (int z = job.layout.zero + 1; z <= 3; ++z) {
+    j.layout.zero = z;
+    if (j.layout.dp > 1 && memory_of(j, d) <= cap) return fmt::format("ZeRO stage {}", z);
+  }
+  j = job;
+  for (const char* ck : {"selective", "full"}) {
+    if (j.layout.checkpointing == ck) continue;
+    j.layout.checkpointing = ck;
+    if (memory_of(j, d) <= cap) return fmt::format("{} activation checkpointing", ck);
+  }
+  j = job;
+  j.layout.checkpointing = "full";
+  j.layout.zero = 3;
+  for (int64_t mb = job.micro_batch; mb >= 1; mb /= 2) {
+    j.micro_batch = mb;
+    for (int64_t dp = std::max<int64_t>(job.layout.dp, 1); dp <= (int64_t(1) << 20); dp *= 2) {
+      j.layout.dp = dp;
+      if (memory_of(j, d) <= cap)
+        return fmt::format("ZeRO-3, full checkpointing, micro-batch {}, data-parallel {} ({} devices)", mb, dp, dp * j.layout.tp * j.layout.pp);
+    }
+  }
+  return "nothing with this tensor and pipeline parallelism: raise --tp or --pp";
+}
+
+}  // namespace
+
+TargetEstimate estimate(const JobSpec& job, const Device& d, const Catalog& cat, double grid, double pue) {
+  TargetEstimate e;
+  e.id = d.id;
+  e.name = d.name;
+  const Layout& l = job.layout;
+  e.devices = double(l.dp * l.tp * l.pp);
+  e.capacity = d.memory_gb * 1e9;
+  // tf32 runs on fp32 data where the hardware has no tf32 mode.
+  double peak = d.peak_tflops(job.precision) * 1e12;
+  if (peak == 0 && job.precision == "tf32") peak = d.peak_tflops("fp32") * 1e12;
+  if (peak == 0) {
+    e.unsupported = fmt::format("{} has no {} peak in the catalog", d.id, job.precision);
+    return e;
+  }
+  const StateBytes sb = state_bytes_per_param(job.precision, job.optimizer);
+  const double dtype = (job.precision == "bf16" || job.precision == "fp16") ? 2 : 4;
+  double grad_bytes = 0;
+  if (job.transformer) {
+    const TransformerSpec& t = *job.transformer;
+    const DeviceMemory m = transformer_memory(t, job.micro_batch, job.precision, job.optimizer, l);
+    e.memory = m.total();
+    const double tokens = double(job.global_batch) * double(t.seq);
+    const double flops = transformer_train_flops_per_token(t) * tokens * (1 + recompute_overhead(t, l.checkpointing)) / e.devices;
+    const double micro_steps = std::max(1.0, double(job.global_batch) / double(l.dp * job.micro_batch));
+    const double bubble = double(l.pp - 1) / micro_steps;  // 1F1B pipeline bubble
+    e.compute_s = flops / (peak * job.gemm_share) * (1 + bubble);
+    grad_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.gradients;
+  } else {
+    const nn::Graph& g = *job.graph;
+    nn::OptimizerConfig opt;
+    opt.name = job.optimizer;
+    if (d.id == "cpu") {  // our own engine, byte for byte and with its measured ceilings
+      e.memory = engine_memory(g, opt, 1).total();
+      e.compute_s = predict_step(g, opt, host_ceilings(hw::cpu_info().cores)).step_s;
+    } else {
+      const double params = double(g.param_count());
+      e.memory = params * sb.total() + 2 * g.activation_bytes() * dtype / 4 + 64e6;  // + assumed library workspace
+      e.compute_s = cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
+    }
+    grad_bytes = double(g.param_count()) * sb.gradients;
+  }
+  // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic),
+  // inside a node over the interconnect, across nodes over the network.
+  const double link = e.devices <= job.node_size && d.interconnect_gbps > 0 ? d.interconnect_gbps
+                                                                            : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
+  e.comm_s = ring_allreduce_s(grad_bytes * (l.zero >= 3 ? 1.5 : 1), double(l.dp), link, job.alpha_s);
+  e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
+  e.efficiency = e.compute_s / e.step_s;
+  e.fits = e.memory <= e.capacity;
+  e.job_s = e.step_s * job.steps;
+  const double hours = e.job_s / 3600;
+  if (d.price_per_hour >= 0) e.cost = d.price_per_hour * hours * e.devices;
+  if (d.tdp_w > 0) {
+    e.energy_kwh = d.tdp_w * e.devices * hours * pue / 1000;  // at TDP: an upper bound
+    if (grid > 0) e.co2_kg = e.energy_kwh * grid / 1000;
+  }
+  (void)cat;
+  if (!e.fits) e.what_fits = what_would_fit(job, d);
+  return e;
+}
+
+}  // namespace dlperf::plan

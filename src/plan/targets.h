@@ -1,0 +1,55 @@
+// One job on several hardware targets: memory per device, fits or what would, step time from
+// a roofline over the op costs plus communication (alpha-beta ring all-reduce), scaling
+// efficiency, and the job's time, cost, energy and CO2.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "nn/graph.h"
+#include "plan/catalog.h"
+#include "plan/step_time.h"
+#include "plan/transformer.h"
+
+namespace dlperf::plan {
+
+struct JobSpec {
+  const nn::Graph* graph = nullptr;            ///< a CNN at the per-device batch (and its spec), or
+  const nn::ModelSpec* spec = nullptr;
+  std::optional<TransformerSpec> transformer;  ///< a Transformer
+  int64_t global_batch = 64;  ///< images or sequences per optimizer step, all devices
+  int64_t micro_batch = 1;    ///< Transformer: sequences per device per micro-step
+  double steps = 1;           ///< optimizer steps in the job
+  std::string precision = "fp32", optimizer = "sgd";
+  Layout layout;
+  // Assumptions for datasheet targets (measured ceilings replace them on this CPU):
+  double gemm_share = 0.6;     ///< fraction of the datasheet peak large GEMMs reach
+  double bandwidth_share = 0.8;  ///< fraction of the datasheet bandwidth streaming ops reach
+  double launch_s = 5e-6;      ///< per kernel
+  double network_gbps = 50;    ///< per device between nodes (400 Gb/s NICs)
+  double alpha_s = 10e-6;      ///< per message
+  int node_size = 8;           ///< devices sharing the interconnect
+};
+
+struct TargetEstimate {
+  std::string id, name;
+  std::string unsupported;      ///< non-empty: why the target cannot run the job
+  double devices = 1;
+  double memory = 0, capacity = 0;  ///< bytes per device
+  bool fits = false;
+  std::string what_fits;        ///< when it does not fit: the first change that makes it fit
+  double compute_s = 0, comm_s = 0, step_s = 0;
+  double efficiency = 1;        ///< compute / (compute + communication)
+  double job_s = 0, cost = -1, energy_kwh = -1, co2_kg = -1;
+};
+
+/// Alpha-beta all-reduce of `bytes` over `n` devices: ring 2(n-1)/n bytes/bw + 2(n-1) alpha;
+/// tree 2 log2(n) alpha + 2 bytes/bw.
+double ring_allreduce_s(double bytes, double n, double gbps, double alpha_s);
+double tree_allreduce_s(double bytes, double n, double gbps, double alpha_s);
+
+/// `host` is this machine's CPU as a target (id "cpu"), measured ceilings when present.
+TargetEstimate estimate(const JobSpec& job, const Device& d, const Catalog& cat, double grid_g_per_kwh, double pue);
+Device host_device(const CpuCeilings& c, double watts);
+
+}  // namespace dlperf::plan

@@ -1,0 +1,108 @@
+#include "plan/transformer.h"
+
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <map>
+
+#include "core/error.h"
+
+namespace dlperf::plan {
+
+namespace {
+// Sizes from the GPT-2 release (Radford et al. 2019) and the GPT-3 paper's Table 2.1 (Brown et
+// al. 2020); GPT-2 context 1024, GPT-3 context 2048, vocabulary 50257.
+const std::map<std::string, TransformerSpec>& known() {
+  static const std::map<std::string, TransformerSpec> k = {
+      {"gpt2-small", {"gpt2-small", 12, 768, 12, 1024, 50257}},   {"gpt2-medium", {"gpt2-medium", 24, 1024, 16, 1024, 50257}},
+      {"gpt2-large", {"gpt2-large", 36, 1280, 20, 1024, 50257}},  {"gpt2-xl", {"gpt2-xl", 48, 1600, 25, 1024, 50257}},
+      {"gpt3-1.3b", {"gpt3-1.3b", 24, 2048, 16, 2048, 50257}},    {"gpt3-6.7b", {"gpt3-6.7b", 32, 4096, 32, 2048, 50257}},
+      {"gpt3-13b", {"gpt3-13b", 40, 5140, 40, 2048, 50257}},      {"gpt3-175b", {"gpt3-175b", 96, 12288, 96, 2048, 50257}}};
+  return k;
+}
+}  // namespace
+
+std::vector<std::string> transformer_names() {
+  std::vector<std::string> n;
+  for (const auto& [k, v] : known()) n.push_back(k);
+  return n;
+}
+
+TransformerSpec transformer(const std::string& s) {
+  if (auto it = known().find(s); it != known().end()) return it->second;
+  TransformerSpec t;
+  long long l, h, a, q, v;
+  char tail;
+  check(std::sscanf(s.c_str(), "%lld,%lld,%lld,%lld,%lld%c", &l, &h, &a, &q, &v, &tail) == 5 && l > 0 && h > 0 && a > 0 &&
+            q > 0 && v > 0 && h % a == 0,
+        fmt::format("--transformer '{}' is neither a known size nor LAYERS,HIDDEN,HEADS,SEQ,VOCAB", s),
+        "for example --transformer gpt2-small or --transformer 24,2048,16,2048,50257 (HIDDEN divisible by HEADS)");
+  t = {s, l, h, a, q, v};
+  return t;
+}
+
+double transformer_params(const TransformerSpec& t) {
+  const double L = double(t.layers), h = double(t.hidden);
+  // Per layer: QKV 3h^2+3h, output projection h^2+h, MLP (h->4h->h) 8h^2+5h, two layer norms 4h.
+  // Plus token and position embeddings (the output layer shares the token embedding) and the
+  // final layer norm.
+  return L * (12 * h * h + 13 * h) + double(t.vocab) * h + double(t.seq) * h + 2 * h;
+}
+
+double transformer_train_flops_per_token(const TransformerSpec& t) {
+  // 2 FLOPs per parameter per token forward, 4 backward; attention scores and their weighted sum
+  // add 4 L S h forward (2 S h each for QK^T and AV per layer), so 12 L S h for training.
+  return 6 * transformer_params(t) + 12 * double(t.layers) * double(t.seq) * double(t.hidden);
+}
+
+StateBytes state_bytes_per_param(const std::string& precision, const std::string& optimizer) {
+  const bool mixed = precision == "bf16" || precision == "fp16";
+  const double states = optimizer == "adamw" ? 2 : 1;  // Adam m and v; SGD momentum
+  StateBytes b;
+  b.weights = mixed ? 2 : 4;
+  b.gradients = mixed ? 2 : 4;
+  // Mixed precision keeps an fp32 master copy with the fp32 optimizer states (ZeRO's K = 12 for Adam).
+  b.optimizer = 4 * states + (mixed ? 4 : 0);
+  return b;
+}
+
+DeviceMemory transformer_memory(const TransformerSpec& t, int64_t micro_batch, const std::string& precision,
+                                const std::string& optimizer, const Layout& l) {
+  check(l.dp >= 1 && l.tp >= 1 && l.pp >= 1, "parallel degrees must be at least 1");
+  check(l.zero >= 0 && l.zero <= 3, "--zero must be 0, 1, 2 or 3");
+  check(t.heads % l.tp == 0, fmt::format("--tp {} does not divide the {} attention heads", l.tp, t.heads));
+  check(t.layers % l.pp == 0, fmt::format("--pp {} does not divide the {} layers", l.pp, t.layers));
+  const StateBytes b = state_bytes_per_param(precision, optimizer);
+  const double params = transformer_params(t) / double(l.tp * l.pp);  // model parallelism splits the weights
+  const double dp = double(l.dp);
+  DeviceMemory m;
+  m.parameters = params * b.weights / (l.zero >= 3 ? dp : 1);
+  m.gradients = params * b.gradients / (l.zero >= 2 ? dp : 1);
+  m.optimizer = params * b.optimizer / (l.zero >= 1 ? dp : 1);
+  // Activations per layer, 16-bit (Korthikanti et al. 2022, with sequence parallelism over tp):
+  // s b h (34 + 5 a s / h) / t; selective recomputation keeps 34 s b h / t; full keeps only the
+  // layer's input, 2 s b h. fp32 activations take twice the bytes.
+  const double s = double(t.seq), bsz = double(micro_batch), h = double(t.hidden), a = double(t.heads), tp = double(l.tp);
+  double per_layer = s * bsz * h * (34 + 5 * a * s / h) / tp;
+  if (l.checkpointing == "selective") per_layer = 34 * s * bsz * h / tp;
+  else if (l.checkpointing == "full") per_layer = 2 * s * bsz * h / tp;
+  else check(l.checkpointing == "none", fmt::format("--checkpointing {} is not none, selective or full", l.checkpointing));
+  const double scale = (precision == "fp32" || precision == "tf32") ? 2 : 1;
+  // With 1F1B pipelining the first stage holds pp micro-batches of its L/pp layers: L layers' worth.
+  m.activations = per_layer * double(t.layers) * scale;
+  // With full recomputation one layer's activations are rebuilt at a time during backward.
+  if (l.checkpointing == "full") m.activations += s * bsz * h * (34 + 5 * a * s / h) / tp * scale;
+  // The logits of the last stage in fp32 (softmax and its gradient), split over tp.
+  m.workspace = 2 * 4 * s * bsz * double(t.vocab) / tp;
+  return m;
+}
+
+double recompute_overhead(const TransformerSpec& t, const std::string& checkpointing) {
+  const double total = transformer_train_flops_per_token(t);
+  if (checkpointing == "full") return (total / 3) / total;  // one more forward pass
+  if (checkpointing == "selective")  // only the attention scores: 4 L S h of forward FLOPs
+    return 4 * double(t.layers) * double(t.seq) * double(t.hidden) / total;
+  return 0;
+}
+
+}  // namespace dlperf::plan

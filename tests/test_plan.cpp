@@ -1,0 +1,161 @@
+// dlperf plan: the standard Transformer formulas against hand-computed values, the memory
+// model against what the engine's allocator measures, the catalog, and the comparison with
+// run records.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "plan/against.h"
+#include "plan/catalog.h"
+#include "plan/memory.h"
+#include "plan/targets.h"
+#include "plan/transformer.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace dlperf::test {
+namespace {
+
+using nlohmann::json;
+
+TEST(PlanTransformer, Gpt3And2ParameterCountsMatchTheFormulas) {
+  // GPT-3 175B: 96 x (12 h^2 + 13 h) + 50257 h + 2048 h + 2 h with h = 12288.
+  EXPECT_DOUBLE_EQ(plan::transformer_params(plan::transformer("gpt3-175b")), 174604259328.0);
+  // GPT-2 small: 124,439,808, the count of the released model (tied output embedding).
+  EXPECT_DOUBLE_EQ(plan::transformer_params(plan::transformer("gpt2-small")), 124439808.0);
+  EXPECT_EQ(plan::transformer("4,256,8,128,1000").hidden, 256);
+  EXPECT_NE(error_of([] { plan::transformer("gpt5"); }).find("LAYERS,HIDDEN,HEADS,SEQ,VOCAB"), std::string::npos);
+  EXPECT_NE(error_of([] { plan::transformer("4,250,8,128,1000"); }).find("HIDDEN divisible by HEADS"), std::string::npos);
+}
+
+TEST(PlanTransformer, Gpt3TrainingFlopsAndBytesPerParameterAreTheStandardOnes) {
+  const auto t = plan::transformer("gpt3-175b");
+  const double n = plan::transformer_params(t);
+  // 6ND for the 300B training tokens: 3.14e23 FLOPs (the GPT-3 paper's Table D.1).
+  EXPECT_NEAR(6 * n * 300e9 / 3.14e23, 1.0, 0.005);
+  // Per token: 6N plus 12 L S h for attention scores (Kaplan et al.): 96 x 2048 x 12288 x 12.
+  EXPECT_DOUBLE_EQ(plan::transformer_train_flops_per_token(t), 6 * n + 12.0 * 96 * 2048 * 12288);
+  // Mixed-precision Adam: 2 + 2 + 12 = 16 bytes a parameter (ZeRO's K = 12); fp32 Adam 4+4+8.
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "adamw").total(), 16);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("fp16", "adamw").optimizer, 12);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("fp32", "adamw").total(), 16);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "sgd").total(), 12);
+  // Model states: 16 x 174.6e9 = 2.79 TB on one device; ZeRO-3 over 64 shards all of it.
+  plan::Layout l;
+  auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 16 * n);
+  l.dp = 64;
+  l.zero = 3;
+  m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 16 * n / 64);
+  l.zero = 1;  // only the optimizer's 12 bytes are sharded
+  m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 4 * n + 12 * n / 64);
+}
+
+TEST(PlanTransformer, ActivationsFollowKorthikanti) {
+  const auto t = plan::transformer("gpt3-175b");
+  plan::Layout l;
+  l.tp = 8;
+  const double sbh = 2048.0 * 1 * 12288;
+  // No recomputation: s b h (34 + 5 a s / h) / t per layer, 16-bit.
+  auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  EXPECT_DOUBLE_EQ(m.activations, 96 * sbh * (34 + 5.0 * 96 * 2048 / 12288) / 8);
+  l.checkpointing = "selective";
+  m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  EXPECT_DOUBLE_EQ(m.activations, 96 * sbh * 34 / 8);
+  EXPECT_NE(error_of([&] { l.tp = 7; plan::transformer_memory(t, 1, "bf16", "adamw", l); }).find("does not divide"), std::string::npos);
+}
+
+TEST(PlanComm, RingAndTreeAllReduceFollowTheAlphaBetaModel) {
+  // 1 GB over 8 devices at 100 GB/s: ring moves 2 (n-1)/n of it; alpha adds 2 (n-1) messages.
+  EXPECT_DOUBLE_EQ(plan::ring_allreduce_s(1e9, 8, 100, 0), 2 * 7.0 / 8 * 0.01);
+  EXPECT_DOUBLE_EQ(plan::ring_allreduce_s(0, 8, 100, 1e-5), 14e-5);
+  EXPECT_DOUBLE_EQ(plan::tree_allreduce_s(0, 8, 100, 1e-5), 6e-5);
+  EXPECT_DOUBLE_EQ(plan::ring_allreduce_s(1e9, 1, 100, 1e-5), 0);
+}
+
+TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
+  const plan::Catalog c = plan::load_catalog();
+  EXPECT_GE(c.devices.size(), 11u);
+  for (const char* id : {"t4", "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090", "l4", "tpu-v4", "tpu-v5e"}) {
+    const plan::Device& d = c.find(id);
+    EXPECT_FALSE(d.sources.value("specs", "").empty()) << id;
+    EXPECT_FALSE(d.sources.value("price", "").empty()) << id;
+    EXPECT_GT(d.memory_gb, 0) << id;
+    EXPECT_GT(d.peak_tflops("bf16") + d.peak_tflops("fp16"), d.peak_tflops("fp32")) << id;
+  }
+  EXPECT_EQ(c.find("h200").memory_gb, 141);
+  EXPECT_GT(c.grid.at("world"), c.grid.at("fr"));
+  EXPECT_NE(error_of([&] { c.find("h300"); }).find("known: t4"), std::string::npos);
+  EXPECT_NE(error_of([] { plan::parse_catalog(json{{"devices", {{{"id", "x"}}}}}, "x.json"); }).find("malformed"), std::string::npos);
+}
+
+TEST(PlanTargets, Gpt3DoesNotFitOneGpuAndThePlanSaysWhatWould) {
+  const plan::Catalog c = plan::load_catalog();
+  plan::JobSpec job;
+  job.transformer = plan::transformer("gpt3-175b");
+  job.global_batch = 1536;
+  job.precision = "bf16";
+  job.optimizer = "adamw";
+  job.steps = 1;
+  const auto e = plan::estimate(job, c.find("a100-80gb"), c, 400, 1.1);
+  EXPECT_FALSE(e.fits);
+  EXPECT_NE(e.what_fits.find("ZeRO-3"), std::string::npos) << e.what_fits;
+  // Twice the devices of a fitting layout cost the same device-hours for the same FLOPs,
+  // less communication: cost and energy scale with devices x time.
+  job.layout.dp = 64;
+  job.layout.tp = 8;
+  job.layout.pp = 16;
+  job.layout.zero = 1;
+  job.micro_batch = 1;
+  const auto f = plan::estimate(job, c.find("a100-80gb"), c, 400, 1.1);
+  EXPECT_TRUE(f.fits) << f.memory / 1e9 << " GB";
+  EXPECT_NEAR(f.energy_kwh, 400 * 8192 * f.job_s / 3600 * 1.1 / 1000, 1e-9 * f.energy_kwh);
+  EXPECT_NEAR(f.co2_kg, f.energy_kwh * 0.4, 1e-9 * f.co2_kg);
+  EXPECT_GT(f.efficiency, 0);
+  EXPECT_LE(f.efficiency, 1);
+}
+
+// The engine memory model against the allocator's measured peak of a real run.
+TEST(PlanMemory, EnginePredictionIsWithinFivePercentOfMeasured) {
+  TempDir dir;
+  for (const char* model : {"small", "medium"})
+    for (int64_t batch : {16, 64}) {
+      train::TrainConfig c;
+      c.model = model;
+      c.data = "synthetic:1x28x28:512";
+      c.batch = batch;
+      c.epochs = 1;
+      c.train_limit = 2 * batch;
+      c.test_limit = batch;
+      c.runs_dir = dir.path.string();
+      c.quiet = true;
+      c.progress = false;
+      const auto r = train::train(c);
+      const nn::Graph g = nn::build_graph(nn::load_model(model), {1, 28, 28}, 10, batch);
+      const double predicted = plan::engine_memory(g, c.optimizer, c.workers).total();
+      const double measured = r.record["summary"]["peak_bytes"];
+      EXPECT_NEAR(predicted / measured, 1.0, 0.05) << model << " b" << batch;
+      // And through --against, from the record file.
+      std::vector<std::string> skipped;
+      const auto cmp = plan::compare_with_records({r.record_path}, plan::host_ceilings(1), skipped);
+      ASSERT_EQ(cmp.size(), 1u);
+      EXPECT_LT(std::fabs(cmp[0].memory_error()), 0.05);
+      EXPECT_GT(cmp[0].predicted_step_s, 0);
+    }
+  std::ofstream(dir.path / "junk.json") << "{not json";
+  std::vector<std::string> skipped;
+  EXPECT_TRUE(plan::compare_with_records({(dir.path / "junk.json").string()}, plan::host_ceilings(1), skipped).empty());
+  EXPECT_EQ(skipped.size(), 1u);
+}
+
+TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {
+  const auto s = plan::summarize({0.1, -0.3, 0.05, -0.02});
+  EXPECT_DOUBLE_EQ(s.median, 0.075);
+  EXPECT_DOUBLE_EQ(s.worst, 0.3);
+}
+
+}  // namespace
+}  // namespace dlperf::test
