@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -43,6 +44,7 @@ struct PlanArgs {
   std::string region = "world";
   double pue = 0, grid = -1, cpu_watts = 0;
   std::string catalog;
+  int64_t scaling = 0;
 };
 
 std::string seconds(double s) {
@@ -92,6 +94,44 @@ void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuC
   for (const auto& n : notes) std::printf("  * %s\n", n.c_str());
 }
 
+// Weak scaling (the per-device batch stays, the global batch grows with the devices) and strong
+// scaling (the global batch stays and is split), data-parallel 1, 2, 4, ... up to --scaling N on
+// the first target. `rebuild(per_device_batch)` gives the job at another per-device batch.
+void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::CpuCeilings& c,
+                   const std::function<plan::JobSpec(int64_t, nn::Graph&)>& rebuild) {
+  if (a.scaling <= 1) return;
+  const plan::Catalog cat = plan::load_catalog(a.catalog);
+  const std::string id = a.targets.empty() ? (base.transformer ? "h100-sxm" : "cpu") : a.targets.front();
+  const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
+  report::Table t({"data-parallel", "weak: step", "weak: samples/s", "weak: efficiency", "strong: per-device batch", "strong: step",
+                   "strong: speed-up", "strong: efficiency"});
+  const int64_t per_device = base.transformer ? base.global_batch / base.layout.dp : base.graph->batch();
+  const int64_t global = per_device * base.layout.dp;
+  double t1_weak = 0, t1_strong = 0;
+  for (int64_t dp = 1; dp <= a.scaling; dp *= 2) {
+    nn::Graph g1, g2;
+    plan::JobSpec weak = rebuild(per_device, g1);
+    weak.layout.dp = dp;
+    weak.global_batch = per_device * dp;
+    const auto w = plan::estimate(weak, d, cat, 0, 1);
+    std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", double(per_device * dp) / w.step_s)};
+    if (dp == 1) t1_weak = w.step_s;
+    row.push_back(fmt::format("{:.0f}%", 100 * t1_weak / w.step_s));
+    if (global / dp >= 1) {
+      plan::JobSpec strong = rebuild(global / dp, g2);
+      strong.layout.dp = dp;
+      strong.global_batch = global;
+      const auto s = plan::estimate(strong, d, cat, 0, 1);
+      if (dp == 1) t1_strong = s.step_s;
+      row.insert(row.end(), {std::to_string(global / dp), seconds(s.step_s), fmt::format("{:.2f}x", t1_strong / s.step_s),
+                             fmt::format("{:.0f}%", 100 * t1_strong / s.step_s / double(dp))});
+    }
+    t.add(row);
+  }
+  std::printf("\nScaling on %s (data parallel; ring all-reduce of the gradients, no overlap with compute):\n", d.id.c_str());
+  t.print();
+}
+
 void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::TransformerSpec t = plan::transformer(a.transformer);
   check(a.batch >= 1 && a.micro_batch >= 1, "--batch-size and --micro-batch must be at least 1");
@@ -132,6 +172,13 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   job.optimizer = a.optimizer;
   job.layout = a.layout;
   print_targets(job, a, c);
+  print_scaling(job, a, c, [&](int64_t per_device, nn::Graph&) {
+    plan::JobSpec j = job;
+    j.micro_batch = std::min(per_device, a.micro_batch);
+    j.layout.dp = 1;
+    j.global_batch = per_device;
+    return j;
+  });
 }
 
 double available_memory() {
@@ -186,6 +233,13 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
   job.precision = a.precision;
   job.optimizer = a.optimizer;
   print_targets(job, a, c);
+  print_scaling(job, a, c, [&](int64_t per_device, nn::Graph& holder) {
+    holder = nn::build_graph(spec, parse_chw(a.input), a.classes, per_device);
+    plan::JobSpec j = job;
+    j.graph = &holder;
+    j.global_batch = per_device;
+    return j;
+  });
   if (a.layers) {
     report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd bound"});
     for (const auto& l : p.layers)
@@ -197,7 +251,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
 
 void against(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::vector<std::string> skipped;
-  const auto rows = plan::compare_with_records(a.against, c, skipped);
+  const auto rows = plan::compare_with_records(a.against, c, skipped, a.cpu_watts);
   for (const auto& s : skipped) std::fprintf(stderr, "skipped %s\n", s.c_str());
   check(!rows.empty(), "none of the files given to --against is a training run record",
         "pass run records of 'dlperf train' or 'dlperf lab', for example runs/*.json or reports/lab/runs/*.json");
@@ -210,14 +264,27 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
            fmt::format("{:.1f}", r.measured_peak / 1e6), fmt::format("{:+.1f}%", 100 * r.memory_error())});
     te.push_back(r.time_error());
     me.push_back(r.memory_error());
+    auto maybe = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
     out.push_back({{"run", r.run}, {"file", r.file}, {"predicted_step_s", r.predicted_step_s}, {"measured_step_s", r.measured_step_s},
-                   {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak}});
+                   {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
+                   {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)}});
   }
   std::printf("Predicted vs measured, %zu training runs (ceilings: %s)\n\n", rows.size(), c.source.c_str());
   t.print();
   const auto ts = plan::summarize(te), ms = plan::summarize(me);
   std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%\npeak memory: median |error| %.1f%%, worst %.1f%%\n",
               100 * ts.median, 100 * ts.worst, 100 * ms.median, 100 * ms.worst);
+  // Energy: predicted from --cpu-watts, measured where the records have RAPL readings.
+  std::vector<double> ee;
+  for (const auto& r : rows)
+    if (r.predicted_energy_j > 0 && r.measured_energy_j > 0) ee.push_back((r.predicted_energy_j - r.measured_energy_j) / r.measured_energy_j);
+  if (!ee.empty()) {
+    const auto es = plan::summarize(ee);
+    std::printf("energy (last epoch): median |error| %.1f%%, worst %.1f%% over %zu runs\n", 100 * es.median, 100 * es.worst, ee.size());
+  } else {
+    std::printf("energy: not compared: %s\n", rows.front().measured_energy_j < 0 ? rows.front().energy_source.c_str()
+                                                                                 : "pass --cpu-watts to predict it");
+  }
   if (!a.json_out.empty()) {
     std::ofstream f(a.json_out);
     f << nlohmann::json{{"runs", out}, {"ceilings", plan::to_json(c)},
@@ -260,6 +327,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region");
   c->add_option("--pue", a->pue, "power usage effectiveness (default: the catalog's 1.1)");
   c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target");
+  c->add_option("--scaling", a->scaling, "also print weak and strong data-parallel scaling up to N devices on the first target");
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a] {
     const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());

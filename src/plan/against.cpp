@@ -23,7 +23,7 @@ ErrorSummary summarize(std::vector<double> errors) {
 }
 
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
-                                             std::vector<std::string>& skipped) {
+                                             std::vector<std::string>& skipped, double cpu_watts) {
   std::vector<Comparison> out;
   for (const auto& file : files) {
     json r;
@@ -61,6 +61,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     cmp.predicted_step_s = predict_step(g, opt, c).step_s;
     cmp.measured_peak = r["summary"]["peak_bytes"];
     cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0)).total();
+    // Energy of the last epoch's training loop, where the record measured it.
+    if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
+    cmp.energy_source = r.value("energy_source", "the record has no energy measurement");
+    if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
   }
   return out;

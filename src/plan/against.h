@@ -15,14 +15,17 @@ struct Comparison {
   std::string file;
   double predicted_step_s = 0, measured_step_s = 0;
   double predicted_peak = 0, measured_peak = 0;
+  double predicted_energy_j = -1, measured_energy_j = -1;  ///< < 0 = unknown
+  std::string energy_source;  ///< the record's, when it measured none
   double time_error() const { return (predicted_step_s - measured_step_s) / measured_step_s; }
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };
 
 /// Predicts the training run a record describes (run records of `dlperf train`; other files
 /// are skipped with a notice in `skipped`).
+/// `cpu_watts` > 0 predicts energy as watts x predicted training time.
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
-                                             std::vector<std::string>& skipped);
+                                             std::vector<std::string>& skipped, double cpu_watts = 0);
 
 struct ErrorSummary {
   double median = 0, worst = 0;  ///< of |error|

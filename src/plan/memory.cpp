@@ -89,6 +89,10 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
         break;
       default: break;
     }
+    // A layer other than conv/linear reading the model input writes its input gradient into a
+    // scratch buffer nobody reads.
+    if (n.inputs[0] < 0 && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear)
+      workspace += double(numel(n.in_dims[0])) * f;
     // A value read by several layers gets a temporary to sum their gradients into.
     if (g.consumers(int(i)).size() > 1) act += out * f;
     if (reorders_input(g, i, first_layer)) act += 2 * padded_elems(n.in_dims[0]) * f;  // the input reordered, and its gradient

@@ -18,6 +18,7 @@
 #include "core/timer.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
+#include "hw/energy.h"
 #include "report/table.h"
 #include "train/checkpoint.h"
 
@@ -55,6 +56,7 @@ json to_json(const EpochStats& e) {
           {"images_per_s", e.images_per_s}, {"data_wait_s", e.data_wait_s}, {"compute_s", e.compute_s},
           {"train_loss", e.train_loss}, {"train_acc", e.train_acc},   {"test_loss", e.test_loss},
           {"test_acc", e.test_acc},   {"lr", e.lr},                 {"peak_bytes", e.peak_bytes},
+          {"energy_j", e.energy_j >= 0 ? json(e.energy_j) : json()},
           {"peak_bytes_by_category", by_cat}};
 }
 
@@ -72,6 +74,7 @@ EpochStats epoch_from_json(const json& j) {
   e.test_acc = j.at("test_acc");
   e.lr = j.at("lr");
   e.peak_bytes = j.at("peak_bytes");
+  e.energy_j = j.value("energy_j", json()).is_number() ? j["energy_j"].get<double>() : -1;
   for (int i = 0; i < kMemCategories; ++i)
     e.peak_by_category.push_back(j.at("peak_bytes_by_category").value(std::string(to_string(MemCategory(i))), 0.0));
   return e;
@@ -311,6 +314,7 @@ struct Run {
   cpu::Network net;
   nn::Optimizer opt;
   int64_t per_epoch, total_steps;
+  hw::EnergyMeter energy;
 
   Run(const TrainConfig& c, data::DataPair d, nn::Graph g)
       : cfg(c), data(std::move(d)), norm(data.train),
@@ -341,7 +345,7 @@ struct Run {
     train_loader.start_epoch(epoch);
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
-    const double t_start = now_s();
+    const double t_start = now_s(), j_start = energy.available() ? energy.joules() : 0;
     for (int64_t i = 0;; ++i) {
       const double t0 = now_s();
       const data::Batch* b = train_loader.next();
@@ -367,6 +371,7 @@ struct Run {
       progress.update(i + 1, seen, loss_sum / double(seen));
     }
     st.train_s = now_s() - t_start;
+    if (energy.available()) st.energy_j = energy.joules() - j_start;
     progress.clear();
     st.images_per_s = double(seen) / st.train_s;
     st.train_loss = loss_sum / double(seen);
@@ -409,8 +414,9 @@ struct Run {
     r["data"] = {{"name", t.name}, {"source", data.source}, {"train_images", t.size()}, {"test_images", data.test.size()},
                  {"shape", {t.channels, t.height, t.width}}, {"classes", t.classes}};
     r["epochs"] = json::array();
-    double train_s = 0, peak = 0, wait = 0, images = 0;
+    double train_s = 0, peak = 0, wait = 0, images = 0, joules = 0;
     for (const auto& e : epochs) {
+      if (e.energy_j > 0) joules += e.energy_j;
       r["epochs"].push_back(to_json(e));
       train_s += e.train_s;
       wait += e.data_wait_s;
@@ -424,6 +430,12 @@ struct Run {
                       {"final_test_acc", epochs.back().test_acc}, {"final_train_loss", epochs.back().train_loss},
                       {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
                       {"data_wait_share", wait / train_s}};
+    // Energy and CO2 where RAPL is readable (CPU packages only: DRAM and the rest are not counted).
+    if (!epochs.empty() && energy.available()) {
+      r["summary"]["energy_j"] = joules;
+      r["summary"]["co2_g_world_average"] = joules / 3.6e6 * 480;  // 480 gCO2e/kWh: Ember's 2023 world average
+    }
+    r["energy_source"] = energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not();
     return r;
   }
 };

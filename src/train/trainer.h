@@ -48,6 +48,7 @@ struct EpochStats {
   double train_loss = 0, train_acc = 0;
   double test_loss = 0, test_acc = 0;
   double lr = 0;              ///< at the end of the epoch
+  double energy_j = -1;       ///< CPU package energy of the training loop (RAPL); < 0 = not measured
   double peak_bytes = 0;      ///< tracked by the allocator, all categories at once
   std::vector<double> peak_by_category;
 };
