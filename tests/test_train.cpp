@@ -117,8 +117,7 @@ TEST(Train, MemoryEstimateIsCloseToTheMeasuredPeakAndGuardsRuns) {
   auto r = train::train(c);
   const auto g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, c.batch);
   const double estimate = train::estimate_train_bytes(g, c.optimizer), measured = r.epochs[0].peak_bytes;
-  EXPECT_GE(estimate, 0.9 * measured);  // conservative...
-  EXPECT_LE(estimate, 2.0 * measured);  // ...but not wildly
+  EXPECT_NEAR(estimate / measured, 1.0, 0.05);  // the engine's allocation rules (plan/memory.cpp)
   EXPECT_NO_THROW(train::check_fits(g, c.optimizer, 4 * estimate));
   const std::string e = error_of([&] { train::check_fits(g, c.optimizer, estimate / 2); });
   EXPECT_NE(e.find("needs about"), std::string::npos) << e;

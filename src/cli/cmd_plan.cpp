@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "hw/cpu_info.h"
 #include "plan/against.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
@@ -181,14 +182,6 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   });
 }
 
-double available_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
-  double kb = 0;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 
 void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
@@ -213,7 +206,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
   mt.separator();
   mt.add({"peak (all allocated at start)", format_bytes(m.total())});
   mt.print();
-  const double avail = available_memory();
+  const double avail = hw::available_memory_bytes();
   if (avail > 0) {
     const bool fits = m.total() <= 0.9 * avail;
     std::printf("%s: %s of %s available\n\n", fits ? "fits" : "does NOT fit", format_bytes(m.total()).c_str(), format_bytes(avail).c_str());

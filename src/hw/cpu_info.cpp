@@ -75,6 +75,15 @@ nlohmann::json to_json(const CpuInfo& c) {
           {"l3_bytes", c.l3_bytes}, {"memory_gb", c.memory_gb}};
 }
 
+double available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key, unit;
+  double kb = 0;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
 nlohmann::json machine_json() {
   utsname u{};
   uname(&u);

@@ -25,6 +25,8 @@ struct CpuInfo {
 
 CpuInfo cpu_info();
 nlohmann::json to_json(const CpuInfo& c);
+/// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
+double available_memory_bytes();
 /// The machine: CPU, OS, library versions, for run records.
 nlohmann::json machine_json();
 

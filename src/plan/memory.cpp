@@ -2,6 +2,12 @@
 
 namespace dlperf::plan {
 
+bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i) {
+  const nn::Node& n = g.nodes[i];
+  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::batchnorm2d &&
+         g.consumers(n.inputs[0]).size() == 1;
+}
+
 double optimizer_states(const nn::OptimizerConfig& opt) {
   if (opt.name == "adamw") return 2;
   return opt.momentum != 0 ? 1 : 0;
@@ -14,12 +20,6 @@ double padded_elems(const Dims& d) {
   return double(d[0]) * double((d[1] + 7) / 8 * 8) * double(d[2] * d[3]);
 }
 
-// A relu that runs inside the batchnorm before it (network.cpp fuses them).
-bool fused_into_batchnorm(const nn::Graph& g, size_t i) {
-  const nn::Node& n = g.nodes[i];
-  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::batchnorm2d &&
-         g.consumers(n.inputs[0]).size() == 1;
-}
 // Values in the layout of the first conv's output. A conv reading the model's few input
 // channels writes a layout of its own (conv2d.cpp's candidate search); the layers after it keep
 // that layout until the next conv, which wants the blocked one.
@@ -70,7 +70,7 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
   double workspace = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
-    if (fused_into_batchnorm(g, i)) continue;  // shares the batchnorm's output
+    if (relu_fused_into_batchnorm(g, i)) continue;  // shares the batchnorm's output
     const double out = n.kind == ops::OpKind::flatten || n.out_dims.size() != 4 ? double(numel(n.out_dims)) : padded_elems(n.out_dims);
     act += 2 * out * f;  // the output and its gradient
     switch (n.kind) {
@@ -78,7 +78,7 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
         const double ch = double(n.out_dims[1]);
         act += 2 * ch * f;                          // batch mean and variance
         m[MemCategory::parameters] += 2 * ch * f;   // running mean and variance
-        const bool relu_next = i + 1 < g.nodes.size() && fused_into_batchnorm(g, i + 1) && g.nodes[i + 1].inputs[0] == int(i);
+        const bool relu_next = i + 1 < g.nodes.size() && relu_fused_into_batchnorm(g, i + 1) && g.nodes[i + 1].inputs[0] == int(i);
         if (relu_next) act += out / 8;              // the fused relu's mask, a bit an element
         break;
       }

@@ -31,6 +31,10 @@ struct MemoryEstimate {
 /// dlperf's CPU engine training `g` (at its batch size) with `opt` and `workers` loader threads.
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers);
 
+/// Whether the engine runs relu node i inside the batchnorm before it (network.cpp's rule: a
+/// relu whose only input is a batchnorm that feeds nothing else).
+bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i);
+
 /// Optimizer state floats per parameter: SGD with momentum 1, without 0; AdamW 2.
 double optimizer_states(const nn::OptimizerConfig& opt);
 

@@ -82,11 +82,6 @@ PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings&
   return {std::max(compute, memory) + m.call_overhead_s, compute >= memory};
 }
 
-bool fused_relu(const nn::Graph& g, size_t i) {
-  const nn::Node& n = g.nodes[i];
-  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::batchnorm2d &&
-         g.consumers(n.inputs[0]).size() == 1;
-}
 
 }  // namespace
 
@@ -115,7 +110,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         lt.backward_s = memory_pass(n.cost.backward_data.bytes * m.batchnorm_passes, 1);
         break;
       case ops::OpKind::relu:
-        if (fused_relu(g, i)) {  // inside the batchnorm: no pass of its own
+        if (relu_fused_into_batchnorm(g, i)) {  // inside the batchnorm: no pass of its own
           lt.forward_s = lt.backward_s = 0;
           break;
         }

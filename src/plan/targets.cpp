@@ -27,11 +27,7 @@ Device host_device(const CpuCeilings& c, double watts) {
   d.name = hw::cpu_info().model + " (this machine)";
   d.kind = "cpu";
   d.tflops["fp32"] = c.peak_gflops / 1e3;
-  std::ifstream f("/proc/meminfo");
-  std::string key, unit;
-  double kb = 0;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") d.memory_gb = kb * 1024 / 1e9;
+  d.memory_gb = hw::available_memory_bytes() / 1e9;
   d.bandwidth_gbps = c.dram_gbps;
   d.tdp_w = watts;
   d.sources = {{"specs", c.source}};

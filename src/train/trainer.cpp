@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "hw/energy.h"
+#include "plan/memory.h"
 #include "report/table.h"
 #include "train/checkpoint.h"
 
@@ -223,19 +224,16 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
 
 }  // namespace
 
-double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt) {
-  const double params = double(g.param_count()) * 4;
-  const double states = opt.name == "adamw" ? 2 : opt.momentum != 0 ? 1 : 0;
-  const double input = double(numel(g.input)) * 4;
-  // Each activation and its gradient; the input once more in the loader's batch.
-  return 2 * g.activation_bytes() + 2 * input + params * (2 + states);
+double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers) {
+  return plan::engine_memory(g, opt, workers).total();
 }
 
-void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available) {
-  const double need = estimate_train_bytes(g, opt);
+void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers) {
+  const double need = estimate_train_bytes(g, opt, workers);
   if (need <= 0.9 * available) return;
-  // Everything but the parameters grows linearly with the batch.
-  const double fixed = double(g.param_count()) * 4 * (2 + (opt.name == "adamw" ? 2 : opt.momentum != 0 ? 1 : 0));
+  // Everything but the parameters' share grows linearly with the batch.
+  plan::MemoryEstimate m = plan::engine_memory(g, opt, workers);
+  const double fixed = m[MemCategory::parameters] + m[MemCategory::gradients] + m[MemCategory::optimizer_state];
   const double per_image = (need - fixed) / double(g.batch());
   const int64_t fits = int64_t((0.9 * available - fixed) / per_image);
   throw Error(fmt::format("model {} at batch size {} needs about {} of memory, but {} is available", g.model,
@@ -246,15 +244,6 @@ void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double avail
 namespace {
 
 // Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
-double available_memory() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  double kb = 0;
-  std::string unit;
-  while (f >> key >> kb >> unit)
-    if (key == "MemAvailable:") return kb * 1024;
-  return 0;
-}
 
 // The epoch table, one row at a time as epochs finish (fixed widths, so rows line up).
 constexpr const char* kEpochHeader =
@@ -466,7 +455,7 @@ TrainResult train(const TrainConfig& cfg) {
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
                                     d.train.classes, cfg.batch);
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
-  if (const double avail = available_memory(); avail > 0) check_fits(graph, cfg.optimizer, avail);
+  if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab
   // runs many) would be reused for smaller requests and counted at their larger size.
   HostAllocator::instance().trim();

@@ -62,13 +62,12 @@ struct TrainResult {
 
 TrainResult train(const TrainConfig& cfg);
 
-/// Host memory a training run at the graph's batch size needs, estimated from the op costs:
-/// activations and their gradients, parameters, gradients and optimizer state. Conservative
-/// (the engine shares a fused batchnorm+relu's output; the estimate does not).
-double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt);
-/// Throws Error when the run needs more than `available` bytes, naming the largest batch size
-/// that fits.
-void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available);
+/// Host memory a training run at the graph's batch size needs: plan::engine_memory, the engine's
+/// allocation rules applied to the op costs (docs/plan.md; within 2% of measured on the presets).
+double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers = 1);
+/// Throws Error when the run needs more than 90% of `available` bytes, naming the largest batch
+/// size that fits.
+void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers = 1);
 
 nlohmann::json to_json(const TrainConfig& c);
 nlohmann::json to_json(const EpochStats& e);
