@@ -1,12 +1,10 @@
-// dlperf train: flags map one to one onto train::TrainConfig.
+// dlperf train and dlperf profile: flags map one to one onto train::TrainConfig.
 #include "cli/commands.h"
 #include "train/trainer.h"
 
 namespace dlperf::cli {
 
-void add_train(CLI::App& app, const Command& self) {
-  auto cfg = std::make_shared<train::TrainConfig>();
-  auto* c = app.add_subcommand(self.name, self.summary);
+void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--model,-m", cfg->model, "preset (small, medium, large, resnet18, mlp) or a .json spec")->capture_default_str();
   c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
   c->add_option("--epochs,-e", cfg->epochs, "passes over the training set")->capture_default_str();
@@ -33,6 +31,32 @@ void add_train(CLI::App& app, const Command& self) {
   c->add_option("--runs-dir", cfg->runs_dir, "where the run record (JSON) goes; empty for none")->capture_default_str();
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
   c->add_flag("--layer-times", cfg->layer_times, "time every layer and report achieved GFLOP/s against the CPU's peak");
+}
+
+void add_profile_flags(CLI::App* c, train::TrainConfig* cfg, bool in_train) {
+  if (in_train) c->add_flag("--profile", cfg->profile, "profile some steps of the first epoch (see dlperf profile)");
+  c->add_option(in_train ? "--profile-skip" : "--skip", cfg->profile_skip, "steps to run before recording (warm-up)")->capture_default_str();
+  c->add_option(in_train ? "--profile-steps" : "--steps", cfg->profile_steps, "steps to record (0 = to the end of the epoch)")->capture_default_str();
+  c->add_option("--group-by", cfg->profile_group, "layer | op")->capture_default_str()->check(CLI::IsMember({"layer", "op"}));
+  c->add_option(in_train ? "--profile-out" : "--out", cfg->profile_out, "path prefix of the profile's .json and .trace.json (default: in --runs-dir)");
+  c->add_flag("--gzip", cfg->trace_gzip, "write the trace gzip-compressed (.trace.json.gz)");
+}
+
+void add_train(CLI::App& app, const Command& self) {
+  auto cfg = std::make_shared<train::TrainConfig>();
+  auto* c = app.add_subcommand(self.name, self.summary);
+  add_train_flags(c, cfg.get());
+  add_profile_flags(c, cfg.get(), true);
+  c->callback([cfg] { train::train(*cfg); });
+}
+
+void add_profile(CLI::App& app, const Command& self) {
+  auto cfg = std::make_shared<train::TrainConfig>();
+  cfg->epochs = 1;
+  cfg->profile = cfg->profile_only = true;
+  auto* c = app.add_subcommand(self.name, self.summary);
+  add_train_flags(c, cfg.get());
+  add_profile_flags(c, cfg.get(), false);
   c->callback([cfg] { train::train(*cfg); });
 }
 

@@ -12,6 +12,7 @@ struct Command {
 };
 
 void add_train(CLI::App& app, const Command& self);
+void add_profile(CLI::App& app, const Command& self);
 void add_models(CLI::App& app, const Command& self);
 void add_bench(CLI::App& app, const Command& self);
 void add_lab(CLI::App& app, const Command& self);

@@ -16,6 +16,7 @@ const dlperf::cli::Command kCommands[] = {
     {"help", "list the commands", nullptr},
     {"lab", "the training lab: device, batch size, model size, loader workers and precision, with a report", dlperf::cli::add_lab},
     {"train", "train a model on a dataset and report time, throughput, memory and accuracy", dlperf::cli::add_train},
+    {"profile", "where time and memory go, op by op, against the roofline; a per-op table and a Chrome/Perfetto trace", dlperf::cli::add_profile},
     {"models", "list the preset models, or show one layer by layer", dlperf::cli::add_models},
     {"plan", "predict a run's FLOPs, memory and step time from op costs, or check predictions --against run records", dlperf::cli::add_plan},
     {"bench", "measure the CPU: memory bandwidth per cache level, FMA peak, GEMM and the presets' convolutions", dlperf::cli::add_bench},

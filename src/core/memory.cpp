@@ -34,7 +34,17 @@ static size_t round_up(size_t bytes) {
   return (bytes + q - 1) / q * q;
 }
 
+void HostAllocator::notify() {
+  if (Observer f = observer_.load()) f(stats());
+}
+
 void* HostAllocator::allocate(size_t bytes, MemCategory category) {
+  void* ptr = allocate_locked(bytes, category);
+  notify();
+  return ptr;
+}
+
+void* HostAllocator::allocate_locked(size_t bytes, MemCategory category) {
   const size_t size = round_up(bytes == 0 ? 1 : bytes);
   std::lock_guard lock(mutex_);
   void* ptr = nullptr;
@@ -66,14 +76,17 @@ void* HostAllocator::allocate(size_t bytes, MemCategory category) {
 
 void HostAllocator::release(void* ptr) {
   if (!ptr) return;
-  std::lock_guard lock(mutex_);
-  auto it = live_.find(ptr);
-  if (it == live_.end()) return;
-  stats_.current[int(it->second.category)] -= it->second.bytes;
-  stats_.current_total -= it->second.bytes;
-  cache_.emplace(it->second.bytes, ptr);
-  stats_.cached_bytes += it->second.bytes;
-  live_.erase(it);
+  {
+    std::lock_guard lock(mutex_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return;
+    stats_.current[int(it->second.category)] -= it->second.bytes;
+    stats_.current_total -= it->second.bytes;
+    cache_.emplace(it->second.bytes, ptr);
+    stats_.cached_bytes += it->second.bytes;
+    live_.erase(it);
+  }
+  notify();
 }
 
 MemoryStats HostAllocator::stats() const {

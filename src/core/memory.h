@@ -8,6 +8,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <map>
 #include <memory>
@@ -39,6 +40,10 @@ class HostAllocator {
   void reset_peaks();
   /// Returns cached blocks to the system.
   void trim();
+  /// Called with the new stats after every allocation and release (the profiler's memory
+  /// timeline); null = none. Not called under the allocator's lock.
+  using Observer = void (*)(const MemoryStats&);
+  void set_observer(Observer f) { observer_.store(f); }
   ~HostAllocator();
 
  private:
@@ -50,6 +55,9 @@ class HostAllocator {
   std::map<void*, Block> live_;
   std::multimap<size_t, void*> cache_;  // size -> free block
   MemoryStats stats_;
+  std::atomic<Observer> observer_{nullptr};
+  void notify();
+  void* allocate_locked(size_t bytes, MemCategory category);
 };
 
 /// An owned block from HostAllocator, freed (into the cache) when the last owner goes.

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "profile/recorder.h"
+
+#include <fmt/format.h>
+
 #include <cmath>
 #include <numeric>
 
@@ -80,7 +84,7 @@ void Loader::start_epoch(int64_t epoch) {
   next_id_ = want_ = 0;
   held_ = -1;
   for (Slot& s : slots_) s.id = -1, s.ready = false;
-  for (int w = 0; w < cfg_.workers; ++w) threads_.emplace_back([this] { worker_loop(); });
+  for (int w = 0; w < cfg_.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
 
 void Loader::fill(Batch& b, int64_t id) const {
@@ -125,7 +129,7 @@ void Loader::fill(Batch& b, int64_t id) const {
   }
 }
 
-void Loader::worker_loop() {
+void Loader::worker_loop(int worker) {
   for (;;) {
     int64_t id;
     Slot* slot;
@@ -141,7 +145,19 @@ void Loader::worker_loop() {
       slot->ready = false;
     }
     try {
+      profile::Recorder& rec = profile::Recorder::get();
+      const double t0 = rec.on() ? rec.now() : 0;
       fill(slot->batch, id);
+      if (rec.on()) {  // the batch on this worker's own track of the trace
+        profile::Event e;
+        e.name = fmt::format("batch {}", id);
+        e.phase = profile::Phase::load;
+        e.t0 = t0;
+        e.t1 = rec.now();
+        e.track = worker + 1;
+        e.step = rec.step();
+        rec.add(std::move(e));
+      }
     } catch (...) {
       std::lock_guard lock(mutex_);
       error_ = std::current_exception();

@@ -59,7 +59,7 @@ class Loader {
     bool ready = false;
   };
   void fill(Batch& b, int64_t id) const;
-  void worker_loop();
+  void worker_loop(int worker);
   void stop_workers();
 
   const Dataset& data_;

@@ -20,6 +20,8 @@
 #include "hw/cpu_info.h"
 #include "hw/energy.h"
 #include "plan/memory.h"
+#include "profile/recorder.h"
+#include "profile/report.h"
 #include "report/table.h"
 #include "train/checkpoint.h"
 
@@ -304,6 +306,7 @@ struct Run {
   nn::Optimizer opt;
   int64_t per_epoch, total_steps;
   hw::EnergyMeter energy;
+  bool profiling_ = false, profiled_ = false;
 
   Run(const TrainConfig& c, data::DataPair d, nn::Graph g)
       : cfg(c), data(std::move(d)), norm(data.train),
@@ -335,29 +338,59 @@ struct Run {
     double loss_sum = 0;
     int64_t correct = 0, seen = 0;
     const double t_start = now_s(), j_start = energy.available() ? energy.joules() : 0;
+    profile::Recorder& rec = profile::Recorder::get();
     for (int64_t i = 0;; ++i) {
+      if (profiling_ && !profiled_) {
+        const int64_t first = cfg.profile_skip, end = cfg.profile_steps > 0 ? first + cfg.profile_steps : per_epoch;
+        if (i == first) rec.start();
+        if (i == end || (i >= first && i >= per_epoch)) {
+          rec.stop();
+          profiled_ = true;
+          if (cfg.profile_only) break;
+        }
+        if (rec.on()) rec.set_step(i - first);
+      }
+      const profile::Scope step_scope("step", profile::Phase::step);
       const double t0 = now_s();
-      const data::Batch* b = train_loader.next();
+      const data::Batch* b = nullptr;
+      {
+        const profile::Scope wait("data wait", profile::Phase::data);
+        b = train_loader.next();
+      }
       const double t1 = now_s();
       if (!b) break;
       st.data_wait_s += t1 - t0;
       const int64_t step = opt.steps_done();
-      std::memcpy(net.input(), b->data(), b->images->bytes());
+      {
+        const profile::Scope copy("input copy", profile::Phase::copy);
+        std::memcpy(net.input(), b->data(), b->images->bytes());
+      }
       cpu::set_dropout_step(uint64_t(step));
       net.forward(true);
-      const cpu::LossResult r = net.loss(b->labels.data(), b->valid, cfg.label_smoothing, true);
+      cpu::LossResult r;
+      {
+        const profile::Scope loss("loss", profile::Phase::loss);
+        r = net.loss(b->labels.data(), b->valid, cfg.label_smoothing, true);
+      }
       if (!std::isfinite(r.loss))
         throw Error(fmt::format("training diverged: the loss is {} at epoch {}, step {}", r.loss, epoch + 1, i + 1),
                     fmt::format("lower --lr (now {}){}", cfg.lr,
                                 cfg.checkpoint_dir.empty() ? "" : "; the last good checkpoint is in " + cfg.checkpoint_dir));
       net.backward();
       st.lr = nn::learning_rate(cfg.schedule, cfg.lr, step, total_steps, per_epoch);
-      opt.step(st.lr);
+      {
+        const profile::Scope update("optimizer", profile::Phase::optimizer);
+        opt.step(st.lr);
+      }
       st.compute_s += now_s() - t1;
       loss_sum += r.loss * double(b->valid);
       correct += r.correct;
       seen += b->valid;
       progress.update(i + 1, seen, loss_sum / double(seen));
+    }
+    if (rec.on()) {  // the epoch ended inside the recording window
+      rec.stop();
+      profiled_ = true;
     }
     st.train_s = now_s() - t_start;
     if (energy.available()) st.energy_j = energy.joules() - j_start;
@@ -366,12 +399,14 @@ struct Run {
     st.train_loss = loss_sum / double(seen);
     st.train_acc = double(correct) / double(seen);
     const double e0 = now_s();
-    net.set_timing(false);  // layer times are of training steps only
-    const EvalResult ev = evaluate(net, test_loader, data.test.size());
-    net.set_timing(cfg.layer_times);
+    if (!(cfg.profile_only && profiled_)) {  // dlperf profile stops after its steps
+      net.set_timing(false);  // layer times are of training steps only
+      const EvalResult ev = evaluate(net, test_loader, data.test.size());
+      net.set_timing(cfg.layer_times);
+      st.test_loss = ev.loss;
+      st.test_acc = ev.acc;
+    }
     st.eval_s = now_s() - e0;
-    st.test_loss = ev.loss;
-    st.test_acc = ev.acc;
     const MemoryStats ms = HostAllocator::instance().stats();
     st.peak_bytes = double(ms.peak_total);
     for (size_t c = 0; c < ms.peak.size(); ++c) st.peak_by_category.push_back(double(ms.peak[c]));
@@ -479,6 +514,11 @@ TrainResult train(const TrainConfig& cfg) {
   }
 
   run.net.set_timing(cfg.layer_times);
+  run.profiling_ = cfg.profile;
+  if (cfg.profile)
+    check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0 && cfg.profile_skip < run.per_epoch,
+          fmt::format("--profile-skip {} leaves no step to record: an epoch has {} steps", cfg.profile_skip, run.per_epoch),
+          "lower --profile-skip, or use more data or a smaller --batch-size");
   const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
@@ -489,6 +529,7 @@ TrainResult train(const TrainConfig& cfg) {
       std::fflush(stdout);
     }
     if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
+    if (cfg.profile_only && run.profiled_) break;
   }
 
   result.record = run.record(result.epochs, threads);
@@ -500,6 +541,31 @@ TrainResult train(const TrainConfig& cfg) {
                 format_bytes(s["max_rss_bytes"]).c_str());
   }
   if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
+  if (cfg.profile) {
+    const auto& rec = profile::Recorder::get();
+    const auto events = rec.events();
+    check(!events.empty(), "the profile recorded no steps", "lower --profile-skip");
+    const profile::Report rep = profile::build_report(events, run.graph, plan::host_ceilings(threads), cfg.profile_group);
+    result.profile = profile::to_json(rep);
+    const MemoryStats ms = HostAllocator::instance().stats();
+    json peaks = json::object();
+    for (int c = 0; c < kMemCategories; ++c) peaks[std::string(to_string(MemCategory(c)))] = double(ms.peak[size_t(c)]);
+    result.profile["peak_bytes_by_category"] = peaks;
+    result.record["profile"] = result.profile;
+    if (say) profile::print_report(rep);
+    std::string prefix = cfg.profile_out;
+    if (prefix.empty() && !cfg.runs_dir.empty())
+      prefix = (fs::path(cfg.runs_dir) / fmt::format("{}-profile-{}-b{}", timestamp(), run.graph.model, cfg.batch)).string();
+    if (!prefix.empty()) {
+      result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
+      profile::write_trace(result.trace_path, events, rec.memory());
+      write_record(result.profile, fs::path(prefix).parent_path().string().empty() ? "." : fs::path(prefix).parent_path().string(),
+                   fs::path(prefix).filename().string());
+      if (say)
+        std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s.json\n", result.trace_path.c_str(),
+                    prefix.c_str());
+    }
+  }
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));

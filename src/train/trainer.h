@@ -35,6 +35,15 @@ struct TrainConfig {
   bool progress = true;       ///< progress bar when stderr is a terminal
   bool layer_times = false;   ///< time every layer (adds a clock read per layer)
   int64_t stop_after_epochs = 0;  ///< tests: stop early as if interrupted (0 = never)
+  // Profiling (docs/profile.md): record steps [profile_skip, profile_skip + profile_steps) of the
+  // first epoch trained, then report them.
+  bool profile = false;
+  int64_t profile_skip = 5;
+  int64_t profile_steps = 20;   ///< 0 = to the end of the epoch
+  bool profile_only = false;    ///< dlperf profile: stop once the steps are recorded
+  std::string profile_group = "layer";  ///< layer | op
+  std::string profile_out;      ///< report files' path prefix; empty = in runs_dir
+  bool trace_gzip = false;
   bool quiet = false;         ///< no console output (tests)
 };
 
@@ -58,6 +67,8 @@ struct TrainResult {
   nlohmann::json record;
   std::string record_path;
   std::vector<float> weights;  ///< all parameters and buffers, plain, in order (tests)
+  nlohmann::json profile;      ///< the profile report (dlperf profile / --profile)
+  std::string trace_path;      ///< its Chrome trace
 };
 
 TrainResult train(const TrainConfig& cfg);

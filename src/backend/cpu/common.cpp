@@ -65,6 +65,7 @@ Scratchpad& scratchpad() {
 }  // namespace
 
 void run(const Prim& p, std::unordered_map<int, memory> args) {
+  const auto scope = profile::Scope::launch(p.phase);
   args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad().get(p.scratch));
   try {
     p.prim.execute(stream(), args);
@@ -78,6 +79,7 @@ void run(const Prim& p, std::unordered_map<int, memory> args) {
 }
 
 void reorder(const memory& src, const memory& dst) {
+  const auto scope = profile::Scope::launch(profile::Phase::copy);
   dnnl::reorder(src, dst).execute(stream(), const_cast<memory&>(src), const_cast<memory&>(dst));
   stream().wait();
 }

@@ -10,11 +10,13 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
 #include "core/memory.h"
 #include "core/tensor.h"
+#include "profile/recorder.h"
 
 namespace dlperf::cpu {
 
@@ -56,9 +58,16 @@ struct Mem {
 struct Prim {
   dnnl::primitive prim;
   md scratch;
+  profile::Phase phase = profile::Phase::forward;  ///< how the profiler files its executions
   template <class P>
   static Prim of(const typename P::primitive_desc& pd) {
-    return {P(pd), pd.scratchpad_desc()};
+    using namespace dnnl;
+    constexpr bool weights = std::is_same_v<P, convolution_backward_weights> || std::is_same_v<P, inner_product_backward_weights>;
+    constexpr bool data = std::is_same_v<P, convolution_backward_data> || std::is_same_v<P, inner_product_backward_data> ||
+                          std::is_same_v<P, batch_normalization_backward> || std::is_same_v<P, eltwise_backward> ||
+                          std::is_same_v<P, pooling_backward>;
+    return {P(pd), pd.scratchpad_desc(),
+            weights ? profile::Phase::backward_weight : data ? profile::Phase::backward_data : profile::Phase::forward};
   }
 };
 dnnl::primitive_attr default_attr();

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# What profiling costs: trains medium at batch 64 for one epoch (12,800 images) with and without
+# recording every step (dlperf train --profile --profile-skip 0 --profile-steps 0), alternating,
+# REPEATS times each, and prints the median images/s of both and their ratio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeats=${REPEATS:-5}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+rate() {  # images/s from the "done:" line
+  build/dlperf train --model medium --batch-size 64 --epochs 1 --train-limit 12800 --test-limit 100 \
+    --runs-dir "$tmp" --no-progress "$@" | sed -n 's/^done: .*(\([0-9]*\) img\/s).*/\1/p'
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
+off=() on=()
+for ((i = 0; i < repeats; i++)); do
+  off+=("$(rate)")
+  on+=("$(rate --profile --profile-skip 0 --profile-steps 0 --profile-out "$tmp/p")")
+done
+m_off=$(printf '%s\n' "${off[@]}" | median)
+m_on=$(printf '%s\n' "${on[@]}" | median)
+echo "profiling off: ${off[*]} img/s (median $m_off)"
+echo "profiling on:  ${on[*]} img/s (median $m_on)"
+awk -v a="$m_off" -v b="$m_on" 'BEGIN {printf "step time with profiling on: %+.1f%% (ratio %.3f)\n", 100 * (a / b - 1), a / b}'

@@ -1,0 +1,99 @@
+// The profiler's recorder: timed events (what ran, in which phase, for which layer, on which
+// thread) and memory samples, collected only while recording is on. When it is off, a Scope
+// costs one relaxed atomic load and nothing is allocated or timed.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/memory.h"
+
+namespace dlperf::profile {
+
+/// What part of a training step an event belongs to. `forward` and `backward` are a layer's
+/// whole pass; `backward_data` and `backward_weight` the primitives inside a backward pass.
+enum class Phase : uint8_t { step, data, copy, forward, backward, backward_data, backward_weight, loss, optimizer, load };
+std::string_view to_string(Phase p);
+
+struct Event {
+  std::string name;  ///< the layer ("conv2", "bn1+relu1"), or what ran ("reorder", "optimizer")
+  std::string op;    ///< op type ("conv2d"); empty outside layers
+  Phase phase{};
+  double t0 = 0, t1 = 0;  ///< seconds since recording started
+  int track = 0;          ///< 0 = the training thread; 1.. = loader workers
+  int depth = 0;          ///< nesting on its track
+  int node = -1;          ///< graph node, -1 outside layers
+  int64_t step = 0;       ///< the training step it belongs to (0-based within the recording)
+  bool launch = false;    ///< a kernel or primitive execution
+};
+
+struct MemorySample {
+  double t = 0;
+  std::array<double, kMemCategories> bytes{};
+};
+
+class Recorder {
+ public:
+  static Recorder& get();
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+  /// Clears everything and starts recording (and memory sampling).
+  void start();
+  void stop();
+  void set_step(int64_t s) { step_ = s; }
+  int64_t step() const { return step_; }
+
+  /// Training thread: open and close nested events.
+  void push(std::string name, std::string op, Phase phase, int node, bool launch);
+  void pop();
+  /// The innermost open event's layer (name, op, node) for events opened below it.
+  const Event* current() const { return stack_.empty() ? nullptr : &open_[stack_.back()]; }
+  /// Any thread: a finished event on `track`.
+  void add(Event e);
+  /// Called by the allocator on every change while recording.
+  void sample_memory(const MemoryStats& s);
+  double now() const;
+
+  /// The finished events, sorted by track then start time.
+  std::vector<Event> events() const;
+  std::vector<MemorySample> memory() const;
+
+ private:
+  std::atomic<bool> on_{false};
+  int64_t step_ = 0;
+  double origin_ = 0;
+  std::vector<Event> open_;   // storage of the training thread's events
+  std::vector<size_t> stack_;  // indices into open_ of the events still open
+  mutable std::mutex mutex_;  // guards others_ and memory_
+  std::vector<Event> others_;
+  std::vector<MemorySample> memory_;
+};
+
+/// An event on the training thread for the lifetime of the scope, when recording is on.
+class Scope {
+ public:
+  Scope(const char* name, Phase phase) : Scope(std::string(name), std::string(), phase, -1, false) {}
+  Scope(std::string name, std::string op, Phase phase, int node, bool launch = false) {
+    if (Recorder::get().on()) {
+      Recorder::get().push(std::move(name), std::move(op), phase, node, launch);
+      active_ = true;
+    }
+  }
+  /// A primitive execution inside the current layer event, named after that layer.
+  static Scope launch(Phase phase);
+  ~Scope() {
+    if (active_) Recorder::get().pop();
+  }
+  Scope(Scope&& o) noexcept : active_(o.active_) { o.active_ = false; }
+  Scope(const Scope&) = delete;
+  Scope& operator=(const Scope&) = delete;
+
+ private:
+  Scope() = default;
+  bool active_ = false;
+};
+
+}  // namespace dlperf::profile

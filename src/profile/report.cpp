@@ -1,0 +1,250 @@
+#include "profile/report.h"
+
+#include <fmt/format.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "core/error.h"
+#include "plan/memory.h"
+#include "report/table.h"
+
+namespace dlperf::profile {
+
+using nlohmann::json;
+
+namespace {
+
+// Graph nodes an event of node `n` runs: itself and a relu fused into it.
+std::vector<int> covered(const nn::Graph& g, int n) {
+  std::vector<int> out = {n};
+  for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
+    if (g.nodes[i].inputs[0] == n && plan::relu_fused_into_batchnorm(g, i)) out.push_back(int(i));
+  return out;
+}
+
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p) {
+  ops::PassCost c;
+  for (int i : covered(g, n)) {
+    const ops::OpCost& k = g.nodes[size_t(i)].cost;
+    const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
+    c.flops += x.flops;
+    c.bytes += x.bytes;
+  }
+  return c;
+}
+
+struct Costed {
+  const Event* e;
+  double self = 0;
+  double flops = 0, bytes = 0;
+  bool has_launch_child = false;
+};
+
+}  // namespace
+
+Report build_report(const std::vector<Event>& events, const nn::Graph& g, const plan::CpuCeilings& c,
+                    const std::string& group_by) {
+  check(group_by == "layer" || group_by == "op", fmt::format("--group-by {} is not layer or op", group_by));
+  Report r;
+  r.ceilings = c;
+  // Self times: an event's duration less its direct children's (same track, one level deeper).
+  std::vector<Costed> xs;
+  for (const auto& e : events)
+    if (e.track == 0) xs.push_back({&e, e.t1 - e.t0});
+  // A forward pass's one primitive is the pass itself: it folds into its layer's forward event.
+  std::vector<size_t> stack;
+  std::vector<bool> folded(xs.size(), false);
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const Event& e = *xs[i].e;
+    while (!stack.empty() && xs[stack.back()].e->depth >= e.depth) stack.pop_back();
+    if (!stack.empty()) {
+      Costed& parent = xs[stack.back()];
+      if (e.launch) parent.has_launch_child = true;
+      if (e.launch && e.phase == parent.e->phase && e.node == parent.e->node) folded[i] = true;
+      else parent.self -= e.t1 - e.t0;
+    }
+    stack.push_back(i);
+  }
+  // Each primitive execution, and each of our own kernels (a layer pass without primitives),
+  // the loss and the optimizer.
+  double launches = 0;
+  for (const auto& x : xs)
+    if (x.e->launch || (x.e->node >= 0 && !x.has_launch_child) || x.e->phase == Phase::loss || x.e->phase == Phase::optimizer)
+      launches += 1;
+  std::vector<Costed> kept;
+  for (size_t i = 0; i < xs.size(); ++i)
+    if (!folded[i]) kept.push_back(xs[i]);
+  xs.swap(kept);
+  // FLOPs and bytes from the cost model. A layer's backward pass is split into the primitives
+  // inside it where they were recorded (backward-data, backward-weight); what no primitive
+  // carries stays with the whole pass.
+  std::map<std::pair<int64_t, int>, std::pair<bool, bool>> split;  // (step, node) -> has data / weight primitive
+  for (const auto& x : xs)
+    if (x.e->node >= 0 && x.e->launch) {
+      auto& s = split[{x.e->step, x.e->node}];
+      if (x.e->phase == Phase::backward_data) s.first = true;
+      if (x.e->phase == Phase::backward_weight) s.second = true;
+    }
+  const double batch = double(g.batch());
+  for (auto& x : xs) {
+    const Event& e = *x.e;
+    ops::PassCost k;
+    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward);
+    if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight)) k = cost_of(g, e.node, e.phase);
+    if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
+      const auto s = split[{e.step, e.node}];
+      if (!s.first) k.flops += cost_of(g, e.node, Phase::backward_data).flops, k.bytes += cost_of(g, e.node, Phase::backward_data).bytes;
+      if (!s.second) k.flops += cost_of(g, e.node, Phase::backward_weight).flops, k.bytes += cost_of(g, e.node, Phase::backward_weight).bytes;
+    }
+    if (e.phase == Phase::loss) {
+      const ops::OpCost lc = ops::cost(ops::OpKind::softmax_cross_entropy, {}, {{g.batch(), g.classes}}, 4);
+      k = {lc.forward.flops + lc.backward_data.flops, lc.forward.bytes + lc.backward_data.bytes};
+    }
+    if (e.phase == Phase::optimizer) k = {0, double(g.param_count()) * 4 * 5};  // streams weights, grads, momentum
+    x.flops = k.flops;
+    x.bytes = k.bytes;
+  }
+  (void)batch;
+  // Group into rows.
+  std::map<std::pair<std::string, std::string>, OpRow> rows;
+  std::set<int64_t> steps;
+  for (const auto& x : xs) {
+    const Event& e = *x.e;
+    if (e.phase == Phase::step) {
+      r.recorded_s += e.t1 - e.t0;
+      steps.insert(e.step);
+    }
+    const std::string name = e.phase == Phase::step ? "(step: loop overhead)" : group_by == "op" && !e.op.empty() ? e.op : e.name;
+    const std::string phase(to_string(e.phase));
+    OpRow& row = rows[{name, phase}];
+    row.name = name;
+    row.op = e.op;
+    row.phase = phase;
+    row.calls += 1;
+    row.self_s += x.self;
+    row.total_s += e.t1 - e.t0;
+    row.flops += x.flops;
+    row.bytes += x.bytes;
+    if (e.node >= 0) r.flops_per_step += x.flops;
+  }
+  const double ridge = c.peak_gflops / c.dram_gbps;  // FLOP per byte where compute and DRAM meet
+  for (auto& [k, row] : rows) {
+    row.share = r.recorded_s > 0 ? row.self_s / r.recorded_s : 0;
+    if (row.flops > 0) row.bound = row.intensity() >= ridge ? "compute" : "memory";
+    r.rows.push_back(row);
+  }
+  std::sort(r.rows.begin(), r.rows.end(), [](const OpRow& a, const OpRow& b) { return a.self_s > b.self_s; });
+  // The step summary.
+  StepSummary& s = r.step;
+  s.steps = int64_t(steps.size());
+  const double n = std::max<double>(double(s.steps), 1);
+  if (s.steps > 0) r.flops_per_step /= n;
+  for (const auto& x : xs) {
+    const Event& e = *x.e;
+    const double d = e.t1 - e.t0;
+    if (e.depth != 1) continue;  // the step's direct parts
+    switch (e.phase) {
+      case Phase::data: s.data_s += d; break;
+      case Phase::copy: s.copy_s += d; break;
+      case Phase::forward: case Phase::loss: s.forward_s += d; break;
+      case Phase::backward: s.backward_s += d; break;
+      case Phase::optimizer: s.optimizer_s += d; break;
+      default: break;
+    }
+  }
+  s.step_s = r.recorded_s / n;
+  s.data_s /= n, s.copy_s /= n, s.forward_s /= n, s.backward_s /= n, s.optimizer_s /= n;
+  s.idle_s = s.step_s - s.data_s - s.copy_s - s.forward_s - s.backward_s - s.optimizer_s;
+  s.launches = launches / n;
+  double busy = 0;
+  for (const auto& e : events)
+    if (e.track > 0) busy += e.t1 - e.t0;
+  s.loader_busy = r.recorded_s > 0 ? busy / r.recorded_s : 0;
+  return r;
+}
+
+void print_report(const Report& r, size_t max_rows) {
+  const StepSummary& s = r.step;
+  auto pct = [&](double x) { return fmt::format("{:.1f}%", 100 * x / std::max(s.step_s, 1e-12)); };
+  std::printf("\nProfile of %lld training steps: %.2f ms a step, %.0f kernel launches a step\n", (long long)s.steps, 1e3 * s.step_s,
+              s.launches);
+  std::printf("  data wait %s | input copy %s | forward %s | backward %s | optimizer %s | idle/loop %s   (loader workers busy %.0f%% of the time)\n",
+              pct(s.data_s).c_str(), pct(s.copy_s).c_str(), pct(s.forward_s).c_str(), pct(s.backward_s).c_str(),
+              pct(s.optimizer_s).c_str(), pct(s.idle_s).c_str(), 100 * s.loader_busy);
+  report::Table t({"name", "phase", "calls", "self ms", "total ms", "share", "GFLOP", "MB", "GFLOP/s", "GB/s", "FLOP/B", "bound"});
+  size_t shown = 0;
+  double rest = 0;
+  for (const auto& row : r.rows) {
+    if (shown++ >= max_rows) {
+      rest += row.share;
+      continue;
+    }
+    t.add({row.name, row.phase, std::to_string(row.calls), fmt::format("{:.3f}", 1e3 * row.self_s), fmt::format("{:.3f}", 1e3 * row.total_s),
+           fmt::format("{:.1f}%", 100 * row.share), row.flops > 0 ? fmt::format("{:.3f}", row.flops / 1e9) : "-",
+           row.bytes > 0 ? fmt::format("{:.2f}", row.bytes / 1e6) : "-", row.flops > 0 ? fmt::format("{:.1f}", row.gflops()) : "-",
+           row.bytes > 0 ? fmt::format("{:.1f}", row.gbps()) : "-", row.bytes > 0 && row.flops > 0 ? fmt::format("{:.1f}", row.intensity()) : "-",
+           row.bound});
+  }
+  std::printf("\n");
+  t.print();
+  if (rest > 0) std::printf("(%zu more rows, %.1f%% of the time, in the JSON)\n", r.rows.size() - max_rows, 100 * rest);
+  std::printf("Ceilings: %.1f GFLOP/s, DRAM %.1f GB/s (ridge %.1f FLOP/B): %s\n", r.ceilings.peak_gflops, r.ceilings.dram_gbps,
+              r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
+}
+
+json to_json(const Report& r) {
+  json rows = json::array();
+  for (const auto& x : r.rows)
+    rows.push_back({{"name", x.name}, {"op", x.op}, {"phase", x.phase}, {"calls", x.calls}, {"self_s", x.self_s},
+                    {"total_s", x.total_s}, {"share", x.share}, {"flops", x.flops}, {"bytes", x.bytes},
+                    {"gflops", x.gflops()}, {"gbps", x.gbps()}, {"intensity", x.intensity()}, {"bound", x.bound}});
+  const StepSummary& s = r.step;
+  return {{"rows", rows},
+          {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
+                    {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
+                    {"launches_per_step", s.launches}, {"loader_busy", s.loader_busy}}},
+          {"recorded_s", r.recorded_s},
+          {"flops_per_step", r.flops_per_step},
+          {"ceilings", plan::to_json(r.ceilings)}};
+}
+
+void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory) {
+  json ev = json::array();
+  ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "dlperf"}}}});
+  std::set<int> tracks;
+  for (const auto& e : events) tracks.insert(e.track);
+  for (int t : tracks)
+    ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t},
+                  {"args", {{"name", t == 0 ? std::string("training thread") : fmt::format("loader worker {}", t - 1)}}}});
+  for (const auto& e : events) {
+    json args = {{"step", e.step}};
+    if (!e.op.empty()) args["op"] = e.op;
+    ev.push_back({{"name", e.name}, {"cat", std::string(to_string(e.phase))}, {"ph", "X"}, {"pid", 1}, {"tid", e.track},
+                  {"ts", e.t0 * 1e6}, {"dur", (e.t1 - e.t0) * 1e6}, {"args", args}});
+  }
+  for (const auto& m : memory) {
+    json args;
+    for (int c = 0; c < kMemCategories; ++c) args[std::string(to_string(MemCategory(c)))] = m.bytes[size_t(c)] / 1e6;
+    ev.push_back({{"name", "memory (MB)"}, {"ph", "C"}, {"pid", 1}, {"ts", m.t * 1e6}, {"args", args}});
+  }
+  const std::string body = json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
+  const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
+  if (gz) {
+    gzFile f = gzopen(path.c_str(), "wb");
+    check(f != nullptr, fmt::format("cannot write the trace {}", path), "check --profile-out");
+    const int n = gzwrite(f, body.data(), unsigned(body.size()));
+    gzclose(f);
+    check(n == int(body.size()), fmt::format("could not write all of the trace {}", path));
+  } else {
+    std::ofstream f(path);
+    f << body;
+    check(bool(f), fmt::format("cannot write the trace {}", path), "check --profile-out");
+  }
+}
+
+}  // namespace dlperf::profile

@@ -1,0 +1,58 @@
+// The profiler's report: per-op table (like torch.profiler's key_averages, plus FLOPs, bytes and
+// roofline position for every pass), the step summary, memory by category, and a Chrome Trace
+// Event Format file that Perfetto and chrome://tracing open.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "nn/graph.h"
+#include "plan/step_time.h"
+#include "profile/recorder.h"
+
+namespace dlperf::profile {
+
+struct OpRow {
+  std::string name;   ///< layer ("conv2"), op type with --group-by op, or what ran ("optimizer")
+  std::string op;     ///< op type; empty outside layers
+  std::string phase;  ///< forward, backward, backward-data, backward-weight, copy, data, loss, optimizer, step
+  int64_t calls = 0;
+  double self_s = 0, total_s = 0;  ///< summed over the recorded steps
+  double share = 0;                ///< self time / recorded step time
+  double flops = 0, bytes = 0;     ///< summed over calls, from the op cost model (0 where it has none)
+  double gflops() const { return self_s > 0 ? flops / self_s / 1e9 : 0; }
+  double gbps() const { return self_s > 0 ? bytes / self_s / 1e9 : 0; }
+  double intensity() const { return bytes > 0 ? flops / bytes : 0; }
+  std::string bound;               ///< "compute" or "memory" against the ceilings' ridge point; "" without FLOPs
+};
+
+struct StepSummary {
+  int64_t steps = 0;
+  double step_s = 0;  ///< mean
+  double data_s = 0, copy_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, idle_s = 0;  ///< means
+  double launches = 0;  ///< kernel and primitive executions per step
+  double loader_busy = 0;  ///< loader workers' busy time / recorded time, summed over workers
+};
+
+struct Report {
+  std::vector<OpRow> rows;  ///< sorted by self time, largest first
+  StepSummary step;
+  plan::CpuCeilings ceilings;
+  double recorded_s = 0;    ///< sum of the recorded steps' durations
+  double flops_per_step = 0;  ///< of the layer rows, from the cost model
+};
+
+/// Builds the report of `events` recorded while training `g`. `group_by` is "layer" or "op".
+Report build_report(const std::vector<Event>& events, const nn::Graph& g, const plan::CpuCeilings& c,
+                    const std::string& group_by);
+
+void print_report(const Report& r, size_t max_rows = 40);
+nlohmann::json to_json(const Report& r);
+
+/// Chrome Trace Event Format: complete events ("X", microseconds), a track per thread, memory
+/// counter tracks ("C"). Gzip-compressed when the path ends in .gz.
+void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory);
+
+}  // namespace dlperf::profile

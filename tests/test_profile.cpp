@@ -1,0 +1,165 @@
+// dlperf profile: the table's FLOPs equal the cost model's, self time never exceeds total,
+// shares add up, the trace is valid and properly nested, and a tiny model gives the rows it must.
+#include <gtest/gtest.h>
+#include <zlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "profile/recorder.h"
+#include "profile/report.h"
+#include "test_util.h"
+#include "train/trainer.h"
+
+namespace dlperf::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+train::TrainConfig profiled(const std::string& model, const fs::path& dir) {
+  train::TrainConfig c;
+  c.model = model;
+  c.data = "synthetic:1x12x12:256";
+  c.batch = 16;
+  c.epochs = 1;
+  c.workers = 2;
+  c.profile = c.profile_only = true;
+  c.profile_skip = 2;
+  c.profile_steps = 4;
+  c.runs_dir = dir.string();
+  c.profile_out = (dir / "prof").string();
+  c.quiet = true;
+  c.progress = false;
+  return c;
+}
+
+TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
+  TempDir dir;
+  for (const char* model : {"small", "medium"}) {
+    SCOPED_TRACE(model);
+    const auto r = train::train(profiled(model, dir.path));
+    const nn::Graph g = nn::build_graph(nn::load_model(model), {1, 12, 12}, 10, 16);
+    const json& p = r.profile;
+    EXPECT_EQ(p["step"]["steps"], 4);
+    // The layer rows carry exactly the graph's forward and backward FLOPs for each step.
+    EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+    double share = 0;
+    for (const auto& row : p["rows"]) {
+      EXPECT_LE(row["self_s"].get<double>(), row["total_s"].get<double>() + 1e-12) << row.dump();
+      EXPECT_GE(row["self_s"].get<double>(), -1e-6) << row.dump();
+      share += row["share"].get<double>();
+    }
+    EXPECT_NEAR(share, 1.0, 0.01);
+    // The step splits into its parts.
+    const json& s = p["step"];
+    const double parts = s["data_s"].get<double>() + s["copy_s"].get<double>() + s["forward_s"].get<double>() +
+                         s["backward_s"].get<double>() + s["optimizer_s"].get<double>() + s["idle_s"].get<double>();
+    EXPECT_NEAR(parts, s["step_s"].get<double>(), 1e-9);
+    EXPECT_GT(s["forward_s"].get<double>(), 0);
+    EXPECT_GT(s["backward_s"].get<double>(), s["forward_s"].get<double>() * 0.5);
+    EXPECT_GT(s["launches_per_step"].get<double>(), double(g.nodes.size()));
+    EXPECT_GT(p["peak_bytes_by_category"]["activations"].get<double>(), 0);
+  }
+}
+
+// Every X event on a track either ends before the next begins or contains it.
+void expect_nested(const json& trace) {
+  std::map<int, std::vector<std::pair<double, double>>> tracks;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "X") tracks[e["tid"].get<int>()].push_back({e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()});
+  for (auto& [tid, ev] : tracks) {
+    std::sort(ev.begin(), ev.end(), [](auto& a, auto& b) { return a.first != b.first ? a.first < b.first : a.second > b.second; });
+    std::vector<double> ends;
+    for (const auto& [b, e] : ev) {
+      while (!ends.empty() && ends.back() <= b + 1e-3) ends.pop_back();
+      if (!ends.empty()) {
+        EXPECT_LE(e, ends.back() + 1e-3) << "track " << tid << " event at " << b << " overlaps its parent";
+      }
+      ends.push_back(e);
+    }
+  }
+}
+
+TEST(Profile, TraceIsValidNestedJsonWithLoaderAndMemoryTracks) {
+  TempDir dir;
+  auto c = profiled("small", dir.path);
+  const auto r = train::train(c);
+  std::ifstream f(r.trace_path);
+  const json t = json::parse(f);
+  ASSERT_TRUE(t.contains("traceEvents"));
+  std::set<std::string> threads;
+  bool counter = false, loader_events = false;
+  for (const auto& e : t["traceEvents"]) {
+    if (e["ph"] == "M" && e["name"] == "thread_name") threads.insert(e["args"]["name"].get<std::string>());
+    if (e["ph"] == "C") counter = true;
+    if (e["ph"] == "X" && e["tid"].get<int>() > 0) loader_events = true;
+    if (e["ph"] == "X") {
+      EXPECT_GE(e["dur"].get<double>(), 0);
+      EXPECT_TRUE(e.contains("cat"));
+    }
+  }
+  EXPECT_TRUE(threads.count("training thread"));
+  EXPECT_TRUE(threads.count("loader worker 0"));
+  EXPECT_TRUE(loader_events);
+  EXPECT_TRUE(counter);
+  expect_nested(t);
+  // The table lands beside it.
+  EXPECT_TRUE(fs::exists(dir.path / "prof.json"));
+
+  c.trace_gzip = true;
+  c.profile_out = (dir.path / "gz").string();
+  const auto g = train::train(c);
+  EXPECT_EQ(g.trace_path, (dir.path / "gz.trace.json.gz").string());
+  gzFile z = gzopen(g.trace_path.c_str(), "rb");
+  ASSERT_NE(z, nullptr);
+  std::string body(1 << 20, '\0');
+  const int n = gzread(z, body.data(), unsigned(body.size()));
+  gzclose(z);
+  ASSERT_GT(n, 0);
+  body.resize(size_t(n));
+  EXPECT_TRUE(json::accept(body));
+}
+
+TEST(Profile, GoldenRowsOfATinyModel) {
+  TempDir dir;
+  const fs::path spec = dir.path / "tiny.json";
+  std::ofstream(spec) << R"({"name": "tiny", "layers": [
+      {"type": "conv2d", "name": "conv", "out_channels": 8, "kernel": 3, "padding": 1, "bias": false},
+      {"type": "batchnorm2d", "name": "bn"}, {"type": "relu", "name": "relu"},
+      {"type": "flatten", "name": "flat"}, {"type": "linear", "name": "fc", "out_features": "classes"}]})";
+  auto c = profiled(spec.string(), dir.path);
+  c.workers = 0;
+  const auto r = train::train(c);
+  std::set<std::pair<std::string, std::string>> rows;
+  for (const auto& row : r.profile["rows"]) {
+    rows.insert({row["name"].get<std::string>(), row["phase"].get<std::string>()});
+    EXPECT_EQ(row["calls"].get<int>() % 4, 0) << row.dump();  // once (or twice) a step
+  }
+  const std::set<std::pair<std::string, std::string>> expected = {
+      {"(step: loop overhead)", "step"}, {"data wait", "data"},     {"input copy", "copy"},
+      {"conv", "forward"},               {"conv", "backward"},      {"conv", "backward-weight"}, {"conv", "copy"},
+      {"bn+relu", "forward"},            {"bn+relu", "backward"},   {"bn+relu", "backward-data"},
+      {"flat", "forward"},               {"flat", "backward"},      {"flat", "copy"},
+      {"fc", "forward"},                 {"fc", "backward"},        {"fc", "backward-data"},
+      {"fc", "backward-weight"},         {"loss", "loss"},          {"optimizer", "optimizer"}};
+  for (const auto& e : expected) EXPECT_TRUE(rows.count(e)) << e.first << " " << e.second;
+  for (const auto& r2 : rows) EXPECT_TRUE(expected.count(r2)) << "unexpected row " << r2.first << " " << r2.second;
+}
+
+TEST(Profile, NothingIsRecordedWithProfilingOffAndBadWindowsAreRefused) {
+  TempDir dir;
+  auto c = profiled("small", dir.path);
+  c.profile = c.profile_only = false;
+  profile::Recorder::get().stop();
+  const auto r = train::train(c);
+  EXPECT_TRUE(r.profile.is_null());
+  EXPECT_FALSE(profile::Recorder::get().on());
+  auto bad = profiled("small", dir.path);
+  bad.profile_skip = 1000;
+  EXPECT_NE(error_of([&] { train::train(bad); }).find("leaves no step to record"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlperf::test
