@@ -1,4 +1,4 @@
-// dlperf bench [memory|flops|all] [--quick] [--threads N] [--json FILE]
+// dlperf bench [memory|flops|gemm|conv|copy|launch|gpu-memory|roofline|allreduce|all] [--quick] [--json FILE]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -10,7 +10,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda/runtime.h"
 #include "bench/collective.h"
+#include "bench/gpu_bench.h"
 #include "bench/cpu_bench.h"
 #include "bench/ops_bench.h"
 #include "bench/roofline.h"
@@ -37,6 +39,7 @@ struct BenchArgs {
   std::string data = "fashion-mnist";
   int64_t steps = 30;
   int ranks = 2;  ///< allreduce
+  int gpu = 0;    ///< copy, launch, gpu-memory
 };
 
 // All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
@@ -189,6 +192,45 @@ nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
   return j;
 }
 
+// GPU benchmarks: host<->device copies, launch latency, device-memory bandwidth. Without a GPU
+// (or the CUDA backend) they say why and record nothing.
+nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
+  if (!bench::gpu::available()) {
+    std::printf("\nGPU %s: skipped: %s\n", what.c_str(), bench::gpu::why_not().c_str());
+    return {{"skipped", bench::gpu::why_not()}};
+  }
+  const int device = a.gpu;
+  const int repeats = a.opt.quick ? 5 : 20;
+  if (what == "copy") {
+    const auto pts = bench::gpu::copies(device, a.opt.quick ? 16e6 : 256e6, repeats);
+    std::printf("\nHost<->device copies on GPU %d (median GB/s, min-max; CUDA events):\n", device);
+    report::Table t({"size", "h2d pinned", "h2d pageable", "d2h pinned", "d2h pageable"});
+    for (size_t i = 0; i + 3 < pts.size(); i += 4) {
+      auto cell = [](const bench::gpu::CopyPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.median_gbps, p.min_gbps, p.max_gbps); };
+      // order per size: pinned h2d, pinned d2h, pageable h2d, pageable d2h
+      t.add({format_bytes(pts[i].bytes), cell(pts[i]), cell(pts[i + 2]), cell(pts[i + 1]), cell(pts[i + 3])});
+    }
+    t.print();
+    return bench::gpu::to_json(pts);
+  }
+  if (what == "launch") {
+    const auto l = bench::gpu::launch_latency(device, 1000, repeats);
+    std::printf("\nKernel launch on GPU %d (empty kernels, median): %.2f us each back to back, %.2f us from a CUDA graph, "
+                "%.2f us launch + synchronize\n", device, l.plain_us, l.graph_us, l.sync_us);
+    return bench::gpu::to_json(l);
+  }
+  const auto bw = bench::gpu::device_bandwidth(device, a.opt.quick ? 256e6 : 1e9, repeats);
+  const auto info = cuda::gpu_info(device);
+  std::printf("\nDevice memory bandwidth on GPU %d, %s (median GB/s; %% of the %.0f GB/s the clock and bus imply):\n", device,
+              info.name.c_str(), info.peak_bandwidth_gbps);
+  report::Table t({"kernel", "bytes moved", "GB/s", "spread", "% of peak"});
+  for (const auto& b : bw)
+    t.add({b.kernel, format_bytes(b.bytes), fmt::format("{:.0f}", b.median_gbps), fmt::format("{:.0f}-{:.0f}", b.min_gbps, b.max_gbps),
+           info.peak_bandwidth_gbps > 0 ? fmt::format("{:.0f}%", 100 * b.median_gbps / info.peak_bandwidth_gbps) : "-"});
+  t.print();
+  return bench::gpu::to_json(bw);
+}
+
 std::string default_json_path() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -201,8 +243,12 @@ std::string default_json_path() {
 void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
-  c->add_option("what", args->what, "memory | flops | gemm | conv | roofline | allreduce | all (roofline and allreduce are not part of all; GPU benchmarks are not there yet)")
-      ->capture_default_str()->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "roofline", "allreduce", "all"}));
+  c->add_option("what", args->what,
+                "memory | flops | gemm | conv | copy | launch | gpu-memory | roofline | allreduce | all (roofline and allreduce "
+                "are not part of all; copy, launch and gpu-memory need a GPU and are skipped, saying why, without one)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "roofline", "allreduce", "all"}));
+  c->add_option("--gpu", args->gpu, "copy, launch, gpu-memory: which GPU")->capture_default_str();
   c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str();
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
   c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
@@ -235,6 +281,9 @@ void add_bench(CLI::App& app, const Command& self) {
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' measures it)\n", peak);
     else if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
+    for (const char* g : {"copy", "launch", "gpu-memory"})
+      if (args->what == g || args->what == "all") out[g] = run_gpu(g, *args);
+    if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
     if (args->what == "roofline") out["roofline"] = run_roofline(*args, cpu, threads);
     if (args->what == "allreduce") out["allreduce"] = run_allreduce(*args);
     if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)

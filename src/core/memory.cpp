@@ -21,12 +21,18 @@ std::string_view to_string(MemCategory c) {
   return "?";
 }
 
+CachingAllocator::CachingAllocator(RawAlloc alloc, RawFree free, std::string what)
+    : raw_alloc_(alloc), raw_free_(free), what_(std::move(what)) {}
+
+CachingAllocator::~CachingAllocator() { trim(); }
+
+HostAllocator::HostAllocator()
+    : CachingAllocator([](size_t bytes) { return std::aligned_alloc(64, bytes); }, [](void* p) { std::free(p); }, "host") {}
+
 HostAllocator& HostAllocator::instance() {
   static HostAllocator a;
   return a;
 }
-
-HostAllocator::~HostAllocator() { trim(); }
 
 static size_t round_up(size_t bytes) {
   // Round to 256 bytes below 1 MiB and to 64 KiB above, so near-equal sizes share blocks.
@@ -34,17 +40,17 @@ static size_t round_up(size_t bytes) {
   return (bytes + q - 1) / q * q;
 }
 
-void HostAllocator::notify() {
+void CachingAllocator::notify() {
   if (Observer f = observer_.load()) f(stats());
 }
 
-void* HostAllocator::allocate(size_t bytes, MemCategory category) {
+void* CachingAllocator::allocate(size_t bytes, MemCategory category) {
   void* ptr = allocate_locked(bytes, category);
   notify();
   return ptr;
 }
 
-void* HostAllocator::allocate_locked(size_t bytes, MemCategory category) {
+void* CachingAllocator::allocate_locked(size_t bytes, MemCategory category) {
   const size_t size = round_up(bytes == 0 ? 1 : bytes);
   std::lock_guard lock(mutex_);
   void* ptr = nullptr;
@@ -59,11 +65,11 @@ void* HostAllocator::allocate_locked(size_t bytes, MemCategory category) {
     stats_.current[int(category)] += got;
     stats_.current_total += got;
   } else {
-    ptr = std::aligned_alloc(64, size);
+    ptr = raw_alloc_(size);
     if (!ptr)
-      throw Error(fmt::format("out of host memory allocating {} for {}", format_bytes(double(size)),
-                              to_string(category)),
-                  "use a smaller --batch-size or model");
+      throw Error(fmt::format("out of {} memory allocating {} for {} ({} already in use)", what_, format_bytes(double(size)),
+                              to_string(category), format_bytes(double(stats_.current_total))),
+                  "use a smaller --batch-size or model; 'dlperf plan' shows what fits");
     live_[ptr] = {size, category};
     stats_.current[int(category)] += size;
     stats_.current_total += size;
@@ -74,7 +80,7 @@ void* HostAllocator::allocate_locked(size_t bytes, MemCategory category) {
   return ptr;
 }
 
-void HostAllocator::release(void* ptr) {
+void CachingAllocator::release(void* ptr) {
   if (!ptr) return;
   {
     std::lock_guard lock(mutex_);
@@ -89,20 +95,20 @@ void HostAllocator::release(void* ptr) {
   notify();
 }
 
-MemoryStats HostAllocator::stats() const {
+MemoryStats CachingAllocator::stats() const {
   std::lock_guard lock(mutex_);
   return stats_;
 }
 
-void HostAllocator::reset_peaks() {
+void CachingAllocator::reset_peaks() {
   std::lock_guard lock(mutex_);
   stats_.peak = stats_.current;
   stats_.peak_total = stats_.current_total;
 }
 
-void HostAllocator::trim() {
+void CachingAllocator::trim() {
   std::lock_guard lock(mutex_);
-  for (auto& [size, ptr] : cache_) std::free(ptr);
+  for (auto& [size, ptr] : cache_) raw_free_(ptr);
   cache_.clear();
   stats_.cached_bytes = 0;
 }

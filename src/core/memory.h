@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 
 namespace dlperf {
@@ -29,10 +30,19 @@ struct MemoryStats {
   size_t cached_bytes = 0;  ///< freed blocks kept for reuse (not counted as live)
 };
 
-class HostAllocator {
+/// Caches freed blocks by size and counts live bytes by category. The raw allocation comes from
+/// the functions it is built with: aligned host memory for HostAllocator, cudaMalloc for the
+/// GPU's (backend/cuda/runtime.h).
+class CachingAllocator {
  public:
-  static HostAllocator& instance();
-  /// 64-byte aligned block of at least `bytes`; never returns null (throws on failure).
+  using RawAlloc = void* (*)(size_t bytes);
+  using RawFree = void (*)(void* ptr);
+  /// `what` names the memory in out-of-memory errors ("host", "GPU 0").
+  CachingAllocator(RawAlloc alloc, RawFree free, std::string what);
+  ~CachingAllocator();
+  CachingAllocator(const CachingAllocator&) = delete;
+  CachingAllocator& operator=(const CachingAllocator&) = delete;
+  /// A block of at least `bytes`; never returns null (throws Error, with a hint, on failure).
   void* allocate(size_t bytes, MemCategory category);
   void release(void* ptr);
   MemoryStats stats() const;
@@ -44,13 +54,15 @@ class HostAllocator {
   /// timeline); null = none. Not called under the allocator's lock.
   using Observer = void (*)(const MemoryStats&);
   void set_observer(Observer f) { observer_.store(f); }
-  ~HostAllocator();
 
  private:
   struct Block {
     size_t bytes;
     MemCategory category;
   };
+  RawAlloc raw_alloc_;
+  RawFree raw_free_;
+  std::string what_;
   mutable std::mutex mutex_;
   std::map<void*, Block> live_;
   std::multimap<size_t, void*> cache_;  // size -> free block
@@ -58,6 +70,15 @@ class HostAllocator {
   std::atomic<Observer> observer_{nullptr};
   void notify();
   void* allocate_locked(size_t bytes, MemCategory category);
+};
+
+/// The process's host allocator: 64-byte aligned blocks.
+class HostAllocator : public CachingAllocator {
+ public:
+  static HostAllocator& instance();
+
+ private:
+  HostAllocator();
 };
 
 /// An owned block from HostAllocator, freed (into the cache) when the last owner goes.

@@ -8,22 +8,29 @@
 
 #include <cstdint>
 
+// The hash functions also compile for the GPU, so GPU dropout draws the CPU's masks.
+#ifdef __CUDACC__
+#define DLPERF_HD __host__ __device__
+#else
+#define DLPERF_HD
+#endif
+
 namespace dlperf {
 
 /// SplitMix64 finalizer: a well-mixed 64-bit hash.
-inline uint64_t mix64(uint64_t x) {
+DLPERF_HD inline uint64_t mix64(uint64_t x) {
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   return x ^ (x >> 31);
 }
 
-inline uint64_t hash_coords(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
+DLPERF_HD inline uint64_t hash_coords(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0) {
   return mix64(seed ^ mix64(a ^ mix64(b ^ mix64(c))));
 }
 
 /// Uniform in [0, 1) from the top 24 bits of a hash.
-inline float uniform01(uint64_t h) { return float(h >> 40) * (1.0f / 16777216.0f); }
+DLPERF_HD inline float uniform01(uint64_t h) { return float(h >> 40) * (1.0f / 16777216.0f); }
 
 /// A small sequential generator (SplitMix64) for one stream of draws.
 class Rng {

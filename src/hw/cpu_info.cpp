@@ -9,6 +9,8 @@
 #include <set>
 #include <sstream>
 
+#include "backend/cuda/runtime.h"
+
 namespace dlperf::hw {
 
 namespace {
@@ -92,7 +94,9 @@ nlohmann::json machine_json() {
           {"os", fmt::format("{} {}", u.sysname, u.release)},
           {"hostname", u.nodename},
           {"onednn", fmt::format("{}.{}.{}", v->major, v->minor, v->patch)},
-          {"dlperf", DLPERF_VERSION}};
+          {"dlperf", DLPERF_VERSION},
+          {"cuda_backend", cuda::built()},
+          {"gpus", cuda::gpus_json()}};
 }
 
 }  // namespace dlperf::hw

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 
+#include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "hw/cpu_info.h"
@@ -39,7 +40,8 @@ namespace {
 // Why there are no GPU rows: the build, or the machine.
 std::string gpu_missing_reason() {
   if (::access("/dev/nvidia0", F_OK) != 0) return "no NVIDIA GPU on this machine (no /dev/nvidia0)";
-  return "this dlperf build trains on the CPU only; the GPU here is not used until the CUDA backend is built";
+  if (cuda::device_count() == 0) return cuda::why_no_device();
+  return "dlperf trains on the CPU only so far: the GPU here is benchmarked (dlperf bench copy|launch|gpu-memory) but not yet trained on";
 }
 
 // Why a precision cannot train on this CPU, or "" when it can.

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "backend/cpu/network.h"
+#include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "core/error.h"
 #include "core/timer.h"
@@ -259,9 +260,7 @@ std::string epoch_row(const EpochStats& e) {
 }
 
 void validate(const TrainConfig& cfg) {
-  check(cfg.device == "cpu" || cfg.device == "auto",
-        fmt::format("--device {} is not available in this build", cfg.device),
-        "this build trains on the CPU: use --device cpu (CUDA support comes with the CUDA backend)");
+  check(cuda::resolve_device(cfg.device) < 0, fmt::format("--device {} cannot train here", cfg.device));  // throws with the reason
   check(cfg.epochs >= 1, "--epochs must be at least 1");
   check(cfg.batch >= 1 && cfg.batch <= 65536, "--batch-size must be between 1 and 65536");
   check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");

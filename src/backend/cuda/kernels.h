@@ -1,0 +1,59 @@
+// dlperf's own CUDA kernels, called from host code with device pointers and a stream. Each
+// launcher returns after queuing its kernel (no synchronization) and throws nothing: errors
+// surface at the next synchronizing call, which runtime.cpp checks.
+//
+// Conventions match the CPU engine (backend/cpu): the same dropout masks (counter-based hash of
+// seed, step, element), the same loss with label smoothing, PyTorch's SGD and AdamW formulas.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace dlperf::cuda {
+
+void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
+/// dx = dy where y > 0, else 0 (from the output, as the fused CPU path does).
+void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s);
+void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
+/// y = x * mask / (1 - p), mask[i] = uniform(hash(step_seed ^ i)) >= p, as cpu::Dropout.
+void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t step_seed, cudaStream_t s);
+void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float p, cudaStream_t s);
+
+/// Softmax cross-entropy over rows [0, valid) of [rows, classes] logits, label smoothing `eps`.
+/// Adds the summed loss to *loss_sum and the number of correct rows to *correct (device
+/// scalars); writes d(mean loss)/d(logits) to dlogits when it is not null (zero for padded rows).
+void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
+                           float eps, double* loss_sum, int32_t* correct, float* dlogits, cudaStream_t s);
+
+/// One launch for all parameters, which the backend keeps in one flat buffer each for weights,
+/// gradients and states. SGD: PyTorch's momentum (dampening 0) with optional Nesterov, L2 decay.
+void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay,
+                bool nesterov, cudaStream_t s);
+/// AdamW (decoupled decay), `step` 1-based for the bias corrections.
+void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
+                  float weight_decay, int64_t step, cudaStream_t s);
+
+/// Precision casts for mixed precision (round to nearest even).
+void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
+void cast_f32_to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
+void cast_f16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
+/// Dynamic loss scaling: sets *found_inf to 1 when any gradient is not finite, else leaves it;
+/// multiplies all by `inv_scale`.
+void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s);
+
+/// uint8 images [n, C, H, W] to normalized floats: out = x * scale[c] + shift[c].
+void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,
+                  const float* shift, cudaStream_t s);
+
+// Benchmarks (dlperf bench): an empty kernel for launch latency, and streaming kernels for
+// device-memory bandwidth.
+void empty_kernel(cudaStream_t s);
+void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s);
+void stream_triad(float* a, const float* b, const float* c, float scalar, int64_t n, cudaStream_t s);
+/// Sums x into *out (a device double) so the reads cannot be optimized away.
+void stream_read(const float* x, int64_t n, double* out, cudaStream_t s);
+void fill(float* x, int64_t n, float value, cudaStream_t s);
+
+}  // namespace dlperf::cuda

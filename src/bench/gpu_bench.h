@@ -1,0 +1,44 @@
+// GPU micro-benchmarks (dlperf bench copy|launch|memory on a GPU): host<->device copies pinned
+// and pageable across sizes, kernel launch latency plain and replayed from a CUDA graph, and
+// device-memory bandwidth (copy, triad, read). Timed with CUDA events; warm-up, many repeats,
+// median and spread; results validated. Declared in every build; without the CUDA backend or
+// a GPU, `available()` is false and `why_not()` says why.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+namespace dlperf::bench::gpu {
+
+bool available();
+std::string why_not();
+
+struct CopyPoint {
+  std::string direction;  ///< "h2d" | "d2h"
+  bool pinned = false;
+  double bytes = 0;
+  double median_gbps = 0, min_gbps = 0, max_gbps = 0;
+};
+/// Sizes from 4 KiB to `max_bytes`, x4 apart.
+std::vector<CopyPoint> copies(int device, double max_bytes, int repeats);
+
+struct LaunchResult {
+  double plain_us = 0;  ///< per empty kernel, launched back to back and synchronized once
+  double graph_us = 0;  ///< per kernel, the same kernels captured in a CUDA graph and replayed
+  double sync_us = 0;   ///< launch plus synchronize, one at a time (what a step pays per sync)
+};
+LaunchResult launch_latency(int device, int kernels, int repeats);
+
+struct DeviceBandwidth {
+  std::string kernel;  ///< copy | triad | read
+  double bytes = 0, median_gbps = 0, min_gbps = 0, max_gbps = 0;
+};
+std::vector<DeviceBandwidth> device_bandwidth(int device, double bytes, int repeats);
+
+nlohmann::json to_json(const std::vector<CopyPoint>& c);
+nlohmann::json to_json(const LaunchResult& l);
+nlohmann::json to_json(const std::vector<DeviceBandwidth>& b);
+
+}  // namespace dlperf::bench::gpu

@@ -1,0 +1,225 @@
+// The CUDA side: device queries and --device parsing everywhere; with the CUDA backend and a GPU,
+// every kernel against a float64 reference (or the CPU engine's own formula, bit for bit where
+// it must agree), and the GPU benchmarks' validation. Without a GPU they are reported as skipped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "backend/cuda/runtime.h"
+#include "bench/gpu_bench.h"
+#include "core/rng.h"
+#include "test_util.h"
+
+#ifdef DLPERF_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "backend/cpu/ops.h"
+#include "backend/cuda/kernels.h"
+#include "nn/optimizer.h"
+#endif
+
+namespace dlperf::test {
+namespace {
+
+TEST(Cuda, DeviceQueriesNeverThrowAndDeviceFlagsAreChecked) {
+  const int n = cuda::device_count();
+  EXPECT_GE(n, 0);
+  if (n == 0) {
+    EXPECT_FALSE(cuda::why_no_device().empty());
+  }
+  EXPECT_EQ(cuda::resolve_device("cpu"), -1);
+  EXPECT_EQ(cuda::resolve_device("auto"), -1);
+  EXPECT_NE(error_of([] { cuda::resolve_device("gpu0"); }).find("not auto, cpu, cuda or cuda:N"), std::string::npos);
+  EXPECT_NE(error_of([] { cuda::resolve_device("cuda:x"); }), "");
+  // Training on a GPU is refused with a reason, whether or not there is one.
+  EXPECT_NE(error_of([] { cuda::resolve_device("cuda"); }), "");
+  EXPECT_EQ(cuda::gpus_json().size(), size_t(n));
+  EXPECT_EQ(bench::gpu::available(), n > 0);
+}
+
+#ifdef DLPERF_HAVE_CUDA
+
+#define REQUIRE_GPU() \
+  if (cuda::device_count() == 0) GTEST_SKIP() << cuda::why_no_device()
+
+// Device copies of host vectors, freed at scope end.
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& h) : n(h.size()) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, h.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit Dev(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p, 0, std::max<size_t>(n, 1) * sizeof(T)), cudaSuccess);
+  }
+  ~Dev() { cudaFree(p); }
+  std::vector<T> host() const {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+};
+
+std::vector<float> randn(size_t n, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = float(r.normal());
+  return v;
+}
+
+TEST(Cuda, ElementwiseKernelsMatchTheReference) {
+  REQUIRE_GPU();
+  const size_t n = 100003;  // not a multiple of the block size
+  const auto x = randn(n, 1), b = randn(n, 2);
+  Dev<float> dx(x), db(b), y(n), dy(b), g(n);
+  cuda::relu_forward(dx.p, y.p, int64_t(n), nullptr);
+  const auto yh = y.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(yh[i], x[i] > 0 ? x[i] : 0.f);
+  cuda::relu_backward(y.p, dy.p, g.p, int64_t(n), nullptr);
+  const auto gh = g.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(gh[i], yh[i] > 0 ? b[i] : 0.f);
+  cuda::add(dx.p, db.p, y.p, int64_t(n), nullptr);
+  const auto sum = y.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sum[i], double(x[i]) + double(b[i]), 1e-6);
+}
+
+TEST(Cuda, DropoutDrawsTheCpuEnginesMask) {
+  REQUIRE_GPU();
+  const size_t n = 50000;
+  const float p = 0.25f;
+  const uint64_t step_seed = hash_coords(7, 3);
+  const auto x = randn(n, 3);
+  Dev<float> dx(x), y(n), back(n);
+  Dev<uint8_t> mask(n);
+  cuda::dropout_forward(dx.p, y.p, mask.p, int64_t(n), p, step_seed, nullptr);
+  const auto yh = y.host();
+  const auto mh = mask.host();
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p;  // cpu::Dropout's rule
+    ASSERT_EQ(bool(mh[i]), keep) << i;
+    ASSERT_NEAR(yh[i], keep ? x[i] / (1 - p) : 0.f, 1e-6);
+    kept += keep;
+  }
+  EXPECT_NEAR(double(kept) / double(n), 0.75, 0.01);
+  cuda::dropout_backward(dx.p, mask.p, back.p, int64_t(n), p, nullptr);
+  const auto bh = back.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], mh[i] ? x[i] / (1 - p) : 0.f, 1e-6);
+}
+
+TEST(Cuda, SoftmaxCrossEntropyMatchesTheCpuLoss) {
+  REQUIRE_GPU();
+  const int64_t rows = 37, classes = 10, valid = 33;
+  const auto z = randn(size_t(rows * classes), 4);
+  std::vector<int32_t> labels(static_cast<size_t>(rows), 0);
+  for (int64_t i = 0; i < rows; ++i) labels[size_t(i)] = int32_t((i * 7) % classes);
+  for (float eps : {0.0f, 0.1f}) {
+    std::vector<float> cpu_grad(size_t(rows * classes));
+    const auto ref = cpu::softmax_cross_entropy(z.data(), labels.data(), rows, classes, valid, eps, cpu_grad.data());
+    Dev<float> dz(z), grad(size_t(rows * classes));
+    Dev<int32_t> dl(labels), correct(1);
+    Dev<double> loss(1);
+    cuda::softmax_cross_entropy(dz.p, dl.p, rows, classes, valid, eps, loss.p, correct.p, grad.p, nullptr);
+    EXPECT_NEAR(loss.host()[0] / double(valid), ref.loss, 1e-9);
+    EXPECT_EQ(correct.host()[0], ref.correct);
+    const auto gh = grad.host();
+    for (size_t i = 0; i < gh.size(); ++i) ASSERT_NEAR(gh[i], cpu_grad[i], 1e-6) << i;
+  }
+}
+
+TEST(Cuda, OptimizerUpdatesMatchTheCpuOptimizer) {
+  REQUIRE_GPU();
+  const size_t n = 4099;
+  for (const char* name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(name);
+    auto w = randn(n, 5);
+    const auto g = randn(n, 6);
+    nn::OptimizerConfig cfg;
+    cfg.name = name;
+    cfg.weight_decay = 0.01;
+    std::vector<float> w_cpu = w, g_cpu = g;
+    nn::Optimizer opt(cfg, {{w_cpu.data(), g_cpu.data(), n}});
+    Dev<float> dw(w), dg(g), m(n), v(n);
+    for (int64_t step = 1; step <= 3; ++step) {
+      opt.step(0.05);
+      if (cfg.name == "sgd")
+        cuda::sgd_update(dw.p, dg.p, m.p, int64_t(n), 0.05f, float(cfg.momentum), float(cfg.weight_decay), cfg.nesterov, nullptr);
+      else
+        cuda::adamw_update(dw.p, dg.p, m.p, v.p, int64_t(n), 0.05f, float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
+                           float(cfg.weight_decay), step, nullptr);
+    }
+    const auto wh = dw.host();
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(wh[i], w_cpu[i], 1e-5 * (1 + std::fabs(w_cpu[i]))) << i;
+  }
+}
+
+TEST(Cuda, CastsRoundTripWithinTheFormatsPrecision) {
+  REQUIRE_GPU();
+  const size_t n = 10000;
+  const auto x = randn(n, 8);
+  Dev<float> dx(x), back(n);
+  Dev<uint16_t> half(n);
+  cuda::cast_f32_to_bf16(dx.p, half.p, int64_t(n), nullptr);
+  cuda::cast_bf16_to_f32(half.p, back.p, int64_t(n), nullptr);
+  auto bh = back.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], x[i], std::fabs(x[i]) * 0x1p-8 + 1e-30) << i;  // 8 significant bits
+  cuda::cast_f32_to_f16(dx.p, half.p, int64_t(n), nullptr);
+  cuda::cast_f16_to_f32(half.p, back.p, int64_t(n), nullptr);
+  bh = back.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], x[i], std::fabs(x[i]) * 0x1p-11 + 6e-8) << i;  // 11 bits, subnormals
+  // Loss scaling: an inf is found, finite values are unscaled.
+  std::vector<float> g = {2.f, 4.f, INFINITY};
+  Dev<float> dg(g);
+  Dev<int32_t> found(1);
+  cuda::unscale_and_check(dg.p, 2, 0.5f, found.p, nullptr);
+  EXPECT_EQ(found.host()[0], 0);
+  EXPECT_EQ(dg.host()[1], 2.f);
+  cuda::unscale_and_check(dg.p, 3, 1.f, found.p, nullptr);
+  EXPECT_EQ(found.host()[0], 1);
+}
+
+TEST(Cuda, NormalizeMatchesTheLoadersFormula) {
+  REQUIRE_GPU();
+  const int64_t n = 3, c = 2, hw = 5;
+  std::vector<uint8_t> img(size_t(n * c * hw));
+  for (size_t i = 0; i < img.size(); ++i) img[i] = uint8_t(i * 37);
+  const std::vector<float> scale = {0.5f, 2.f}, shift = {-1.f, 3.f};
+  Dev<uint8_t> di(img);
+  Dev<float> out(img.size()), ds(scale), dsh(shift);
+  cuda::normalize_u8(di.p, out.p, n, c, hw, ds.p, dsh.p, nullptr);
+  const auto o = out.host();
+  for (size_t i = 0; i < o.size(); ++i) {
+    const size_t ch = (i / size_t(hw)) % size_t(c);
+    ASSERT_EQ(o[i], float(img[i]) * scale[ch] + shift[ch]);
+  }
+}
+
+TEST(Cuda, GpuBenchmarksValidateTheirResults) {
+  REQUIRE_GPU();
+  const auto copies = bench::gpu::copies(0, 1 << 20, 3);
+  ASSERT_FALSE(copies.empty());
+  for (const auto& c : copies) EXPECT_GT(c.median_gbps, 0);
+  const auto l = bench::gpu::launch_latency(0, 100, 3);
+  EXPECT_GT(l.plain_us, 0);
+  EXPECT_GT(l.graph_us, 0);
+  const auto bw = bench::gpu::device_bandwidth(0, 64e6, 3);
+  ASSERT_EQ(bw.size(), 3u);
+  for (const auto& b : bw) EXPECT_GT(b.median_gbps, 1);
+  const auto info = cuda::gpu_info(0);
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GT(info.memory_bytes, 1e9);
+}
+
+#else
+
+TEST(Cuda, KernelsNeedTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend: " << cuda::why_no_device(); }
+
+#endif
+
+}  // namespace
+}  // namespace dlperf::test
