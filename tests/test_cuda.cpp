@@ -9,6 +9,7 @@
 #include "backend/cuda/runtime.h"
 #include "bench/gpu_bench.h"
 #include "core/rng.h"
+#include "hw/nvml.h"
 #include "test_util.h"
 
 #ifdef DLPERF_HAVE_CUDA
@@ -36,6 +37,17 @@ TEST(Cuda, DeviceQueriesNeverThrowAndDeviceFlagsAreChecked) {
   EXPECT_NE(error_of([] { cuda::resolve_device("cuda"); }), "");
   EXPECT_EQ(cuda::gpus_json().size(), size_t(n));
   EXPECT_EQ(bench::gpu::available(), n > 0);
+}
+
+TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {
+  hw::GpuPowerMeter m("0");
+  if (!m.available()) {
+    EXPECT_FALSE(m.why_not().empty());
+    EXPECT_EQ(m.joules(), 0);
+    return;
+  }
+  EXPECT_GT(m.watts(), 0);  // a GPU board draws power even when idle
+  EXPECT_GE(m.joules(), 0);
 }
 
 #ifdef DLPERF_HAVE_CUDA
