@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "hw/cpu_info.h"
 #include "nn/graph.h"
 
 namespace dlperf::bench {
@@ -49,16 +50,29 @@ std::vector<GemmPoint> gemm_sweep(const Options& o) {
   for (auto [m, n, k] : shapes) {
     const cpu::md a_md({m, k}, cpu::dt::f32, cpu::tag::ab), b_md({k, n}, cpu::dt::f32, cpu::tag::ab),
         c_md({m, n}, cpu::dt::f32, cpu::tag::ab);
-    cpu::Mem a(a_md, MemCategory::workspace), b(b_md, MemCategory::workspace), c(c_md, MemCategory::workspace);
-    fill(a, 1), fill(b, 2);
+    // Inputs rotate over enough copies to span twice the last-level cache, so every call reads
+    // its operands from memory as a training step does, not from the cache the last call warmed.
+    const double set_bytes = double(a_md.get_size() + b_md.get_size() + c_md.get_size());
+    const double llc = double(std::max<int64_t>(hw::cpu_info().l3_bytes, 8 << 20));
+    const int sets = int(std::clamp(std::ceil(2 * llc / set_bytes), 1.0, 512.0));
+    std::vector<cpu::Mem> as, bs, cs;
+    for (int r = 0; r < sets; ++r) {
+      as.emplace_back(a_md, MemCategory::workspace), bs.emplace_back(b_md, MemCategory::workspace), cs.emplace_back(c_md, MemCategory::workspace);
+      fill(as.back(), 1), fill(bs.back(), 2);
+    }
+    const cpu::Mem &a = as[0], &b = bs[0], &c = cs[0];
     auto pd = matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), cpu::default_attr(), cpu::engine());
     const cpu::Prim p = cpu::Prim::of<matmul>(pd);
-    GemmPoint g{m, n, k, {}, o.quick ? 5 : 15, 0};
+    GemmPoint g{m, n, k, {}, o.quick ? 5 : 15, 0, sets};
     const double flops = gemm_flops(m, n, k);
     const int calls = int(std::clamp(2e8 / flops, 1.0, 1000.0));  // about 1 ms or more a sample
+    int next = 0;
     g.gflops = rate(g.repeats, flops * calls / 1e9, [&] {
-      for (int i = 0; i < calls; ++i) cpu::run(p, {{DNNL_ARG_SRC, a.mem}, {DNNL_ARG_WEIGHTS, b.mem}, {DNNL_ARG_DST, c.mem}});
+      for (int i = 0; i < calls; ++i, next = (next + 1) % sets)
+        cpu::run(p, {{DNNL_ARG_SRC, as[size_t(next)].mem}, {DNNL_ARG_WEIGHTS, bs[size_t(next)].mem}, {DNNL_ARG_DST, cs[size_t(next)].mem}});
     });
+    // Validate the first set's output: run it once more on its own.
+    cpu::run(p, {{DNNL_ARG_SRC, a.mem}, {DNNL_ARG_WEIGHTS, b.mem}, {DNNL_ARG_DST, c.mem}});
     // Validate sampled outputs against a float64 dot product.
     Rng pick(3);
     for (int s = 0; s < 16; ++s) {
@@ -122,7 +136,8 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
 
 nlohmann::json to_json(const GemmPoint& p) {
   return {{"m", p.m}, {"n", p.n}, {"k", p.k}, {"flops", gemm_flops(p.m, p.n, p.k)}, {"gflops_median", p.gflops.median},
-          {"gflops_min", p.gflops.min}, {"gflops_max", p.gflops.max}, {"repeats", p.repeats}, {"max_rel_error", p.max_rel_error}};
+          {"gflops_min", p.gflops.min}, {"gflops_max", p.gflops.max}, {"repeats", p.repeats}, {"max_rel_error", p.max_rel_error},
+          {"rotated_input_sets", p.rotated_sets}};
 }
 
 nlohmann::json to_json(const ConvPoint& p) {

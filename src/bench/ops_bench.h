@@ -18,6 +18,7 @@ struct GemmPoint {
   Spread gflops;
   int repeats = 0;
   double max_rel_error = 0;  ///< sampled outputs against a float64 dot product
+  int rotated_sets = 1;      ///< input copies the repeats rotate over (2x the last-level cache)
 };
 /// FLOPs of C[m,n] = A[m,k] B[k,n]: 2mnk.
 double gemm_flops(int64_t m, int64_t n, int64_t k);
