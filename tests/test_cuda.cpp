@@ -10,6 +10,7 @@
 #include "bench/gpu_bench.h"
 #include "core/rng.h"
 #include "hw/nvml.h"
+#include "plan/catalog.h"
 #include "test_util.h"
 
 #ifdef DLPERF_HAVE_CUDA
@@ -37,6 +38,18 @@ TEST(Cuda, DeviceQueriesNeverThrowAndDeviceFlagsAreChecked) {
   EXPECT_NE(error_of([] { cuda::resolve_device("cuda"); }), "");
   EXPECT_EQ(cuda::gpus_json().size(), size_t(n));
   EXPECT_EQ(bench::gpu::available(), n > 0);
+}
+
+TEST(Cuda, GpuNamesMapToCatalogEntries) {
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA H100 80GB HBM3"), "h100-sxm");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA H100 PCIe"), "h100-pcie");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA H200"), "h200");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA A100-SXM4-80GB"), "a100-80gb");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA A100-SXM4-40GB"), "a100-40gb");
+  EXPECT_EQ(plan::catalog_id_for_gpu("Tesla T4"), "t4");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L4"), "l4");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L40S"), "");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA GeForce RTX 4090"), "rtx-4090");
 }
 
 TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {
@@ -222,6 +235,9 @@ TEST(Cuda, GpuBenchmarksValidateTheirResults) {
   const auto bw = bench::gpu::device_bandwidth(0, 64e6, 3);
   ASSERT_EQ(bw.size(), 3u);
   for (const auto& b : bw) EXPECT_GT(b.median_gbps, 1);
+  const auto gemms = bench::gpu::gemm(0, {256}, 2);  // validates every precision's results itself
+  ASSERT_GE(gemms.size(), 1u);
+  for (const auto& g : gemms) EXPECT_GT(g.median_tflops, 0) << g.precision;
   const auto info = cuda::gpu_info(0);
   EXPECT_GT(info.sm_count, 0);
   EXPECT_GT(info.memory_bytes, 1e9);

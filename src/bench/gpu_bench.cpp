@@ -1,18 +1,25 @@
 // GPU micro-benchmarks with the CUDA backend (see gpu_bench.h).
 #include "bench/gpu_bench.h"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <memory>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "core/error.h"
+#include "core/rng.h"
 
 namespace dlperf::bench::gpu {
 
@@ -175,6 +182,137 @@ std::vector<DeviceBandwidth> device_bandwidth(int device, double bytes, int repe
   ok(cudaMemcpy(&total, sum.p, sizeof(double), cudaMemcpyDeviceToHost), "cudaMemcpy");
   check(first == 3.0f && last == 3.0f, "GPU bandwidth benchmark: triad produced wrong values");
   check(std::fabs(total - 2.0 * double(n)) <= 1e-6 * double(n), "GPU bandwidth benchmark: read summed wrong");
+  return out;
+}
+
+namespace {
+// Host-side rounding of a float to each input format, as bytes, and the value it now holds.
+struct Quantized {
+  std::vector<unsigned char> bytes;
+  std::vector<float> values;
+};
+Quantized quantize(const std::vector<float>& x, cuda::Precision p) {
+  Quantized q;
+  const size_t e = cuda::input_bytes(p);
+  q.bytes.resize(x.size() * e);
+  q.values.resize(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    float v = x[i];
+    unsigned char* dst = &q.bytes[i * e];
+    switch (p) {
+      case cuda::Precision::fp32:
+      case cuda::Precision::tf32:  // tf32 rounds inside the tensor cores; the reference keeps fp32
+        std::memcpy(dst, &v, 4);
+        break;
+      case cuda::Precision::bf16: {
+        const __nv_bfloat16 h = __float2bfloat16_rn(v);
+        std::memcpy(dst, &h, 2);
+        v = __bfloat162float(h);
+        break;
+      }
+      case cuda::Precision::fp16: {
+        const __half h = __float2half_rn(v);
+        std::memcpy(dst, &h, 2);
+        v = __half2float(h);
+        break;
+      }
+      case cuda::Precision::fp8: {
+        const __nv_fp8_e4m3 h(v);
+        std::memcpy(dst, &h, 1);
+        v = float(h);
+        break;
+      }
+    }
+    q.values[i] = v;
+  }
+  return q;
+}
+
+double tolerance(cuda::Precision p) {
+  switch (p) {
+    case cuda::Precision::tf32: return 5e-3;  // inputs rounded to 10 mantissa bits in the tensor cores
+    case cuda::Precision::fp8: return 1e-2;   // output rounded to bf16
+    default: return 1e-5;                     // exact inputs, fp32 accumulation and output
+  }
+}
+}  // namespace
+
+std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int repeats) {
+  ok(cudaSetDevice(device), "cudaSetDevice");
+  const cuda::GpuInfo info = cuda::gpu_info(device);
+  int l2 = 0;
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
+  Timer t;
+  std::vector<GemmPoint> out;
+  for (auto p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16, cuda::Precision::fp16, cuda::Precision::fp8}) {
+    if (!cuda::supported(p, info.cc_major, info.cc_minor)) continue;
+    for (int64_t s : sizes) {
+      const int64_t m = s, n = s, k = s;
+      Rng rng(uint64_t(s) * 31 + uint64_t(p));
+      std::vector<float> a(size_t(k * m)), b(size_t(k * n));
+      for (auto& v : a) v = 2 * rng.uniform() - 1;  // never zeros: uniform in [-1, 1)
+      for (auto& v : b) v = 2 * rng.uniform() - 1;
+      const Quantized qa = quantize(a, p), qb = quantize(b, p);
+      const double set_bytes = double(qa.bytes.size() + qb.bytes.size());
+      const int sets = int(std::clamp(std::ceil(2.0 * l2 / set_bytes), 1.0, 16.0));
+      std::vector<std::unique_ptr<DeviceMem>> as, bs;
+      for (int r = 0; r < sets; ++r) {
+        as.push_back(std::make_unique<DeviceMem>(qa.bytes.size()));
+        bs.push_back(std::make_unique<DeviceMem>(qb.bytes.size()));
+        ok(cudaMemcpy(as.back()->p, qa.bytes.data(), qa.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+        ok(cudaMemcpy(bs.back()->p, qb.bytes.data(), qb.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+      }
+      DeviceMem d(size_t(m * n) * cuda::output_bytes(p));
+      cuda::LtGemm g(p, m, n, k);
+      const int calls = int(std::clamp(2e11 / g.flops(), 1.0, 200.0));  // a sample of about 1 ms or more on a big GPU
+      int next = 0;
+      std::vector<double> rates;
+      for (int r = -2; r < repeats; ++r) {
+        const double sec = t.time([&] {
+          for (int c = 0; c < calls; ++c, next = (next + 1) % sets) g.run(as[size_t(next)]->p, bs[size_t(next)]->p, d.p, t.stream);
+        });
+        if (r >= 0) rates.push_back(g.flops() * calls / sec / 1e12);
+      }
+      // Validate set 0's product at 16 sampled outputs.
+      g.run(as[0]->p, bs[0]->p, d.p, t.stream);
+      ok(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize");
+      std::vector<unsigned char> dh(size_t(m * n) * cuda::output_bytes(p));
+      ok(cudaMemcpy(dh.data(), d.p, dh.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+      GemmPoint pt{cuda::to_string(p), m, n, k, 0, 0, 0, 0, sets};
+      Rng pick(7);
+      for (int smp = 0; smp < 16; ++smp) {
+        const int64_t i = int64_t(pick.below(uint64_t(m))), j = int64_t(pick.below(uint64_t(n)));
+        double ref = 0, scale = 0;
+        for (int64_t kk = 0; kk < k; ++kk) {
+          const double x = double(qa.values[size_t(kk + i * k)]) * double(qb.values[size_t(kk + j * k)]);
+          ref += x, scale += std::fabs(x);
+        }
+        float got = 0;
+        if (p == cuda::Precision::fp8) {
+          __nv_bfloat16 h;
+          std::memcpy(&h, &dh[size_t(i + j * m) * 2], 2);
+          got = __bfloat162float(h);
+        } else {
+          std::memcpy(&got, &dh[size_t(i + j * m) * 4], 4);
+        }
+        pt.max_rel_error = std::max(pt.max_rel_error, std::fabs(double(got) - ref) / std::max(scale, 1e-30));
+      }
+      check(pt.max_rel_error < tolerance(p), fmt::format("GPU GEMM {} {}x{}x{} gave wrong results (relative error {:.2g})",
+                                                         pt.precision, m, n, k, pt.max_rel_error));
+      const Spread sp = spread_of(rates);
+      pt.median_tflops = sp.median, pt.min_tflops = sp.min, pt.max_tflops = sp.max;
+      out.push_back(pt);
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<GemmPoint>& g) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& x : g)
+    out.push_back({{"precision", x.precision}, {"m", x.m}, {"n", x.n}, {"k", x.k}, {"median_tflops", x.median_tflops},
+                   {"min_tflops", x.min_tflops}, {"max_tflops", x.max_tflops}, {"max_rel_error", x.max_rel_error},
+                   {"rotated_input_sets", x.rotated_sets}});
   return out;
 }
 

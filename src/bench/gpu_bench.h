@@ -37,6 +37,17 @@ struct DeviceBandwidth {
 };
 std::vector<DeviceBandwidth> device_bandwidth(int device, double bytes, int repeats);
 
+struct GemmPoint {
+  std::string precision;  ///< fp32 | tf32 | bf16 | fp16 | fp8
+  int64_t m = 0, n = 0, k = 0;
+  double median_tflops = 0, min_tflops = 0, max_tflops = 0;
+  double max_rel_error = 0;  ///< sampled outputs against a float64 dot product of the same inputs
+  int rotated_sets = 1;      ///< input copies rotated between calls (2x the L2)
+};
+/// cuBLASLt GEMM for every precision the GPU supports, square sizes `sizes`.
+std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int repeats);
+
+nlohmann::json to_json(const std::vector<GemmPoint>& g);
 nlohmann::json to_json(const std::vector<CopyPoint>& c);
 nlohmann::json to_json(const LaunchResult& l);
 nlohmann::json to_json(const std::vector<DeviceBandwidth>& b);

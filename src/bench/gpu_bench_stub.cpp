@@ -10,6 +10,8 @@ std::string why_not() { return cuda::why_no_device(); }
 std::vector<CopyPoint> copies(int, double, int) { throw Error("no GPU to benchmark: " + why_not()); }
 LaunchResult launch_latency(int, int, int) { throw Error("no GPU to benchmark: " + why_not()); }
 std::vector<DeviceBandwidth> device_bandwidth(int, double, int) { throw Error("no GPU to benchmark: " + why_not()); }
+std::vector<GemmPoint> gemm(int, const std::vector<int64_t>&, int) { throw Error("no GPU to benchmark: " + why_not()); }
+nlohmann::json to_json(const std::vector<GemmPoint>&) { return nlohmann::json::array(); }
 nlohmann::json to_json(const std::vector<CopyPoint>&) { return nlohmann::json::array(); }
 nlohmann::json to_json(const LaunchResult&) { return nlohmann::json::object(); }
 nlohmann::json to_json(const std::vector<DeviceBandwidth>&) { return nlohmann::json::array(); }

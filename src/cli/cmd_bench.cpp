@@ -16,6 +16,7 @@
 #include "bench/cpu_bench.h"
 #include "bench/ops_bench.h"
 #include "bench/roofline.h"
+#include "plan/catalog.h"
 #include "report/plot.h"
 #include "train/trainer.h"
 #include "cli/commands.h"
@@ -231,6 +232,34 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
   return bench::gpu::to_json(bw);
 }
 
+// cuBLASLt GEMM per precision on the GPU, beside the datasheet's peak where the catalog knows it.
+nlohmann::json run_gpu_gemm(const BenchArgs& a) {
+  if (!bench::gpu::available()) {
+    std::printf("\nGPU GEMM: skipped: %s\n", bench::gpu::why_not().c_str());
+    return {{"skipped", bench::gpu::why_not()}};
+  }
+  const auto info = cuda::gpu_info(a.gpu);
+  const std::string id = plan::catalog_id_for_gpu(info.name);
+  const plan::Catalog cat = plan::load_catalog();
+  const auto pts = bench::gpu::gemm(a.gpu, a.opt.quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{1024, 4096, 8192},
+                                    a.opt.quick ? 5 : 20);
+  std::printf("\nGEMM through cuBLASLt on GPU %d, %s (TFLOP/s, median; inputs rotate over copies spanning 2x the L2):\n", a.gpu,
+              info.name.c_str());
+  report::Table t({"precision", "M=N=K", "TFLOP/s", "spread", "datasheet", "% of datasheet", "max rel. error"});
+  nlohmann::json rows = bench::gpu::to_json(pts);
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const auto& p = pts[i];
+    const double spec = id.empty() ? 0 : cat.find(id).peak_tflops(p.precision);
+    if (spec > 0) rows[i]["datasheet_tflops"] = spec;
+    t.add({p.precision, std::to_string(p.m), fmt::format("{:.1f}", p.median_tflops), fmt::format("{:.1f}-{:.1f}", p.min_tflops, p.max_tflops),
+           spec > 0 ? fmt::format("{:.1f}", spec) : "-", spec > 0 ? fmt::format("{:.0f}%", 100 * p.median_tflops / spec) : "-",
+           fmt::format("{:.1e}", p.max_rel_error)});
+  }
+  t.print();
+  if (id.empty()) std::printf("(no catalog entry for %s: no datasheet column)\n", info.name.c_str());
+  return rows;
+}
+
 std::string default_json_path() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -281,6 +310,7 @@ void add_bench(CLI::App& app, const Command& self) {
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' measures it)\n", peak);
     else if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
+    if (args->what == "gemm" || args->what == "all") out["gpu_gemm"] = run_gpu_gemm(*args);
     for (const char* g : {"copy", "launch", "gpu-memory"})
       if (args->what == g || args->what == "all") out[g] = run_gpu(g, *args);
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();

@@ -32,6 +32,10 @@ struct Catalog {
   const Device& find(const std::string& id) const;
 };
 
+/// The catalog id of a GPU from the name the CUDA driver reports ("NVIDIA H100 80GB HBM3" ->
+/// "h100-sxm"), or "" when the catalog has no entry for it.
+std::string catalog_id_for_gpu(const std::string& name);
+
 /// The built-in catalog, with the entries of `extra_file` (same format) added or replacing.
 Catalog load_catalog(const std::string& extra_file = "");
 Catalog parse_catalog(const nlohmann::json& j, const std::string& source);

@@ -1,0 +1,116 @@
+#include "backend/cuda/gemm.h"
+
+#include <cublasLt.h>
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dlperf::cuda {
+
+namespace {
+
+void ok(cublasStatus_t s, const char* what) {
+  if (s != CUBLAS_STATUS_SUCCESS) throw Error(fmt::format("cuBLASLt failed in {} (status {})", what, int(s)));
+}
+
+cudaDataType_t in_type(Precision p) {
+  switch (p) {
+    case Precision::fp32: case Precision::tf32: return CUDA_R_32F;
+    case Precision::bf16: return CUDA_R_16BF;
+    case Precision::fp16: return CUDA_R_16F;
+    case Precision::fp8: return CUDA_R_8F_E4M3;
+  }
+  return CUDA_R_32F;
+}
+
+// fp8 writes bf16 (its usual pairing); the others write fp32, so accuracy is the inputs' only.
+cudaDataType_t out_type(Precision p) { return p == Precision::fp8 ? CUDA_R_16BF : CUDA_R_32F; }
+
+}  // namespace
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::fp32: return "fp32";
+    case Precision::tf32: return "tf32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+    case Precision::fp8: return "fp8";
+  }
+  return "?";
+}
+
+size_t input_bytes(Precision p) { return p == Precision::fp8 ? 1 : (p == Precision::bf16 || p == Precision::fp16) ? 2 : 4; }
+size_t output_bytes(Precision p) { return p == Precision::fp8 ? 2 : 4; }
+
+bool supported(Precision p, int major, int minor) {
+  switch (p) {
+    case Precision::fp32: return true;
+    case Precision::fp16: return major >= 7;
+    case Precision::tf32: case Precision::bf16: return major >= 8;
+    case Precision::fp8: return major > 8 || (major == 8 && minor >= 9);
+  }
+  return false;
+}
+
+LtGemm::LtGemm(Precision p, int64_t m, int64_t n, int64_t k) : p_(p), m_(m), n_(n), k_(k) {
+  cublasLtHandle_t h;
+  ok(cublasLtCreate(&h), "cublasLtCreate");
+  handle_ = h;
+  const cublasComputeType_t compute = p == Precision::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasLtMatmulDesc_t desc;
+  ok(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  desc_ = desc;
+  const cublasOperation_t t = CUBLAS_OP_T, n_op = CUBLAS_OP_N;
+  ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "TRANSA");
+  ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &n_op, sizeof n_op), "TRANSB");
+  if (p == Precision::fp8) {  // fp8 needs scale factors; 1.0 keeps the values as they are
+    const float one = 1.0f;
+    if (cudaMalloc(&one_, sizeof(float)) != cudaSuccess) throw Error("cudaMalloc failed for the fp8 scales");
+    cudaMemcpy(one_, &one, sizeof one, cudaMemcpyHostToDevice);
+    for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER})
+      ok(cublasLtMatmulDescSetAttribute(desc, attr, &one_, sizeof one_), "SCALE_POINTER");
+  }
+  cublasLtMatrixLayout_t la, lb, ld;
+  ok(cublasLtMatrixLayoutCreate(&la, in_type(p), uint64_t(k), uint64_t(m), k), "layout A");
+  ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(k), uint64_t(n), k), "layout B");
+  ok(cublasLtMatrixLayoutCreate(&ld, out_type(p), uint64_t(m), uint64_t(n), m), "layout D");
+  a_ = la, b_ = lb, d_ = ld;
+  if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess) throw Error("cudaMalloc failed for the cuBLASLt workspace");
+  cublasLtMatmulPreference_t pref;
+  ok(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_),
+     "MAX_WORKSPACE_BYTES");
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (s != CUBLAS_STATUS_SUCCESS || found == 0)
+    throw Error(fmt::format("cuBLASLt has no {} algorithm for {}x{}x{} on this GPU", to_string(p), m, n, k));
+  static_assert(sizeof(cublasLtMatmulAlgo_t) <= sizeof algo_, "algo storage too small");
+  std::memcpy(algo_, &result.algo, sizeof(cublasLtMatmulAlgo_t));
+}
+
+LtGemm::~LtGemm() {
+  if (d_) cublasLtMatrixLayoutDestroy(static_cast<cublasLtMatrixLayout_t>(d_));
+  if (b_) cublasLtMatrixLayoutDestroy(static_cast<cublasLtMatrixLayout_t>(b_));
+  if (a_) cublasLtMatrixLayoutDestroy(static_cast<cublasLtMatrixLayout_t>(a_));
+  if (desc_) cublasLtMatmulDescDestroy(static_cast<cublasLtMatmulDesc_t>(desc_));
+  if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
+  cudaFree(workspace_);
+  cudaFree(one_);
+}
+
+void LtGemm::run(const void* a, const void* b, void* d, cudaStream_t s) {
+  const float alpha = 1.0f, beta = 0.0f;
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, algo_, sizeof algo);
+  auto la = static_cast<cublasLtMatrixLayout_t>(a_), lb = static_cast<cublasLtMatrixLayout_t>(b_),
+       ld = static_cast<cublasLtMatrixLayout_t>(d_);
+  ok(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), static_cast<cublasLtMatmulDesc_t>(desc_), &alpha, a, la, b, lb, &beta,
+                    d, ld, d, ld, &algo, workspace_, workspace_bytes_, s),
+     "cublasLtMatmul");
+}
+
+}  // namespace dlperf::cuda

@@ -1,0 +1,46 @@
+// Matrix multiply through cuBLASLt: one configured problem (precision and shape), its algorithm
+// picked once by cuBLASLt's heuristic, then run as often as needed. The layout is "TN": D[m x n]
+// (column-major) = A^T B with A stored k x m and B stored k x n, both K-major, the one layout
+// every precision supports, fp8 included. The linear layer and `dlperf bench gemm` use it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace dlperf::cuda {
+
+enum class Precision { fp32, tf32, bf16, fp16, fp8 };
+const char* to_string(Precision p);
+/// Bytes of one input element and of one output element.
+size_t input_bytes(Precision p);
+size_t output_bytes(Precision p);
+/// Whether a GPU of compute capability major.minor runs `p` on tensor cores (fp32 always runs).
+bool supported(Precision p, int cc_major, int cc_minor);
+
+class LtGemm {
+ public:
+  LtGemm(Precision p, int64_t m, int64_t n, int64_t k);
+  ~LtGemm();
+  LtGemm(const LtGemm&) = delete;
+  LtGemm& operator=(const LtGemm&) = delete;
+  /// D = A^T B (alpha 1, beta 0). Queued on `s`; pointers are device memory.
+  void run(const void* a, const void* b, void* d, cudaStream_t s);
+  double flops() const { return 2.0 * double(m_) * double(n_) * double(k_); }
+
+ private:
+  Precision p_;
+  int64_t m_, n_, k_;
+  void* handle_ = nullptr;  // cublasLtHandle_t
+  void* desc_ = nullptr;    // cublasLtMatmulDesc_t
+  void* a_ = nullptr;       // cublasLtMatrixLayout_t of A, B, C/D
+  void* b_ = nullptr;
+  void* d_ = nullptr;
+  unsigned char algo_[64] = {};  // cublasLtMatmulAlgo_t, opaque
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 32u << 20;
+  float* one_ = nullptr;     // device scalars 1.0 for fp8's scale pointers
+};
+
+}  // namespace dlperf::cuda
