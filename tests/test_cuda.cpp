@@ -238,6 +238,9 @@ TEST(Cuda, GpuBenchmarksValidateTheirResults) {
   const auto gemms = bench::gpu::gemm(0, {256}, 2);  // validates every precision's results itself
   ASSERT_GE(gemms.size(), 1u);
   for (const auto& g : gemms) EXPECT_GT(g.median_tflops, 0) << g.precision;
+  const auto convs = bench::gpu::conv(0, {"small"}, {3, 32, 32}, 8, 2);  // validates forward outputs itself
+  ASSERT_GE(convs.size(), 3u);
+  for (const auto& c : convs) EXPECT_GT(c.backward_filter_tflops, 0) << c.layer << " " << c.precision;
   const auto info = cuda::gpu_info(0);
   EXPECT_GT(info.sm_count, 0);
   EXPECT_GT(info.memory_bytes, 1e9);

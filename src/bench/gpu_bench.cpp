@@ -10,16 +10,19 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
+#include <set>
 #include <chrono>
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "nn/graph.h"
 
 namespace dlperf::bench::gpu {
 
@@ -304,6 +307,111 @@ std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int r
       out.push_back(pt);
     }
   }
+  return out;
+}
+
+std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, const std::vector<int64_t>& chw, int64_t batch,
+                            int repeats) {
+  ok(cudaSetDevice(device), "cudaSetDevice");
+  const cuda::GpuInfo info = cuda::gpu_info(device);
+  Timer t;
+  std::vector<ConvPoint> out;
+  std::set<std::string> seen;
+  for (const auto& model : models) {
+    const nn::Graph g = nn::build_graph(nn::load_model(model), Dims(chw.begin(), chw.end()), 10, batch);
+    for (const auto& node : g.nodes) {
+      if (node.kind != ops::OpKind::conv2d) continue;
+      const Dims& x = node.in_dims[0];
+      cuda::ConvShape s{x[0], x[1], x[2], x[3], node.attrs.out_channels, node.attrs.kernel, node.attrs.stride, node.attrs.padding};
+      const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", s.n, s.c, s.h, s.k, s.r, s.stride, s.pad);
+      if (!seen.insert(key).second) continue;  // ResNet blocks repeat shapes
+      for (auto p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16}) {
+        if (!cuda::supported(p, info.cc_major, info.cc_minor)) continue;
+        cuda::CudnnConv c(s, p);
+        const bool nhwc = c.nhwc();
+        const int64_t oh = s.out_h(), ow = s.out_w();
+        Rng rng(uint64_t(s.c * 131 + s.k) + uint64_t(p));
+        std::vector<float> xv(size_t(s.n * s.c * s.h * s.w)), wv(size_t(s.k * s.c * s.r * s.r)), dyv(size_t(s.n * s.k * oh * ow));
+        for (auto* v : {&xv, &wv, &dyv})
+          for (auto& e : *v) e = 2 * rng.uniform() - 1;
+        const Quantized qx = quantize(xv, p), qw = quantize(wv, p), qdy = quantize(dyv, p);
+        const size_t e = cuda::input_bytes(p);
+        DeviceMem dx_in(qx.bytes.size()), dw_in(qw.bytes.size()), ddy(qdy.bytes.size()), dy_out(size_t(s.n * s.k * oh * ow) * e),
+            dx_out(qx.bytes.size()), dw_out(qw.bytes.size());
+        ok(cudaMemcpy(dx_in.p, qx.bytes.data(), qx.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+        ok(cudaMemcpy(dw_in.p, qw.bytes.data(), qw.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+        ok(cudaMemcpy(ddy.p, qdy.bytes.data(), qdy.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+        const int calls = int(std::clamp(1e10 / s.flops(), 1.0, 200.0));
+        auto rate = [&](auto&& pass) {
+          std::vector<double> r;
+          for (int i = -2; i < repeats; ++i) {
+            const double sec = t.time([&] {
+              for (int k = 0; k < calls; ++k) pass();
+            });
+            if (i >= 0) r.push_back(s.flops() * calls / sec / 1e12);
+          }
+          return spread_of(r).median;
+        };
+        ConvPoint pt{model, node.name, cuda::to_string(p), c.algorithms(), {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0};
+        pt.forward_tflops = rate([&] { c.forward(dx_in.p, dw_in.p, dy_out.p, t.stream); });
+        pt.backward_data_tflops = rate([&] { c.backward_data(dw_in.p, ddy.p, dx_out.p, t.stream); });
+        pt.backward_filter_tflops = rate([&] { c.backward_filter(dx_in.p, ddy.p, dw_out.p, t.stream); });
+        // Validate 16 forward outputs against float64 in the tensors' own layouts.
+        ok(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize");
+        std::vector<unsigned char> yh(size_t(s.n * s.k * oh * ow) * e);
+        ok(cudaMemcpy(yh.data(), dy_out.p, yh.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+        auto xi = [&](int64_t n, int64_t ch, int64_t y, int64_t xx) {
+          return size_t(nhwc ? ((n * s.h + y) * s.w + xx) * s.c + ch : ((n * s.c + ch) * s.h + y) * s.w + xx);
+        };
+        auto wi = [&](int64_t k, int64_t ch, int64_t r, int64_t q) {
+          return size_t(nhwc ? ((k * s.r + r) * s.r + q) * s.c + ch : ((k * s.c + ch) * s.r + r) * s.r + q);
+        };
+        auto yi = [&](int64_t n, int64_t k, int64_t y, int64_t xx) {
+          return size_t(nhwc ? ((n * oh + y) * ow + xx) * s.k + k : ((n * s.k + k) * oh + y) * ow + xx);
+        };
+        Rng pick(11);
+        for (int smp = 0; smp < 16; ++smp) {
+          const int64_t n = int64_t(pick.below(uint64_t(s.n))), k = int64_t(pick.below(uint64_t(s.k)));
+          const int64_t y = int64_t(pick.below(uint64_t(oh))), xx = int64_t(pick.below(uint64_t(ow)));
+          double ref = 0, scale = 0;
+          for (int64_t ch = 0; ch < s.c; ++ch)
+            for (int64_t r = 0; r < s.r; ++r)
+              for (int64_t q = 0; q < s.r; ++q) {
+                const int64_t iy = y * s.stride - s.pad + r, ix = xx * s.stride - s.pad + q;
+                if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                const double v = double(qx.values[xi(n, ch, iy, ix)]) * double(qw.values[wi(k, ch, r, q)]);
+                ref += v, scale += std::fabs(v);
+              }
+          float got = 0;
+          const unsigned char* src = &yh[yi(n, k, y, xx) * e];
+          if (p == cuda::Precision::bf16) {
+            __nv_bfloat16 h;
+            std::memcpy(&h, src, 2);
+            got = __bfloat162float(h);
+          } else {
+            std::memcpy(&got, src, 4);
+          }
+          pt.max_rel_error = std::max(pt.max_rel_error, std::fabs(double(got) - ref) / std::max(scale, 1e-30));
+        }
+        // bf16 writes its output in bf16: 8 significant bits.
+        const double tol = p == cuda::Precision::bf16 ? 1e-2 : tolerance(p);
+        check(pt.max_rel_error < tol, fmt::format("cuDNN conv {} of {} in {} gave wrong results (relative error {:.2g})", node.name,
+                                                  model, pt.precision, pt.max_rel_error));
+        out.push_back(pt);
+      }
+    }
+  }
+  return out;
+}
+
+nlohmann::json to_json(const std::vector<ConvPoint>& c) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& x : c)
+    out.push_back({{"model", x.model}, {"layer", x.layer}, {"precision", x.precision}, {"input", x.input},
+                   {"out_channels", x.out_channels}, {"kernel", x.kernel}, {"stride", x.stride}, {"padding", x.padding},
+                   {"forward_tflops", x.forward_tflops}, {"backward_data_tflops", x.backward_data_tflops},
+                   {"backward_filter_tflops", x.backward_filter_tflops}, {"algorithms", x.algorithms},
+                   {"max_rel_error", x.max_rel_error}});
   return out;
 }
 

@@ -47,7 +47,20 @@ struct GemmPoint {
 /// cuBLASLt GEMM for every precision the GPU supports, square sizes `sizes`.
 std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int repeats);
 
+struct ConvPoint {
+  std::string model, layer, precision, algorithms;
+  std::vector<int64_t> input;  ///< N, C, H, W
+  int64_t out_channels = 0, kernel = 0, stride = 1, padding = 0;
+  double forward_tflops = 0, backward_data_tflops = 0, backward_filter_tflops = 0;  ///< medians
+  double max_rel_error = 0;  ///< sampled forward outputs against float64
+};
+/// cuDNN forward, backward-data and backward-filter of every distinct conv layer of `models` on
+/// input `chw` at `batch`, in fp32, and in tf32 and bf16 where the GPU has tensor cores for them.
+std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, const std::vector<int64_t>& chw, int64_t batch,
+                            int repeats);
+
 nlohmann::json to_json(const std::vector<GemmPoint>& g);
+nlohmann::json to_json(const std::vector<ConvPoint>& c);
 nlohmann::json to_json(const std::vector<CopyPoint>& c);
 nlohmann::json to_json(const LaunchResult& l);
 nlohmann::json to_json(const std::vector<DeviceBandwidth>& b);

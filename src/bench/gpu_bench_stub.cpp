@@ -12,6 +12,10 @@ LaunchResult launch_latency(int, int, int) { throw Error("no GPU to benchmark: "
 std::vector<DeviceBandwidth> device_bandwidth(int, double, int) { throw Error("no GPU to benchmark: " + why_not()); }
 std::vector<GemmPoint> gemm(int, const std::vector<int64_t>&, int) { throw Error("no GPU to benchmark: " + why_not()); }
 nlohmann::json to_json(const std::vector<GemmPoint>&) { return nlohmann::json::array(); }
+std::vector<ConvPoint> conv(int, const std::vector<std::string>&, const std::vector<int64_t>&, int64_t, int) {
+  throw Error("no GPU to benchmark: " + why_not());
+}
+nlohmann::json to_json(const std::vector<ConvPoint>&) { return nlohmann::json::array(); }
 nlohmann::json to_json(const std::vector<CopyPoint>&) { return nlohmann::json::array(); }
 nlohmann::json to_json(const LaunchResult&) { return nlohmann::json::object(); }
 nlohmann::json to_json(const std::vector<DeviceBandwidth>&) { return nlohmann::json::array(); }

@@ -260,6 +260,26 @@ nlohmann::json run_gpu_gemm(const BenchArgs& a) {
   return rows;
 }
 
+// cuDNN convolutions of the presets' layers on the GPU, per precision.
+nlohmann::json run_gpu_conv(const BenchArgs& a) {
+  if (!bench::gpu::available()) {
+    std::printf("\nGPU conv: skipped: %s\n", bench::gpu::why_not().c_str());
+    return {{"skipped", bench::gpu::why_not()}};
+  }
+  const Dims chw = parse_chw(a.input);
+  const auto models = a.opt.quick ? std::vector<std::string>{"medium"} : split(a.models);
+  const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
+  std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median):\n", a.gpu, (long long)a.batch,
+              a.input.c_str());
+  report::Table t({"model", "layer", "precision", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
+  for (const auto& p : pts)
+    t.add({p.model, p.layer, p.precision, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
+           fmt::format("{:.1f}", p.forward_tflops), fmt::format("{:.1f}", p.backward_data_tflops),
+           fmt::format("{:.1f}", p.backward_filter_tflops), p.algorithms});
+  t.print();
+  return bench::gpu::to_json(pts);
+}
+
 std::string default_json_path() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -311,6 +331,7 @@ void add_bench(CLI::App& app, const Command& self) {
     else if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
     if (args->what == "gemm" || args->what == "all") out["gpu_gemm"] = run_gpu_gemm(*args);
+    if (args->what == "conv" || args->what == "all") out["gpu_conv"] = run_gpu_conv(*args);
     for (const char* g : {"copy", "launch", "gpu-memory"})
       if (args->what == g || args->what == "all") out[g] = run_gpu(g, *args);
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();

@@ -1,0 +1,144 @@
+#include "backend/cuda/conv.h"
+
+#include <cudnn.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+#include <tuple>
+
+#include "core/error.h"
+
+namespace dlperf::cuda {
+
+namespace {
+
+void ok(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cuDNN failed in {}: {}", what, cudnnGetErrorString(s)));
+}
+
+constexpr size_t kWorkspaceLimit = size_t(256) << 20;
+
+cudnnDataType_t data_type(Precision p) {
+  switch (p) {
+    case Precision::bf16: return CUDNN_DATA_BFLOAT16;
+    case Precision::fp16: return CUDNN_DATA_HALF;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+// Algorithms chosen per (shape, precision), for the life of the process.
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
+struct Algos {
+  int fwd, bwd_data, bwd_filter;
+  size_t workspace;
+};
+std::mutex cache_mutex;
+std::map<Key, Algos> algo_cache;
+
+}  // namespace
+
+CudnnConv::CudnnConv(const ConvShape& s, Precision p) : s_(s), p_(p) {
+  check(p != Precision::fp8, "cuDNN convolutions here run in fp32, tf32, bf16 or fp16");
+  nhwc_ = p == Precision::bf16 || p == Precision::fp16;
+  cudnnHandle_t h;
+  ok(cudnnCreate(&h), "cudnnCreate");
+  handle_ = h;
+  const cudnnTensorFormat_t fmt = nhwc_ ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+  const cudnnDataType_t dt = data_type(p);
+  cudnnTensorDescriptor_t xd, yd;
+  cudnnFilterDescriptor_t wd;
+  cudnnConvolutionDescriptor_t cd;
+  ok(cudnnCreateTensorDescriptor(&xd), "cudnnCreateTensorDescriptor");
+  ok(cudnnCreateTensorDescriptor(&yd), "cudnnCreateTensorDescriptor");
+  ok(cudnnCreateFilterDescriptor(&wd), "cudnnCreateFilterDescriptor");
+  ok(cudnnCreateConvolutionDescriptor(&cd), "cudnnCreateConvolutionDescriptor");
+  x_ = xd, y_ = yd, w_ = wd, conv_ = cd;
+  ok(cudnnSetTensor4dDescriptor(xd, fmt, dt, int(s.n), int(s.c), int(s.h), int(s.w)), "input descriptor");
+  ok(cudnnSetTensor4dDescriptor(yd, fmt, dt, int(s.n), int(s.k), int(s.out_h()), int(s.out_w())), "output descriptor");
+  ok(cudnnSetFilter4dDescriptor(wd, dt, fmt, int(s.k), int(s.c), int(s.r), int(s.r)), "filter descriptor");
+  ok(cudnnSetConvolution2dDescriptor(cd, int(s.pad), int(s.pad), int(s.stride), int(s.stride), 1, 1, CUDNN_CROSS_CORRELATION,
+                                     CUDNN_DATA_FLOAT),
+     "convolution descriptor");
+  // fp32 means fp32: no silent tf32. tf32, bf16 and fp16 run on tensor cores.
+  ok(cudnnSetConvolutionMathType(cd, p == Precision::fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), "math type");
+
+  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, int(p)};
+  std::lock_guard lock(cache_mutex);
+  auto it = algo_cache.find(key);
+  if (it == algo_cache.end()) {
+    Algos a{};
+    constexpr int kMax = 16;
+    int got = 0;
+    cudnnConvolutionFwdAlgoPerf_t fp[kMax];
+    ok(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, &got, fp), "forward heuristics");
+    a.fwd = -1;
+    for (int i = 0; i < got && a.fwd < 0; ++i)
+      if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].memory <= kWorkspaceLimit) a.fwd = int(fp[i].algo), a.workspace = fp[i].memory;
+    cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
+    ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, &got, dp), "backward-data heuristics");
+    a.bwd_data = -1;
+    for (int i = 0; i < got && a.bwd_data < 0; ++i)
+      if (dp[i].status == CUDNN_STATUS_SUCCESS && dp[i].memory <= kWorkspaceLimit)
+        a.bwd_data = int(dp[i].algo), a.workspace = std::max(a.workspace, dp[i].memory);
+    cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
+    ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, &got, wp), "backward-filter heuristics");
+    a.bwd_filter = -1;
+    for (int i = 0; i < got && a.bwd_filter < 0; ++i)
+      if (wp[i].status == CUDNN_STATUS_SUCCESS && wp[i].memory <= kWorkspaceLimit)
+        a.bwd_filter = int(wp[i].algo), a.workspace = std::max(a.workspace, wp[i].memory);
+    check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
+          fmt::format("cuDNN has no {} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
+                      to_string(p), s.n, s.c, s.h, s.w, s.k, kWorkspaceLimit));
+    it = algo_cache.emplace(key, a).first;
+  }
+  fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
+  workspace_bytes_ = it->second.workspace;
+  if (workspace_bytes_ > 0 && cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
+    throw Error(fmt::format("out of GPU memory for a {} cuDNN workspace", workspace_bytes_));
+}
+
+CudnnConv::~CudnnConv() {
+  cudaFree(workspace_);
+  if (conv_) cudnnDestroyConvolutionDescriptor(static_cast<cudnnConvolutionDescriptor_t>(conv_));
+  if (w_) cudnnDestroyFilterDescriptor(static_cast<cudnnFilterDescriptor_t>(w_));
+  if (y_) cudnnDestroyTensorDescriptor(static_cast<cudnnTensorDescriptor_t>(y_));
+  if (x_) cudnnDestroyTensorDescriptor(static_cast<cudnnTensorDescriptor_t>(x_));
+  if (handle_) cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
+}
+
+void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t s) {
+  auto h = static_cast<cudnnHandle_t>(handle_);
+  ok(cudnnSetStream(h, s), "cudnnSetStream");
+  const float alpha = 1, beta = 0;
+  ok(cudnnConvolutionForward(h, &alpha, static_cast<cudnnTensorDescriptor_t>(x_), x, static_cast<cudnnFilterDescriptor_t>(w_), w,
+                             static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionFwdAlgo_t(fwd_algo_), workspace_,
+                             workspace_bytes_, &beta, static_cast<cudnnTensorDescriptor_t>(y_), y),
+     "cudnnConvolutionForward");
+}
+
+void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t s) {
+  auto h = static_cast<cudnnHandle_t>(handle_);
+  ok(cudnnSetStream(h, s), "cudnnSetStream");
+  const float alpha = 1, beta = 0;
+  ok(cudnnConvolutionBackwardData(h, &alpha, static_cast<cudnnFilterDescriptor_t>(w_), w, static_cast<cudnnTensorDescriptor_t>(y_), dy,
+                                  static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionBwdDataAlgo_t(bwd_data_algo_),
+                                  workspace_, workspace_bytes_, &beta, static_cast<cudnnTensorDescriptor_t>(x_), dx),
+     "cudnnConvolutionBackwardData");
+}
+
+void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStream_t s) {
+  auto h = static_cast<cudnnHandle_t>(handle_);
+  ok(cudnnSetStream(h, s), "cudnnSetStream");
+  const float alpha = 1, beta = 0;
+  ok(cudnnConvolutionBackwardFilter(h, &alpha, static_cast<cudnnTensorDescriptor_t>(x_), x, static_cast<cudnnTensorDescriptor_t>(y_), dy,
+                                    static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionBwdFilterAlgo_t(bwd_filter_algo_),
+                                    workspace_, workspace_bytes_, &beta, static_cast<cudnnFilterDescriptor_t>(w_), dw),
+     "cudnnConvolutionBackwardFilter");
+}
+
+std::string CudnnConv::algorithms() const {
+  return fmt::format("fwd {}, bwd-data {}, bwd-filter {}", fwd_algo_, bwd_data_algo_, bwd_filter_algo_);
+}
+
+}  // namespace dlperf::cuda

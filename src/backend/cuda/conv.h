@@ -1,0 +1,53 @@
+// 2-D convolution through cuDNN: forward, backward-data and backward-filter for one shape and
+// precision, with each pass's algorithm chosen once per shape (cuDNN's heuristics, within a
+// workspace limit) and cached for the process. fp32 and tf32 use NCHW; bf16 and fp16 use NHWC,
+// the layout tensor cores want. Square kernels, equal stride and padding in both directions.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+#include "backend/cuda/gemm.h"
+
+namespace dlperf::cuda {
+
+struct ConvShape {
+  int64_t n = 1, c = 1, h = 1, w = 1;  ///< input
+  int64_t k = 1, r = 3;                ///< output channels, kernel size
+  int64_t stride = 1, pad = 0;
+  int64_t out_h() const { return (h + 2 * pad - r) / stride + 1; }
+  int64_t out_w() const { return (w + 2 * pad - r) / stride + 1; }
+  /// FLOPs of one forward pass (2 per multiply-add); backward-data and backward-filter match it.
+  double flops() const { return 2.0 * double(n * k * out_h() * out_w()) * double(c * r * r); }
+};
+
+class CudnnConv {
+ public:
+  /// `p`: fp32, tf32, bf16 or fp16.
+  CudnnConv(const ConvShape& s, Precision p);
+  ~CudnnConv();
+  CudnnConv(const CudnnConv&) = delete;
+  CudnnConv& operator=(const CudnnConv&) = delete;
+
+  void forward(const void* x, const void* w, void* y, cudaStream_t s);
+  void backward_data(const void* w, const void* dy, void* dx, cudaStream_t s);
+  void backward_filter(const void* x, const void* dy, void* dw, cudaStream_t s);
+
+  bool nhwc() const { return nhwc_; }
+  /// The algorithms chosen, for reports ("fwd 1, bwd-data 1, bwd-filter 3").
+  std::string algorithms() const;
+
+ private:
+  ConvShape s_;
+  Precision p_;
+  bool nhwc_ = false;
+  void* handle_ = nullptr;
+  void *x_ = nullptr, *y_ = nullptr, *w_ = nullptr, *conv_ = nullptr;  // cuDNN descriptors
+  int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+};
+
+}  // namespace dlperf::cuda
