@@ -16,8 +16,13 @@
 #ifdef DLPERF_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include <cstring>
+
+#include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/network.h"
+#include "nn/graph.h"
 #include "nn/optimizer.h"
 #endif
 
@@ -244,6 +249,66 @@ TEST(Cuda, GpuBenchmarksValidateTheirResults) {
   const auto info = cuda::gpu_info(0);
   EXPECT_GT(info.sm_count, 0);
   EXPECT_GT(info.memory_bytes, 1e9);
+}
+
+// A few training steps of the same model, data and initialization on the CPU engine and on the
+// GPU: losses and parameters agree to fp32 accuracy (dropout draws the same masks).
+TEST(Cuda, TrainingStepsAgreeWithTheCpuEngine) {
+  REQUIRE_GPU();
+  const std::string residual = R"({"name": "res", "layers": [
+      {"type": "conv2d", "name": "c1", "out_channels": 8, "kernel": 3, "padding": 1, "bias": false},
+      {"type": "batchnorm2d", "name": "b1"}, {"type": "relu", "name": "r1"},
+      {"type": "conv2d", "name": "c2", "out_channels": 8, "kernel": 3, "padding": 1, "bias": true},
+      {"type": "add", "name": "sum", "from": "r1"}, {"type": "relu", "name": "r2"},
+      {"type": "maxpool2d", "name": "p", "kernel": 2}, {"type": "global_avgpool", "name": "g"},
+      {"type": "flatten", "name": "f"}, {"type": "linear", "name": "fc", "out_features": "classes"}]})";
+  for (const std::string model : {"small", "medium", "res"}) {
+    SCOPED_TRACE(model);
+    const nn::ModelSpec spec = model == "res" ? nn::parse_model_spec(nlohmann::json::parse(residual), "res") : nn::load_model(model);
+    const int64_t batch = 8;
+    const nn::Graph g = nn::build_graph(spec, {1, 12, 12}, 10, batch);
+    cpu::Network cpu_net(g, 5);
+    cuda::Network gpu_net(g, 5, 0);
+    nn::OptimizerConfig cfg;
+    std::vector<nn::ParamRef> refs;
+    for (cpu::Param* p : cpu_net.params()) refs.push_back({p->value.f32(), p->grad.f32(), p->floats()});
+    nn::Optimizer opt(cfg, refs);
+    Rng rng(9);
+    for (int64_t step = 0; step < 3; ++step) {
+      std::vector<float> x(size_t(batch * 144));
+      std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+      for (auto& v : x) v = float(rng.normal());
+      for (auto& v : y) v = int32_t(rng.below(10));
+      std::memcpy(cpu_net.input(), x.data(), x.size() * 4);
+      ASSERT_EQ(cudaMemcpy(gpu_net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(gpu_net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cpu::set_dropout_step(uint64_t(step));
+      cpu_net.forward(true);
+      const auto lc = cpu_net.loss(y.data(), batch, 0.0, true);
+      cpu_net.backward();
+      opt.step(0.05);
+      gpu_net.forward(true, uint64_t(step));
+      const auto lg = gpu_net.loss(batch, 0.0, true);
+      gpu_net.backward();
+      gpu_net.step(cfg, 0.05);
+      EXPECT_NEAR(lg.loss, lc.loss, 1e-4 * (1 + std::fabs(lc.loss))) << "step " << step;
+      EXPECT_EQ(lg.correct, lc.correct) << "step " << step;
+    }
+    std::vector<float> cpu_params;
+    for (cpu::Param* p : cpu_net.params()) {
+      const auto v = cpu::to_plain(p->layout, p->dims, p->value);
+      cpu_params.insert(cpu_params.end(), v.begin(), v.end());
+    }
+    const auto gpu_params = gpu_net.parameters();
+    ASSERT_EQ(gpu_params.size(), cpu_params.size());
+    double worst = 0;
+    for (size_t i = 0; i < cpu_params.size(); ++i)
+      worst = std::max(worst, std::fabs(double(gpu_params[i]) - cpu_params[i]) / (1e-3 + std::fabs(cpu_params[i])));
+    EXPECT_LT(worst, 1e-3);
+    const auto m = gpu_net.memory();
+    EXPECT_GT(m.peak[size_t(MemCategory::activations)], 0u);
+    EXPECT_GT(m.peak[size_t(MemCategory::parameters)], 0u);
+  }
 }
 
 #else

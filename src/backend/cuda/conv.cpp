@@ -7,6 +7,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "backend/cuda/runtime.h"
 #include "core/error.h"
 
 namespace dlperf::cuda {
@@ -94,12 +95,12 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p) : s_(s), p_(p) {
   }
   fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
   workspace_bytes_ = it->second.workspace;
-  if (workspace_bytes_ > 0 && cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess)
-    throw Error(fmt::format("out of GPU memory for a {} cuDNN workspace", workspace_bytes_));
+  cudaGetDevice(&device_);
+  if (workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
 }
 
 CudnnConv::~CudnnConv() {
-  cudaFree(workspace_);
+  if (workspace_) device_allocator(device_).release(workspace_);
   if (conv_) cudnnDestroyConvolutionDescriptor(static_cast<cudnnConvolutionDescriptor_t>(conv_));
   if (w_) cudnnDestroyFilterDescriptor(static_cast<cudnnFilterDescriptor_t>(w_));
   if (y_) cudnnDestroyTensorDescriptor(static_cast<cudnnTensorDescriptor_t>(y_));

@@ -48,6 +48,7 @@ class CudnnConv {
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  int device_ = 0;
 };
 
 }  // namespace dlperf::cuda

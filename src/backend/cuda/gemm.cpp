@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "backend/cuda/runtime.h"
 #include "core/error.h"
 
 namespace dlperf::cuda {
@@ -54,7 +55,10 @@ bool supported(Precision p, int major, int minor) {
   return false;
 }
 
-LtGemm::LtGemm(Precision p, int64_t m, int64_t n, int64_t k) : p_(p), m_(m), n_(n), k_(k) {
+LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace)
+    : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
+  cudaGetDevice(&device_);
+  check(p != Precision::fp8 || (transa && !transb), "fp8 GEMMs must be TN (A transposed, B not)");
   cublasLtHandle_t h;
   ok(cublasLtCreate(&h), "cublasLtCreate");
   handle_ = h;
@@ -62,9 +66,9 @@ LtGemm::LtGemm(Precision p, int64_t m, int64_t n, int64_t k) : p_(p), m_(m), n_(
   cublasLtMatmulDesc_t desc;
   ok(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   desc_ = desc;
-  const cublasOperation_t t = CUBLAS_OP_T, n_op = CUBLAS_OP_N;
-  ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &t, sizeof t), "TRANSA");
-  ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &n_op, sizeof n_op), "TRANSB");
+  const cublasOperation_t op_a = transa ? CUBLAS_OP_T : CUBLAS_OP_N, op_b = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+  ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a), "TRANSA");
+  ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b), "TRANSB");
   if (p == Precision::fp8) {  // fp8 needs scale factors; 1.0 keeps the values as they are
     const float one = 1.0f;
     if (cudaMalloc(&one_, sizeof(float)) != cudaSuccess) throw Error("cudaMalloc failed for the fp8 scales");
@@ -73,11 +77,12 @@ LtGemm::LtGemm(Precision p, int64_t m, int64_t n, int64_t k) : p_(p), m_(m), n_(
       ok(cublasLtMatmulDescSetAttribute(desc, attr, &one_, sizeof one_), "SCALE_POINTER");
   }
   cublasLtMatrixLayout_t la, lb, ld;
-  ok(cublasLtMatrixLayoutCreate(&la, in_type(p), uint64_t(k), uint64_t(m), k), "layout A");
-  ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(k), uint64_t(n), k), "layout B");
+  const int64_t a_rows = transa ? k : m, a_cols = transa ? m : k, b_rows = transb ? n : k, b_cols = transb ? k : n;
+  ok(cublasLtMatrixLayoutCreate(&la, in_type(p), uint64_t(a_rows), uint64_t(a_cols), a_rows), "layout A");
+  ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(b_rows), uint64_t(b_cols), b_rows), "layout B");
   ok(cublasLtMatrixLayoutCreate(&ld, out_type(p), uint64_t(m), uint64_t(n), m), "layout D");
   a_ = la, b_ = lb, d_ = ld;
-  if (cudaMalloc(&workspace_, workspace_bytes_) != cudaSuccess) throw Error("cudaMalloc failed for the cuBLASLt workspace");
+  workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
   cublasLtMatmulPreference_t pref;
   ok(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   ok(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace_bytes_, sizeof workspace_bytes_),
@@ -98,7 +103,7 @@ LtGemm::~LtGemm() {
   if (a_) cublasLtMatrixLayoutDestroy(static_cast<cublasLtMatrixLayout_t>(a_));
   if (desc_) cublasLtMatmulDescDestroy(static_cast<cublasLtMatmulDesc_t>(desc_));
   if (handle_) cublasLtDestroy(static_cast<cublasLtHandle_t>(handle_));
-  cudaFree(workspace_);
+  if (workspace_) device_allocator(device_).release(workspace_);
   cudaFree(one_);
 }
 

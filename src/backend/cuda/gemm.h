@@ -21,7 +21,12 @@ bool supported(Precision p, int cc_major, int cc_minor);
 
 class LtGemm {
  public:
-  LtGemm(Precision p, int64_t m, int64_t n, int64_t k);
+  /// The "TN" problem above.
+  LtGemm(Precision p, int64_t m, int64_t n, int64_t k) : LtGemm(p, true, false, m, n, k) {}
+  /// D[m x n] = op(A) op(B), column-major, with A stored m x k (k x m when `transa`) and B
+  /// stored k x n (n x k when `transb`), leading dimensions the stored row counts. fp8 needs TN.
+  /// `workspace` bytes come from the device allocator (category workspace).
+  LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace = size_t(32) << 20);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -39,7 +44,8 @@ class LtGemm {
   void* d_ = nullptr;
   unsigned char algo_[64] = {};  // cublasLtMatmulAlgo_t, opaque
   void* workspace_ = nullptr;
-  size_t workspace_bytes_ = 32u << 20;
+  size_t workspace_bytes_ = 0;
+  int device_ = 0;
   float* one_ = nullptr;     // device scalars 1.0 for fp8's scale pointers
 };
 

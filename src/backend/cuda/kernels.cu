@@ -130,6 +130,28 @@ __global__ void normalize_k(const uint8_t* x, float* y, int64_t total, int64_t c
   }
 }
 
+__global__ void add_bias_k(float* y, const float* bias, int64_t total, int64_t channels, int64_t inner) {
+  GRID_STRIDE(i, total) y[i] += bias[(i / inner) % channels];
+}
+
+// One block a channel: a tree reduction over its outer x inner elements, in double.
+__global__ void bias_grad_k(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner) {
+  __shared__ double part[kThreads];
+  const int64_t c = blockIdx.x;
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < outer * inner; j += blockDim.x) {
+    const int64_t o = j / inner, i = j % inner;
+    sum += dy[(o * channels + c) * inner + i];
+  }
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int step = kThreads / 2; step > 0; step /= 2) {
+    if (int(threadIdx.x) < step) part[threadIdx.x] += part[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[c] = float(part[0]);
+}
+
 __global__ void empty_k() {}
 
 __global__ void copy_k(const float* a, float* b, int64_t n) {
@@ -194,6 +216,13 @@ void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels
                   const float* shift, cudaStream_t s) {
   const int64_t total = n * channels * hw;
   normalize_k<<<blocks_for(total), kThreads, 0, s>>>(images, out, total, channels, hw, scale, shift);
+}
+void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+  const int64_t total = outer * channels * inner;
+  add_bias_k<<<blocks_for(total), kThreads, 0, s>>>(y, bias, total, channels, inner);
+}
+void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+  if (channels > 0) bias_grad_k<<<unsigned(channels), kThreads, 0, s>>>(dy, db, outer, channels, inner);
 }
 void empty_kernel(cudaStream_t s) { empty_k<<<1, 1, 0, s>>>(); }
 void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s) { copy_k<<<blocks_for(n), kThreads, 0, s>>>(a, b, n); }

@@ -47,6 +47,11 @@ void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf,
 void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,
                   const float* shift, cudaStream_t s);
 
+/// y[(o * channels + c) * inner + i] += bias[c]: a linear layer's bias (inner 1) or a conv's (inner H*W).
+void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+/// db[c] = sum over o, i of dy[(o * channels + c) * inner + i].
+void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+
 // Benchmarks (dlperf bench): an empty kernel for launch latency, and streaming kernels for
 // device-memory bandwidth.
 void empty_kernel(cudaStream_t s);

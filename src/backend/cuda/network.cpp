@@ -1,0 +1,361 @@
+#include "backend/cuda/network.h"
+
+#include <cudnn.h>
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "backend/cuda/conv.h"
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+#include "core/rng.h"
+
+namespace dlperf::cuda {
+
+namespace {
+
+void ok(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw Error(fmt::format("CUDA failed in {}: {}", what, cudaGetErrorString(e)));
+}
+void ok(cudnnStatus_t s, const char* what) {
+  if (s != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cuDNN failed in {}: {}", what, cudnnGetErrorString(s)));
+}
+
+cudnnTensorDescriptor_t tensor4d(const Dims& d) {
+  cudnnTensorDescriptor_t t;
+  ok(cudnnCreateTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
+  ok(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(d[0]), int(d[1]), int(d[2]), int(d[3])), "tensor descriptor");
+  return t;
+}
+
+}  // namespace
+
+struct Network::Layer {
+  const nn::Node* node = nullptr;
+  int index = 0;
+  std::vector<int> in;  // input values
+  int out = 0;
+  float *w = nullptr, *b = nullptr, *dw = nullptr, *db = nullptr;
+  std::unique_ptr<CudnnConv> conv;
+  std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
+  cudnnTensorDescriptor_t x_desc = nullptr, y_desc = nullptr, bn_desc = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  float *run_mean = nullptr, *run_var = nullptr, *save_mean = nullptr, *save_inv = nullptr;
+  uint8_t* mask = nullptr;
+  uint64_t seed = 0;
+  ~Layer() {
+    if (pool) cudnnDestroyPoolingDescriptor(pool);
+    if (bn_desc) cudnnDestroyTensorDescriptor(bn_desc);
+    if (y_desc) cudnnDestroyTensorDescriptor(y_desc);
+    if (x_desc) cudnnDestroyTensorDescriptor(x_desc);
+  }
+};
+
+float* Network::alloc(size_t floats, MemCategory c) {
+  void* p = device_allocator(device_).allocate(std::max<size_t>(floats, 1) * sizeof(float), c);
+  owned_.push_back(p);
+  return static_cast<float*>(p);
+}
+
+Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), device_(device), seed_(seed) {
+  ok(cudaSetDevice(device), "cudaSetDevice");
+  ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  cudnnHandle_t h;
+  ok(cudnnCreate(&h), "cudnnCreate");
+  ok(cudnnSetStream(h, stream_), "cudnnSetStream");
+  cudnn_ = h;
+  const auto& nodes = graph_.nodes;
+  const int64_t batch = graph_.batch();
+
+  // Parameters: one flat buffer each for values, gradients and momentum, in the CPU engine's
+  // order (node by node, weight then bias), initialized with its exact values.
+  for (const auto& n : nodes)
+    for (const auto& p : n.params) param_count_ += numel(p.dims);
+  params_ = alloc(size_t(param_count_), MemCategory::parameters);
+  grads_ = alloc(size_t(param_count_), MemCategory::gradients);
+  state_m_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
+  ok(cudaMemsetAsync(state_m_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
+  std::vector<float> init;
+  init.reserve(size_t(param_count_));
+  int index = 0;
+  for (const auto& n : nodes)
+    for (const auto& p : n.params) {
+      Rng rng(hash_coords(seed, 0x1417, uint64_t(index++)));
+      const bool bn = n.kind == ops::OpKind::batchnorm2d;
+      const int64_t fan_in = n.kind == ops::OpKind::conv2d ? n.in_dims[0][1] * n.attrs.kernel * n.attrs.kernel : n.in_dims[0][1];
+      const float bound = 1.0f / std::sqrt(float(fan_in));
+      for (int64_t i = 0; i < numel(p.dims); ++i)
+        init.push_back(bn ? (p.name == "weight" ? 1.f : 0.f) : (2 * rng.uniform() - 1) * bound);
+    }
+  ok(cudaMemcpyAsync(params_, init.data(), init.size() * 4, cudaMemcpyHostToDevice, stream_), "cudaMemcpy");
+
+  // Values: the input, then every node's output and its gradient (flatten is a view).
+  act_.assign(nodes.size() + 1, nullptr);
+  diff_.assign(nodes.size() + 1, nullptr);
+  consumers_.assign(nodes.size() + 1, 0);
+  act_[0] = alloc(size_t(numel(graph_.input)), MemCategory::data);
+  labels_ = reinterpret_cast<int32_t*>(alloc(size_t(batch), MemCategory::data));
+  loss_sum_ = reinterpret_cast<double*>(alloc(2, MemCategory::workspace));
+  correct_ = reinterpret_cast<int32_t*>(alloc(1, MemCategory::workspace));
+  int64_t offset = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const nn::Node& n = nodes[i];
+    auto l = std::make_unique<Layer>();
+    l->node = &n;
+    l->index = int(i);
+    l->out = int(i) + 1;
+    for (int in : n.inputs) {
+      l->in.push_back(in < 0 ? 0 : in + 1);
+      consumers_[size_t(l->in.back())]++;
+    }
+    if (!n.params.empty()) {
+      l->w = params_ + offset, l->dw = grads_ + offset;
+      offset += numel(n.params[0].dims);
+      if (n.params.size() > 1) {
+        l->b = params_ + offset, l->db = grads_ + offset;
+        offset += numel(n.params[1].dims);
+      }
+    }
+    const size_t out = size_t(numel(n.out_dims));
+    if (n.kind == ops::OpKind::flatten) {
+      act_[size_t(l->out)] = act_[size_t(l->in[0])];
+      diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
+    } else {
+      act_[size_t(l->out)] = alloc(out, MemCategory::activations);
+      diff_[size_t(l->out)] = alloc(out, MemCategory::activations);
+    }
+    const Dims& x = n.in_dims[0];
+    switch (n.kind) {
+      case ops::OpKind::conv2d:
+        l->conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
+                                                        n.attrs.padding},
+                                              Precision::fp32);
+        break;
+      case ops::OpKind::linear: {
+        const int64_t in_f = x[1], out_f = n.attrs.out_features;
+        // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on.
+        constexpr size_t ws = size_t(4) << 20;
+        l->fwd = std::make_unique<LtGemm>(Precision::fp32, true, false, out_f, batch, in_f, ws);
+        l->bwd_data = std::make_unique<LtGemm>(Precision::fp32, false, false, in_f, batch, out_f, ws);
+        l->bwd_weight = std::make_unique<LtGemm>(Precision::fp32, false, true, in_f, out_f, batch, ws);
+        break;
+      }
+      case ops::OpKind::batchnorm2d: {
+        l->x_desc = tensor4d(x);
+        ok(cudnnCreateTensorDescriptor(&l->bn_desc), "cudnnCreateTensorDescriptor");
+        ok(cudnnDeriveBNTensorDescriptor(l->bn_desc, l->x_desc, CUDNN_BATCHNORM_SPATIAL), "cudnnDeriveBNTensorDescriptor");
+        l->run_mean = alloc(size_t(x[1]), MemCategory::parameters);
+        l->run_var = alloc(size_t(x[1]), MemCategory::parameters);
+        l->save_mean = alloc(size_t(x[1]), MemCategory::activations);
+        l->save_inv = alloc(size_t(x[1]), MemCategory::activations);
+        fill(l->run_mean, x[1], 0.f, stream_);
+        fill(l->run_var, x[1], 1.f, stream_);
+        break;
+      }
+      case ops::OpKind::maxpool2d:
+      case ops::OpKind::avgpool2d:
+      case ops::OpKind::global_avgpool: {
+        l->x_desc = tensor4d(x);
+        l->y_desc = tensor4d(n.out_dims);
+        ok(cudnnCreatePoolingDescriptor(&l->pool), "cudnnCreatePoolingDescriptor");
+        const bool global = n.kind == ops::OpKind::global_avgpool;
+        const int wh = global ? int(x[2]) : int(n.attrs.kernel), ww = global ? int(x[3]) : int(n.attrs.kernel);
+        const int pad = global ? 0 : int(n.attrs.padding), stride = global ? 1 : int(n.attrs.stride);
+        const cudnnPoolingMode_t mode = n.kind == ops::OpKind::maxpool2d ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
+        ok(cudnnSetPooling2dDescriptor(l->pool, mode, CUDNN_NOT_PROPAGATE_NAN, wh, ww, pad, pad, stride, stride), "pooling descriptor");
+        break;
+      }
+      case ops::OpKind::dropout:
+        l->mask = reinterpret_cast<uint8_t*>(alloc((out + 3) / 4, MemCategory::activations));
+        l->seed = hash_coords(seed, 0xD20, i);  // the CPU engine's per-layer dropout seed
+        break;
+      default: break;
+    }
+    layers_.push_back(std::move(l));
+  }
+  check(nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
+  ok(cudaStreamSynchronize(stream_), "network set-up");
+}
+
+Network::~Network() {
+  cudaStreamSynchronize(stream_);
+  layers_.clear();
+  for (void* p : owned_) device_allocator(device_).release(p);
+  if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
+  cudaStreamDestroy(stream_);
+}
+
+float* Network::input() { return act_[0]; }
+int32_t* Network::labels() { return labels_; }
+
+void Network::forward(bool training, uint64_t dropout_step) {
+  auto h = static_cast<cudnnHandle_t>(cudnn_);
+  const float one = 1, zero = 0;
+  for (auto& lp : layers_) {
+    Layer& l = *lp;
+    const nn::Node& n = *l.node;
+    const float* x = act_[size_t(l.in[0])];
+    float* y = act_[size_t(l.out)];
+    const int64_t count = numel(n.out_dims);
+    switch (n.kind) {
+      case ops::OpKind::conv2d:
+        l.conv->forward(x, l.w, y, stream_);
+        if (l.b) add_bias(y, l.b, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
+        break;
+      case ops::OpKind::linear:
+        l.fwd->run(l.w, x, y, stream_);
+        if (l.b) add_bias(y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
+        break;
+      case ops::OpKind::batchnorm2d:
+        if (training)
+          ok(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l.x_desc, x, l.x_desc, y, l.bn_desc, l.w, l.b,
+                                                    n.attrs.momentum, l.run_mean, l.run_var, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON),
+                                                    l.save_mean, l.save_inv),
+             "batchnorm forward");
+        else
+          ok(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l.x_desc, x, l.x_desc, y, l.bn_desc, l.w,
+                                                     l.b, l.run_mean, l.run_var, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON)),
+             "batchnorm inference");
+        break;
+      case ops::OpKind::relu: relu_forward(x, y, count, stream_); break;
+      case ops::OpKind::maxpool2d:
+      case ops::OpKind::avgpool2d:
+      case ops::OpKind::global_avgpool:
+        ok(cudnnPoolingForward(h, l.pool, &one, l.x_desc, x, &zero, l.y_desc, y), "pooling forward");
+        break;
+      case ops::OpKind::dropout:
+        if (training) dropout_forward(x, y, l.mask, count, float(n.attrs.p), hash_coords(l.seed, dropout_step), stream_);
+        else ok(cudaMemcpyAsync(y, x, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "dropout (eval)");
+        break;
+      case ops::OpKind::add: add(x, act_[size_t(l.in[1])], y, count, stream_); break;
+      case ops::OpKind::flatten: break;  // a view
+      default: throw Error(fmt::format("the CUDA backend has no {} layer yet ({})", ops::to_string(n.kind), n.name));
+    }
+  }
+}
+
+GpuLoss Network::loss(int64_t valid, double smoothing, bool grad) {
+  const nn::Node& last = graph_.nodes.back();
+  ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
+  ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
+  softmax_cross_entropy(act_.back(), labels_, last.out_dims[0], last.out_dims[1], valid, float(smoothing), loss_sum_, correct_,
+                        grad ? diff_.back() : nullptr, stream_);
+  double sum = 0;
+  int32_t correct = 0;
+  ok(cudaMemcpyAsync(&sum, loss_sum_, sizeof sum, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+  ok(cudaMemcpyAsync(&correct, correct_, sizeof correct, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+  ok(cudaStreamSynchronize(stream_), "loss");
+  return {sum / double(std::max<int64_t>(valid, 1)), correct};
+}
+
+void Network::backward() {
+  auto h = static_cast<cudnnHandle_t>(cudnn_);
+  const float one = 1, zero = 0;
+  // A value's first gradient writer (in reverse order) writes it; later ones add to it through
+  // a scratch buffer. The logits' gradient came from the loss.
+  std::vector<bool> written(act_.size(), false);
+  written.back() = true;
+  size_t biggest = 0;
+  for (const auto& n : graph_.nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
+  float* scratch = nullptr;
+  auto target = [&](int value) -> float* {
+    if (diff_[size_t(value)] == nullptr) return nullptr;  // the model input (or a view of it): no gradient
+    if (!written[size_t(value)]) return diff_[size_t(value)];
+    if (!scratch) scratch = alloc(biggest, MemCategory::workspace);
+    return scratch;
+  };
+  auto settle = [&](int value, float* dst) {
+    if (!dst) return;
+    if (dst != diff_[size_t(value)]) add(diff_[size_t(value)], dst, diff_[size_t(value)], numel(graph_.nodes[size_t(value - 1)].out_dims), stream_);
+    written[size_t(value)] = true;
+  };
+  for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
+    Layer& l = **it;
+    const nn::Node& n = *l.node;
+    const float* x = act_[size_t(l.in[0])];
+    const float* y = act_[size_t(l.out)];
+    const float* dy = diff_[size_t(l.out)];
+    const int64_t count = numel(n.out_dims);
+    if (n.kind == ops::OpKind::flatten) {  // the view's gradient is its input's
+      written[size_t(l.in[0])] = true;
+      continue;
+    }
+    float* dx = l.in[0] == 0 ? nullptr : target(l.in[0]);
+    switch (n.kind) {
+      case ops::OpKind::conv2d:
+        l.conv->backward_filter(x, dy, l.dw, stream_);
+        if (l.db) bias_grad(dy, l.db, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
+        if (dx) l.conv->backward_data(l.w, dy, dx, stream_);
+        break;
+      case ops::OpKind::linear:
+        l.bwd_weight->run(x, dy, l.dw, stream_);
+        if (l.db) bias_grad(dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
+        if (dx) l.bwd_data->run(l.w, dy, dx, stream_);
+        break;
+      case ops::OpKind::batchnorm2d: {
+        float* into = dx;
+        if (!into) into = scratch ? scratch : (scratch = alloc(biggest, MemCategory::workspace));  // cuDNN always writes dx
+        ok(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l.x_desc, x, l.x_desc, dy, l.x_desc, into,
+                                           l.bn_desc, l.w, l.dw, l.db, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON), l.save_mean, l.save_inv),
+           "batchnorm backward");
+        break;
+      }
+      case ops::OpKind::relu:
+        if (dx) relu_backward(y, dy, dx, count, stream_);
+        break;
+      case ops::OpKind::maxpool2d:
+      case ops::OpKind::avgpool2d:
+      case ops::OpKind::global_avgpool:
+        if (dx) ok(cudnnPoolingBackward(h, l.pool, &one, l.y_desc, y, l.y_desc, dy, l.x_desc, x, &zero, l.x_desc, dx), "pooling backward");
+        break;
+      case ops::OpKind::dropout:
+        if (dx) dropout_backward(dy, l.mask, dx, count, float(n.attrs.p), stream_);
+        break;
+      case ops::OpKind::add: {
+        if (dx) ok(cudaMemcpyAsync(dx, dy, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "add backward");
+        settle(l.in[0], dx);
+        float* dx2 = l.in[1] == 0 ? nullptr : target(l.in[1]);
+        if (dx2) ok(cudaMemcpyAsync(dx2, dy, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "add backward");
+        settle(l.in[1], dx2);
+        continue;
+      }
+      default: break;
+    }
+    if (l.in[0] != 0) settle(l.in[0], dx);
+  }
+}
+
+void Network::step(const nn::OptimizerConfig& opt, double lr) {
+  ++steps_;
+  if (opt.name == "adamw") {
+    if (!state_v_) {
+      state_v_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
+      ok(cudaMemsetAsync(state_v_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
+    }
+    adamw_update(params_, grads_, state_m_, state_v_, param_count_, float(lr), float(opt.beta1), float(opt.beta2), float(opt.eps),
+                 float(opt.weight_decay), steps_, stream_);
+  } else {
+    sgd_update(params_, grads_, opt.momentum != 0 ? state_m_ : nullptr, param_count_, float(lr), float(opt.momentum),
+               float(opt.weight_decay), opt.nesterov, stream_);
+  }
+}
+
+std::vector<float> Network::parameters() const {
+  std::vector<float> out(static_cast<size_t>(param_count_));
+  ok(cudaStreamSynchronize(stream_), "parameters");
+  ok(cudaMemcpy(out.data(), params_, out.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return out;
+}
+
+std::vector<float> Network::logits() const {
+  std::vector<float> out(size_t(numel(graph_.nodes.back().out_dims)));
+  ok(cudaStreamSynchronize(stream_), "logits");
+  ok(cudaMemcpy(out.data(), act_.back(), out.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return out;
+}
+
+MemoryStats Network::memory() const { return device_allocator(device_).stats(); }
+
+}  // namespace dlperf::cuda
