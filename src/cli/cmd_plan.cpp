@@ -82,7 +82,7 @@ void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuC
       continue;
     }
     t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",
-           seconds(e.step_s), seconds(e.comm_s), fmt::format("{:.0f}%", 100 * e.efficiency), seconds(e.job_s), money(e.cost),
+           seconds(e.step_s), e.allreduce == "-" ? "-" : seconds(e.comm_s) + " " + e.allreduce, fmt::format("{:.0f}%", 100 * e.efficiency), seconds(e.job_s), money(e.cost),
            or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")});
     if (!e.fits) notes.push_back(fmt::format("{} does not fit; it would with {}", d.id, e.what_fits));
     if (d.tdp_w <= 0) notes.push_back(fmt::format("{}: no power figure, so no energy or CO2 (pass --cpu-watts for this CPU)", d.id));

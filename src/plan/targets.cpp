@@ -151,7 +151,11 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, const Catalog& cat,
   // inside a node over the interconnect, across nodes over the network.
   const double link = e.devices <= job.node_size && d.interconnect_gbps > 0 ? d.interconnect_gbps
                                                                             : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
-  e.comm_s = ring_allreduce_s(grad_bytes * (l.zero >= 3 ? 1.5 : 1), double(l.dp), link, job.alpha_s);
+  // NCCL picks ring or tree by size; so does the plan: whichever the alpha-beta model says is faster.
+  const double bytes = grad_bytes * (l.zero >= 3 ? 1.5 : 1);
+  const double ring = ring_allreduce_s(bytes, double(l.dp), link, job.alpha_s), tree = tree_allreduce_s(bytes, double(l.dp), link, job.alpha_s);
+  e.comm_s = std::min(ring, tree);
+  e.allreduce = l.dp <= 1 ? "-" : ring <= tree ? "ring" : "tree";
   e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
   e.efficiency = e.compute_s / e.step_s;
   e.fits = e.memory <= e.capacity;

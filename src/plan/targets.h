@@ -39,6 +39,7 @@ struct TargetEstimate {
   bool fits = false;
   std::string what_fits;        ///< when it does not fit: the first change that makes it fit
   double compute_s = 0, comm_s = 0, step_s = 0;
+  std::string allreduce;        ///< "ring" or "tree", whichever is faster for these bytes; "-" without data parallelism
   double efficiency = 1;        ///< compute / (compute + communication)
   double job_s = 0, cost = -1, energy_kwh = -1, co2_kg = -1;
 };
