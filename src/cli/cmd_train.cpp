@@ -23,7 +23,7 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--workers,-j", cfg->workers, "data-loader threads (0 = load in the training thread)")->capture_default_str();
   c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
   c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str();
-  c->add_option("--device", cfg->device, "cpu (cuda comes with the CUDA backend)")->capture_default_str();
+  c->add_option("--device", cfg->device, "auto (a GPU when there is one) | cpu | cuda | cuda:N")->capture_default_str();
   c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str();
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str();
   c->add_option("--checkpoint", cfg->checkpoint_dir, "save a checkpoint in DIR after every epoch");

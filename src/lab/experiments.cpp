@@ -37,11 +37,12 @@ std::vector<int> worker_counts(int cores, int max_workers) {
 
 namespace {
 
+bool gpu_available() { return cuda::built() && cuda::device_count() > 0; }
+
 // Why there are no GPU rows: the build, or the machine.
 std::string gpu_missing_reason() {
   if (::access("/dev/nvidia0", F_OK) != 0) return "no NVIDIA GPU on this machine (no /dev/nvidia0)";
-  if (cuda::device_count() == 0) return cuda::why_no_device();
-  return "dlperf trains on the CPU only so far: the GPU here is benchmarked (dlperf bench copy|launch|gpu-memory) but not yet trained on";
+  return cuda::why_no_device();
 }
 
 // Why a precision cannot train on this CPU, or "" when it can.
@@ -206,6 +207,7 @@ Experiment device(Runner& run, const LabConfig& lab) {
   };
   for (const Workload& w : {Workload{lab.base_model, lab.base_batch}, Workload{lab.tiny_model, 16}}) {
     train::TrainConfig c = run.base();
+    c.device = "cpu";
     c.model = w.model;
     c.batch = w.batch;
     if (w.model == lab.tiny_model) {
@@ -218,7 +220,15 @@ Experiment device(Runner& run, const LabConfig& lab) {
     json cpu = row_of(o, {{"device", "cpu"}, {"workload", w.model}, {"batch", w.batch}});
     if (cpu["status"] == "measured") cpu["speedup_vs_cpu"] = 1.0;
     e.rows.push_back(cpu);
-    e.rows.push_back(missing_row(no_gpu, {{"device", "cuda"}, {"workload", w.model}, {"batch", w.batch}}));
+    if (!gpu_available()) {
+      e.rows.push_back(missing_row(no_gpu, {{"device", "cuda"}, {"workload", w.model}, {"batch", w.batch}}));
+      continue;
+    }
+    c.device = "cuda";
+    json gpu = row_of(run.run("device", fmt::format("cuda, {} at batch {}", w.model, w.batch), c),
+                      {{"device", "cuda"}, {"workload", w.model}, {"batch", w.batch}});
+    if (gpu["status"] == "measured" && cpu["status"] == "measured") gpu["speedup_vs_cpu"] = cpu["epoch_s"].get<double>() / gpu["epoch_s"].get<double>();
+    e.rows.push_back(gpu);
   }
   return e;
 }
@@ -275,13 +285,16 @@ Experiment precision(Runner& run, const LabConfig&) {
                {"images_per_s", "img/s", 0},   {"peak_mb", "peak MB", 1},    {"test_acc", "test acc %", 2},
                {"loss_scale_skips", "loss-scale skips", 0}};
   const hw::CpuInfo cpu = hw::cpu_info();
+  const std::string device = cuda::resolve_device(run.base().device) >= 0 ? "cuda" : "cpu";
   for (const std::string p : {"fp32", "tf32", "bf16", "fp16"}) {
-    const std::string refusal = cpu_precision_refusal(p, cpu);
+    const std::string refusal = device == "cpu" ? cpu_precision_refusal(p, cpu)
+                                : p == "fp32"   ? ""
+                                                : "mixed precision training on the GPU is not in this version yet (it trains in fp32)";
     if (!refusal.empty()) {
-      e.rows.push_back(missing_row(refusal, {{"precision", p}, {"device", "cpu"}}));
+      e.rows.push_back(missing_row(refusal, {{"precision", p}, {"device", device}}));
       continue;
     }
-    e.rows.push_back(row_of(run.run("precision", p, run.base()), {{"precision", p}, {"device", "cpu"}}));
+    e.rows.push_back(row_of(run.run("precision", p, run.base()), {{"precision", p}, {"device", device}}));
   }
   return e;
 }

@@ -25,11 +25,100 @@
 #include "profile/report.h"
 #include "report/table.h"
 #include "train/checkpoint.h"
+#include "train/detail.h"
 
 namespace dlperf::train {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+
+namespace detail {
+
+std::string timestamp() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+// The epoch table, one row at a time as epochs finish (fixed widths, so rows line up).
+const char* const kEpochHeader =
+    "epoch   time s    img/s  train loss  train acc  test acc    peak mem  data wait  compute\n"
+    "-----  -------  -------  ----------  ---------  --------  ----------  ---------  -------\n";
+
+std::string epoch_row(const EpochStats& e) {
+  return fmt::format("{:>5}  {:>7.2f}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>7.2f}%  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
+                     e.train_s, e.images_per_s, e.train_loss, 100 * e.train_acc, 100 * e.test_acc,
+                     format_bytes(e.peak_bytes), 100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
+}
+
+data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
+  data::LoaderConfig lc;
+  lc.batch = cfg.batch;
+  lc.workers = cfg.workers;
+  lc.seed = cfg.seed;
+  lc.augment = training && cfg.augment;
+  lc.shuffle = lc.drop_last = training;
+  return lc;
+}
+
+std::string write_record(const json& record, const std::string& dir, const std::string& name) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  // Runs finishing within the same second (the lab's short runs) each keep their own record.
+  std::string path = (fs::path(dir) / (name + ".json")).string();
+  for (int i = 2; fs::exists(path); ++i) path = (fs::path(dir) / fmt::format("{}-{}.json", name, i)).string();
+  std::ofstream out(path);
+  out << record.dump(2) << "\n";
+  check(bool(out), fmt::format("could not write the run record {}", path), "check --runs-dir");
+  return path;
+}
+
+json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& data,
+                const std::vector<EpochStats>& epochs, int threads, const std::string& energy_source) {
+  json r;
+  r["dlperf_version"] = DLPERF_VERSION;
+  r["command"] = "train";
+  r["config"] = to_json(cfg);
+  r["config"]["threads_used"] = threads;
+  r["machine"] = hw::machine_json();
+  const double b = double(cfg.batch);
+  r["model"] = {{"name", graph.model}, {"parameters", graph.param_count()},
+                {"forward_flops_per_image", graph.forward_flops() / b},
+                {"backward_flops_per_image", graph.backward_flops() / b},
+                {"activation_bytes_per_image", graph.activation_bytes() / b}};
+  const auto& t = data.train;
+  r["data"] = {{"name", t.name}, {"source", data.source}, {"train_images", t.size()}, {"test_images", data.test.size()},
+               {"shape", {t.channels, t.height, t.width}}, {"classes", t.classes}};
+  r["epochs"] = json::array();
+  double train_s = 0, peak = 0, wait = 0, images = 0, joules = 0;
+  for (const auto& e : epochs) {
+    if (e.energy_j > 0) joules += e.energy_j;
+    r["epochs"].push_back(to_json(e));
+    train_s += e.train_s;
+    wait += e.data_wait_s;
+    images += e.images_per_s * e.train_s;
+    peak = std::max(peak, e.peak_bytes);
+  }
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  if (!epochs.empty())
+    r["summary"] = {{"epochs_run", epochs.size()}, {"train_s", train_s}, {"images_per_s", images / train_s},
+                    {"final_test_acc", epochs.back().test_acc}, {"final_train_loss", epochs.back().train_loss},
+                    {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
+                    {"data_wait_share", wait / train_s}};
+  // Energy and CO2 where measured (RAPL: CPU packages only; NVML: the GPU board).
+  if (!epochs.empty() && epochs.back().energy_j >= 0) {
+    r["summary"]["energy_j"] = joules;
+    r["summary"]["co2_g_world_average"] = joules / 3.6e6 * 480;  // 480 gCO2e/kWh: Ember's 2023 world average
+  }
+  r["energy_source"] = energy_source;
+  return r;
+}
+
+}  // namespace detail
+
+using namespace detail;
 
 json to_json(const TrainConfig& c) {
   return {{"model", c.model},
@@ -86,34 +175,6 @@ EpochStats epoch_from_json(const json& j) {
 
 namespace {
 
-// A one-line progress bar on stderr, redrawn at most 5 times a second.
-class Progress {
- public:
-  Progress(bool on, int64_t epoch, int64_t epochs, int64_t total)
-      : on_(on), epoch_(epoch), epochs_(epochs), total_(total), start_(now_s()) {}
-  void update(int64_t done, int64_t images, double loss) {
-    if (!on_) return;
-    const double t = now_s();
-    if (t - last_ < 0.2 && done < total_) return;
-    last_ = t;
-    const int width = 30, filled = int(width * done / std::max<int64_t>(total_, 1));
-    const double rate = double(images) / std::max(t - start_, 1e-9);
-    const double eta = done > 0 ? (t - start_) * double(total_ - done) / double(done) : 0;
-    std::fprintf(stderr, "\r  epoch %lld/%lld [%s%s] %3d%%  %6.0f img/s  loss %.4f  eta %3.0fs ",
-                 (long long)epoch_, (long long)epochs_, std::string(size_t(filled), '#').c_str(),
-                 std::string(size_t(width - filled), '.').c_str(), int(100 * done / std::max<int64_t>(total_, 1)),
-                 rate, loss, eta);
-    std::fflush(stderr);
-  }
-  void clear() {
-    if (on_) std::fprintf(stderr, "\r%80s\r", "");
-  }
-
- private:
-  bool on_;
-  int64_t epoch_, epochs_, total_;
-  double start_, last_ = 0;
-};
 
 struct EvalResult {
   double loss = 0, acc = 0;
@@ -172,12 +233,6 @@ void restore(cpu::Network& net, nn::Optimizer& opt, const Checkpoint& ck) {
   }
 }
 
-std::string timestamp() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return buf;
-}
 
 // Records per-layer times and efficiencies in the run record; prints them when `say`.
 void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, json& record, bool say) {
@@ -248,19 +303,8 @@ namespace {
 
 // Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
 
-// The epoch table, one row at a time as epochs finish (fixed widths, so rows line up).
-constexpr const char* kEpochHeader =
-    "epoch   time s    img/s  train loss  train acc  test acc    peak mem  data wait  compute\n"
-    "-----  -------  -------  ----------  ---------  --------  ----------  ---------  -------\n";
-
-std::string epoch_row(const EpochStats& e) {
-  return fmt::format("{:>5}  {:>7.2f}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>7.2f}%  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
-                     e.train_s, e.images_per_s, e.train_loss, 100 * e.train_acc, 100 * e.test_acc,
-                     format_bytes(e.peak_bytes), 100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
-}
 
 void validate(const TrainConfig& cfg) {
-  check(cuda::resolve_device(cfg.device) < 0, fmt::format("--device {} cannot train here", cfg.device));  // throws with the reason
   check(cfg.epochs >= 1, "--epochs must be at least 1");
   check(cfg.batch >= 1 && cfg.batch <= 65536, "--batch-size must be between 1 and 65536");
   check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");
@@ -275,15 +319,6 @@ void validate(const TrainConfig& cfg) {
   }
 }
 
-data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
-  data::LoaderConfig lc;
-  lc.batch = cfg.batch;
-  lc.workers = cfg.workers;
-  lc.seed = cfg.seed;
-  lc.augment = training && cfg.augment;
-  lc.shuffle = lc.drop_last = training;
-  return lc;
-}
 
 std::vector<nn::ParamRef> param_refs(cpu::Network& net) {
   std::vector<nn::ParamRef> refs;
@@ -422,58 +457,11 @@ struct Run {
   }
 
   json record(const std::vector<EpochStats>& epochs, int threads) const {
-    json r;
-    r["dlperf_version"] = DLPERF_VERSION;
-    r["command"] = "train";
-    r["config"] = to_json(cfg);
-    r["config"]["threads_used"] = threads;
-    r["machine"] = hw::machine_json();
-    const double b = double(cfg.batch);
-    r["model"] = {{"name", graph.model}, {"parameters", graph.param_count()},
-                  {"forward_flops_per_image", graph.forward_flops() / b},
-                  {"backward_flops_per_image", graph.backward_flops() / b},
-                  {"activation_bytes_per_image", graph.activation_bytes() / b}};
-    const auto& t = data.train;
-    r["data"] = {{"name", t.name}, {"source", data.source}, {"train_images", t.size()}, {"test_images", data.test.size()},
-                 {"shape", {t.channels, t.height, t.width}}, {"classes", t.classes}};
-    r["epochs"] = json::array();
-    double train_s = 0, peak = 0, wait = 0, images = 0, joules = 0;
-    for (const auto& e : epochs) {
-      if (e.energy_j > 0) joules += e.energy_j;
-      r["epochs"].push_back(to_json(e));
-      train_s += e.train_s;
-      wait += e.data_wait_s;
-      images += e.images_per_s * e.train_s;
-      peak = std::max(peak, e.peak_bytes);
-    }
-    rusage ru{};
-    getrusage(RUSAGE_SELF, &ru);
-    if (!epochs.empty())
-      r["summary"] = {{"epochs_run", epochs.size()}, {"train_s", train_s}, {"images_per_s", images / train_s},
-                      {"final_test_acc", epochs.back().test_acc}, {"final_train_loss", epochs.back().train_loss},
-                      {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
-                      {"data_wait_share", wait / train_s}};
-    // Energy and CO2 where RAPL is readable (CPU packages only: DRAM and the rest are not counted).
-    if (!epochs.empty() && energy.available()) {
-      r["summary"]["energy_j"] = joules;
-      r["summary"]["co2_g_world_average"] = joules / 3.6e6 * 480;  // 480 gCO2e/kWh: Ember's 2023 world average
-    }
-    r["energy_source"] = energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not();
-    return r;
+    return build_record(cfg, graph, data, epochs, threads,
+                        energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not());
   }
 };
 
-std::string write_record(const json& record, const std::string& dir, const std::string& name) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  // Runs finishing within the same second (the lab's short runs) each keep their own record.
-  std::string path = (fs::path(dir) / (name + ".json")).string();
-  for (int i = 2; fs::exists(path); ++i) path = (fs::path(dir) / fmt::format("{}-{}.json", name, i)).string();
-  std::ofstream out(path);
-  out << record.dump(2) << "\n";
-  check(bool(out), fmt::format("could not write the run record {}", path), "check --runs-dir");
-  return path;
-}
 
 }  // namespace
 
@@ -488,6 +476,11 @@ TrainResult train(const TrainConfig& cfg) {
   d.test.truncate(cfg.test_limit);
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
                                     d.train.classes, cfg.batch);
+  if (const int gpu = cuda::resolve_device(cfg.device); gpu >= 0) {  // throws when the device cannot be used
+#ifdef DLPERF_HAVE_CUDA
+    return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph));
+#endif
+  }
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab

@@ -16,7 +16,7 @@ namespace dlperf::train {
 struct TrainConfig {
   std::string model = "medium";
   std::string data = "fashion-mnist";
-  std::string device = "cpu";
+  std::string device = "auto";  ///< auto (a GPU when there is one), cpu, cuda, cuda:N
   int64_t epochs = 5;
   int64_t batch = 64;
   double lr = 0.1;

@@ -35,8 +35,7 @@ nlohmann::json to_json(const GpuInfo& g);
 nlohmann::json gpus_json();
 
 /// Parses --device: "cpu" -> -1; "cuda" or "cuda:N" -> N (throws Error when the build or the
-/// machine has no such GPU); "auto" -> the first GPU when there is one and the backend can train
-/// on it, else -1.
+/// machine has no such GPU); "auto" -> GPU 0 when there is one, else -1.
 int resolve_device(const std::string& flag);
 
 /// The allocator of GPU `device`'s memory (cudaMalloc underneath). Only with the backend.

@@ -1,0 +1,63 @@
+// Pieces the CPU and GPU training loops share: the progress bar, the epoch table's rows, the
+// loaders' settings, run-record names and files. Internal to src/train.
+#pragma once
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+
+#include "core/timer.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "nn/graph.h"
+#include "train/trainer.h"
+
+namespace dlperf::train::detail {
+
+// A one-line progress bar on stderr, redrawn at most 5 times a second.
+class Progress {
+ public:
+  Progress(bool on, int64_t epoch, int64_t epochs, int64_t total)
+      : on_(on), epoch_(epoch), epochs_(epochs), total_(total), start_(now_s()) {}
+  void update(int64_t done, int64_t images, double loss) {
+    if (!on_) return;
+    const double t = now_s();
+    if (t - last_ < 0.2 && done < total_) return;
+    last_ = t;
+    const int width = 30, filled = int(width * done / std::max<int64_t>(total_, 1));
+    const double rate = double(images) / std::max(t - start_, 1e-9);
+    const double eta = done > 0 ? (t - start_) * double(total_ - done) / double(done) : 0;
+    std::fprintf(stderr, "\r  epoch %lld/%lld [%s%s] %3d%%  %6.0f img/s  loss %.4f  eta %3.0fs ",
+                 (long long)epoch_, (long long)epochs_, std::string(size_t(filled), '#').c_str(),
+                 std::string(size_t(width - filled), '.').c_str(), int(100 * done / std::max<int64_t>(total_, 1)),
+                 rate, loss, eta);
+    std::fflush(stderr);
+  }
+  void clear() {
+    if (on_) std::fprintf(stderr, "\r%80s\r", "");
+  }
+
+ private:
+  bool on_;
+  int64_t epoch_, epochs_, total_;
+  double start_, last_ = 0;
+};
+
+/// "20261121-083000", for run-record names.
+std::string timestamp();
+/// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).
+extern const char* const kEpochHeader;
+std::string epoch_row(const EpochStats& e);
+data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);
+/// The run record of a training run (docs/run-record.md).
+nlohmann::json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& data,
+                            const std::vector<EpochStats>& epochs, int threads, const std::string& energy_source);
+/// Writes `record` to dir/name.json (name-2.json, ... when taken); returns the path.
+std::string write_record(const nlohmann::json& record, const std::string& dir, const std::string& name);
+
+/// The training loop on GPU `device` (builds with the CUDA backend only; gpu_trainer.cpp).
+TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph);
+
+}  // namespace dlperf::train::detail
