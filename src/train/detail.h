@@ -51,6 +51,28 @@ std::string timestamp();
 extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);
 data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);
+/// Running totals of an epoch's training steps, and what they make of its EpochStats.
+struct EpochTally {
+  double loss_sum = 0;
+  int64_t correct = 0, seen = 0;
+  void add(double loss, int64_t right, int64_t valid) {
+    loss_sum += loss * double(valid);
+    correct += right;
+    seen += valid;
+  }
+  /// Fills images/s, train loss and accuracy (train_s must be set).
+  void finish(EpochStats& st) const {
+    st.images_per_s = double(seen) / st.train_s;
+    st.train_loss = loss_sum / double(seen);
+    st.train_acc = double(correct) / double(seen);
+  }
+};
+/// The allocator's peaks (all categories at once, and each) into an epoch's stats.
+inline void record_peaks(EpochStats& st, const MemoryStats& ms) {
+  st.peak_bytes = double(ms.peak_total);
+  st.peak_by_category.clear();
+  for (size_t c = 0; c < ms.peak.size(); ++c) st.peak_by_category.push_back(double(ms.peak[c]));
+}
 /// The run record of a training run (docs/run-record.md).
 nlohmann::json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& data,
                             const std::vector<EpochStats>& epochs, int threads, const std::string& energy_source);

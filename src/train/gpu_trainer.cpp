@@ -66,8 +66,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
     train_loader.start_epoch(epoch);
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    EpochTally tally;
     const double t_start = now_s(), j_start = power.joules();
     for (int64_t i = 0;; ++i) {
       const double t0 = now_s();
@@ -86,18 +85,14 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
       net.step(cfg.optimizer, st.lr);
       ++step;
       st.compute_s += now_s() - t1;
-      loss_sum += r.loss * double(b->valid);
-      correct += r.correct;
-      seen += b->valid;
-      progress.update(i + 1, seen, loss_sum / double(seen));
+      tally.add(r.loss, r.correct, b->valid);
+      progress.update(i + 1, tally.seen, tally.loss_sum / double(tally.seen));
     }
     ok(cudaStreamSynchronize(net.stream()), "the epoch's last step");
     st.train_s = now_s() - t_start;
     if (power.available()) st.energy_j = power.joules() - j_start;
     progress.clear();
-    st.images_per_s = double(seen) / st.train_s;
-    st.train_loss = loss_sum / double(seen);
-    st.train_acc = double(correct) / double(seen);
+    tally.finish(st);
     const double e0 = now_s();
     test_loader.start_epoch(0);
     double test_loss = 0;
@@ -112,9 +107,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     st.eval_s = now_s() - e0;
     st.test_loss = test_loss / double(d.test.size());
     st.test_acc = double(test_correct) / double(d.test.size());
-    const MemoryStats ms = mem.stats();
-    st.peak_bytes = double(ms.peak_total);
-    for (size_t c = 0; c < ms.peak.size(); ++c) st.peak_by_category.push_back(double(ms.peak[c]));
+    record_peaks(st, mem.stats());
     result.epochs.push_back(st);
     if (say) {
       std::fputs(epoch_row(st).c_str(), stdout);

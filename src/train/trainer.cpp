@@ -369,8 +369,7 @@ struct Run {
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
     train_loader.start_epoch(epoch);
-    double loss_sum = 0;
-    int64_t correct = 0, seen = 0;
+    EpochTally tally;
     const double t_start = now_s(), j_start = energy.available() ? energy.joules() : 0;
     profile::Recorder& rec = profile::Recorder::get();
     for (int64_t i = 0;; ++i) {
@@ -417,10 +416,8 @@ struct Run {
         opt.step(st.lr);
       }
       st.compute_s += now_s() - t1;
-      loss_sum += r.loss * double(b->valid);
-      correct += r.correct;
-      seen += b->valid;
-      progress.update(i + 1, seen, loss_sum / double(seen));
+      tally.add(r.loss, r.correct, b->valid);
+      progress.update(i + 1, tally.seen, tally.loss_sum / double(tally.seen));
     }
     if (rec.on()) {  // the epoch ended inside the recording window
       rec.stop();
@@ -429,9 +426,7 @@ struct Run {
     st.train_s = now_s() - t_start;
     if (energy.available()) st.energy_j = energy.joules() - j_start;
     progress.clear();
-    st.images_per_s = double(seen) / st.train_s;
-    st.train_loss = loss_sum / double(seen);
-    st.train_acc = double(correct) / double(seen);
+    tally.finish(st);
     const double e0 = now_s();
     if (!(cfg.profile_only && profiled_)) {  // dlperf profile stops after its steps
       net.set_timing(false);  // layer times are of training steps only
@@ -441,9 +436,7 @@ struct Run {
       st.test_acc = ev.acc;
     }
     st.eval_s = now_s() - e0;
-    const MemoryStats ms = HostAllocator::instance().stats();
-    st.peak_bytes = double(ms.peak_total);
-    for (size_t c = 0; c < ms.peak.size(); ++c) st.peak_by_category.push_back(double(ms.peak[c]));
+    record_peaks(st, HostAllocator::instance().stats());
     return st;
   }
 
