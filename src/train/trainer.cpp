@@ -460,6 +460,8 @@ struct Run {
 
 TrainResult train(const TrainConfig& cfg) {
   validate(cfg);
+  // A profile an earlier run left recording (it threw mid-window) must not record this one.
+  if (profile::Recorder::get().on()) profile::Recorder::get().stop();
   const bool say = !cfg.quiet;
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const int threads = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
