@@ -146,9 +146,10 @@ void Loader::worker_loop(int worker) {
     }
     try {
       profile::Recorder& rec = profile::Recorder::get();
-      const double t0 = rec.on() ? rec.now() : 0;
+      const bool was_on = rec.on();
+      const double t0 = was_on ? rec.now() : 0;
       fill(slot->batch, id);
-      if (rec.on()) {  // the batch on this worker's own track of the trace
+      if (was_on && rec.on()) {  // the batch on this worker's own track of the trace
         profile::Event e;
         e.name = fmt::format("batch {}", id);
         e.phase = profile::Phase::load;
