@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/timer.h"
+#include "profile/nvtx.h"
 
 namespace dlperf::profile {
 
@@ -60,6 +61,7 @@ void Recorder::push(std::string name, std::string op, Phase phase, int node, boo
   e.step = step_;
   e.depth = int(stack_.size());
   e.t0 = now();
+  nvtx_push(e.name.c_str());  // the same ranges for Nsight Systems
   open_.push_back(std::move(e));
   stack_.push_back(open_.size() - 1);
 }
@@ -67,6 +69,7 @@ void Recorder::push(std::string name, std::string op, Phase phase, int node, boo
 void Recorder::pop() {
   if (stack_.empty()) return;
   open_[stack_.back()].t1 = now();
+  nvtx_pop();
   stack_.pop_back();
 }
 

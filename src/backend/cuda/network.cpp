@@ -11,6 +11,7 @@
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "profile/nvtx.h"
 
 namespace dlperf::cuda {
 
@@ -45,6 +46,7 @@ struct Network::Layer {
   float *run_mean = nullptr, *run_var = nullptr, *save_mean = nullptr, *save_inv = nullptr;
   uint8_t* mask = nullptr;
   uint64_t seed = 0;
+  std::string backward_name;  // the NVTX range of its backward pass
   ~Layer() {
     if (pool) cudnnDestroyPoolingDescriptor(pool);
     if (bn_desc) cudnnDestroyTensorDescriptor(bn_desc);
@@ -105,6 +107,7 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
     auto l = std::make_unique<Layer>();
     l->node = &n;
     l->index = int(i);
+    l->backward_name = n.name + " backward";
     l->out = int(i) + 1;
     for (int in : n.inputs) {
       l->in.push_back(in < 0 ? 0 : in + 1);
@@ -196,6 +199,7 @@ void Network::forward(bool training, uint64_t dropout_step) {
   for (auto& lp : layers_) {
     Layer& l = *lp;
     const nn::Node& n = *l.node;
+    const profile::NvtxRange range(n.name.c_str());  // Nsight Systems shows the layer names
     const float* x = act_[size_t(l.in[0])];
     float* y = act_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
@@ -274,6 +278,7 @@ void Network::backward() {
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     Layer& l = **it;
     const nn::Node& n = *l.node;
+    const profile::NvtxRange range(l.backward_name.c_str());
     const float* x = act_[size_t(l.in[0])];
     const float* y = act_[size_t(l.out)];
     const float* dy = diff_[size_t(l.out)];
