@@ -251,6 +251,15 @@ TEST(Cuda, GpuBenchmarksValidateTheirResults) {
   const auto convs = bench::gpu::conv(0, {"small"}, {3, 32, 32}, 8, 2);  // validates forward outputs itself
   ASSERT_GE(convs.size(), 3u);
   for (const auto& c : convs) EXPECT_GT(c.backward_filter_tflops, 0) << c.layer << " " << c.precision;
+  int gpus = 0;
+  std::string why;
+  const auto ar = bench::gpu::nccl_allreduce(4e6, 2, gpus, why);  // validates the sums itself
+  if (ar.empty()) {
+    EXPECT_FALSE(why.empty());
+  } else {
+    EXPECT_EQ(gpus, cuda::device_count());
+    for (const auto& p : ar) EXPECT_GT(p.algbw_gbps, 0);
+  }
   const auto info = cuda::gpu_info(0);
   EXPECT_GT(info.sm_count, 0);
   EXPECT_GT(info.memory_bytes, 1e9);

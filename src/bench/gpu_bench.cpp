@@ -5,6 +5,9 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
+#ifdef DLPERF_HAVE_NCCL
+#include <nccl.h>
+#endif
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -19,6 +22,7 @@
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "bench/collective.h"
 #include "bench/cpu_bench.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -414,6 +418,78 @@ nlohmann::json to_json(const std::vector<ConvPoint>& c) {
                    {"max_rel_error", x.max_rel_error}});
   return out;
 }
+
+#ifdef DLPERF_HAVE_NCCL
+std::vector<AllReducePoint> nccl_allreduce(double max_bytes, int repeats, int& gpus, std::string& why) {
+  gpus = cuda::device_count();
+  if (gpus == 0) {
+    why = why_not();
+    return {};
+  }
+  std::vector<ncclComm_t> comms(static_cast<size_t>(gpus));
+  std::vector<int> devs(static_cast<size_t>(gpus));
+  for (int i = 0; i < gpus; ++i) devs[size_t(i)] = i;
+  if (ncclCommInitAll(comms.data(), gpus, devs.data()) != ncclSuccess) {
+    why = "NCCL could not set up its communicators";
+    return {};
+  }
+  const size_t most = size_t(max_bytes / 4);
+  std::vector<float*> send(static_cast<size_t>(gpus)), recv(static_cast<size_t>(gpus));
+  std::vector<cudaStream_t> streams(static_cast<size_t>(gpus));
+  for (int i = 0; i < gpus; ++i) {
+    ok(cudaSetDevice(i), "cudaSetDevice");
+    ok(cudaMalloc(&send[size_t(i)], most * 4), "cudaMalloc");
+    ok(cudaMalloc(&recv[size_t(i)], most * 4), "cudaMalloc");
+    ok(cudaStreamCreateWithFlags(&streams[size_t(i)], cudaStreamNonBlocking), "cudaStreamCreate");
+    cuda::fill(send[size_t(i)], int64_t(most), float(i + 1), streams[size_t(i)]);  // rank r sends r + 1
+  }
+  auto once = [&](size_t count) {
+    ncclGroupStart();
+    for (int i = 0; i < gpus; ++i)
+      ncclAllReduce(send[size_t(i)], recv[size_t(i)], count, ncclFloat, ncclSum, comms[size_t(i)], streams[size_t(i)]);
+    ncclGroupEnd();
+    for (int i = 0; i < gpus; ++i) {
+      ok(cudaSetDevice(i), "cudaSetDevice");
+      ok(cudaStreamSynchronize(streams[size_t(i)]), "all-reduce");
+    }
+  };
+  std::vector<AllReducePoint> out;
+  for (double bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+    const size_t count = size_t(bytes / 4);
+    std::vector<double> us;
+    for (int r = -3; r < repeats; ++r) {  // timed on the host around the synchronized group
+      const auto t0 = std::chrono::steady_clock::now();
+      once(count);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (r >= 0) us.push_back(s * 1e6);
+    }
+    const Spread sp = spread_of(us);
+    AllReducePoint p{bytes, sp.median, sp.min, sp.max, algbw_gbps(bytes, sp.median / 1e6), 0};
+    p.busbw_gbps = allreduce_busbw(p.algbw_gbps, gpus);
+    out.push_back(p);
+  }
+  // Validate: every rank holds 1 + 2 + ... + n everywhere.
+  const float want = float(gpus * (gpus + 1) / 2);
+  for (int i = 0; i < gpus; ++i) {
+    float first = 0, last = 0;
+    ok(cudaSetDevice(i), "cudaSetDevice");
+    ok(cudaMemcpy(&first, recv[size_t(i)], 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    ok(cudaMemcpy(&last, recv[size_t(i)] + size_t(out.back().bytes / 4) - 1, 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+    check(first == want && last == want, fmt::format("NCCL all-reduce gave {} and {} on GPU {}, not {}", first, last, i, want));
+    cudaFree(send[size_t(i)]);
+    cudaFree(recv[size_t(i)]);
+    cudaStreamDestroy(streams[size_t(i)]);
+    ncclCommDestroy(comms[size_t(i)]);
+  }
+  return out;
+}
+#else
+std::vector<AllReducePoint> nccl_allreduce(double, int, int& gpus, std::string& why) {
+  gpus = cuda::device_count();
+  why = "this build has no NCCL (CMake did not find nccl.h and libnccl)";
+  return {};
+}
+#endif
 
 nlohmann::json to_json(const std::vector<GemmPoint>& g) {
   nlohmann::json out = nlohmann::json::array();

@@ -59,6 +59,15 @@ struct ConvPoint {
 std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, const std::vector<int64_t>& chw, int64_t batch,
                             int repeats);
 
+struct AllReducePoint {
+  double bytes = 0;
+  double time_us = 0, min_us = 0, max_us = 0;  ///< median and spread
+  double algbw_gbps = 0, busbw_gbps = 0;         ///< nccl-tests' definitions
+};
+/// f32 sum all-reduce over NCCL across every visible GPU (one process, ncclCommInitAll), sizes
+/// from 1 KB to `max_bytes`, results validated. Empty with `why` set when NCCL is not there.
+std::vector<AllReducePoint> nccl_allreduce(double max_bytes, int repeats, int& gpus, std::string& why);
+
 nlohmann::json to_json(const std::vector<GemmPoint>& g);
 nlohmann::json to_json(const std::vector<ConvPoint>& c);
 nlohmann::json to_json(const std::vector<CopyPoint>& c);

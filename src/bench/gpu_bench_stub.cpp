@@ -12,6 +12,11 @@ LaunchResult launch_latency(int, int, int) { throw Error("no GPU to benchmark: "
 std::vector<DeviceBandwidth> device_bandwidth(int, double, int) { throw Error("no GPU to benchmark: " + why_not()); }
 std::vector<GemmPoint> gemm(int, const std::vector<int64_t>&, int) { throw Error("no GPU to benchmark: " + why_not()); }
 nlohmann::json to_json(const std::vector<GemmPoint>&) { return nlohmann::json::array(); }
+std::vector<AllReducePoint> nccl_allreduce(double, int, int& gpus, std::string& why) {
+  gpus = 0;
+  why = why_not();
+  return {};
+}
 std::vector<ConvPoint> conv(int, const std::vector<std::string>&, const std::vector<int64_t>&, int64_t, int) {
   throw Error("no GPU to benchmark: " + why_not());
 }

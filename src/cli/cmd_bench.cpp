@@ -280,6 +280,29 @@ nlohmann::json run_gpu_conv(const BenchArgs& a) {
   return bench::gpu::to_json(pts);
 }
 
+// f32 all-reduce over NCCL across every visible GPU, as nccl-tests reports it.
+nlohmann::json run_nccl(const BenchArgs& a) {
+  int gpus = 0;
+  std::string why;
+  const auto pts = bench::gpu::nccl_allreduce(a.opt.quick ? 64e6 : 1e9, a.opt.quick ? 5 : 20, gpus, why);
+  if (pts.empty()) {
+    std::printf("\nNCCL all-reduce: skipped: %s\n", why.c_str());
+    return {{"skipped", why}};
+  }
+  std::printf("\nAll-reduce (f32 sum) over NCCL on %d GPU%s (median; nccl-tests' algbw and busbw%s):\n", gpus, gpus == 1 ? "" : "s",
+              gpus == 1 ? "; with one GPU it is a copy, so busbw equals algbw" : "");
+  report::Table t({"size", "time us", "spread us", "algbw GB/s", "busbw GB/s"});
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& p : pts) {
+    t.add({format_bytes(p.bytes), fmt::format("{:.1f}", p.time_us), fmt::format("{:.1f}-{:.1f}", p.min_us, p.max_us),
+           fmt::format("{:.2f}", p.algbw_gbps), fmt::format("{:.2f}", p.busbw_gbps)});
+    rows.push_back({{"bytes", p.bytes}, {"time_us_median", p.time_us}, {"time_us_min", p.min_us}, {"time_us_max", p.max_us},
+                    {"algbw_gbps", p.algbw_gbps}, {"busbw_gbps", p.busbw_gbps}, {"gpus", gpus}});
+  }
+  t.print();
+  return rows;
+}
+
 std::string default_json_path() {
   const std::time_t t = std::time(nullptr);
   char buf[32];
@@ -336,7 +359,15 @@ void add_bench(CLI::App& app, const Command& self) {
       if (args->what == g || args->what == "all") out[g] = run_gpu(g, *args);
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
     if (args->what == "roofline") out["roofline"] = run_roofline(*args, cpu, threads);
-    if (args->what == "allreduce") out["allreduce"] = run_allreduce(*args);
+    if (args->what == "allreduce") {
+      // NCCL across the GPUs when there are any; MPI across CPU processes when Open MPI is there.
+      out["nccl_allreduce"] = run_nccl(*args);
+      const bool nccl_ran = out["nccl_allreduce"].is_array();
+      if (!nccl_ran || std::filesystem::exists(std::filesystem::read_symlink("/proc/self/exe").parent_path() / "dlperf-allreduce"))
+        out["allreduce"] = run_allreduce(*args);
+      else
+        std::printf("\nMPI all-reduce on the CPU: skipped: this build has no dlperf-allreduce (Open MPI was not found)\n");
+    }
     if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
