@@ -61,7 +61,8 @@ class Network {
   std::vector<float*> act_, diff_;  // per value: 0 = the input, i + 1 = node i's output
   std::vector<int> consumers_;
   float *params_ = nullptr, *grads_ = nullptr, *state_m_ = nullptr, *state_v_ = nullptr;
-  int64_t param_count_ = 0, steps_ = 0;
+  int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included
+  std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
   int32_t* labels_ = nullptr;
   double* loss_sum_ = nullptr;
   int32_t* correct_ = nullptr;
