@@ -184,6 +184,10 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
     }
     layers_.push_back(std::move(l));
   }
+  // Where a second gradient of a value is summed from, and where an unread dx goes.
+  size_t biggest = 0;
+  for (const auto& n : nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
+  scratch_ = alloc(biggest, MemCategory::workspace);
   check(nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
   ok(cudaStreamSynchronize(stream_), "network set-up");
 }
@@ -267,14 +271,9 @@ void Network::backward() {
   // a scratch buffer. The logits' gradient came from the loss.
   std::vector<bool> written(act_.size(), false);
   written.back() = true;
-  size_t biggest = 0;
-  for (const auto& n : graph_.nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
-  float* scratch = nullptr;
   auto target = [&](int value) -> float* {
     if (diff_[size_t(value)] == nullptr) return nullptr;  // the model input (or a view of it): no gradient
-    if (!written[size_t(value)]) return diff_[size_t(value)];
-    if (!scratch) scratch = alloc(biggest, MemCategory::workspace);
-    return scratch;
+    return written[size_t(value)] ? scratch_ : diff_[size_t(value)];
   };
   auto settle = [&](int value, float* dst) {
     if (!dst) return;
@@ -307,7 +306,7 @@ void Network::backward() {
         break;
       case ops::OpKind::batchnorm2d: {
         float* into = dx;
-        if (!into) into = scratch ? scratch : (scratch = alloc(biggest, MemCategory::workspace));  // cuDNN always writes dx
+        if (!into) into = scratch_;  // cuDNN always writes dx
         ok(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l.x_desc, x, l.x_desc, dy, l.x_desc, into,
                                            l.bn_desc, l.w, l.dw, l.db, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON), l.save_mean, l.save_inv),
            "batchnorm backward");

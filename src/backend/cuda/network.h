@@ -63,6 +63,7 @@ class Network {
   float *params_ = nullptr, *grads_ = nullptr, *state_m_ = nullptr, *state_v_ = nullptr;
   int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included
   std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
+  float* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
   int32_t* labels_ = nullptr;
   double* loss_sum_ = nullptr;
   int32_t* correct_ = nullptr;
