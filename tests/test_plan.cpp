@@ -100,7 +100,7 @@ TEST(PlanTargets, Gpt3DoesNotFitOneGpuAndThePlanSaysWhatWould) {
   job.precision = "bf16";
   job.optimizer = "adamw";
   job.steps = 1;
-  const auto e = plan::estimate(job, c.find("a100-80gb"), c, 400, 1.1);
+  const auto e = plan::estimate(job, c.find("a100-80gb"), 400, 1.1);
   EXPECT_FALSE(e.fits);
   EXPECT_NE(e.what_fits.find("ZeRO-3"), std::string::npos) << e.what_fits;
   // Twice the devices of a fitting layout cost the same device-hours for the same FLOPs,
@@ -110,7 +110,7 @@ TEST(PlanTargets, Gpt3DoesNotFitOneGpuAndThePlanSaysWhatWould) {
   job.layout.pp = 16;
   job.layout.zero = 1;
   job.micro_batch = 1;
-  const auto f = plan::estimate(job, c.find("a100-80gb"), c, 400, 1.1);
+  const auto f = plan::estimate(job, c.find("a100-80gb"), 400, 1.1);
   EXPECT_TRUE(f.fits) << f.memory / 1e9 << " GB";
   EXPECT_NEAR(f.energy_kwh, 400 * 8192 * f.job_s / 3600 * 1.1 / 1000, 1e-9 * f.energy_kwh);
   EXPECT_NEAR(f.co2_kg, f.energy_kwh * 0.4, 1e-9 * f.co2_kg);

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
@@ -32,9 +33,7 @@ namespace dlperf::bench::gpu {
 
 namespace {
 
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(fmt::format("CUDA failed in {}: {}", what, cudaGetErrorString(e)));
-}
+using cuda::ok;
 
 // Owns a stream and two events; times what `body` queues on the stream, in seconds.
 struct Timer {

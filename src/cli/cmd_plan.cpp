@@ -76,7 +76,7 @@ void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuC
   std::vector<std::string> notes;
   for (const auto& id : ids) {
     const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
-    const plan::TargetEstimate e = plan::estimate(job, d, cat, grid, pue);
+    const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
     if (!e.unsupported.empty()) {
       t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", e.unsupported});
       continue;
@@ -114,7 +114,7 @@ void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::Cpu
     plan::JobSpec weak = rebuild(per_device, g1);
     weak.layout.dp = dp;
     weak.global_batch = per_device * dp;
-    const auto w = plan::estimate(weak, d, cat, 0, 1);
+    const auto w = plan::estimate(weak, d, 0, 1);
     std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", double(per_device * dp) / w.step_s)};
     if (dp == 1) t1_weak = w.step_s;
     row.push_back(fmt::format("{:.0f}%", 100 * t1_weak / w.step_s));
@@ -122,7 +122,7 @@ void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::Cpu
       plan::JobSpec strong = rebuild(global / dp, g2);
       strong.layout.dp = dp;
       strong.global_batch = global;
-      const auto s = plan::estimate(strong, d, cat, 0, 1);
+      const auto s = plan::estimate(strong, d, 0, 1);
       if (dp == 1) t1_strong = s.step_s;
       row.insert(row.end(), {std::to_string(global / dp), seconds(s.step_s), fmt::format("{:.2f}x", t1_strong / s.step_s),
                              fmt::format("{:.0f}%", 100 * t1_strong / s.step_s / double(dp))});

@@ -106,7 +106,7 @@ std::string what_would_fit(const JobSpec& job, const Device& d) {
 
 }  // namespace
 
-TargetEstimate estimate(const JobSpec& job, const Device& d, const Catalog& cat, double grid, double pue) {
+TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double pue) {
   TargetEstimate e;
   e.id = d.id;
   e.name = d.name;
@@ -166,7 +166,6 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, const Catalog& cat,
     e.energy_kwh = d.tdp_w * e.devices * hours * pue / 1000;  // at TDP: an upper bound
     if (grid > 0) e.co2_kg = e.energy_kwh * grid / 1000;
   }
-  (void)cat;
   if (!e.fits) e.what_fits = what_would_fit(job, d);
   return e;
 }

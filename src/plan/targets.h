@@ -50,7 +50,7 @@ double ring_allreduce_s(double bytes, double n, double gbps, double alpha_s);
 double tree_allreduce_s(double bytes, double n, double gbps, double alpha_s);
 
 /// `host` is this machine's CPU as a target (id "cpu"), measured ceilings when present.
-TargetEstimate estimate(const JobSpec& job, const Device& d, const Catalog& cat, double grid_g_per_kwh, double pue);
+TargetEstimate estimate(const JobSpec& job, const Device& d, double grid_g_per_kwh, double pue);
 Device host_device(const CpuCeilings& c, double watts);
 
 }  // namespace dlperf::plan

@@ -90,7 +90,6 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (x.e->phase == Phase::backward_data) s.first = true;
       if (x.e->phase == Phase::backward_weight) s.second = true;
     }
-  const double batch = double(g.batch());
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
@@ -109,7 +108,6 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
     x.flops = k.flops;
     x.bytes = k.bytes;
   }
-  (void)batch;
   // Group into rows.
   std::map<std::pair<std::string, std::string>, OpRow> rows;
   std::set<int64_t> steps;

@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/network.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -20,9 +21,7 @@
 namespace dlperf::train::detail {
 
 namespace {
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(fmt::format("CUDA failed in {}: {}", what, cudaGetErrorString(e)));
-}
+using cuda::ok;
 
 void upload(cuda::Network& net, const data::Batch& b) {
   ok(cudaMemcpyAsync(net.input(), b.data(), b.images->bytes(), cudaMemcpyHostToDevice, net.stream()), "copying the batch");

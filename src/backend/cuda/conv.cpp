@@ -7,16 +7,13 @@
 #include <mutex>
 #include <tuple>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 
 namespace dlperf::cuda {
 
 namespace {
-
-void ok(cudnnStatus_t s, const char* what) {
-  if (s != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cuDNN failed in {}: {}", what, cudnnGetErrorString(s)));
-}
 
 constexpr size_t kWorkspaceLimit = size_t(256) << 20;
 

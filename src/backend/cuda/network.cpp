@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
@@ -17,13 +18,6 @@ namespace dlperf::cuda {
 
 namespace {
 
-void ok(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw Error(fmt::format("CUDA failed in {}: {}", what, cudaGetErrorString(e)));
-}
-void ok(cudnnStatus_t s, const char* what) {
-  if (s != CUDNN_STATUS_SUCCESS) throw Error(fmt::format("cuDNN failed in {}: {}", what, cudnnGetErrorString(s)));
-}
-
 cudnnTensorDescriptor_t tensor4d(const Dims& d) {
   cudnnTensorDescriptor_t t;
   ok(cudnnCreateTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
@@ -35,7 +29,6 @@ cudnnTensorDescriptor_t tensor4d(const Dims& d) {
 
 struct Network::Layer {
   const nn::Node* node = nullptr;
-  int index = 0;
   std::vector<int> in;  // input values
   int out = 0;
   float *w = nullptr, *b = nullptr, *dw = nullptr, *db = nullptr;
@@ -102,7 +95,6 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
   // Values: the input, then every node's output and its gradient (flatten is a view).
   act_.assign(nodes.size() + 1, nullptr);
   diff_.assign(nodes.size() + 1, nullptr);
-  consumers_.assign(nodes.size() + 1, 0);
   act_[0] = alloc(size_t(numel(graph_.input)), MemCategory::data);
   labels_ = reinterpret_cast<int32_t*>(alloc(size_t(batch), MemCategory::data));
   loss_sum_ = reinterpret_cast<double*>(alloc(2, MemCategory::workspace));
@@ -112,13 +104,9 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
     const nn::Node& n = nodes[i];
     auto l = std::make_unique<Layer>();
     l->node = &n;
-    l->index = int(i);
     l->backward_name = n.name + " backward";
     l->out = int(i) + 1;
-    for (int in : n.inputs) {
-      l->in.push_back(in < 0 ? 0 : in + 1);
-      consumers_[size_t(l->in.back())]++;
-    }
+    for (int in : n.inputs) l->in.push_back(in < 0 ? 0 : in + 1);
     if (!n.params.empty()) {
       l->w = params_ + offset, l->dw = grads_ + offset;
       offset += padded(numel(n.params[0].dims));

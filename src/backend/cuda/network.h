@@ -59,7 +59,6 @@ class Network {
   std::vector<void*> owned_;  // every device block, released in the destructor
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<float*> act_, diff_;  // per value: 0 = the input, i + 1 = node i's output
-  std::vector<int> consumers_;
   float *params_ = nullptr, *grads_ = nullptr, *state_m_ = nullptr, *state_v_ = nullptr;
   int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included
   std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
