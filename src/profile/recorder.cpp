@@ -109,8 +109,8 @@ Scope Scope::launch(Phase phase) {
   Recorder& r = Recorder::get();
   if (!r.on()) return Scope();
   const Event* parent = r.current();
-  return Scope(parent ? parent->name : std::string("primitive"), parent ? parent->op : std::string(), phase,
-               parent ? parent->node : -1, true);
+  return Scope(parent ? std::string_view(parent->name) : std::string_view("primitive"),
+               parent ? std::string_view(parent->op) : std::string_view(), phase, parent ? parent->node : -1, true);
 }
 
 }  // namespace dlperf::profile

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/memory.h"
@@ -75,10 +76,11 @@ class Recorder {
 /// An event on the training thread for the lifetime of the scope, when recording is on.
 class Scope {
  public:
-  Scope(const char* name, Phase phase) : Scope(std::string(name), std::string(), phase, -1, false) {}
-  Scope(std::string name, std::string op, Phase phase, int node, bool launch = false) {
+  // Nothing is copied or built unless recording is on: these sit on the training step's path.
+  Scope(const char* name, Phase phase) : Scope(std::string_view(name), std::string_view(), phase, -1, false) {}
+  Scope(std::string_view name, std::string_view op, Phase phase, int node, bool launch = false) {
     if (Recorder::get().on()) {
-      Recorder::get().push(std::move(name), std::move(op), phase, node, launch);
+      Recorder::get().push(std::string(name), std::string(op), phase, node, launch);
       active_ = true;
     }
   }

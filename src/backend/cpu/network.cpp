@@ -124,7 +124,7 @@ void Network::forward(bool training) {
   for (Step& s : steps_) {
     if (s.fused_away) continue;
     const double t0 = timing_ ? now_s() : 0;
-    const profile::Scope scope(s.name, std::string(ops::to_string(graph_.nodes[size_t(s.node)].kind)), profile::Phase::forward, s.node);
+    const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::forward, s.node);
     ins.clear();
     for (Link& l : s.links) {
       if (l.convert) {
@@ -153,7 +153,7 @@ void Network::backward() {
     Step& s = *it;
     if (s.fused_away) continue;
     const double t0 = timing_ ? now_s() : 0;
-    const profile::Scope scope(s.name, std::string(ops::to_string(graph_.nodes[size_t(s.node)].kind)), profile::Phase::backward, s.node);
+    const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::backward, s.node);
     ins.clear();
     dins.clear();
     for (Link& l : s.links) {
