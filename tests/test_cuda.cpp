@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 #include "backend/cuda/runtime.h"
@@ -22,6 +23,8 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/network.h"
+#include "data/dataset.h"
+#include "data/loader.h"
 #include "nn/graph.h"
 #include "train/trainer.h"
 #include "nn/optimizer.h"
@@ -131,7 +134,7 @@ TEST(Cuda, DropoutDrawsTheCpuEnginesMask) {
   const auto x = randn(n, 3);
   Dev<float> dx(x), y(n), back(n);
   Dev<uint8_t> mask(n);
-  cuda::dropout_forward(dx.p, y.p, mask.p, int64_t(n), p, step_seed, nullptr);
+  cuda::dropout_forward(dx.p, y.p, mask.p, int64_t(n), p, step_seed, nullptr, nullptr);
   const auto yh = y.host();
   const auto mh = mask.host();
   size_t kept = 0;
@@ -183,10 +186,10 @@ TEST(Cuda, OptimizerUpdatesMatchTheCpuOptimizer) {
     for (int64_t step = 1; step <= 3; ++step) {
       opt.step(0.05);
       if (cfg.name == "sgd")
-        cuda::sgd_update(dw.p, dg.p, m.p, int64_t(n), 0.05f, float(cfg.momentum), float(cfg.weight_decay), cfg.nesterov, nullptr);
+        cuda::sgd_update(dw.p, dg.p, m.p, int64_t(n), 0.05f, float(cfg.momentum), float(cfg.weight_decay), cfg.nesterov, nullptr, nullptr, nullptr);
       else
         cuda::adamw_update(dw.p, dg.p, m.p, v.p, int64_t(n), 0.05f, float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
-                           float(cfg.weight_decay), step, nullptr);
+                           float(cfg.weight_decay), step, nullptr, nullptr, nullptr);
     }
     const auto wh = dw.host();
     for (size_t i = 0; i < n; ++i) ASSERT_NEAR(wh[i], w_cpu[i], 1e-5 * (1 + std::fabs(w_cpu[i]))) << i;
@@ -350,6 +353,173 @@ TEST(Cuda, TrainingOnTheGpuLearns) {
               train::train(bad);
             }).find("not written on the GPU"),
             std::string::npos);
+}
+
+// The on-device loader builds the host loader's batches: same order, crops, flips and
+// normalization.
+TEST(Cuda, OnDeviceBatchesMatchTheHostLoader) {
+  REQUIRE_GPU();
+  data::Dataset d = data::make_synthetic(200, 3, 10, 12, 10, 4);
+  d.flip_ok = true;
+  std::vector<float> mean, stddev;
+  data::channel_stats(d, mean, stddev);
+  data::LoaderConfig lc;
+  lc.batch = 32;
+  lc.seed = 11;
+  lc.augment = true;
+  lc.shuffle = true;
+  data::Loader loader(d, lc, mean, stddev);
+  const int64_t epoch = 2;
+  loader.start_epoch(epoch);
+  const auto order64 = data::epoch_order(d.size(), true, lc.seed, epoch);
+  std::vector<int32_t> order(order64.begin(), order64.end());
+  std::vector<float> norm;
+  for (size_t c = 0; c < 3; ++c) norm.push_back(1.0f / (255.0f * stddev[c]));
+  for (size_t c = 0; c < 3; ++c) norm.push_back(-mean[c] / stddev[c]);
+  Dev<uint8_t> images(d.images), labels(d.labels);
+  Dev<int32_t> dorder(order), out_labels(size_t(lc.batch));
+  Dev<float> dnorm(norm), out(size_t(lc.batch * d.image_bytes()));
+  cuda::StepArgs args;
+  args.epoch = epoch;
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    const data::Batch* hb = loader.next();
+    ASSERT_NE(hb, nullptr);
+    args.batch = b;
+    Dev<cuda::StepArgs> dargs(std::vector<cuda::StepArgs>{args});
+    const cuda::DeviceImages view{images.p, labels.p, d.size(), d.channels, d.height, d.width};
+    cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, out.p,
+                       out_labels.p, nullptr);
+    const auto x = out.host();
+    const auto y = out_labels.host();
+    for (int64_t i = 0; i < lc.batch; ++i) ASSERT_EQ(y[size_t(i)], hb->labels[size_t(i)]) << "batch " << b << " row " << i;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], hb->data()[i], 1e-5) << "batch " << b << " element " << i;
+  }
+}
+
+// A step replayed from a CUDA graph computes what the same step launched eagerly computes: the
+// learning rate, dropout step and AdamW corrections it reads change per step.
+TEST(Cuda, GraphedStepsMatchEagerSteps) {
+  REQUIRE_GPU();
+  for (const char* optimizer : {"sgd", "adamw"}) {
+    SCOPED_TRACE(optimizer);
+    const int64_t batch = 16;
+    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, batch);  // has dropout
+    nn::OptimizerConfig cfg;
+    cfg.name = optimizer;
+    cuda::NetworkOptions eager_opts, graph_opts;
+    eager_opts.optimizer = graph_opts.optimizer = optimizer;
+    graph_opts.graphs = true;
+    cuda::Network eager(g, 3, 0, eager_opts), graphed(g, 3, 0, graph_opts);
+    Rng rng(2);
+    for (int64_t step = 0; step < 6; ++step) {
+      std::vector<float> x(size_t(batch * 144));
+      std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+      for (auto& v : x) v = float(rng.normal());
+      for (auto& v : y) v = int32_t(rng.below(10));
+      for (cuda::Network* net : {&eager, &graphed}) {
+        ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        net->train_step(nullptr, batch, 0.1, cfg, {0.05 / double(step + 1), uint64_t(step), step, 0});
+      }
+    }
+    EXPECT_TRUE(graphed.graphed()) << graphed.why_not_graphed();
+    EXPECT_FALSE(eager.graphed());
+    const auto te = eager.tally(true), tg = graphed.tally(true);
+    EXPECT_NEAR(tg.loss_sum, te.loss_sum, 1e-4 * std::fabs(te.loss_sum));
+    EXPECT_EQ(tg.correct, te.correct);
+    const auto pe = eager.parameters(), pg = graphed.parameters();
+    ASSERT_EQ(pe.size(), pg.size());
+    for (size_t i = 0; i < pe.size(); ++i) ASSERT_NEAR(pg[i], pe[i], 1e-5 * (1 + std::fabs(pe[i]))) << i;
+  }
+}
+
+// The network's own account of its allocations (used for the out-of-memory advice) matches what
+// it allocates, up to the cuDNN workspaces it cannot know in advance.
+TEST(Cuda, PlannedBytesMatchTheAllocations) {
+  REQUIRE_GPU();
+  CachingAllocator& mem = cuda::device_allocator(0);
+  mem.trim();
+  const size_t before = mem.stats().current_total;
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
+  cuda::Network net(g, 1, 0);
+  const auto st = mem.stats();
+  const auto planned = cuda::Network::planned_bytes(g, "sgd");
+  for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
+                        MemCategory::data}) {
+    SCOPED_TRACE(std::string(to_string(c)));
+    EXPECT_NEAR(double(st.current[size_t(c)]), planned[size_t(c)], 0.02 * planned[size_t(c)] + 4096);
+  }
+  EXPECT_GE(double(st.current_total - before), 0.98 * std::accumulate(planned.begin(), planned.end(), 0.0));
+}
+
+// The training options change how batches reach the GPU and how steps launch, never the result.
+TEST(Cuda, FeedsAndGraphsTrainTheSameModel) {
+  REQUIRE_GPU();
+  train::TrainConfig c;
+  c.model = "small";
+  c.data = "synthetic:1x12x12:1024";
+  c.device = "cuda";
+  c.batch = 32;
+  c.epochs = 2;
+  c.augment = true;
+  c.runs_dir = "";
+  c.quiet = true;
+  c.progress = false;
+  std::vector<train::TrainResult> runs;
+  for (int variant = 0; variant < 4; ++variant) {
+    train::TrainConfig v = c;
+    v.graphs = variant != 1;
+    v.pin_memory = variant != 2;
+    v.data_on_device = variant == 3;
+    runs.push_back(train::train(v));
+  }
+  for (size_t i = 1; i < runs.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(runs[i].epochs.size(), runs[0].epochs.size());
+    const auto &a = runs[0].epochs.back(), &b = runs[i].epochs.back();
+    EXPECT_NEAR(b.train_loss, a.train_loss, 1e-3 * (1 + a.train_loss));
+    EXPECT_NEAR(b.test_acc, a.test_acc, 0.01);
+  }
+  EXPECT_TRUE(runs[0].record["gpu_step"]["cuda_graph"].get<bool>()) << runs[0].record["gpu_step"].dump();
+  EXPECT_FALSE(runs[1].record["gpu_step"]["cuda_graph"].get<bool>());
+  EXPECT_EQ(runs[3].record["gpu_step"]["feed"], "data on the GPU");
+}
+
+// tf32 trains like fp32, to tf32's 10-bit mantissa.
+TEST(Cuda, Tf32TrainingTracksFp32) {
+  REQUIRE_GPU();
+  train::TrainConfig c;
+  c.model = "small";
+  c.data = "synthetic:1x12x12:1024";
+  c.device = "cuda";
+  c.batch = 32;
+  c.epochs = 2;
+  c.runs_dir = "";
+  c.quiet = true;
+  c.progress = false;
+  const auto fp32 = train::train(c);
+  c.precision = "tf32";
+  const auto tf32 = train::train(c);
+  EXPECT_NEAR(tf32.epochs.back().train_loss, fp32.epochs.back().train_loss, 0.05 * (1 + fp32.epochs.back().train_loss));
+  EXPECT_NEAR(tf32.epochs.back().test_acc, fp32.epochs.back().test_acc, 0.05);
+  EXPECT_EQ(tf32.record["config"]["precision"], "tf32");
+}
+
+// A batch that cannot fit is refused up front, with the largest batch size that fits.
+TEST(Cuda, OutOfMemorySaysWhichBatchFits) {
+  REQUIRE_GPU();
+  train::TrainConfig c;
+  c.model = "large";
+  c.data = "synthetic:3x32x32:65536";
+  c.device = "cuda";
+  c.batch = 65536;
+  c.epochs = 1;
+  c.runs_dir = "";
+  c.quiet = true;
+  c.progress = false;
+  const std::string e = error_of([&] { train::train(c); });
+  EXPECT_NE(e.find("does not fit on GPU 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch-size"), std::string::npos) << e;
 }
 
 #else

@@ -174,6 +174,25 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
   EXPECT_NE(epoch_batches(d, cfg, 4), ref);  // another epoch, another order
 }
 
+// The order the GPU's on-device loader is given is the host loader's order.
+TEST(Loader, EpochOrderIsTheLoadersOrder) {
+  auto d = data::load_data("synthetic:1x4x4:300").train;
+  for (int64_t i = 0; i < d.size(); ++i) d.labels[size_t(i)] = uint8_t(i % 10);
+  data::LoaderConfig cfg;
+  cfg.batch = 300;
+  cfg.seed = 5;
+  cfg.augment = false;
+  std::vector<float> mean{0.f}, stddev{1.f};
+  data::Loader loader(d, cfg, mean, stddev);
+  loader.start_epoch(3);
+  const data::Batch* b = loader.next();
+  const auto order = data::epoch_order(d.size(), true, cfg.seed, 3);
+  for (int64_t i = 0; i < d.size(); ++i) ASSERT_EQ(b->labels[size_t(i)], int32_t(order[size_t(i)] % 10)) << i;
+  EXPECT_NE(order, data::epoch_order(d.size(), true, cfg.seed, 4));
+  const auto plain = data::epoch_order(5, false, cfg.seed, 3);
+  EXPECT_EQ(plain, (std::vector<int64_t>{0, 1, 2, 3, 4}));
+}
+
 TEST(Loader, EachSampleOncePerEpochAndEvalPadsTheLastBatch) {
   auto d = data::load_data("synthetic:1x4x4:100").train;
   for (int64_t i = 0; i < d.size(); ++i) d.labels[size_t(i)] = uint8_t(i % 10);

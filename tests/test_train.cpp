@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "train/checkpoint.h"
 #include "train/trainer.h"
@@ -128,9 +129,11 @@ TEST(Train, ImpossibleSettingsAreRefused) {
   auto c = tiny();
   c.batch = 0;
   EXPECT_NE(error_of([&] { train::train(c); }).find("--batch-size"), std::string::npos);
-  c = tiny();
-  c.device = "cuda";
-  EXPECT_NE(error_of([&] { train::train(c); }).find("--device cuda"), std::string::npos);
+  if (cuda::device_count() == 0) {
+    c = tiny();
+    c.device = "cuda";
+    EXPECT_NE(error_of([&] { train::train(c); }).find("--device cuda"), std::string::npos);
+  }
   c = tiny();
   c.resume = true;
   EXPECT_NE(error_of([&] { train::train(c); }).find("--resume needs --checkpoint"), std::string::npos);
@@ -143,6 +146,31 @@ TEST(Train, ImpossibleSettingsAreRefused) {
   c = tiny();
   c.lr = -1;
   EXPECT_NE(error_of([&] { train::train(c); }).find("--lr"), std::string::npos);
+  c = tiny();
+  c.precision = "fp8";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("not one of fp32, tf32, bf16, fp16"), std::string::npos);
+}
+
+// On the CPU: fp32 trains; tf32 and fp16 are refused with the reason, bf16 unless the CPU has
+// AVX512-BF16; GPU-only settings say they need a GPU.
+TEST(Train, CpuPrecisionsAndGpuOnlySettingsAreExplained) {
+  auto c = tiny();
+  c.device = "cpu";
+  c.precision = "tf32";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("tf32 is a GPU tensor-core format"), std::string::npos);
+  c.precision = "fp16";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("fp16 training needs a GPU"), std::string::npos);
+  c.precision = "bf16";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("AVX512-BF16"), std::string::npos);
+  EXPECT_EQ(train::cpu_precision_refusal("fp32"), "");
+  c.precision = "fp32";
+  c.data_on_device = true;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--data-on-device"), std::string::npos);
+  c.data_on_device = false;
+  const auto r = train::train(c);
+  EXPECT_EQ(r.record["config"]["precision"], "fp32");
+  EXPECT_TRUE(r.record["config"].contains("graphs"));
+  EXPECT_TRUE(r.record["config"].contains("pin_memory"));
 }
 
 }  // namespace

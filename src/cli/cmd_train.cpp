@@ -24,6 +24,13 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
   c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str();
   c->add_option("--device", cfg->device, "auto (a GPU when there is one) | cpu | cuda | cuda:N")->capture_default_str();
+  c->add_option("--precision", cfg->precision, "fp32 | tf32 | bf16 | fp16 (tf32 and fp16 need a GPU; bf16 a GPU or AVX512-BF16)")
+      ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
+  c->add_flag("!--no-graphs", cfg->graphs, "GPU: run every step eagerly instead of replaying a CUDA graph");
+  c->add_option_function<std::string>("--pin-memory", [cfg](const std::string& v) { cfg->pin_memory = v == "on"; },
+                                      "GPU: on = batches go through pinned buffers on a copy stream, overlapping compute (default); off = pageable copies in the step's stream")
+      ->check(CLI::IsMember({"on", "off"}));
+  c->add_flag("--data-on-device", cfg->data_on_device, "GPU: keep the dataset in GPU memory and build batches there (shuffle, augment, normalize)");
   c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str();
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str();
   c->add_option("--checkpoint", cfg->checkpoint_dir, "save a checkpoint in DIR after every epoch");

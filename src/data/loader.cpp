@@ -2,17 +2,24 @@
 
 #include <fmt/format.h>
 
-#include "profile/recorder.h"
-
-#include <fmt/format.h>
-
 #include <cmath>
 #include <numeric>
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "profile/recorder.h"
 
 namespace dlperf::data {
+
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) {  // Fisher-Yates from a stream that depends on (seed, epoch) only
+    Rng rng(hash_coords(seed, 0x5A0F, uint64_t(epoch)));
+    for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[rng.below(uint64_t(i + 1))]);
+  }
+  return order;
+}
 
 void channel_stats(const Dataset& d, std::vector<float>& mean, std::vector<float>& stddev) {
   const int64_t C = d.channels, HW = d.height * d.width, N = d.size();
@@ -73,12 +80,7 @@ void Loader::stop_workers() {
 void Loader::start_epoch(int64_t epoch) {
   stop_workers();
   epoch_ = epoch;
-  std::iota(order_.begin(), order_.end(), 0);
-  if (cfg_.shuffle) {  // Fisher-Yates from a stream that depends on (seed, epoch) only
-    Rng rng(hash_coords(cfg_.seed, 0x5A0F, uint64_t(epoch)));
-    for (int64_t i = int64_t(order_.size()) - 1; i > 0; --i)
-      std::swap(order_[size_t(i)], order_[rng.below(uint64_t(i + 1))]);
-  }
+  order_ = epoch_order(data_.size(), cfg_.shuffle, cfg_.seed, epoch);
   stopping_ = false;
   error_ = nullptr;
   next_id_ = want_ = 0;

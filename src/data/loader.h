@@ -36,6 +36,10 @@ struct Batch {
   float* data() const { return static_cast<float*>(images->data()); }
 };
 
+/// The order in which an epoch visits the samples: 0..n-1, shuffled (Fisher-Yates) by a stream
+/// that depends on (seed, epoch) only. The GPU's on-device loader uses the same order.
+std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);
+
 /// Per-channel mean and standard deviation of a dataset's pixels in [0, 1].
 void channel_stats(const Dataset& d, std::vector<float>& mean, std::vector<float>& stddev);
 

@@ -45,16 +45,6 @@ std::string gpu_missing_reason() {
   return cuda::why_no_device();
 }
 
-// Why a precision cannot train on this CPU, or "" when it can.
-std::string cpu_precision_refusal(const std::string& p, const hw::CpuInfo& cpu) {
-  if (p == "fp32") return "";
-  if (p == "tf32") return "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); CPUs have none";
-  if (p == "bf16")
-    return cpu.avx512_bf16 ? "this CPU has AVX512-BF16, but dlperf's CPU engine trains in fp32 only so far"
-                           : fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
-  return "fp16 training needs a GPU: x86 CPUs have no fp16 FMA before AVX512-FP16, and dlperf's CPU engine has no fp16 path";
-}
-
 // Runs training configurations, once each: experiments share runs with identical settings (the
 // base run is the batch-64 row, the fp32 row and a workers row), so the lab does not repeat them.
 class Runner {
@@ -284,17 +274,18 @@ Experiment precision(Runner& run, const LabConfig&) {
   e.columns = {{"precision", "precision", -1}, {"device", "device", -1},      {"epoch_s", "s/epoch", 2},
                {"images_per_s", "img/s", 0},   {"peak_mb", "peak MB", 1},    {"test_acc", "test acc %", 2},
                {"loss_scale_skips", "loss-scale skips", 0}};
-  const hw::CpuInfo cpu = hw::cpu_info();
   const std::string device = cuda::resolve_device(run.base().device) >= 0 ? "cuda" : "cpu";
   for (const std::string p : {"fp32", "tf32", "bf16", "fp16"}) {
-    const std::string refusal = device == "cpu" ? cpu_precision_refusal(p, cpu)
-                                : p == "fp32"   ? ""
-                                                : "mixed precision training on the GPU is not in this version yet (it trains in fp32)";
+    const std::string refusal = device == "cpu"              ? train::cpu_precision_refusal(p)
+                                : p == "fp32" || p == "tf32" ? ""
+                                                             : "mixed precision (bf16/fp16) training on the GPU is not in this version yet";
     if (!refusal.empty()) {
       e.rows.push_back(missing_row(refusal, {{"precision", p}, {"device", device}}));
       continue;
     }
-    e.rows.push_back(row_of(run.run("precision", p, run.base()), {{"precision", p}, {"device", device}}));
+    train::TrainConfig c = run.base();
+    c.precision = p;
+    e.rows.push_back(row_of(run.run("precision", p, c), {{"precision", p}, {"device", device}}));
   }
   return e;
 }

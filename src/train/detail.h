@@ -35,6 +35,8 @@ class Progress {
                  rate, loss, eta);
     std::fflush(stderr);
   }
+  /// Whether update() would redraw now (callers skip fetching its numbers otherwise).
+  bool due() const { return on_ && now_s() - last_ >= 0.2; }
   void clear() {
     if (on_) std::fprintf(stderr, "\r%80s\r", "");
   }

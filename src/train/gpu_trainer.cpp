@@ -1,14 +1,20 @@
-// dlperf train --device cuda[:N]: the training loop on one GPU, over cuda::Network (fp32). The
-// loaders, the epoch table, the run record and the schedule are the CPU loop's; the batch goes to
-// the GPU with one copy per step, and the GPU's power comes from NVML.
-//
-// First version: fp32, pageable copies, no CUDA graphs, no checkpoints or profiling on the GPU
-// yet (each is refused with a message).
+// dlperf train --device cuda[:N]: the training loop on one GPU, over cuda::Network. The epoch
+// table, the run record and the schedule are the CPU loop's. What differs (docs/gpu.md):
+//   - the host never waits for a step: the loss and accuracy accumulate on the GPU and are read
+//     at the end of the epoch (and when the progress bar redraws);
+//   - the step is captured once in a CUDA graph and replayed (--no-graphs: eager launches);
+//   - batches come from the host loaders through pinned buffers on a copy stream that overlaps
+//     compute (--pin-memory off: pageable copies in the step's stream), or, with
+//     --data-on-device, are gathered, augmented and normalized on the GPU from a copy of the
+//     dataset there, in the host loader's exact order and crops;
+//   - the GPU's power comes from NVML.
+// Not yet on the GPU: checkpoints, --layer-times, --profile (each is refused with a message).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/network.h"
@@ -23,11 +29,182 @@ namespace dlperf::train::detail {
 namespace {
 using cuda::ok;
 
-void upload(cuda::Network& net, const data::Batch& b) {
+cuda::Precision precision_of(const std::string& p) {
+  if (p == "tf32") return cuda::Precision::tf32;
+  if (p == "bf16") return cuda::Precision::bf16;
+  if (p == "fp16") return cuda::Precision::fp16;
+  return cuda::Precision::fp32;
+}
+
+// Pageable copies into the network's input, in the step's stream (--pin-memory off).
+void upload_pageable(cuda::Network& net, const data::Batch& b) {
   ok(cudaMemcpyAsync(net.input(), b.data(), b.images->bytes(), cudaMemcpyHostToDevice, net.stream()), "copying the batch");
   ok(cudaMemcpyAsync(net.labels(), b.labels.data(), b.labels.size() * sizeof(int32_t), cudaMemcpyHostToDevice, net.stream()),
      "copying the labels");
 }
+
+// --pin-memory on: two pinned host buffers and two device staging buffers. A batch is copied
+// into a pinned buffer, sent on a copy stream while the previous step computes, and moved into
+// the network's input by a device-to-device copy the step's stream waits for. A slot is reused
+// only after that copy has run.
+class PinnedUploader {
+ public:
+  PinnedUploader(cuda::Network& net, int device) : net_(net), device_(device) {
+    images_bytes_ = size_t(numel(net.graph().input)) * sizeof(float);
+    labels_bytes_ = size_t(net.graph().batch()) * sizeof(int32_t);
+    ok(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking), "cudaStreamCreate");
+    for (Slot& s : slots_) {
+      ok(cudaMallocHost(&s.host, images_bytes_ + labels_bytes_), "allocating pinned host memory (--pin-memory off avoids it)");
+      s.dev = cuda::device_allocator(device).allocate(images_bytes_ + labels_bytes_, MemCategory::data);
+      ok(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming), "cudaEventCreate");
+      ok(cudaEventCreateWithFlags(&s.consumed, cudaEventDisableTiming), "cudaEventCreate");
+    }
+  }
+  ~PinnedUploader() {
+    cudaStreamSynchronize(net_.stream());
+    cudaStreamSynchronize(copy_);
+    for (Slot& s : slots_) {
+      cudaEventDestroy(s.copied);
+      cudaEventDestroy(s.consumed);
+      cudaFreeHost(s.host);
+      cuda::device_allocator(device_).release(s.dev);
+    }
+    cudaStreamDestroy(copy_);
+  }
+  PinnedUploader(const PinnedUploader&) = delete;
+  PinnedUploader& operator=(const PinnedUploader&) = delete;
+
+  void upload(const data::Batch& b) {
+    Slot& s = slots_[next_];
+    next_ ^= 1;
+    if (s.used) ok(cudaEventSynchronize(s.consumed), "waiting for a pinned buffer");
+    s.used = true;
+    auto* host = static_cast<unsigned char*>(s.host);
+    auto* dev = static_cast<unsigned char*>(s.dev);
+    std::memcpy(host, b.data(), images_bytes_);
+    std::memcpy(host + images_bytes_, b.labels.data(), labels_bytes_);
+    ok(cudaMemcpyAsync(dev, host, images_bytes_ + labels_bytes_, cudaMemcpyHostToDevice, copy_), "copying the batch");
+    ok(cudaEventRecord(s.copied, copy_), "cudaEventRecord");
+    ok(cudaStreamWaitEvent(net_.stream(), s.copied, 0), "cudaStreamWaitEvent");
+    ok(cudaMemcpyAsync(net_.input(), dev, images_bytes_, cudaMemcpyDeviceToDevice, net_.stream()), "moving the batch");
+    ok(cudaMemcpyAsync(net_.labels(), dev + images_bytes_, labels_bytes_, cudaMemcpyDeviceToDevice, net_.stream()), "moving the labels");
+    ok(cudaEventRecord(s.consumed, net_.stream()), "cudaEventRecord");
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    void* dev = nullptr;
+    cudaEvent_t copied{}, consumed{};
+    bool used = false;
+  };
+  cuda::Network& net_;
+  int device_;
+  size_t images_bytes_ = 0, labels_bytes_ = 0;
+  cudaStream_t copy_{};
+  Slot slots_[2];
+  int next_ = 0;
+};
+
+// --data-on-device: the dataset's bytes and labels on the GPU, an epoch's order, and the
+// normalization; batches are built there by cuda::gather_batch.
+class DeviceDataset {
+ public:
+  DeviceDataset(const data::Dataset& d, const data::LoaderConfig& lc, const std::vector<float>& mean,
+                const std::vector<float>& stddev, int device)
+      : lc_(lc), flip_ok_(d.flip_ok), device_(device) {
+    CachingAllocator& mem = cuda::device_allocator(device);
+    const size_t image_bytes = d.images.size(), n = size_t(d.size());
+    images_ = mem.allocate(image_bytes, MemCategory::data);
+    labels_ = mem.allocate(n, MemCategory::data);
+    order_ = mem.allocate(n * sizeof(int32_t), MemCategory::data);
+    norm_ = mem.allocate(2 * size_t(d.channels) * sizeof(float), MemCategory::data);
+    ok(cudaMemcpy(images_, d.images.data(), image_bytes, cudaMemcpyHostToDevice), "copying the dataset to the GPU");
+    ok(cudaMemcpy(labels_, d.labels.data(), n, cudaMemcpyHostToDevice), "copying the labels to the GPU");
+    std::vector<float> norm;  // scale then shift, as data::Loader computes them
+    for (int64_t c = 0; c < d.channels; ++c) norm.push_back(1.0f / (255.0f * stddev[size_t(c)]));
+    for (int64_t c = 0; c < d.channels; ++c) norm.push_back(-mean[size_t(c)] / stddev[size_t(c)]);
+    ok(cudaMemcpy(norm_, norm.data(), norm.size() * sizeof(float), cudaMemcpyHostToDevice), "copying the normalization");
+    images_view_ = {static_cast<const uint8_t*>(images_), static_cast<const uint8_t*>(labels_), d.size(), d.channels, d.height, d.width};
+    set_order(0, nullptr);
+  }
+  ~DeviceDataset() {
+    CachingAllocator& mem = cuda::device_allocator(device_);
+    for (void* p : {images_, labels_, order_, norm_}) mem.release(p);
+  }
+  DeviceDataset(const DeviceDataset&) = delete;
+  DeviceDataset& operator=(const DeviceDataset&) = delete;
+
+  /// The order of `epoch` (data::epoch_order, as the host loader's), queued on `s`.
+  void set_order(int64_t epoch, cudaStream_t s) {
+    const std::vector<int64_t> order = data::epoch_order(images_view_.count, lc_.shuffle, lc_.seed, epoch);
+    order32_.assign(order.begin(), order.end());
+    ok(cudaMemcpyAsync(order_, order32_.data(), order32_.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "copying the order");
+    if (!s) ok(cudaDeviceSynchronize(), "copying the order");
+  }
+  int64_t batches() const {
+    return lc_.drop_last ? images_view_.count / lc_.batch : (images_view_.count + lc_.batch - 1) / lc_.batch;
+  }
+  /// Fills the network's input and labels with batch `index` (from the step's values when < 0).
+  std::function<void(cudaStream_t)> loader(cuda::Network& net, int64_t index) const {
+    const float* scale = static_cast<const float*>(norm_);
+    const float* shift = scale + images_view_.channels;
+    const int64_t first = index < 0 ? 0 : index * lc_.batch;
+    const cuda::StepArgs* args = index < 0 ? net.step_args() : nullptr;
+    return [this, &net, scale, shift, first, args](cudaStream_t s) {
+      cuda::gather_batch(images_view_, static_cast<const int32_t*>(order_), first, 0, args, lc_.batch, lc_.augment,
+                         lc_.pad_crop, flip_ok_, lc_.seed, scale, shift, net.input(), net.labels(), s);
+    };
+  }
+  int64_t valid(int64_t index) const { return std::min(lc_.batch, images_view_.count - index * lc_.batch); }
+
+ private:
+  data::LoaderConfig lc_;
+  bool flip_ok_;
+  int device_;
+  void *images_ = nullptr, *labels_ = nullptr, *order_ = nullptr, *norm_ = nullptr;
+  cuda::DeviceImages images_view_;
+  std::vector<int32_t> order32_;  // kept alive until the next set_order (the copy is asynchronous)
+};
+
+// Device bytes this run needs before cuDNN's workspaces, and the largest batch size that fits in
+// `free_bytes` (everything but parameters, gradients and optimizer state grows with the batch).
+struct GpuFit {
+  double need = 0;
+  int64_t largest_batch = 0;
+};
+GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, double free_bytes) {
+  auto total = [&](const nn::Graph& g) {
+    const std::vector<double> b = cuda::Network::planned_bytes(g, cfg.optimizer.name);
+    double sum = 0;
+    for (double v : b) sum += v;
+    if (cfg.data_on_device) sum += double(d.train.images.size() + d.test.images.size());
+    return sum;
+  };
+  GpuFit f;
+  f.need = total(graph);
+  const nn::Graph twice = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
+                                          d.train.classes, 2 * cfg.batch);
+  const double per_image = (total(twice) - f.need) / double(cfg.batch);
+  const double fixed = f.need - per_image * double(cfg.batch);
+  f.largest_batch = per_image > 0 ? int64_t((0.9 * free_bytes - fixed) / per_image) : 0;
+  return f;
+}
+
+[[noreturn]] void out_of_memory(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, const std::string& what,
+                                int device) {
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  const double usable = double(free_b) + double(cuda::device_allocator(device).stats().current_total);
+  const GpuFit f = gpu_fit(cfg, graph, d, usable);
+  throw Error(fmt::format("model {} at batch size {} does not fit on GPU {} ({}): it needs about {} plus cuDNN workspaces, "
+                          "{} of {} is free",
+                          graph.model, cfg.batch, device, what, format_bytes(f.need), format_bytes(usable), format_bytes(double(total_b))),
+              f.largest_batch >= 1 ? fmt::format("use --batch-size {} or less{}", f.largest_batch,
+                                                 cfg.data_on_device ? ", or drop --data-on-device" : "")
+                                   : "use a smaller model or a GPU with more memory");
+}
+
 }  // namespace
 
 TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph) {
@@ -36,76 +213,129 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   const bool say = !cfg.quiet;
   std::vector<float> mean, stddev;
   data::channel_stats(d.train, mean, stddev);
-  data::Loader train_loader(d.train, loader_config(cfg, true), mean, stddev);
-  data::Loader test_loader(d.test, loader_config(cfg, false), mean, stddev);
+  const data::LoaderConfig train_lc = loader_config(cfg, true), test_lc = loader_config(cfg, false);
+  check(d.train.size() >= cfg.batch, fmt::format("--batch-size {} is larger than the {} training images", cfg.batch, d.train.size()),
+        "use a smaller --batch-size or more data");
   CachingAllocator& mem = cuda::device_allocator(device);
   mem.trim();
   mem.reset_peaks();
-  cuda::Network net(graph, cfg.seed, device);
+  ok(cudaSetDevice(device), "cudaSetDevice");
+  {  // refuse a run that cannot fit before allocating anything
+    size_t free_b = 0, total_b = 0;
+    ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+    if (gpu_fit(cfg, graph, d, double(free_b)).need > 0.95 * double(free_b)) out_of_memory(cfg, graph, d, "checked before starting", device);
+  }
+  cuda::NetworkOptions opts;
+  opts.precision = precision_of(cfg.precision);
+  opts.optimizer = cfg.optimizer.name;
+  opts.graphs = cfg.graphs;
+  std::unique_ptr<cuda::Network> net_owner;
+  std::unique_ptr<DeviceDataset> train_dev, test_dev;
+  std::unique_ptr<PinnedUploader> pinned;
+  try {
+    net_owner = std::make_unique<cuda::Network>(graph, cfg.seed, device, opts);
+    if (cfg.data_on_device) {
+      train_dev = std::make_unique<DeviceDataset>(d.train, train_lc, mean, stddev, device);
+      test_dev = std::make_unique<DeviceDataset>(d.test, test_lc, mean, stddev, device);
+    } else if (cfg.pin_memory) {
+      pinned = std::make_unique<PinnedUploader>(*net_owner, device);
+    }
+  } catch (const Error& e) {
+    if (std::string(e.what()).find("out of GPU") == std::string::npos) throw;
+    out_of_memory(cfg, graph, d, "allocation failed", device);
+  }
+  cuda::Network& net = *net_owner;
+  // The host loaders run only when the data is not on the GPU.
+  std::unique_ptr<data::Loader> train_loader, test_loader;
+  if (!cfg.data_on_device) {
+    train_loader = std::make_unique<data::Loader>(d.train, train_lc, mean, stddev);
+    test_loader = std::make_unique<data::Loader>(d.test, test_lc, mean, stddev);
+  }
+  auto upload = [&](const data::Batch& b) {
+    if (pinned) pinned->upload(b);
+    else upload_pageable(net, b);
+  };
   const cuda::GpuInfo info = cuda::gpu_info(device);
   char bus[32] = {};
   cudaDeviceGetPCIBusId(bus, sizeof bus, device);
   hw::GpuPowerMeter power(bus);
-  const int64_t per_epoch = train_loader.batches_per_epoch(), total_steps = per_epoch * cfg.epochs;
+  const int64_t per_epoch = cfg.data_on_device ? train_dev->batches() : train_loader->batches_per_epoch();
+  const int64_t total_steps = per_epoch * cfg.epochs;
+  const std::string feed = cfg.data_on_device ? "data on the GPU" : cfg.pin_memory ? "pinned copies" : "pageable copies";
   if (say) {
     std::printf("dlperf train: model %s (%.3fM parameters) on %s, %lld train / %lld test images\n", graph.model.c_str(),
                 double(graph.param_count()) / 1e6, d.train.name.c_str(), (long long)d.train.size(), (long long)d.test.size());
-    std::printf("device cuda:%d (%s, %d SMs, %s), fp32, batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n%s", device,
-                info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), (long long)cfg.batch,
-                cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), cfg.workers, (unsigned long long)cfg.seed, kEpochHeader);
+    std::printf("device cuda:%d (%s, %d SMs, %s), %s, batch %lld, %s lr %g %s, %s, CUDA graphs %s, seed %llu\n\n%s", device,
+                info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(), (long long)cfg.batch,
+                cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), feed.c_str(), cfg.graphs ? "on" : "off",
+                (unsigned long long)cfg.seed, kEpochHeader);
     std::fflush(stdout);
   }
   TrainResult result;
   int64_t step = 0;
   const bool bar = cfg.progress && isatty(STDERR_FILENO);
+  auto diverged = [&](double loss, int64_t epoch, int64_t upto) {
+    return Error(fmt::format("training diverged: the loss became {} during epoch {} (by step {} of {})", loss, epoch + 1, upto, per_epoch),
+                 fmt::format("lower --lr (now {})", cfg.lr));
+  };
   for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
     mem.reset_peaks();
     EpochStats st;
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
-    train_loader.start_epoch(epoch);
-    EpochTally tally;
+    net.tally(true);
     const double t_start = now_s(), j_start = power.joules();
-    for (int64_t i = 0;; ++i) {
-      const double t0 = now_s();
-      const data::Batch* b = train_loader.next();
-      const double t1 = now_s();
-      if (!b) break;
-      st.data_wait_s += t1 - t0;
-      upload(net, *b);
-      net.forward(true, uint64_t(step));
-      const cuda::GpuLoss r = net.loss(b->valid, cfg.label_smoothing, true);
-      if (!std::isfinite(r.loss))
-        throw Error(fmt::format("training diverged: the loss is {} at epoch {}, step {}", r.loss, epoch + 1, i + 1),
-                    fmt::format("lower --lr (now {})", cfg.lr));
-      net.backward();
+    if (cfg.data_on_device) train_dev->set_order(epoch, net.stream());
+    else train_loader->start_epoch(epoch);
+    const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(net, -1) : nullptr;
+    int64_t seen = 0;
+    for (int64_t i = 0; i < per_epoch; ++i) {
+      int64_t valid = cfg.batch;
+      if (!cfg.data_on_device) {
+        const double t0 = now_s();
+        const data::Batch* b = train_loader->next();
+        st.data_wait_s += now_s() - t0;
+        if (!b) break;
+        valid = b->valid;
+        upload(*b);
+      }
       st.lr = nn::learning_rate(cfg.schedule, cfg.lr, step, total_steps, per_epoch);
-      net.step(cfg.optimizer, st.lr);
+      net.train_step(gather, valid, cfg.label_smoothing, cfg.optimizer, {st.lr, uint64_t(step), i, epoch});
       ++step;
-      st.compute_s += now_s() - t1;
-      tally.add(r.loss, r.correct, b->valid);
-      progress.update(i + 1, tally.seen, tally.loss_sum / double(tally.seen));
+      seen += valid;
+      if (progress.due()) {  // reading the tally waits for the GPU: only when the bar redraws
+        const cuda::GpuTally t = net.tally(false);
+        if (!std::isfinite(t.loss_sum)) throw diverged(t.loss_sum, epoch, i + 1);
+        progress.update(i + 1, seen, t.loss_sum / double(seen));
+      }
     }
-    ok(cudaStreamSynchronize(net.stream()), "the epoch's last step");
+    const cuda::GpuTally t = net.tally(true);  // waits for the epoch's last step
     st.train_s = now_s() - t_start;
+    st.compute_s = st.train_s - st.data_wait_s;
+    if (!std::isfinite(t.loss_sum)) throw diverged(t.loss_sum, epoch, per_epoch);
     if (power.available()) st.energy_j = power.joules() - j_start;
     progress.clear();
+    EpochTally tally;
+    tally.loss_sum = t.loss_sum;
+    tally.correct = t.correct;
+    tally.seen = seen;
     tally.finish(st);
+
     const double e0 = now_s();
-    test_loader.start_epoch(0);
-    double test_loss = 0;
-    int64_t test_correct = 0;
-    while (const data::Batch* b = test_loader.next()) {
-      upload(net, *b);
-      net.forward(false);
-      const cuda::GpuLoss r = net.loss(b->valid, 0.0, false);
-      test_loss += r.loss * double(b->valid);
-      test_correct += r.correct;
+    if (cfg.data_on_device) {
+      for (int64_t i = 0; i < test_dev->batches(); ++i) net.eval_step(test_dev->loader(net, i), test_dev->valid(i));
+    } else {
+      test_loader->start_epoch(0);
+      while (const data::Batch* b = test_loader->next()) {
+        upload(*b);
+        net.eval_step(nullptr, b->valid);
+      }
     }
+    const cuda::GpuTally e = net.tally(true);
     st.eval_s = now_s() - e0;
-    st.test_loss = test_loss / double(d.test.size());
-    st.test_acc = double(test_correct) / double(d.test.size());
+    st.test_loss = e.loss_sum / double(d.test.size());
+    st.test_acc = double(e.correct) / double(d.test.size());
     record_peaks(st, mem.stats());
     result.epochs.push_back(st);
     if (say) {
@@ -117,6 +347,10 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
                                power.available() ? "NVML board energy counter (the whole GPU board)" : power.why_not());
   result.record["device"] = cuda::to_json(info);
   result.record["config"]["device_used"] = fmt::format("cuda:{}", device);
+  result.record["gpu_step"] = {{"cuda_graph", net.graphed()},
+                               {"why_not_graph", net.graphed() ? "" : net.why_not_graphed()},
+                               {"feed", feed}};
+  if (say && cfg.graphs && !net.graphed()) std::printf("\nnote: steps ran eagerly: %s\n", net.why_not_graphed().c_str());
   if (say && result.record.contains("summary"))
     std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak GPU memory %s\n",
                 result.epochs.size(), result.record["summary"]["train_s"].get<double>(),

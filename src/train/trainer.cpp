@@ -124,6 +124,10 @@ json to_json(const TrainConfig& c) {
   return {{"model", c.model},
           {"data", c.data},
           {"device", c.device},
+          {"precision", c.precision},
+          {"graphs", c.graphs},
+          {"pin_memory", c.pin_memory},
+          {"data_on_device", c.data_on_device},
           {"epochs", c.epochs},
           {"batch_size", c.batch},
           {"lr", c.lr},
@@ -282,6 +286,16 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
 
 }  // namespace
 
+std::string cpu_precision_refusal(const std::string& p) {
+  if (p == "fp32") return "";
+  if (p == "tf32") return "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); CPUs have none";
+  const hw::CpuInfo cpu = hw::cpu_info();
+  if (p == "bf16")
+    return cpu.avx512_bf16 ? "this CPU has AVX512-BF16, but dlperf's CPU engine trains in fp32 only so far"
+                           : fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
+  return "fp16 training needs a GPU: x86 CPUs have no fp16 FMA before AVX512-FP16, and dlperf's CPU engine has no fp16 path";
+}
+
 double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers) {
   return plan::engine_memory(g, opt, workers).total();
 }
@@ -310,6 +324,8 @@ void validate(const TrainConfig& cfg) {
   check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");
   check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   check(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be between 0 and 1024");
+  check(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16" || cfg.precision == "fp16",
+        fmt::format("--precision {} is not one of fp32, tf32, bf16, fp16", cfg.precision));
   check(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint DIR", "name the directory the checkpoint is in");
   if (!cfg.runs_dir.empty()) {  // fail now, not after a long run
     std::error_code ec;
@@ -476,6 +492,11 @@ TrainResult train(const TrainConfig& cfg) {
     return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph));
 #endif
   }
+  if (const std::string why = cpu_precision_refusal(cfg.precision); !why.empty())
+    throw Error(fmt::format("--precision {} cannot train on this CPU: {}", cfg.precision, why),
+                "use --precision fp32 on the CPU, or a GPU (--device cuda)");
+  check(!cfg.data_on_device, "--data-on-device keeps the dataset in GPU memory, and this run is on the CPU",
+        "drop --data-on-device, or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab

@@ -17,6 +17,11 @@ struct TrainConfig {
   std::string model = "medium";
   std::string data = "fashion-mnist";
   std::string device = "auto";  ///< auto (a GPU when there is one), cpu, cuda, cuda:N
+  std::string precision = "fp32";  ///< fp32 | tf32 | bf16 | fp16 (docs/gpu.md: which runs where)
+  // GPU speed machinery (docs/gpu.md); ignored on the CPU.
+  bool graphs = true;          ///< capture the training step in a CUDA graph and replay it
+  bool pin_memory = true;      ///< batches go through pinned buffers on a copy stream, overlapping compute
+  bool data_on_device = false; ///< the whole dataset on the GPU; batches gathered there
   int64_t epochs = 5;
   int64_t batch = 64;
   double lr = 0.1;
@@ -72,6 +77,9 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainConfig& cfg);
+
+/// Why `precision` cannot train on this machine's CPU, or "" when it can.
+std::string cpu_precision_refusal(const std::string& precision);
 
 /// Host memory a training run at the graph's batch size needs: plan::engine_memory, the engine's
 /// allocation rules applied to the op costs (docs/plan.md; within 2% of measured on the presets).

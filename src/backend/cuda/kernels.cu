@@ -34,7 +34,9 @@ __global__ void add_k(const float* a, const float* b, float* y, int64_t n) {
   GRID_STRIDE(i, n) y[i] = a[i] + b[i];
 }
 
-__global__ void dropout_forward_k(const float* x, float* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t step_seed) {
+__global__ void dropout_forward_k(const float* x, float* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t seed,
+                                  const StepArgs* args) {
+  const uint64_t step_seed = args ? hash_coords(seed, args->dropout_step) : seed;
   GRID_STRIDE(i, n) {
     const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p;
     mask[i] = keep;
@@ -80,7 +82,10 @@ __global__ void softmax_ce_k(const float* logits, const int32_t* labels, int64_t
   }
 }
 
-__global__ void sgd_k(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov) {
+__global__ void sgd_k(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov,
+                      const StepArgs* args, const int32_t* skip) {
+  if (skip && *skip) return;
+  if (args) lr = args->lr;
   GRID_STRIDE(i, n) {
     float d = g[i] + wd * w[i];
     if (buf) {
@@ -92,7 +97,9 @@ __global__ void sgd_k(float* w, const float* g, float* buf, int64_t n, float lr,
 }
 
 __global__ void adamw_k(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
-                        float wd, float c1, float c2) {
+                        float wd, float c1, float c2, const StepArgs* args, const int32_t* skip) {
+  if (skip && *skip) return;
+  if (args) lr = args->lr, c1 = args->adam_c1, c2 = args->adam_c2;
   GRID_STRIDE(i, n) {
     w[i] *= 1.0f - lr * wd;
     m[i] = b1 * m[i] + (1 - b1) * g[i];
@@ -127,6 +134,36 @@ __global__ void normalize_k(const uint8_t* x, float* y, int64_t total, int64_t c
   GRID_STRIDE(i, total) {
     const int64_t c = (i / hw) % channels;
     y[i] = float(x[i]) * scale[c] + shift[c];
+  }
+}
+
+// One thread an output element; the hash and crop arithmetic are the host loader's (loader.cpp).
+__global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
+                         int64_t batch, bool augment, int64_t pad, bool flip_ok, uint64_t seed, const float* scale,
+                         const float* shift, float* out, int32_t* labels) {
+  const int64_t C = d.channels, H = d.height, W = d.width, HW = H * W, total = batch * C * HW;
+  if (args) first = args->batch * batch, epoch = args->epoch;
+  GRID_STRIDE(e, total) {
+    const int64_t row = e / (C * HW), c = (e / HW) % C, y = (e / W) % H, x = e % W;
+    if (first + row >= d.count) {
+      out[e] = 0.f;
+      if (c == 0 && y == 0 && x == 0) labels[row] = 0;
+      continue;
+    }
+    const int64_t sample = order[first + row];
+    if (c == 0 && y == 0 && x == 0) labels[row] = d.labels[sample];
+    int64_t dy = 0, dx = 0;
+    bool flip = false;
+    if (augment) {
+      const uint64_t h = hash_coords(seed, 0xA06, uint64_t(epoch), uint64_t(sample));
+      const int64_t span = 2 * pad + 1;
+      dy = int64_t(h % uint64_t(span)) - pad;
+      dx = int64_t((h >> 16) % uint64_t(span)) - pad;
+      flip = flip_ok && ((h >> 40) & 1);
+    }
+    const int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
+    const float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? float(d.images[(sample * C + c) * HW + sy * W + sx]) : 0.f;
+    out[e] = v * scale[c] + shift[c];
   }
 }
 
@@ -186,8 +223,9 @@ void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaSt
   relu_backward_k<<<blocks_for(n), kThreads, 0, s>>>(y, dy, dx, n);
 }
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { add_k<<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n); }
-void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t step_seed, cudaStream_t s) {
-  dropout_forward_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, mask, n, p, 1.0f / (1.0f - p), step_seed);
+void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
+                     cudaStream_t s) {
+  dropout_forward_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, mask, n, p, 1.0f / (1.0f - p), seed, args);
 }
 void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float p, cudaStream_t s) {
   dropout_backward_k<<<blocks_for(n), kThreads, 0, s>>>(dy, mask, dx, n, 1.0f / (1.0f - p));
@@ -197,13 +235,20 @@ void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t r
   if (rows > 0) softmax_ce_k<<<unsigned(rows), 64, 0, s>>>(logits, labels, classes, valid, eps, loss_sum, correct, dlogits);
 }
 void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay, bool nesterov,
-                cudaStream_t s) {
-  sgd_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, momentum, n, lr, mu, weight_decay, nesterov);
+                const StepArgs* args, const int32_t* skip, cudaStream_t s) {
+  sgd_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, momentum, n, lr, mu, weight_decay, nesterov, args, skip);
 }
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t step, cudaStream_t s) {
+                  float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s) {
   const float c1 = 1.0f / (1.0f - powf(beta1, float(step))), c2 = 1.0f / (1.0f - powf(beta2, float(step)));
-  adamw_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2);
+  adamw_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, args, skip);
+}
+void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
+                  int64_t batch, bool augment, int64_t pad_crop, bool flip_ok, uint64_t seed, const float* scale,
+                  const float* shift, float* out, int32_t* labels, cudaStream_t s) {
+  const int64_t total = batch * d.channels * d.height * d.width;
+  gather_k<<<blocks_for(total), kThreads, 0, s>>>(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok, seed, scale,
+                                                  shift, out, labels);
 }
 void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) { f32_to_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
 void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) { bf16_to_f32_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }

@@ -12,12 +12,27 @@
 
 namespace dlperf::cuda {
 
+/// What changes from one training step to the next, read by the kernels from device memory: a
+/// step captured once in a CUDA graph replays with new values without being captured again.
+/// The host writes it (cudaMemcpyAsync on the step's stream) before each step.
+struct StepArgs {
+  float lr = 0;
+  float adam_c1 = 1, adam_c2 = 1;  ///< AdamW's bias corrections 1 / (1 - beta^t)
+  float unused = 0;
+  uint64_t dropout_step = 0;  ///< the global step: dropout masks hash it
+  int64_t batch = 0;          ///< which batch of the epoch the on-device loader gathers
+  int64_t epoch = 0;          ///< the on-device augmentation hashes it
+};
+
 void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
 /// dx = dy where y > 0, else 0 (from the output, as the fused CPU path does).
 void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s);
 void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
-/// y = x * mask / (1 - p), mask[i] = uniform(hash(step_seed ^ i)) >= p, as cpu::Dropout.
-void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t step_seed, cudaStream_t s);
+/// y = x * mask / (1 - p), mask[i] = uniform(hash(step_seed ^ i)) >= p, as cpu::Dropout. The step's
+/// seed is `seed` itself when `args` is null, else hash_coords(seed, args->dropout_step) (the CPU
+/// engine's per-layer seed and step).
+void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
+                     cudaStream_t s);
 void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float p, cudaStream_t s);
 
 /// Softmax cross-entropy over rows [0, valid) of [rows, classes] logits, label smoothing `eps`.
@@ -28,11 +43,14 @@ void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t r
 
 /// One launch for all parameters, which the backend keeps in one flat buffer each for weights,
 /// gradients and states. SGD: PyTorch's momentum (dampening 0) with optional Nesterov, L2 decay.
+/// With `args`, the learning rate is args->lr instead of `lr`. With `skip`, nothing changes when
+/// *skip is non-zero (fp16 loss scaling found an overflow).
 void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay,
-                bool nesterov, cudaStream_t s);
-/// AdamW (decoupled decay), `step` 1-based for the bias corrections.
+                bool nesterov, const StepArgs* args, const int32_t* skip, cudaStream_t s);
+/// AdamW (decoupled decay), `step` 1-based for the bias corrections; with `args`, the learning
+/// rate and bias corrections come from it. `skip` as for sgd_update.
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t step, cudaStream_t s);
+                  float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s);
 
 /// Precision casts for mixed precision (round to nearest even).
 void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
@@ -46,6 +64,21 @@ void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf,
 /// uint8 images [n, C, H, W] to normalized floats: out = x * scale[c] + shift[c].
 void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,
                   const float* shift, cudaStream_t s);
+
+/// A dataset held on the GPU (--data-on-device): N x C x H x W bytes and N labels.
+struct DeviceImages {
+  const uint8_t* images = nullptr;
+  const uint8_t* labels = nullptr;
+  int64_t count = 0, channels = 0, height = 0, width = 0;
+};
+/// Builds a batch on the GPU exactly as data::Loader::fill does on the host: rows [first, first +
+/// batch) of the epoch's `order` (first = args->batch * batch when `args` is set), each sample
+/// cropped (pad_crop pixels) and flipped by the loader's hash of (seed, epoch, sample) when
+/// `augment`, then normalized (x * scale[c] + shift[c]). Rows past the end are zeros, label 0.
+/// `scale` and `shift` are device arrays of C floats.
+void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
+                  int64_t batch, bool augment, int64_t pad_crop, bool flip_ok, uint64_t seed, const float* scale,
+                  const float* shift, float* out, int32_t* labels, cudaStream_t s);
 
 /// y[(o * channels + c) * inner + i] += bias[c]: a linear layer's bias (inner 1) or a conv's (inner H*W).
 void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <utility>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
@@ -54,7 +55,12 @@ float* Network::alloc(size_t floats, MemCategory c) {
   return static_cast<float*>(p);
 }
 
-Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), device_(device), seed_(seed) {
+Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions opts)
+    : graph_(g), device_(device), opts_(std::move(opts)), seed_(seed) {
+  check(opts_.precision == Precision::fp32 || opts_.precision == Precision::tf32,
+        fmt::format("the GPU executor trains in fp32 or tf32; {} (mixed precision) is not in this version yet", to_string(opts_.precision)),
+        "use --precision fp32 or tf32");
+  if (opts_.graphs) why_not_graphed_ = "not captured yet (the first step runs eagerly)";
   ok(cudaSetDevice(device), "cudaSetDevice");
   ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   cudnnHandle_t h;
@@ -75,6 +81,10 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
   grads_ = alloc(size_t(param_count_), MemCategory::gradients);
   state_m_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
   ok(cudaMemsetAsync(state_m_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
+  if (opts_.optimizer == "adamw") {  // up front: nothing may be allocated inside a captured step
+    state_v_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
+    ok(cudaMemsetAsync(state_v_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
+  }
   std::vector<float> init(static_cast<size_t>(param_count_), 0.f);
   int index = 0;
   int64_t at = 0;
@@ -99,6 +109,10 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
   labels_ = reinterpret_cast<int32_t*>(alloc(size_t(batch), MemCategory::data));
   loss_sum_ = reinterpret_cast<double*>(alloc(2, MemCategory::workspace));
   correct_ = reinterpret_cast<int32_t*>(alloc(1, MemCategory::workspace));
+  args_ = reinterpret_cast<StepArgs*>(alloc((sizeof(StepArgs) + 3) / 4, MemCategory::workspace));
+  ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
+  ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
+  write_args();
   int64_t offset = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const nn::Node& n = nodes[i];
@@ -128,15 +142,15 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
       case ops::OpKind::conv2d:
         l->conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
                                                         n.attrs.padding},
-                                              Precision::fp32);
+                                              opts_.precision);
         break;
       case ops::OpKind::linear: {
         const int64_t in_f = x[1], out_f = n.attrs.out_features;
         // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on.
         constexpr size_t ws = size_t(4) << 20;
-        l->fwd = std::make_unique<LtGemm>(Precision::fp32, true, false, out_f, batch, in_f, ws);
-        l->bwd_data = std::make_unique<LtGemm>(Precision::fp32, false, false, in_f, batch, out_f, ws);
-        l->bwd_weight = std::make_unique<LtGemm>(Precision::fp32, false, true, in_f, out_f, batch, ws);
+        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws);
+        l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws);
+        l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws);
         break;
       }
       case ops::OpKind::batchnorm2d: {
@@ -182,6 +196,7 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device) : graph_(g), dev
 
 Network::~Network() {
   cudaStreamSynchronize(stream_);
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
   if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
@@ -191,7 +206,18 @@ Network::~Network() {
 float* Network::input() { return act_[0]; }
 int32_t* Network::labels() { return labels_; }
 
+void Network::write_args() {
+  // From pageable memory: the call returns once host_args_ is staged, so it may change at once.
+  ok(cudaMemcpyAsync(args_, &host_args_, sizeof host_args_, cudaMemcpyHostToDevice, stream_), "copying the step's values");
+}
+
 void Network::forward(bool training, uint64_t dropout_step) {
+  host_args_.dropout_step = dropout_step;
+  write_args();
+  forward_pass(training);
+}
+
+void Network::forward_pass(bool training) {
   auto h = static_cast<cudnnHandle_t>(cudnn_);
   const float one = 1, zero = 0;
   for (auto& lp : layers_) {
@@ -228,7 +254,7 @@ void Network::forward(bool training, uint64_t dropout_step) {
         ok(cudnnPoolingForward(h, l.pool, &one, l.x_desc, x, &zero, l.y_desc, y), "pooling forward");
         break;
       case ops::OpKind::dropout:
-        if (training) dropout_forward(x, y, l.mask, count, float(n.attrs.p), hash_coords(l.seed, dropout_step), stream_);
+        if (training) dropout_forward(x, y, l.mask, count, float(n.attrs.p), l.seed, args_, stream_);
         else ok(cudaMemcpyAsync(y, x, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "dropout (eval)");
         break;
       case ops::OpKind::add: add(x, act_[size_t(l.in[1])], y, count, stream_); break;
@@ -238,18 +264,97 @@ void Network::forward(bool training, uint64_t dropout_step) {
   }
 }
 
-GpuLoss Network::loss(int64_t valid, double smoothing, bool grad) {
+void Network::accumulate_loss(int64_t valid, double smoothing, bool grad) {
   const nn::Node& last = graph_.nodes.back();
-  ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
-  ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
   softmax_cross_entropy(act_.back(), labels_, last.out_dims[0], last.out_dims[1], valid, float(smoothing), loss_sum_, correct_,
                         grad ? diff_.back() : nullptr, stream_);
+}
+
+GpuLoss Network::loss(int64_t valid, double smoothing, bool grad) {
+  tally(true);
+  accumulate_loss(valid, smoothing, grad);
+  const GpuTally t = tally(true);
+  return {t.loss_sum / double(std::max<int64_t>(valid, 1)), t.correct};
+}
+
+GpuTally Network::tally(bool reset) {
   double sum = 0;
   int32_t correct = 0;
   ok(cudaMemcpyAsync(&sum, loss_sum_, sizeof sum, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
   ok(cudaMemcpyAsync(&correct, correct_, sizeof correct, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
-  ok(cudaStreamSynchronize(stream_), "loss");
-  return {sum / double(std::max<int64_t>(valid, 1)), correct};
+  ok(cudaStreamSynchronize(stream_), "reading the loss");
+  if (reset) {
+    ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
+    ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
+  }
+  return {sum, correct};
+}
+
+void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                         const nn::OptimizerConfig& opt, const StepValues& v) {
+  ++steps_;
+  host_args_.lr = float(v.lr);
+  host_args_.adam_c1 = float(1.0 / (1.0 - std::pow(opt.beta1, double(steps_))));
+  host_args_.adam_c2 = float(1.0 / (1.0 - std::pow(opt.beta2, double(steps_))));
+  host_args_.dropout_step = v.global_step;
+  host_args_.batch = v.batch;
+  host_args_.epoch = v.epoch;
+  write_args();
+  if (opts_.graphs && !graph_exec_ && eager_steps_ > 0) capture(load, valid, smoothing, opt);
+  if (graph_exec_ && valid == graph_valid_) {
+    ok(cudaGraphLaunch(graph_exec_, stream_), "replaying the training step's CUDA graph");
+    return;
+  }
+  eager_step(load, valid, smoothing, opt);
+}
+
+void Network::eager_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                         const nn::OptimizerConfig& opt) {
+  ++eager_steps_;
+  if (load) load(stream_);
+  forward_pass(true);
+  accumulate_loss(valid, smoothing, true);
+  backward();
+  update(opt);
+}
+
+// Captures one step into a graph. Whatever fails during capture (an operation a library cannot
+// capture) leaves the run on eager steps, with the reason kept for the run record.
+void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                      const nn::OptimizerConfig& opt) {
+  cudaGraph_t g = nullptr;
+  ok(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  std::string failed;
+  try {
+    if (load) load(stream_);
+    forward_pass(true);
+    accumulate_loss(valid, smoothing, true);
+    backward();
+    update(opt);
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  const cudaError_t end = cudaStreamEndCapture(stream_, &g);
+  if (failed.empty() && end != cudaSuccess) failed = cudaGetErrorString(end);
+  if (failed.empty()) {
+    const cudaError_t inst = cudaGraphInstantiate(&graph_exec_, g, 0);
+    if (inst != cudaSuccess) failed = cudaGetErrorString(inst), graph_exec_ = nullptr;
+  }
+  if (g) cudaGraphDestroy(g);
+  if (!failed.empty()) {
+    cudaGetLastError();  // clear the capture's error so the eager steps start clean
+    opts_.graphs = false;
+    why_not_graphed_ = "CUDA graph capture failed: " + failed;
+    return;
+  }
+  graph_valid_ = valid;
+  why_not_graphed_.clear();
+}
+
+void Network::eval_step(const std::function<void(cudaStream_t)>& load, int64_t valid) {
+  if (load) load(stream_);
+  forward_pass(false);
+  accumulate_loss(valid, 0.0, false);
 }
 
 void Network::backward() {
@@ -327,16 +432,21 @@ void Network::backward() {
 
 void Network::step(const nn::OptimizerConfig& opt, double lr) {
   ++steps_;
+  host_args_.lr = float(lr);
+  host_args_.adam_c1 = float(1.0 / (1.0 - std::pow(opt.beta1, double(steps_))));
+  host_args_.adam_c2 = float(1.0 / (1.0 - std::pow(opt.beta2, double(steps_))));
+  write_args();
+  update(opt);
+}
+
+void Network::update(const nn::OptimizerConfig& opt) {
   if (opt.name == "adamw") {
-    if (!state_v_) {
-      state_v_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
-      ok(cudaMemsetAsync(state_v_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
-    }
-    adamw_update(params_, grads_, state_m_, state_v_, param_count_, float(lr), float(opt.beta1), float(opt.beta2), float(opt.eps),
-                 float(opt.weight_decay), steps_, stream_);
+    check(state_v_ != nullptr, "this network was built for SGD", "construct it with NetworkOptions::optimizer = \"adamw\"");
+    adamw_update(params_, grads_, state_m_, state_v_, param_count_, 0.f, float(opt.beta1), float(opt.beta2), float(opt.eps),
+                 float(opt.weight_decay), 1, args_, nullptr, stream_);
   } else {
-    sgd_update(params_, grads_, opt.momentum != 0 ? state_m_ : nullptr, param_count_, float(lr), float(opt.momentum),
-               float(opt.weight_decay), opt.nesterov, stream_);
+    sgd_update(params_, grads_, opt.momentum != 0 ? state_m_ : nullptr, param_count_, 0.f, float(opt.momentum),
+               float(opt.weight_decay), opt.nesterov, args_, nullptr, stream_);
   }
 }
 
@@ -357,5 +467,35 @@ std::vector<float> Network::logits() const {
 }
 
 MemoryStats Network::memory() const { return device_allocator(device_).stats(); }
+
+// Mirrors the constructor's allocations (the caching allocator rounds each block up a little,
+// which this ignores).
+std::vector<double> Network::planned_bytes(const nn::Graph& g, const std::string& optimizer) {
+  std::vector<double> b(size_t(kMemCategories), 0.0);
+  auto add = [&](MemCategory c, double floats) { b[size_t(c)] += 4 * std::max(floats, 1.0); };
+  double params = 0;
+  for (const auto& n : g.nodes)
+    for (const auto& p : n.params) params += double((numel(p.dims) + 63) / 64 * 64);
+  add(MemCategory::parameters, params);
+  add(MemCategory::gradients, params);
+  add(MemCategory::optimizer_state, params);
+  if (optimizer == "adamw") add(MemCategory::optimizer_state, params);
+  add(MemCategory::data, double(numel(g.input)));
+  add(MemCategory::data, double(g.batch()));
+  double biggest = 0;
+  for (const auto& n : g.nodes) {
+    biggest = std::max(biggest, double(numel(n.in_dims[0])));
+    const double out = double(numel(n.out_dims));
+    if (n.kind != ops::OpKind::flatten) add(MemCategory::activations, 2 * out);
+    if (n.kind == ops::OpKind::batchnorm2d) {
+      add(MemCategory::parameters, 2 * double(n.in_dims[0][1]));
+      add(MemCategory::activations, 2 * double(n.in_dims[0][1]));
+    }
+    if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, (out + 3) / 4);
+    if (n.kind == ops::OpKind::linear) add(MemCategory::workspace, 3.0 * (1 << 20));  // three 4 MB cuBLASLt workspaces
+  }
+  add(MemCategory::workspace, biggest);
+  return b;
+}
 
 }  // namespace dlperf::cuda

@@ -1,17 +1,26 @@
-// Runs a resolved model graph on one GPU in fp32, NCHW: conv through cuDNN, batchnorm and
-// pooling through cuDNN, linear through cuBLASLt, the rest with dlperf's own kernels. Parameters
-// live in one flat buffer (gradients and optimizer states likewise), so the optimizer is one
-// launch. Initialization draws the CPU engine's exact values, so CPU and GPU runs start equal.
+// Runs a resolved model graph on one GPU, NCHW: conv through cuDNN, batchnorm and pooling
+// through cuDNN, linear through cuBLASLt, the rest with dlperf's own kernels. Parameters live in
+// one flat buffer (gradients and optimizer states likewise), so the optimizer is one launch.
+// Initialization draws the CPU engine's exact values, so CPU and GPU runs start equal.
 //
-// First version of the CUDA backend's executor: fp32 only, no fusion, no CUDA graphs; mixed
-// precision and graph capture build on it.
+// A training step never waits for the GPU: what changes per step (learning rate, dropout step,
+// which batch to gather) is read by the kernels from device memory (StepArgs), and the loss and
+// correct count accumulate on the device until the caller reads the tally. That makes the step
+// static, so it is captured once in a CUDA graph and replayed (NetworkOptions::graphs).
+//
+// Precision: fp32 (FMA math, no silent tf32) or tf32 (fp32 storage, tensor-core math in conv and
+// GEMM). Mixed precision (bf16/fp16 storage) is not in the executor yet.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernels.h"
 #include "core/memory.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
@@ -23,24 +32,60 @@ struct GpuLoss {
   int64_t correct = 0;
 };
 
+/// Running totals of the loss kernel since the last reset.
+struct GpuTally {
+  double loss_sum = 0;  ///< summed over rows
+  int64_t correct = 0;
+};
+
+struct NetworkOptions {
+  Precision precision = Precision::fp32;  ///< fp32 or tf32
+  std::string optimizer = "sgd";          ///< sgd | adamw: AdamW's second state is allocated up front
+  bool graphs = false;                    ///< capture the training step in a CUDA graph and replay it
+};
+
+/// What one training step needs besides the batch.
+struct StepValues {
+  double lr = 0;
+  uint64_t global_step = 0;  ///< dropout masks hash it
+  int64_t batch = 0;         ///< the batch's index in its epoch (the on-device loader's position)
+  int64_t epoch = 0;
+};
+
 class Network {
  public:
-  Network(const nn::Graph& g, uint64_t seed, int device);
+  Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions opts = {});
   ~Network();
   Network(const Network&) = delete;
   Network& operator=(const Network&) = delete;
 
   const nn::Graph& graph() const { return graph_; }
-  /// Device buffers the caller fills before forward(): images [N, C, H, W], labels [N].
+  /// Device buffers a step reads: images [N, C, H, W] and labels [N].
   float* input();
   int32_t* labels();
+  /// The device copy of the current step's values (for an on-device loader's kernels).
+  const StepArgs* step_args() const { return args_; }
   cudaStream_t stream() const { return stream_; }
 
+  /// A whole training step, queued on stream(): `load` (may be empty) queues what fills input()
+  /// and labels(); then forward, loss (added to the tally), backward and the update. With
+  /// graphs, the first step runs eagerly (warm-up), the second is captured and every later one
+  /// replays the graph; a step the graph cannot take (another `valid`) runs eagerly. Never waits.
+  void train_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                  const nn::OptimizerConfig& opt, const StepValues& v);
+  /// Evaluation of one batch, queued: `load`, forward (inference), loss over rows [0, valid)
+  /// added to the tally.
+  void eval_step(const std::function<void(cudaStream_t)>& load, int64_t valid);
+  /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
+  GpuTally tally(bool reset);
+  /// Whether steps replay a CUDA graph, and why not when they do not.
+  bool graphed() const { return graph_exec_ != nullptr; }
+  const std::string& why_not_graphed() const { return why_not_graphed_; }
+
+  // The step's parts, for tests: forward, loss (resets the tally first; waits), backward, update.
   void forward(bool training, uint64_t dropout_step = 0);
-  /// Loss over rows [0, valid), with the logits' gradient when `grad`. Waits for the GPU.
   GpuLoss loss(int64_t valid, double smoothing, bool grad);
   void backward();
-  /// One update of all parameters (one launch), as nn::Optimizer does on the CPU.
   void step(const nn::OptimizerConfig& opt, double lr);
 
   /// Host copies, for tests and checkpoints: all parameters flat in graph order (weight, bias),
@@ -49,24 +94,44 @@ class Network {
   std::vector<float> logits() const;
   MemoryStats memory() const;
 
+  /// Device bytes the constructor and a step allocate for `g`, by category, without the cuDNN
+  /// convolution workspaces (chosen per shape at run time, at most 256 MB each). For the
+  /// out-of-memory message's largest batch size.
+  static std::vector<double> planned_bytes(const nn::Graph& g, const std::string& optimizer);
+
  private:
   struct Layer;
   float* alloc(size_t floats, MemCategory c);
+  void write_args();
+  void forward_pass(bool training);
+  void accumulate_loss(int64_t valid, double smoothing, bool grad);
+  void update(const nn::OptimizerConfig& opt);
+  void eager_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
+  void capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
+
   nn::Graph graph_;
   int device_;
+  NetworkOptions opts_;
   cudaStream_t stream_{};
   void* cudnn_ = nullptr;
   std::vector<void*> owned_;  // every device block, released in the destructor
   std::vector<std::unique_ptr<Layer>> layers_;
   std::vector<float*> act_, diff_;  // per value: 0 = the input, i + 1 = node i's output
   float *params_ = nullptr, *grads_ = nullptr, *state_m_ = nullptr, *state_v_ = nullptr;
-  int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included
+  int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included; updates done
   std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
   float* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
   int32_t* labels_ = nullptr;
   double* loss_sum_ = nullptr;
   int32_t* correct_ = nullptr;
+  StepArgs* args_ = nullptr;  // device
+  StepArgs host_args_;
   uint64_t seed_;
+  // The captured step and what it was captured for.
+  cudaGraphExec_t graph_exec_ = nullptr;
+  int64_t graph_valid_ = -1;
+  int64_t eager_steps_ = 0;
+  std::string why_not_graphed_ = "--no-graphs";
 };
 
 }  // namespace dlperf::cuda
