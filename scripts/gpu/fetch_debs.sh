@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the development machine: downloads the Debian packages dlperf builds against into .deb/
 # (git-ignored), so they can be carried to a GPU machine that reaches no package registry.
-# Then: scripts/gpu/build.sh there (the device tool's `carry` takes .deb).
+# Also copies Fashion-MNIST. Then: scripts/gpu/build.sh there (the device tool's `carry` takes .deb).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .deb
@@ -9,3 +9,8 @@ cd .deb
 apt-get download libdnnl-dev libdnnl2 libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev 2>&1 |
   grep -v "unsandboxed" || true
 ls -la
+# Fashion-MNIST (Debian's copy, 30 MB) for the GPU benchmarks: --data .deb/fashion-mnist there.
+if [ -d /usr/share/datasets/fashion-mnist ]; then
+  mkdir -p fashion-mnist
+  cp /usr/share/datasets/fashion-mnist/*.gz fashion-mnist/
+fi

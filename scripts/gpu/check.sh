@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The GPU session's checks, one stage per call (the device tool allows 10 minutes a command and
+# keeps build-gpu/ between calls on a warm machine). Logs and results go to $OUT (or out-gpu/).
+#   scripts/gpu/check.sh build      # unpack the carried .deb files, build build-gpu/ (scripts/gpu/build.sh)
+#   scripts/gpu/check.sh tests      # the CUDA tests, then the rest of the suite on the GPU build
+#   scripts/gpu/check.sh bench      # dlperf bench gemm, conv, copy, launch, gpu-memory, allreduce (--quick)
+#   scripts/gpu/check.sh recipe     # Fashion-MNIST to 93% in under a second (docs/gpu.md)
+#   scripts/gpu/check.sh vs-torch [args]  # scripts/gpu/bench_vs_torch.py, args passed through
+#   scripts/gpu/check.sh train      # a few dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32
+# Carry .deb (scripts/gpu/fetch_debs.sh made it, with Fashion-MNIST in .deb/fashion-mnist).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-out-gpu}
+mkdir -p "$out"
+export LD_LIBRARY_PATH=$PWD/.deb/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+data=$PWD/.deb/fashion-mnist
+bin=build-gpu/dlperf
+stage=${1:-}
+shift || true
+case "$stage" in
+  build)
+    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
+    scripts/gpu/build.sh 2>&1 | tail -40 | tee "$out/build.log"
+    ;;
+  tests)
+    build-gpu/tests/dlperf_tests --gtest_filter='Cuda.*' 2>&1 | tee "$out/tests-cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|error" | head -80
+    timeout 420 build-gpu/tests/dlperf_tests --gtest_filter='-Cuda.*:Lab.*' > "$out/tests-rest.log" 2>&1; echo "rest of the suite: rc $?"
+    grep -E "^\[  (FAILED|PASSED) " "$out/tests-rest.log" | head -20
+    ;;
+  bench)
+    for kind in copy launch gpu-memory gemm conv allreduce; do
+      timeout 240 $bin bench "$kind" --quick --json "$out/bench-$kind.json" 2>&1 | tee "$out/bench-$kind.txt" | tail -25
+    done
+    ;;
+  recipe)
+    $bin train --model models/fmnist-fast.json --data "$data" --device cuda $(cat models/fmnist-fast.flags) --runs-dir "$out/runs" \
+      --no-progress 2>&1 | tee "$out/recipe.txt"
+    python3 - "$out/runs" <<'PY'
+import glob, json, sys
+r = json.load(open(sorted(glob.glob(sys.argv[1] + "/*.json"))[-1]))
+t = sum(e["train_s"] + e["eval_s"] for e in r["epochs"])
+acc = r["epochs"][-1]["test_acc"]
+print(f"Fashion-MNIST recipe: {100 * acc:.2f}% test accuracy after {t:.3f} s of training and evaluation "
+      f"({'meets' if acc >= 0.93 and t < 1.0 else 'misses'} 93% in under 1 s)")
+PY
+    ;;
+  vs-torch)
+    python3 scripts/gpu/bench_vs_torch.py --dlperf $bin --data "$data" --json "$out/vs-torch.json" --markdown "$out/vs-torch.md" "$@" 2>&1 |
+      tee "$out/vs-torch.txt"
+    ;;
+  train)
+    common=(--model medium --data "$data" --device cuda --epochs 2 --batch-size 64 --no-progress --runs-dir "$out/runs")
+    for variant in "" "--no-graphs" "--pin-memory off" "--data-on-device" "--precision tf32" "--data-on-device --batch-size 1024"; do
+      echo "== dlperf train ${variant:-(defaults)}"
+      $bin train "${common[@]}" $variant 2>&1 | tail -6
+    done 2>&1 | tee "$out/train.txt"
+    ;;
+  *)
+    sed -n 2,11p "$0"
+    exit 2
+    ;;
+esac
