@@ -452,19 +452,25 @@ TEST(Cuda, PlannedBytesMatchTheAllocations) {
   EXPECT_GE(double(st.current_total - before), 0.98 * std::accumulate(planned.begin(), planned.end(), 0.0));
 }
 
-// The training options change how batches reach the GPU and how steps launch, never the result.
-TEST(Cuda, FeedsAndGraphsTrainTheSameModel) {
-  REQUIRE_GPU();
+// A quiet dlperf train run on GPU 0 that writes no run record.
+train::TrainConfig gpu_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs) {
   train::TrainConfig c;
-  c.model = "small";
-  c.data = "synthetic:1x12x12:1024";
+  c.model = model;
+  c.data = data;
   c.device = "cuda";
-  c.batch = 32;
-  c.epochs = 2;
-  c.augment = true;
+  c.batch = batch;
+  c.epochs = epochs;
   c.runs_dir = "";
   c.quiet = true;
   c.progress = false;
+  return c;
+}
+
+// The training options change how batches reach the GPU and how steps launch, never the result.
+TEST(Cuda, FeedsAndGraphsTrainTheSameModel) {
+  REQUIRE_GPU();
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:1024", 32, 2);
+  c.augment = true;
   std::vector<train::TrainResult> runs;
   for (int variant = 0; variant < 4; ++variant) {
     train::TrainConfig v = c;
@@ -488,15 +494,7 @@ TEST(Cuda, FeedsAndGraphsTrainTheSameModel) {
 // tf32 trains like fp32, to tf32's 10-bit mantissa.
 TEST(Cuda, Tf32TrainingTracksFp32) {
   REQUIRE_GPU();
-  train::TrainConfig c;
-  c.model = "small";
-  c.data = "synthetic:1x12x12:1024";
-  c.device = "cuda";
-  c.batch = 32;
-  c.epochs = 2;
-  c.runs_dir = "";
-  c.quiet = true;
-  c.progress = false;
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:1024", 32, 2);
   const auto fp32 = train::train(c);
   c.precision = "tf32";
   const auto tf32 = train::train(c);
@@ -508,15 +506,7 @@ TEST(Cuda, Tf32TrainingTracksFp32) {
 // A batch that cannot fit is refused up front, with the largest batch size that fits.
 TEST(Cuda, OutOfMemorySaysWhichBatchFits) {
   REQUIRE_GPU();
-  train::TrainConfig c;
-  c.model = "large";
-  c.data = "synthetic:3x32x32:65536";
-  c.device = "cuda";
-  c.batch = 65536;
-  c.epochs = 1;
-  c.runs_dir = "";
-  c.quiet = true;
-  c.progress = false;
+  const train::TrainConfig c = gpu_run("large", "synthetic:3x32x32:65536", 65536, 1);
   const std::string e = error_of([&] { train::train(c); });
   EXPECT_NE(e.find("does not fit on GPU 0"), std::string::npos) << e;
   EXPECT_NE(e.find("--batch-size"), std::string::npos) << e;
