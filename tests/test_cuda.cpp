@@ -21,6 +21,7 @@
 
 #include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
+#include "backend/ref/ref_ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/network.h"
 #include "data/dataset.h"
@@ -108,6 +109,20 @@ std::vector<float> randn(size_t n, uint64_t seed) {
   std::vector<float> v(n);
   for (auto& x : v) x = float(r.normal());
   return v;
+}
+
+// A quiet dlperf train run on GPU 0 that writes no run record.
+train::TrainConfig gpu_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs) {
+  train::TrainConfig c;
+  c.model = model;
+  c.data = data;
+  c.device = "cuda";
+  c.batch = batch;
+  c.epochs = epochs;
+  c.runs_dir = "";
+  c.quiet = true;
+  c.progress = false;
+  return c;
 }
 
 TEST(Cuda, ElementwiseKernelsMatchTheReference) {
@@ -355,6 +370,193 @@ TEST(Cuda, TrainingOnTheGpuLearns) {
             std::string::npos);
 }
 
+// Device copies in a half type, and back, for the kernels' bf16/fp16 paths.
+std::vector<uint16_t> to_half(cuda::DType t, const std::vector<float>& x) {
+  Dev<float> d(x);
+  Dev<uint16_t> h(x.size());
+  if (t == cuda::DType::bf16) cuda::cast_f32_to_bf16(d.p, h.p, int64_t(x.size()), nullptr);
+  else cuda::cast_f32_to_f16(d.p, h.p, int64_t(x.size()), nullptr);
+  return h.host();
+}
+std::vector<float> from_device(cuda::DType t, const void* p, size_t n) {
+  Dev<float> out(n);
+  cuda::cast_to_f32(t, p, out.p, int64_t(n), nullptr);
+  return out.host();
+}
+
+// Pooling (max with padding, average counting padding, global average), forward and backward,
+// against the float64 reference in fp32, and in bf16 and fp16 to their precision.
+TEST(Cuda, PoolingMatchesTheReference) {
+  REQUIRE_GPU();
+  const Dims xd{2, 3, 9, 7};
+  const auto x = randn(size_t(numel(xd)), 21);
+  ref::Vec x64(x.begin(), x.end());
+  struct Case {
+    const char* name;
+    ops::OpKind kind;
+    int64_t k, stride, pad;
+  };
+  for (const Case c : {Case{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, Case{"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
+                       Case{"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, Case{"global", ops::OpKind::global_avgpool, 0, 1, 0}}) {
+    SCOPED_TRACE(c.name);
+    ops::OpAttrs a;
+    a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
+    const bool global = c.kind == ops::OpKind::global_avgpool;
+    cuda::PoolShape p;
+    p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3];
+    p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
+    p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
+    p.max = c.kind == ops::OpKind::maxpool2d;
+    const size_t ny = size_t(p.planes * p.out_h * p.out_w);
+    const auto dy = randn(ny, 22);
+    ref::Vec dy64(dy.begin(), dy.end());
+    const ref::Vec y_ref = p.max ? ref::maxpool_forward(x64, xd, a) : global ? ref::global_avgpool_forward(x64, xd) : ref::avgpool_forward(x64, xd, a);
+    const ref::Vec dx_ref = p.max ? ref::maxpool_backward(x64, xd, a, dy64)
+                            : global ? ref::global_avgpool_backward(xd, dy64)
+                                     : ref::avgpool_backward(xd, a, dy64);
+    ASSERT_EQ(y_ref.size(), ny);
+    Dev<float> dx(x), ddy(dy), y(ny), g(x.size());
+    cuda::pool_forward(cuda::DType::f32, p, dx.p, y.p, nullptr);
+    cuda::pool_backward(cuda::DType::f32, p, dx.p, ddy.p, g.p, nullptr);
+    const auto yh = y.host(), gh = g.host();
+    for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(yh[i], y_ref[i], 1e-5) << i;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gh[i], dx_ref[i], 1e-5) << i;
+    for (cuda::DType t : {cuda::DType::bf16, cuda::DType::f16}) {
+      const double tol = t == cuda::DType::bf16 ? 2e-2 : 2e-3;
+      Dev<uint16_t> hx(to_half(t, x)), hdy(to_half(t, dy)), hy(ny), hg(x.size());
+      cuda::pool_forward(t, p, hx.p, hy.p, nullptr);
+      cuda::pool_backward(t, p, hx.p, hdy.p, hg.p, nullptr);
+      const auto yt = from_device(t, hy.p, ny);
+      for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(yt[i], y_ref[i], tol * (1 + std::fabs(y_ref[i]))) << i;
+      if (!p.max) {  // a max's gradient may pick another element where rounding made a tie
+        const auto gt = from_device(t, hg.p, x.size());
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gt[i], dx_ref[i], tol * (1 + std::fabs(dx_ref[i]))) << i;
+      }
+    }
+  }
+}
+
+// The element-wise kernels and the loss in bf16 and fp16 agree with fp32 to the type's precision.
+TEST(Cuda, HalfPrecisionKernelsTrackFp32) {
+  REQUIRE_GPU();
+  const size_t n = 6000;
+  const auto x = randn(n, 31), b = randn(n, 32);
+  Dev<float> fx(x), fb(b), fy(n), fmask_y(n);
+  Dev<uint8_t> mask(n);
+  for (cuda::DType t : {cuda::DType::bf16, cuda::DType::f16}) {
+    SCOPED_TRACE(t == cuda::DType::bf16 ? "bf16" : "fp16");
+    const double tol = t == cuda::DType::bf16 ? 1e-2 : 1e-3;
+    Dev<uint16_t> hx(to_half(t, x)), hb(to_half(t, b)), hy(n);
+    auto near = [&](const std::vector<float>& got, const std::vector<float>& want) {
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << i;
+    };
+    cuda::relu_forward(fx.p, fy.p, int64_t(n), nullptr);
+    cuda::relu_forward(t, hx.p, hy.p, int64_t(n), nullptr);
+    near(from_device(t, hy.p, n), fy.host());
+    cuda::add(fx.p, fb.p, fy.p, int64_t(n), nullptr);
+    cuda::add(t, hx.p, hb.p, hy.p, int64_t(n), nullptr);
+    near(from_device(t, hy.p, n), fy.host());
+    cuda::dropout_forward(fx.p, fy.p, mask.p, int64_t(n), 0.3f, 99, nullptr, nullptr);
+    cuda::dropout_forward(t, hx.p, hy.p, mask.p, int64_t(n), 0.3f, 99, nullptr, nullptr);
+    near(from_device(t, hy.p, n), fy.host());
+    const int64_t rows = 60, classes = 100;
+    std::vector<int32_t> labels(static_cast<size_t>(rows), 0);
+    for (int64_t r = 0; r < rows; ++r) labels[size_t(r)] = int32_t((r * 13) % classes);
+    Dev<int32_t> dl(labels), c32(1), c16(1);
+    Dev<double> l32(1), l16(1);
+    Dev<float> g32(n);
+    Dev<uint16_t> g16(n);
+    cuda::softmax_cross_entropy(fx.p, dl.p, rows, classes, rows, 0.1f, l32.p, c32.p, g32.p, nullptr);
+    cuda::softmax_cross_entropy(t, hx.p, dl.p, rows, classes, rows, 0.1f, l16.p, c16.p, g16.p, nullptr, nullptr);
+    EXPECT_NEAR(l16.host()[0], l32.host()[0], tol * l32.host()[0]);
+    near(from_device(t, g16.p, n), g32.host());
+    Dev<float> db32(static_cast<size_t>(classes)), db16(static_cast<size_t>(classes));
+    cuda::bias_grad(fx.p, db32.p, rows, classes, 1, nullptr);
+    cuda::bias_grad(t, hx.p, db16.p, rows, classes, 1, nullptr);
+    const auto d32 = db32.host(), d16 = db16.host();
+    for (int64_t c = 0; c < classes; ++c) ASSERT_NEAR(d16[size_t(c)], d32[size_t(c)], 10 * tol * (1 + std::fabs(d32[size_t(c)])));
+  }
+}
+
+// fp16's dynamic loss scale: an overflow halves the scale and skips the step; 2000 clean steps
+// double it.
+TEST(Cuda, LossScaleSkipsOverflowsAndGrowsBack) {
+  REQUIRE_GPU();
+  Dev<cuda::LossScale> ls(std::vector<cuda::LossScale>{cuda::LossScale{}});
+  Dev<float> g(std::vector<float>{1.f, INFINITY, 2.f});
+  cuda::unscale_and_check(g.p, 3, 1.f, &ls.p->found_inf, nullptr, &ls.p->scale);
+  cuda::update_loss_scale(ls.p, nullptr);
+  auto s = ls.host()[0];
+  EXPECT_EQ(s.scale, 32768.f);
+  EXPECT_EQ(s.skipped, 1);
+  EXPECT_EQ(s.found_inf, 0);
+  Dev<float> ok_g(std::vector<float>{32768.f, -65536.f});
+  for (int i = 0; i < 2000; ++i) cuda::update_loss_scale(ls.p, nullptr);
+  s = ls.host()[0];
+  EXPECT_EQ(s.scale, 65536.f);
+  EXPECT_EQ(s.skipped, 1);
+  cuda::unscale_and_check(ok_g.p, 2, 1.f, &ls.p->found_inf, nullptr, &ls.p->scale);
+  EXPECT_EQ(ok_g.host(), (std::vector<float>{0.5f, -1.f}));
+}
+
+// Mixed-precision steps track fp32 steps from the same start: the loss to the half type's
+// precision, the weights closely (they are fp32 masters).
+TEST(Cuda, MixedPrecisionStepsTrackFp32) {
+  REQUIRE_GPU();
+  const int64_t batch = 32;
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, batch);
+  nn::OptimizerConfig cfg;
+  Rng rng(12);
+  std::vector<float> x(size_t(batch * 784));
+  std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+  for (auto& v : x) v = float(rng.normal());
+  for (auto& v : y) v = int32_t(rng.below(10));
+  auto run = [&](cuda::Precision p, std::vector<double>& losses) {
+    cuda::NetworkOptions o;
+    o.precision = p;
+    cuda::Network net(g, 8, 0, o);
+    for (int64_t step = 0; step < 4; ++step) {
+      EXPECT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      net.forward(true, uint64_t(step));
+      losses.push_back(net.loss(batch, 0.0, true).loss);
+      net.backward();
+      net.step(cfg, 0.02);
+    }
+    EXPECT_EQ(net.loss_scale().skipped, 0);
+    return net.parameters();
+  };
+  std::vector<double> l32, lh;
+  const auto p32 = run(cuda::Precision::fp32, l32);
+  for (cuda::Precision p : {cuda::Precision::bf16, cuda::Precision::fp16}) {
+    SCOPED_TRACE(cuda::to_string(p));
+    lh.clear();
+    const auto ph = run(p, lh);
+    const double tol = p == cuda::Precision::bf16 ? 3e-2 : 5e-3;
+    for (size_t i = 0; i < l32.size(); ++i) EXPECT_NEAR(lh[i], l32[i], tol * l32[i]) << "step " << i;
+    ASSERT_EQ(ph.size(), p32.size());
+    double worst = 0;
+    for (size_t i = 0; i < p32.size(); ++i) worst = std::max(worst, std::fabs(double(ph[i]) - p32[i]));
+    EXPECT_LT(worst, 10 * tol) << "largest weight difference";
+  }
+}
+
+// bf16 and fp16 train end to end (graphs, on-device data), fp16 reports its skipped steps.
+TEST(Cuda, MixedPrecisionTrainingLearns) {
+  REQUIRE_GPU();
+  for (const char* precision : {"bf16", "fp16"}) {
+    SCOPED_TRACE(precision);
+    train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:1024", 32, 3);
+    c.precision = precision;
+    c.data_on_device = true;
+    const auto r = train::train(c);
+    EXPECT_GE(r.epochs.back().test_acc, 0.9);
+    EXPECT_LT(r.epochs.back().train_loss, r.epochs.front().train_loss);
+    EXPECT_EQ(r.record["config"]["precision"], precision);
+    EXPECT_EQ(r.record["summary"].contains("loss_scale_skips"), std::string(precision) == "fp16");
+  }
+}
+
 // The on-device loader builds the host loader's batches: same order, crops, flips and
 // normalization.
 TEST(Cuda, OnDeviceBatchesMatchTheHostLoader) {
@@ -441,29 +643,20 @@ TEST(Cuda, PlannedBytesMatchTheAllocations) {
   mem.trim();
   const size_t before = mem.stats().current_total;
   const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
-  cuda::Network net(g, 1, 0);
-  const auto st = mem.stats();
-  const auto planned = cuda::Network::planned_bytes(g, "sgd");
-  for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
-                        MemCategory::data}) {
-    SCOPED_TRACE(std::string(to_string(c)));
-    EXPECT_NEAR(double(st.current[size_t(c)]), planned[size_t(c)], 0.02 * planned[size_t(c)] + 4096);
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::bf16}) {
+    SCOPED_TRACE(cuda::to_string(p));
+    cuda::NetworkOptions o;
+    o.precision = p;
+    cuda::Network net(g, 1, 0, o);
+    const auto st = mem.stats();
+    const auto planned = cuda::Network::planned_bytes(g, "sgd", p);
+    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
+                          MemCategory::data}) {
+      SCOPED_TRACE(std::string(to_string(c)));
+      EXPECT_NEAR(double(st.current[size_t(c)]), planned[size_t(c)], 0.02 * planned[size_t(c)] + 4096);
+    }
+    EXPECT_GE(double(st.current_total - before), 0.98 * std::accumulate(planned.begin(), planned.end(), 0.0));
   }
-  EXPECT_GE(double(st.current_total - before), 0.98 * std::accumulate(planned.begin(), planned.end(), 0.0));
-}
-
-// A quiet dlperf train run on GPU 0 that writes no run record.
-train::TrainConfig gpu_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs) {
-  train::TrainConfig c;
-  c.model = model;
-  c.data = data;
-  c.device = "cuda";
-  c.batch = batch;
-  c.epochs = epochs;
-  c.runs_dir = "";
-  c.quiet = true;
-  c.progress = false;
-  return c;
 }
 
 // The training options change how batches reach the GPU and how steps launch, never the result.

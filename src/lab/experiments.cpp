@@ -159,6 +159,7 @@ json measured_row(const json& rec) {
           {"step_ms", 1e3 * train_s / std::max(steps, 1.0)},
           {"peak_mb", s["peak_bytes"].get<double>() / 1e6},
           {"test_acc", 100 * s["final_test_acc"].get<double>()},
+          {"loss_scale_skips", s.contains("loss_scale_skips") ? s["loss_scale_skips"] : json()},
           {"data_wait_pct", 100 * s["data_wait_share"].get<double>()},
           {"idle_pct", 100 * (1 - compute_s / train_s)},
           {"parameters_m", m["parameters"].get<double>() / 1e6},
@@ -276,9 +277,7 @@ Experiment precision(Runner& run, const LabConfig&) {
                {"loss_scale_skips", "loss-scale skips", 0}};
   const std::string device = cuda::resolve_device(run.base().device) >= 0 ? "cuda" : "cpu";
   for (const std::string p : {"fp32", "tf32", "bf16", "fp16"}) {
-    const std::string refusal = device == "cpu"              ? train::cpu_precision_refusal(p)
-                                : p == "fp32" || p == "tf32" ? ""
-                                                             : "mixed precision (bf16/fp16) training on the GPU is not in this version yet";
+    const std::string refusal = device == "cpu" ? train::cpu_precision_refusal(p) : "";
     if (!refusal.empty()) {
       e.rows.push_back(missing_row(refusal, {{"precision", p}, {"device", device}}));
       continue;

@@ -8,7 +8,8 @@
 //     --data-on-device, are gathered, augmented and normalized on the GPU from a copy of the
 //     dataset there, in the host loader's exact order and crops;
 //   - the GPU's power comes from NVML.
-// Not yet on the GPU: checkpoints, --layer-times, --profile (each is refused with a message).
+// Precision: fp32, tf32, or bf16/fp16 mixed precision (cuda::Network). Not yet on the GPU:
+// checkpoints, --layer-times, --profile (each is refused with a message).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -175,7 +176,7 @@ struct GpuFit {
 };
 GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, double free_bytes) {
   auto total = [&](const nn::Graph& g) {
-    const std::vector<double> b = cuda::Network::planned_bytes(g, cfg.optimizer.name);
+    const std::vector<double> b = cuda::Network::planned_bytes(g, cfg.optimizer.name, precision_of(cfg.precision));
     double sum = 0;
     for (double v : b) sum += v;
     if (cfg.data_on_device) sum += double(d.train.images.size() + d.test.images.size());
@@ -220,6 +221,11 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   mem.trim();
   mem.reset_peaks();
   ok(cudaSetDevice(device), "cudaSetDevice");
+  const cuda::GpuInfo info = cuda::gpu_info(device);
+  check(cuda::supported(precision_of(cfg.precision), info.cc_major, info.cc_minor),
+        fmt::format("--precision {} needs tensor cores this GPU ({}, compute capability {}.{}) lacks", cfg.precision, info.name,
+                    info.cc_major, info.cc_minor),
+        "tf32 and bf16 need compute capability 8.0 (Ampere) or later, fp16 7.0; use --precision fp32");
   {  // refuse a run that cannot fit before allocating anything
     size_t free_b = 0, total_b = 0;
     ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
@@ -255,7 +261,6 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     if (pinned) pinned->upload(b);
     else upload_pageable(net, b);
   };
-  const cuda::GpuInfo info = cuda::gpu_info(device);
   char bus[32] = {};
   cudaDeviceGetPCIBusId(bus, sizeof bus, device);
   hw::GpuPowerMeter power(bus);
@@ -350,6 +355,13 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   result.record["gpu_step"] = {{"cuda_graph", net.graphed()},
                                {"why_not_graph", net.graphed() ? "" : net.why_not_graphed()},
                                {"feed", feed}};
+  if (cfg.precision == "fp16") {  // dynamic loss scaling's account
+    const cuda::LossScale ls = net.loss_scale();
+    result.record["summary"]["loss_scale_skips"] = ls.skipped;
+    result.record["summary"]["final_loss_scale"] = ls.scale;
+    if (say) std::printf("\nfp16 loss scaling: %lld of %lld steps skipped for overflow, final scale %g\n", (long long)ls.skipped,
+                         (long long)step, double(ls.scale));
+  }
   if (say && cfg.graphs && !net.graphed()) std::printf("\nnote: steps ran eagerly: %s\n", net.why_not_graphed().c_str());
   if (say && result.record.contains("summary"))
     std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak GPU memory %s\n",

@@ -36,9 +36,8 @@ std::map<Key, Algos> algo_cache;
 
 }  // namespace
 
-CudnnConv::CudnnConv(const ConvShape& s, Precision p) : s_(s), p_(p) {
+CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc) : s_(s), p_(p), nhwc_(nhwc) {
   check(p != Precision::fp8, "cuDNN convolutions here run in fp32, tf32, bf16 or fp16");
-  nhwc_ = p == Precision::bf16 || p == Precision::fp16;
   cudnnHandle_t h;
   ok(cudnnCreate(&h), "cudnnCreate");
   handle_ = h;
@@ -61,7 +60,7 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p) : s_(s), p_(p) {
   // fp32 means fp32: no silent tf32. tf32, bf16 and fp16 run on tensor cores.
   ok(cudnnSetConvolutionMathType(cd, p == Precision::fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), "math type");
 
-  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, int(p)};
+  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, int(p) * 2 + int(nhwc_)};
   std::lock_guard lock(cache_mutex);
   auto it = algo_cache.find(key);
   if (it == algo_cache.end()) {

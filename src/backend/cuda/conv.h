@@ -25,8 +25,10 @@ struct ConvShape {
 
 class CudnnConv {
  public:
-  /// `p`: fp32, tf32, bf16 or fp16.
-  CudnnConv(const ConvShape& s, Precision p);
+  /// `p`: fp32, tf32, bf16 or fp16. `nhwc`: the tensors' layout; by default NHWC for bf16 and
+  /// fp16 (what tensor cores want), NCHW otherwise. The network executor keeps NCHW throughout.
+  CudnnConv(const ConvShape& s, Precision p) : CudnnConv(s, p, p == Precision::bf16 || p == Precision::fp16) {}
+  CudnnConv(const ConvShape& s, Precision p, bool nhwc);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;

@@ -55,7 +55,7 @@ bool supported(Precision p, int major, int minor) {
   return false;
 }
 
-LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace)
+LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   cudaGetDevice(&device_);
   check(p != Precision::fp8 || (transa && !transb), "fp8 GEMMs must be TN (A transposed, B not)");
@@ -80,7 +80,8 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   const int64_t a_rows = transa ? k : m, a_cols = transa ? m : k, b_rows = transb ? n : k, b_cols = transb ? k : n;
   ok(cublasLtMatrixLayoutCreate(&la, in_type(p), uint64_t(a_rows), uint64_t(a_cols), a_rows), "layout A");
   ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(b_rows), uint64_t(b_cols), b_rows), "layout B");
-  ok(cublasLtMatrixLayoutCreate(&ld, out_type(p), uint64_t(m), uint64_t(n), m), "layout D");
+  const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
+  ok(cublasLtMatrixLayoutCreate(&ld, own_type ? in_type(p) : out_type(p), uint64_t(m), uint64_t(n), m), "layout D");
   a_ = la, b_ = lb, d_ = ld;
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
   cublasLtMatmulPreference_t pref;

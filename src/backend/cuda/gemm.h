@@ -26,7 +26,9 @@ class LtGemm {
   /// D[m x n] = op(A) op(B), column-major, with A stored m x k (k x m when `transa`) and B
   /// stored k x n (n x k when `transb`), leading dimensions the stored row counts. fp8 needs TN.
   /// `workspace` bytes come from the device allocator (category workspace).
-  LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace = size_t(32) << 20);
+  /// `half_out`: bf16 and fp16 write D in their own type (a layer's activations) instead of fp32.
+  LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace = size_t(32) << 20,
+         bool half_out = false);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;

@@ -22,53 +22,87 @@ unsigned blocks_for(int64_t n) {
 
 #define GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-__global__ void relu_forward_k(const float* x, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = x[i] > 0.f ? x[i] : 0.f;
+// Loads and stores of any activation type, with arithmetic in fp32.
+__device__ inline float ld(const float* p, int64_t i) { return p[i]; }
+__device__ inline float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ inline float ld(const __half* p, int64_t i) { return __half2float(p[i]); }
+__device__ inline void st(float* p, int64_t i, float v) { p[i] = v; }
+__device__ inline void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ inline void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// Calls `body` with T set to the C++ type of `t`.
+#define DISPATCH(t, ...)                  \
+  switch (t) {                            \
+    case DType::f32: {                    \
+      using T = float;                    \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+    case DType::bf16: {                   \
+      using T = __nv_bfloat16;            \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+    case DType::f16: {                    \
+      using T = __half;                   \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+  }
+
+template <class T>
+__global__ void relu_forward_k(const T* x, T* y, int64_t n) {
+  GRID_STRIDE(i, n) st(y, i, fmaxf(ld(x, i), 0.f));
 }
 
-__global__ void relu_backward_k(const float* y, const float* dy, float* dx, int64_t n) {
-  GRID_STRIDE(i, n) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
+template <class T>
+__global__ void relu_backward_k(const T* y, const T* dy, T* dx, int64_t n) {
+  GRID_STRIDE(i, n) st(dx, i, ld(y, i) > 0.f ? ld(dy, i) : 0.f);
 }
 
-__global__ void add_k(const float* a, const float* b, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = a[i] + b[i];
+template <class T>
+__global__ void add_k(const T* a, const T* b, T* y, int64_t n) {
+  GRID_STRIDE(i, n) st(y, i, ld(a, i) + ld(b, i));
 }
 
-__global__ void dropout_forward_k(const float* x, float* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t seed,
+template <class T>
+__global__ void dropout_forward_k(const T* x, T* y, uint8_t* mask, int64_t n, float p, float scale, uint64_t seed,
                                   const StepArgs* args) {
   const uint64_t step_seed = args ? hash_coords(seed, args->dropout_step) : seed;
   GRID_STRIDE(i, n) {
     const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p;
     mask[i] = keep;
-    y[i] = keep ? x[i] * scale : 0.f;
+    st(y, i, keep ? ld(x, i) * scale : 0.f);
   }
 }
 
-__global__ void dropout_backward_k(const float* dy, const uint8_t* mask, float* dx, int64_t n, float scale) {
-  GRID_STRIDE(i, n) dx[i] = mask[i] ? dy[i] * scale : 0.f;
+template <class T>
+__global__ void dropout_backward_k(const T* dy, const uint8_t* mask, T* dx, int64_t n, float scale) {
+  GRID_STRIDE(i, n) st(dx, i, mask[i] ? ld(dy, i) * scale : 0.f);
 }
 
 // One block a row: max, sum of exponentials, loss and gradient in double like the CPU's.
-__global__ void softmax_ce_k(const float* logits, const int32_t* labels, int64_t classes, int64_t valid, float eps,
-                             double* loss_sum, int32_t* correct, float* dlogits) {
+template <class T>
+__global__ void softmax_ce_k(const T* logits, const int32_t* labels, int64_t classes, int64_t valid, float eps,
+                             double* loss_sum, int32_t* correct, T* dlogits, const float* loss_scale) {
   const int64_t row = blockIdx.x;
-  const float* z = logits + row * classes;
+  const T* z = logits + row * classes;
   if (row >= valid) {
     if (dlogits)
-      for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) dlogits[row * classes + c] = 0.f;
+      for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) st(dlogits, row * classes + c, 0.f);
     return;
   }
   __shared__ double s_max, s_sum;
   if (threadIdx.x == 0) {  // classes are few (10-1000): one thread per row is simple and exact
     int64_t arg = 0;
     for (int64_t c = 1; c < classes; ++c)
-      if (z[c] > z[arg]) arg = c;
-    const double mx = z[arg];
+      if (ld(z, c) > ld(z, arg)) arg = c;
+    const double mx = ld(z, arg);
     double sum = 0, mean = 0;
-    for (int64_t c = 0; c < classes; ++c) sum += exp(double(z[c]) - mx);
+    for (int64_t c = 0; c < classes; ++c) sum += exp(double(ld(z, c)) - mx);
     const double log_sum = log(sum);
-    for (int64_t c = 0; c < classes; ++c) mean += (log_sum - (double(z[c]) - mx)) / double(classes);
-    const double nll = log_sum - (double(z[labels[row]]) - mx);
+    for (int64_t c = 0; c < classes; ++c) mean += (log_sum - (double(ld(z, c)) - mx)) / double(classes);
+    const double nll = log_sum - (double(ld(z, labels[row])) - mx);
     atomicAdd(loss_sum, (1 - double(eps)) * nll + double(eps) * mean);
     if (arg == labels[row]) atomicAdd(correct, 1);
     s_max = mx;
@@ -76,10 +110,110 @@ __global__ void softmax_ce_k(const float* logits, const int32_t* labels, int64_t
   }
   __syncthreads();
   if (!dlogits) return;
+  const double scale = loss_scale ? double(*loss_scale) : 1.0;
   for (int64_t c = threadIdx.x; c < classes; c += blockDim.x) {
     const double target = (c == labels[row] ? 1 - double(eps) : 0.0) + double(eps) / double(classes);
-    dlogits[row * classes + c] = float((exp(double(z[c]) - s_max) / s_sum - target) / double(valid));
+    st(dlogits, row * classes + c, float(scale * (exp(double(ld(z, c)) - s_max) / s_sum - target) / double(valid)));
   }
+}
+
+// One thread an output element.
+template <class T>
+__global__ void pool_forward_k(PoolShape p, const T* x, T* y) {
+  const int64_t total = p.planes * p.out_h * p.out_w;
+  GRID_STRIDE(e, total) {
+    const int64_t plane = e / (p.out_h * p.out_w), oy = (e / p.out_w) % p.out_h, ox = e % p.out_w;
+    const T* src = x + plane * p.h * p.w;
+    float acc = p.max ? -INFINITY : 0.f;
+    for (int64_t ky = 0; ky < p.kh; ++ky)
+      for (int64_t kx = 0; kx < p.kw; ++kx) {
+        const int64_t iy = oy * p.stride - p.pad + ky, ix = ox * p.stride - p.pad + kx;
+        if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) continue;  // padding: never the max, zero in the sum
+        const float v = ld(src, iy * p.w + ix);
+        acc = p.max ? fmaxf(acc, v) : acc + v;
+      }
+    st(y, e, p.max ? acc : acc / float(p.kh * p.kw));
+  }
+}
+
+// One thread an input element: sums the gradient of every window that holds it.
+template <class T>
+__global__ void pool_backward_k(PoolShape p, const T* x, const T* dy, T* dx) {
+  const int64_t total = p.planes * p.h * p.w;
+  GRID_STRIDE(e, total) {
+    const int64_t plane = e / (p.h * p.w), iy = (e / p.w) % p.h, ix = e % p.w;
+    const T* src = x + plane * p.h * p.w;
+    const T* g = dy + plane * p.out_h * p.out_w;
+    // Windows oy with oy*stride - pad <= iy <= oy*stride - pad + kh - 1.
+    const int64_t oy0 = max(int64_t(0), (iy + p.pad - p.kh + p.stride) / p.stride), oy1 = min(p.out_h - 1, (iy + p.pad) / p.stride);
+    const int64_t ox0 = max(int64_t(0), (ix + p.pad - p.kw + p.stride) / p.stride), ox1 = min(p.out_w - 1, (ix + p.pad) / p.stride);
+    float sum = 0.f;
+    for (int64_t oy = oy0; oy <= oy1; ++oy)
+      for (int64_t ox = ox0; ox <= ox1; ++ox) {
+        const int64_t y0 = oy * p.stride - p.pad, x0 = ox * p.stride - p.pad;
+        if (iy < y0 || iy >= y0 + p.kh || ix < x0 || ix >= x0 + p.kw) continue;
+        if (!p.max) {
+          sum += ld(g, oy * p.out_w + ox) / float(p.kh * p.kw);
+          continue;
+        }
+        int64_t best = -1;  // the window's first largest element
+        float bv = -INFINITY;
+        for (int64_t ky = 0; ky < p.kh; ++ky)
+          for (int64_t kx = 0; kx < p.kw; ++kx) {
+            const int64_t yy = y0 + ky, xx = x0 + kx;
+            if (yy < 0 || yy >= p.h || xx < 0 || xx >= p.w) continue;
+            const float v = ld(src, yy * p.w + xx);
+            if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
+          }
+        if (best == iy * p.w + ix) sum += ld(g, oy * p.out_w + ox);
+      }
+    st(dx, e, sum);
+  }
+}
+
+template <class T>
+__global__ void add_bias_k(T* y, const float* bias, int64_t total, int64_t channels, int64_t inner) {
+  GRID_STRIDE(i, total) st(y, i, ld(y, i) + bias[(i / inner) % channels]);
+}
+
+// One block a channel: a tree reduction over its outer x inner elements, in double.
+template <class T>
+__global__ void bias_grad_k(const T* dy, float* db, int64_t outer, int64_t channels, int64_t inner) {
+  __shared__ double part[kThreads];
+  const int64_t c = blockIdx.x;
+  double sum = 0;
+  for (int64_t j = threadIdx.x; j < outer * inner; j += blockDim.x) {
+    const int64_t o = j / inner, i = j % inner;
+    sum += ld(dy, (o * channels + c) * inner + i);
+  }
+  part[threadIdx.x] = sum;
+  __syncthreads();
+  for (int step = kThreads / 2; step > 0; step /= 2) {
+    if (int(threadIdx.x) < step) part[threadIdx.x] += part[threadIdx.x + step];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[c] = float(part[0]);
+}
+
+template <class T>
+__global__ void to_f32_k(const T* x, float* y, int64_t n) {
+  GRID_STRIDE(i, n) y[i] = ld(x, i);
+}
+template <class T>
+__global__ void from_f32_k(const float* x, T* y, int64_t n) {
+  GRID_STRIDE(i, n) st(y, i, x[i]);
+}
+
+__global__ void update_loss_scale_k(LossScale* ls) {
+  if (ls->found_inf) {
+    ls->scale *= 0.5f;
+    ls->clean_steps = 0;
+    ++ls->skipped;
+  } else if (++ls->clean_steps >= 2000) {
+    ls->scale *= 2.f;
+    ls->clean_steps = 0;
+  }
+  ls->found_inf = 0;
 }
 
 __global__ void sgd_k(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov,
@@ -121,7 +255,8 @@ __global__ void f16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
   GRID_STRIDE(i, n) y[i] = __half2float(__ushort_as_half(x[i]));
 }
 
-__global__ void unscale_k(float* g, int64_t n, float inv_scale, int32_t* found_inf) {
+__global__ void unscale_k(float* g, int64_t n, float inv_scale, int32_t* found_inf, const float* scale) {
+  if (scale) inv_scale = 1.0f / *scale;
   GRID_STRIDE(i, n) {
     const float v = g[i] * inv_scale;
     if (!isfinite(v)) *found_inf = 1;
@@ -167,28 +302,6 @@ __global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, in
   }
 }
 
-__global__ void add_bias_k(float* y, const float* bias, int64_t total, int64_t channels, int64_t inner) {
-  GRID_STRIDE(i, total) y[i] += bias[(i / inner) % channels];
-}
-
-// One block a channel: a tree reduction over its outer x inner elements, in double.
-__global__ void bias_grad_k(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner) {
-  __shared__ double part[kThreads];
-  const int64_t c = blockIdx.x;
-  double sum = 0;
-  for (int64_t j = threadIdx.x; j < outer * inner; j += blockDim.x) {
-    const int64_t o = j / inner, i = j % inner;
-    sum += dy[(o * channels + c) * inner + i];
-  }
-  part[threadIdx.x] = sum;
-  __syncthreads();
-  for (int step = kThreads / 2; step > 0; step /= 2) {
-    if (int(threadIdx.x) < step) part[threadIdx.x] += part[threadIdx.x + step];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) db[c] = float(part[0]);
-}
-
 __global__ void empty_k() {}
 
 __global__ void copy_k(const float* a, float* b, int64_t n) {
@@ -218,22 +331,6 @@ __global__ void fill_k(float* x, int64_t n, float value) {
 
 }  // namespace
 
-void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s) { relu_forward_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
-void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s) {
-  relu_backward_k<<<blocks_for(n), kThreads, 0, s>>>(y, dy, dx, n);
-}
-void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { add_k<<<blocks_for(n), kThreads, 0, s>>>(a, b, y, n); }
-void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
-                     cudaStream_t s) {
-  dropout_forward_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, mask, n, p, 1.0f / (1.0f - p), seed, args);
-}
-void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float p, cudaStream_t s) {
-  dropout_backward_k<<<blocks_for(n), kThreads, 0, s>>>(dy, mask, dx, n, 1.0f / (1.0f - p));
-}
-void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
-                           float eps, double* loss_sum, int32_t* correct, float* dlogits, cudaStream_t s) {
-  if (rows > 0) softmax_ce_k<<<unsigned(rows), 64, 0, s>>>(logits, labels, classes, valid, eps, loss_sum, correct, dlogits);
-}
 void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay, bool nesterov,
                 const StepArgs* args, const int32_t* skip, cudaStream_t s) {
   sgd_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, momentum, n, lr, mu, weight_decay, nesterov, args, skip);
@@ -254,20 +351,62 @@ void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) { 
 void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) { bf16_to_f32_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
 void cast_f32_to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) { f32_to_f16_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
 void cast_f16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) { f16_to_f32_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
-void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s) {
-  unscale_k<<<blocks_for(n), kThreads, 0, s>>>(g, n, inv_scale, found_inf);
+void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale) {
+  if (n > 0) unscale_k<<<blocks_for(n), kThreads, 0, s>>>(g, n, inv_scale, found_inf, scale);
 }
+void relu_forward(DType t, const void* x, void* y, int64_t n, cudaStream_t s) {
+  DISPATCH(t, relu_forward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n))
+}
+void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n, cudaStream_t s) {
+  DISPATCH(t, relu_backward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+                                                                     static_cast<T*>(dx), n))
+}
+void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s) {
+  DISPATCH(t, add_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n))
+}
+void dropout_forward(DType t, const void* x, void* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
+                     cudaStream_t s) {
+  DISPATCH(t, dropout_forward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), mask, n, p,
+                                                                       1.0f / (1.0f - p), seed, args))
+}
+void dropout_backward(DType t, const void* dy, const uint8_t* mask, void* dx, int64_t n, float p, cudaStream_t s) {
+  DISPATCH(t, dropout_backward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(dy), mask, static_cast<T*>(dx), n,
+                                                                        1.0f / (1.0f - p)))
+}
+void softmax_cross_entropy(DType t, const void* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
+                           float eps, double* loss_sum, int32_t* correct, void* dlogits, const float* loss_scale, cudaStream_t s) {
+  if (rows <= 0) return;
+  DISPATCH(t, softmax_ce_k<T><<<unsigned(rows), 64, 0, s>>>(static_cast<const T*>(logits), labels, classes, valid, eps, loss_sum,
+                                                            correct, static_cast<T*>(dlogits), loss_scale))
+}
+void pool_forward(DType t, const PoolShape& p, const void* x, void* y, cudaStream_t s) {
+  const int64_t total = p.planes * p.out_h * p.out_w;
+  DISPATCH(t, pool_forward_k<T><<<blocks_for(total), kThreads, 0, s>>>(p, static_cast<const T*>(x), static_cast<T*>(y)))
+}
+void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, void* dx, cudaStream_t s) {
+  const int64_t total = p.planes * p.h * p.w;
+  DISPATCH(t, pool_backward_k<T><<<blocks_for(total), kThreads, 0, s>>>(p, static_cast<const T*>(x), static_cast<const T*>(dy),
+                                                                         static_cast<T*>(dx)))
+}
+void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+  const int64_t total = outer * channels * inner;
+  DISPATCH(t, add_bias_k<T><<<blocks_for(total), kThreads, 0, s>>>(static_cast<T*>(y), bias, total, channels, inner))
+}
+void bias_grad(DType t, const void* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+  if (channels <= 0) return;
+  DISPATCH(t, bias_grad_k<T><<<unsigned(channels), kThreads, 0, s>>>(static_cast<const T*>(dy), db, outer, channels, inner))
+}
+void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s) {
+  DISPATCH(t, to_f32_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), out, n))
+}
+void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s) {
+  DISPATCH(t, from_f32_k<T><<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<T*>(out), n))
+}
+void update_loss_scale(LossScale* ls, cudaStream_t s) { update_loss_scale_k<<<1, 1, 0, s>>>(ls); }
 void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,
                   const float* shift, cudaStream_t s) {
   const int64_t total = n * channels * hw;
   normalize_k<<<blocks_for(total), kThreads, 0, s>>>(images, out, total, channels, hw, scale, shift);
-}
-void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
-  const int64_t total = outer * channels * inner;
-  add_bias_k<<<blocks_for(total), kThreads, 0, s>>>(y, bias, total, channels, inner);
-}
-void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
-  if (channels > 0) bias_grad_k<<<unsigned(channels), kThreads, 0, s>>>(dy, db, outer, channels, inner);
 }
 void empty_kernel(cudaStream_t s) { empty_k<<<1, 1, 0, s>>>(); }
 void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s) { copy_k<<<blocks_for(n), kThreads, 0, s>>>(a, b, n); }

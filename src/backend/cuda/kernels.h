@@ -24,22 +24,57 @@ struct StepArgs {
   int64_t epoch = 0;          ///< the on-device augmentation hashes it
 };
 
-void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s);
+/// The element type of activations and their gradients: fp32, or bf16/fp16 in mixed precision
+/// (arithmetic in fp32 inside the kernels either way). Pointers typed void* hold this type.
+enum class DType { f32, bf16, f16 };
+inline size_t bytes_of(DType t) { return t == DType::f32 ? 4 : 2; }
+
+void relu_forward(DType t, const void* x, void* y, int64_t n, cudaStream_t s);
 /// dx = dy where y > 0, else 0 (from the output, as the fused CPU path does).
-void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s);
-void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s);
+void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n, cudaStream_t s);
+void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s);
 /// y = x * mask / (1 - p), mask[i] = uniform(hash(step_seed ^ i)) >= p, as cpu::Dropout. The step's
 /// seed is `seed` itself when `args` is null, else hash_coords(seed, args->dropout_step) (the CPU
 /// engine's per-layer seed and step).
-void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
+void dropout_forward(DType t, const void* x, void* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
                      cudaStream_t s);
-void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float p, cudaStream_t s);
+void dropout_backward(DType t, const void* dy, const uint8_t* mask, void* dx, int64_t n, float p, cudaStream_t s);
 
 /// Softmax cross-entropy over rows [0, valid) of [rows, classes] logits, label smoothing `eps`.
 /// Adds the summed loss to *loss_sum and the number of correct rows to *correct (device
-/// scalars); writes d(mean loss)/d(logits) to dlogits when it is not null (zero for padded rows).
-void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
-                           float eps, double* loss_sum, int32_t* correct, float* dlogits, cudaStream_t s);
+/// scalars); writes d(mean loss)/d(logits) to dlogits when it is not null (zero for padded rows),
+/// multiplied by *loss_scale when that is not null (fp16's dynamic loss scaling).
+void softmax_cross_entropy(DType t, const void* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
+                           float eps, double* loss_sum, int32_t* correct, void* dlogits, const float* loss_scale, cudaStream_t s);
+
+/// Pooling over [planes = N*C, H, W] into [planes, OH, OW]: max (padding never wins) or average
+/// (padding counted, PyTorch's default, as the CPU engine); a global average pool is a window of
+/// the whole plane. The backward pass gathers per input element (no atomics, deterministic); a
+/// max window's gradient goes to its first largest element.
+struct PoolShape {
+  int64_t planes = 0, h = 0, w = 0, out_h = 0, out_w = 0, kh = 1, kw = 1, stride = 1, pad = 0;
+  bool max = true;
+};
+void pool_forward(DType t, const PoolShape& p, const void* x, void* y, cudaStream_t s);
+void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, void* dx, cudaStream_t s);
+
+// fp32 forms of the above, for tests and callers that only ever hold fp32.
+inline void relu_forward(const float* x, float* y, int64_t n, cudaStream_t s) { relu_forward(DType::f32, x, y, n, s); }
+inline void relu_backward(const float* y, const float* dy, float* dx, int64_t n, cudaStream_t s) {
+  relu_backward(DType::f32, y, dy, dx, n, s);
+}
+inline void add(const float* a, const float* b, float* y, int64_t n, cudaStream_t s) { add(DType::f32, a, b, y, n, s); }
+inline void dropout_forward(const float* x, float* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
+                            cudaStream_t s) {
+  dropout_forward(DType::f32, x, y, mask, n, p, seed, args, s);
+}
+inline void dropout_backward(const float* dy, const uint8_t* mask, float* dx, int64_t n, float p, cudaStream_t s) {
+  dropout_backward(DType::f32, dy, mask, dx, n, p, s);
+}
+inline void softmax_cross_entropy(const float* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
+                                  float eps, double* loss_sum, int32_t* correct, float* dlogits, cudaStream_t s) {
+  softmax_cross_entropy(DType::f32, logits, labels, rows, classes, valid, eps, loss_sum, correct, dlogits, nullptr, s);
+}
 
 /// One launch for all parameters, which the backend keeps in one flat buffer each for weights,
 /// gradients and states. SGD: PyTorch's momentum (dampening 0) with optional Nesterov, L2 decay.
@@ -58,8 +93,24 @@ void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
 void cast_f32_to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
 void cast_f16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
 /// Dynamic loss scaling: sets *found_inf to 1 when any gradient is not finite, else leaves it;
-/// multiplies all by `inv_scale`.
-void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s);
+/// multiplies all by `inv_scale`, or by 1 / *scale when `scale` (a device scalar) is not null.
+void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale = nullptr);
+/// Any type to fp32: out = float(x); x may be fp32 (a copy).
+void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s);
+/// fp32 to any type (round to nearest even).
+void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s);
+
+/// fp16's dynamic loss scale, kept on the device so a captured step updates it (PyTorch's
+/// GradScaler rules: start at 2^16, halve and skip the step on overflow, double after 2000
+/// clean steps).
+struct LossScale {
+  float scale = 65536.f;
+  int32_t found_inf = 0;
+  int32_t clean_steps = 0;
+  int64_t skipped = 0;
+};
+/// After a step's gradients were checked: skip bookkeeping and the new scale (one thread).
+void update_loss_scale(LossScale* ls, cudaStream_t s);
 
 /// uint8 images [n, C, H, W] to normalized floats: out = x * scale[c] + shift[c].
 void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,
@@ -81,9 +132,16 @@ void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, in
                   const float* shift, float* out, int32_t* labels, cudaStream_t s);
 
 /// y[(o * channels + c) * inner + i] += bias[c]: a linear layer's bias (inner 1) or a conv's (inner H*W).
-void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
-/// db[c] = sum over o, i of dy[(o * channels + c) * inner + i].
-void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+/// The bias is fp32 in every precision.
+void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+/// db[c] = sum over o, i of dy[(o * channels + c) * inner + i], in fp32.
+void bias_grad(DType t, const void* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+inline void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+  add_bias(DType::f32, y, bias, outer, channels, inner, s);
+}
+inline void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+  bias_grad(DType::f32, dy, db, outer, channels, inner, s);
+}
 
 // Benchmarks (dlperf bench): an empty kernel for launch latency, and streaming kernels for
 // device-memory bandwidth.

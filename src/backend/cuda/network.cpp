@@ -9,7 +9,6 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
-#include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/rng.h"
@@ -19,11 +18,52 @@ namespace dlperf::cuda {
 
 namespace {
 
-cudnnTensorDescriptor_t tensor4d(const Dims& d) {
-  cudnnTensorDescriptor_t t;
-  ok(cudnnCreateTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
-  ok(cudnnSetTensor4dDescriptor(t, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, int(d[0]), int(d[1]), int(d[2]), int(d[3])), "tensor descriptor");
-  return t;
+DType dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32; }
+
+cudnnDataType_t cudnn_type(DType t) {
+  return t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : t == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+}
+
+cudnnTensorDescriptor_t tensor4d(const Dims& d, DType t) {
+  cudnnTensorDescriptor_t desc;
+  ok(cudnnCreateTensorDescriptor(&desc), "cudnnCreateTensorDescriptor");
+  ok(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, cudnn_type(t), int(d[0]), int(d[1]), int(d[2]), int(d[3])),
+     "tensor descriptor");
+  return desc;
+}
+
+// Floats a parameter tensor takes in the flat buffers: each starts on a 256-byte boundary, since
+// cuBLASLt and cuDNN pick faster algorithms for aligned pointers (the padding stays zero).
+int64_t padded(int64_t n) { return (n + 63) / 64 * 64; }
+
+bool is_matmul(ops::OpKind k) { return k == ops::OpKind::conv2d || k == ops::OpKind::linear; }
+
+// The flat buffers' physical order: conv weights, then linear weights, then everything else
+// (batchnorm scales and shifts, biases). In mixed precision the first two groups have half
+// copies (weights) and conv weights half gradients, each one contiguous span, so casting them
+// is one launch. The logical order (tensors_) stays the CPU engine's.
+struct ParamPlan {
+  std::vector<int64_t> offset;  // per tensor, in graph order
+  int64_t conv_span = 0, matmul_span = 0, total = 0;
+};
+ParamPlan plan_params(const nn::Graph& g) {
+  ParamPlan p;
+  int64_t at = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    size_t t = 0;
+    for (const auto& n : g.nodes)
+      for (size_t i = 0; i < n.params.size(); ++i, ++t) {
+        if (p.offset.size() <= t) p.offset.resize(t + 1, -1);
+        const int group = n.kind == ops::OpKind::conv2d && i == 0 ? 0 : n.kind == ops::OpKind::linear && i == 0 ? 1 : 2;
+        if (group != pass) continue;
+        p.offset[t] = at;
+        at += padded(numel(n.params[i].dims));
+      }
+    if (pass == 0) p.conv_span = at;
+    if (pass == 1) p.matmul_span = at;
+  }
+  p.total = at;
+  return p;
 }
 
 }  // namespace
@@ -32,34 +72,36 @@ struct Network::Layer {
   const nn::Node* node = nullptr;
   std::vector<int> in;  // input values
   int out = 0;
-  float *w = nullptr, *b = nullptr, *dw = nullptr, *db = nullptr;
+  float *w = nullptr, *b = nullptr, *dw = nullptr, *db = nullptr;  // fp32 master values and gradients
+  void* wh = nullptr;   // the weight the conv or GEMM reads: its half copy in mixed precision, else w
+  void* dwh = nullptr;  // a conv's half weight gradient in mixed precision, else dw
   std::unique_ptr<CudnnConv> conv;
   std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
-  cudnnTensorDescriptor_t x_desc = nullptr, y_desc = nullptr, bn_desc = nullptr;
-  cudnnPoolingDescriptor_t pool = nullptr;
+  cudnnTensorDescriptor_t x_desc = nullptr, bn_desc = nullptr;
+  PoolShape pool;
   float *run_mean = nullptr, *run_var = nullptr, *save_mean = nullptr, *save_inv = nullptr;
   uint8_t* mask = nullptr;
   uint64_t seed = 0;
   std::string backward_name;  // the NVTX range of its backward pass
   ~Layer() {
-    if (pool) cudnnDestroyPoolingDescriptor(pool);
     if (bn_desc) cudnnDestroyTensorDescriptor(bn_desc);
-    if (y_desc) cudnnDestroyTensorDescriptor(y_desc);
     if (x_desc) cudnnDestroyTensorDescriptor(x_desc);
   }
 };
 
-float* Network::alloc(size_t floats, MemCategory c) {
-  void* p = device_allocator(device_).allocate(std::max<size_t>(floats, 1) * sizeof(float), c);
+void* Network::alloc_bytes(size_t bytes, MemCategory c) {
+  void* p = device_allocator(device_).allocate(std::max<size_t>(bytes, 4), c);
   owned_.push_back(p);
-  return static_cast<float*>(p);
+  return p;
 }
+
+float* Network::alloc(size_t floats, MemCategory c) { return static_cast<float*>(alloc_bytes(floats * sizeof(float), c)); }
 
 Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions opts)
     : graph_(g), device_(device), opts_(std::move(opts)), seed_(seed) {
-  check(opts_.precision == Precision::fp32 || opts_.precision == Precision::tf32,
-        fmt::format("the GPU executor trains in fp32 or tf32; {} (mixed precision) is not in this version yet", to_string(opts_.precision)),
-        "use --precision fp32 or tf32");
+  check(opts_.precision != Precision::fp8, "the GPU executor trains in fp32, tf32, bf16 or fp16", "pick one of those");
+  dt_ = dtype_of(opts_.precision);
+  const size_t es = bytes_of(dt_);
   if (opts_.graphs) why_not_graphed_ = "not captured yet (the first step runs eagerly)";
   ok(cudaSetDevice(device), "cudaSetDevice");
   ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -69,14 +111,15 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
   cudnn_ = h;
   const auto& nodes = graph_.nodes;
   const int64_t batch = graph_.batch();
+  const bool mixed = dt_ != DType::f32;
 
-  // Parameters: one flat buffer each for values, gradients and momentum, in the CPU engine's
-  // order (node by node, weight then bias), initialized with its exact values.
-  // Each tensor starts on a 256-byte boundary: cuBLASLt and cuDNN pick faster algorithms for
-  // aligned pointers (the padding stays zero through every update).
-  auto padded = [](int64_t n) { return (n + 63) / 64 * 64; };
-  for (const auto& n : nodes)
-    for (const auto& p : n.params) param_count_ += padded(numel(p.dims));
+  // Parameters: fp32 flat buffers for values, gradients and momentum, initialized with the CPU
+  // engine's exact values; in mixed precision also half copies of the conv and linear weights
+  // and half gradients of the conv weights (cuDNN writes a conv's weight gradient in its type).
+  const ParamPlan plan = plan_params(graph_);
+  param_count_ = plan.total;
+  conv_span_ = plan.conv_span;
+  matmul_span_ = plan.matmul_span;
   params_ = alloc(size_t(param_count_), MemCategory::parameters);
   grads_ = alloc(size_t(param_count_), MemCategory::gradients);
   state_m_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
@@ -85,35 +128,49 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
     state_v_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
     ok(cudaMemsetAsync(state_v_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
   }
+  if (mixed) {
+    params_h_ = alloc_bytes(size_t(matmul_span_) * es, MemCategory::parameters);
+    grads_h_ = alloc_bytes(size_t(conv_span_) * es, MemCategory::gradients);
+    ok(cudaMemsetAsync(grads_h_, 0, size_t(conv_span_) * es, stream_), "cudaMemset");
+  }
+  if (dt_ == DType::f16) {
+    loss_scale_ = static_cast<LossScale*>(alloc_bytes(sizeof(LossScale), MemCategory::workspace));
+    const LossScale initial;
+    ok(cudaMemcpyAsync(loss_scale_, &initial, sizeof initial, cudaMemcpyHostToDevice, stream_), "cudaMemcpy");
+  }
   std::vector<float> init(static_cast<size_t>(param_count_), 0.f);
   int index = 0;
-  int64_t at = 0;
   for (const auto& n : nodes)
     for (const auto& p : n.params) {
-      Rng rng(hash_coords(seed, 0x1417, uint64_t(index++)));
+      Rng rng(hash_coords(seed, 0x1417, uint64_t(index)));
+      const int64_t at = plan.offset[size_t(index++)];
       const bool bn = n.kind == ops::OpKind::batchnorm2d;
       const int64_t fan_in = n.kind == ops::OpKind::conv2d ? n.in_dims[0][1] * n.attrs.kernel * n.attrs.kernel : n.in_dims[0][1];
       const float bound = 1.0f / std::sqrt(float(fan_in));
       for (int64_t i = 0; i < numel(p.dims); ++i)
         init[size_t(at + i)] = bn ? (p.name == "weight" ? 1.f : 0.f) : (2 * rng.uniform() - 1) * bound;
       tensors_.push_back({at, numel(p.dims)});
-      at += padded(numel(p.dims));
     }
   ok(cudaMemsetAsync(grads_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
-  ok(cudaMemcpyAsync(params_, init.data(), init.size() * 4, cudaMemcpyHostToDevice, stream_), "cudaMemcpy");
+  // Synchronous: `init` is freed at the end of the constructor.
+  ok(cudaMemcpy(params_, init.data(), init.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  if (mixed) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
 
-  // Values: the input, then every node's output and its gradient (flatten is a view).
+  // Values: the input (fp32 as the loaders make it; its half copy in mixed precision), then
+  // every node's output and its gradient (flatten is a view).
   act_.assign(nodes.size() + 1, nullptr);
   diff_.assign(nodes.size() + 1, nullptr);
-  act_[0] = alloc(size_t(numel(graph_.input)), MemCategory::data);
+  input32_ = alloc(size_t(numel(graph_.input)), MemCategory::data);
+  act_[0] = mixed ? alloc_bytes(size_t(numel(graph_.input)) * es, MemCategory::data) : input32_;
   labels_ = reinterpret_cast<int32_t*>(alloc(size_t(batch), MemCategory::data));
   loss_sum_ = reinterpret_cast<double*>(alloc(2, MemCategory::workspace));
   correct_ = reinterpret_cast<int32_t*>(alloc(1, MemCategory::workspace));
   args_ = reinterpret_cast<StepArgs*>(alloc((sizeof(StepArgs) + 3) / 4, MemCategory::workspace));
+  if (mixed) logits32_ = alloc(size_t(numel(nodes.back().out_dims)), MemCategory::workspace);
   ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
   ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
   write_args();
-  int64_t offset = 0;
+  size_t t = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const nn::Node& n = nodes[i];
     auto l = std::make_unique<Layer>();
@@ -122,11 +179,14 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
     l->out = int(i) + 1;
     for (int in : n.inputs) l->in.push_back(in < 0 ? 0 : in + 1);
     if (!n.params.empty()) {
-      l->w = params_ + offset, l->dw = grads_ + offset;
-      offset += padded(numel(n.params[0].dims));
+      const int64_t wo = plan.offset[t++];
+      l->w = params_ + wo, l->dw = grads_ + wo;
+      l->wh = l->w, l->dwh = l->dw;
+      if (mixed && is_matmul(n.kind)) l->wh = static_cast<char*>(params_h_) + size_t(wo) * es;
+      if (mixed && n.kind == ops::OpKind::conv2d) l->dwh = static_cast<char*>(grads_h_) + size_t(wo) * es;
       if (n.params.size() > 1) {
-        l->b = params_ + offset, l->db = grads_ + offset;
-        offset += padded(numel(n.params[1].dims));
+        const int64_t bo = plan.offset[t++];
+        l->b = params_ + bo, l->db = grads_ + bo;
       }
     }
     const size_t out = size_t(numel(n.out_dims));
@@ -134,27 +194,28 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
       act_[size_t(l->out)] = act_[size_t(l->in[0])];
       diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
     } else {
-      act_[size_t(l->out)] = alloc(out, MemCategory::activations);
-      diff_[size_t(l->out)] = alloc(out, MemCategory::activations);
+      act_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
+      diff_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
     }
     const Dims& x = n.in_dims[0];
     switch (n.kind) {
       case ops::OpKind::conv2d:
         l->conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
                                                         n.attrs.padding},
-                                              opts_.precision);
+                                              opts_.precision, false);
         break;
       case ops::OpKind::linear: {
         const int64_t in_f = x[1], out_f = n.attrs.out_features;
-        // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on.
+        // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on. In
+        // mixed precision the activations' GEMMs write their type and the weight gradient fp32.
         constexpr size_t ws = size_t(4) << 20;
-        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws);
-        l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws);
-        l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws);
+        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true);
+        l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws, true);
+        l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false);
         break;
       }
       case ops::OpKind::batchnorm2d: {
-        l->x_desc = tensor4d(x);
+        l->x_desc = tensor4d(x, dt_);
         ok(cudnnCreateTensorDescriptor(&l->bn_desc), "cudnnCreateTensorDescriptor");
         ok(cudnnDeriveBNTensorDescriptor(l->bn_desc, l->x_desc, CUDNN_BATCHNORM_SPATIAL), "cudnnDeriveBNTensorDescriptor");
         l->run_mean = alloc(size_t(x[1]), MemCategory::parameters);
@@ -168,14 +229,13 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
       case ops::OpKind::maxpool2d:
       case ops::OpKind::avgpool2d:
       case ops::OpKind::global_avgpool: {
-        l->x_desc = tensor4d(x);
-        l->y_desc = tensor4d(n.out_dims);
-        ok(cudnnCreatePoolingDescriptor(&l->pool), "cudnnCreatePoolingDescriptor");
         const bool global = n.kind == ops::OpKind::global_avgpool;
-        const int wh = global ? int(x[2]) : int(n.attrs.kernel), ww = global ? int(x[3]) : int(n.attrs.kernel);
-        const int pad = global ? 0 : int(n.attrs.padding), stride = global ? 1 : int(n.attrs.stride);
-        const cudnnPoolingMode_t mode = n.kind == ops::OpKind::maxpool2d ? CUDNN_POOLING_MAX : CUDNN_POOLING_AVERAGE_COUNT_INCLUDE_PADDING;
-        ok(cudnnSetPooling2dDescriptor(l->pool, mode, CUDNN_NOT_PROPAGATE_NAN, wh, ww, pad, pad, stride, stride), "pooling descriptor");
+        PoolShape& p = l->pool;
+        p.planes = x[0] * x[1], p.h = x[2], p.w = x[3];
+        p.out_h = global ? 1 : n.out_dims[2], p.out_w = global ? 1 : n.out_dims[3];  // global: [N, C] or [N, C, 1, 1] alike
+        p.kh = global ? x[2] : n.attrs.kernel, p.kw = global ? x[3] : n.attrs.kernel;
+        p.stride = global ? 1 : n.attrs.stride, p.pad = global ? 0 : n.attrs.padding;
+        p.max = n.kind == ops::OpKind::maxpool2d;
         break;
       }
       case ops::OpKind::dropout:
@@ -189,7 +249,7 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
   // Where a second gradient of a value is summed from, and where an unread dx goes.
   size_t biggest = 0;
   for (const auto& n : nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
-  scratch_ = alloc(biggest, MemCategory::workspace);
+  scratch_ = alloc_bytes(biggest * es, MemCategory::workspace);
   check(nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
   ok(cudaStreamSynchronize(stream_), "network set-up");
 }
@@ -203,7 +263,7 @@ Network::~Network() {
   cudaStreamDestroy(stream_);
 }
 
-float* Network::input() { return act_[0]; }
+float* Network::input() { return input32_; }
 int32_t* Network::labels() { return labels_; }
 
 void Network::write_args() {
@@ -220,21 +280,22 @@ void Network::forward(bool training, uint64_t dropout_step) {
 void Network::forward_pass(bool training) {
   auto h = static_cast<cudnnHandle_t>(cudnn_);
   const float one = 1, zero = 0;
+  if (act_[0] != input32_) cast_from_f32(dt_, input32_, act_[0], numel(graph_.input), stream_);
   for (auto& lp : layers_) {
     Layer& l = *lp;
     const nn::Node& n = *l.node;
     const profile::NvtxRange range(n.name.c_str());  // Nsight Systems shows the layer names
-    const float* x = act_[size_t(l.in[0])];
-    float* y = act_[size_t(l.out)];
+    const void* x = act_[size_t(l.in[0])];
+    void* y = act_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
     switch (n.kind) {
       case ops::OpKind::conv2d:
-        l.conv->forward(x, l.w, y, stream_);
-        if (l.b) add_bias(y, l.b, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
+        l.conv->forward(x, l.wh, y, stream_);
+        if (l.b) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
         break;
       case ops::OpKind::linear:
-        l.fwd->run(l.w, x, y, stream_);
-        if (l.b) add_bias(y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
+        l.fwd->run(l.wh, x, y, stream_);
+        if (l.b) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
         break;
       case ops::OpKind::batchnorm2d:
         if (training)
@@ -247,17 +308,15 @@ void Network::forward_pass(bool training) {
                                                      l.b, l.run_mean, l.run_var, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON)),
              "batchnorm inference");
         break;
-      case ops::OpKind::relu: relu_forward(x, y, count, stream_); break;
+      case ops::OpKind::relu: relu_forward(dt_, x, y, count, stream_); break;
       case ops::OpKind::maxpool2d:
       case ops::OpKind::avgpool2d:
-      case ops::OpKind::global_avgpool:
-        ok(cudnnPoolingForward(h, l.pool, &one, l.x_desc, x, &zero, l.y_desc, y), "pooling forward");
-        break;
+      case ops::OpKind::global_avgpool: pool_forward(dt_, l.pool, x, y, stream_); break;
       case ops::OpKind::dropout:
-        if (training) dropout_forward(x, y, l.mask, count, float(n.attrs.p), l.seed, args_, stream_);
-        else ok(cudaMemcpyAsync(y, x, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "dropout (eval)");
+        if (training) dropout_forward(dt_, x, y, l.mask, count, float(n.attrs.p), l.seed, args_, stream_);
+        else ok(cudaMemcpyAsync(y, x, size_t(count) * bytes_of(dt_), cudaMemcpyDeviceToDevice, stream_), "dropout (eval)");
         break;
-      case ops::OpKind::add: add(x, act_[size_t(l.in[1])], y, count, stream_); break;
+      case ops::OpKind::add: add(dt_, x, act_[size_t(l.in[1])], y, count, stream_); break;
       case ops::OpKind::flatten: break;  // a view
       default: throw Error(fmt::format("the CUDA backend has no {} layer yet ({})", ops::to_string(n.kind), n.name));
     }
@@ -266,8 +325,8 @@ void Network::forward_pass(bool training) {
 
 void Network::accumulate_loss(int64_t valid, double smoothing, bool grad) {
   const nn::Node& last = graph_.nodes.back();
-  softmax_cross_entropy(act_.back(), labels_, last.out_dims[0], last.out_dims[1], valid, float(smoothing), loss_sum_, correct_,
-                        grad ? diff_.back() : nullptr, stream_);
+  softmax_cross_entropy(dt_, act_.back(), labels_, last.out_dims[0], last.out_dims[1], valid, float(smoothing), loss_sum_, correct_,
+                        grad ? diff_.back() : nullptr, grad && loss_scale_ ? &loss_scale_->scale : nullptr, stream_);
 }
 
 GpuLoss Network::loss(int64_t valid, double smoothing, bool grad) {
@@ -288,6 +347,14 @@ GpuTally Network::tally(bool reset) {
     ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
   }
   return {sum, correct};
+}
+
+LossScale Network::loss_scale() const {
+  LossScale s;
+  if (!loss_scale_) return s;
+  ok(cudaMemcpyAsync(&s, loss_scale_, sizeof s, cudaMemcpyDeviceToHost, stream_), "cudaMemcpy");
+  ok(cudaStreamSynchronize(stream_), "reading the loss scale");
+  return s;
 }
 
 void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
@@ -360,45 +427,47 @@ void Network::eval_step(const std::function<void(cudaStream_t)>& load, int64_t v
 void Network::backward() {
   auto h = static_cast<cudnnHandle_t>(cudnn_);
   const float one = 1, zero = 0;
+  const size_t es = bytes_of(dt_);
   // A value's first gradient writer (in reverse order) writes it; later ones add to it through
   // a scratch buffer. The logits' gradient came from the loss.
   std::vector<bool> written(act_.size(), false);
   written.back() = true;
-  auto target = [&](int value) -> float* {
+  auto target = [&](int value) -> void* {
     if (diff_[size_t(value)] == nullptr) return nullptr;  // the model input (or a view of it): no gradient
     return written[size_t(value)] ? scratch_ : diff_[size_t(value)];
   };
-  auto settle = [&](int value, float* dst) {
+  auto settle = [&](int value, void* dst) {
     if (!dst) return;
-    if (dst != diff_[size_t(value)]) add(diff_[size_t(value)], dst, diff_[size_t(value)], numel(graph_.nodes[size_t(value - 1)].out_dims), stream_);
+    void* d = diff_[size_t(value)];
+    if (dst != d) add(dt_, d, dst, d, numel(graph_.nodes[size_t(value - 1)].out_dims), stream_);
     written[size_t(value)] = true;
   };
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     Layer& l = **it;
     const nn::Node& n = *l.node;
     const profile::NvtxRange range(l.backward_name.c_str());
-    const float* x = act_[size_t(l.in[0])];
-    const float* y = act_[size_t(l.out)];
-    const float* dy = diff_[size_t(l.out)];
+    const void* x = act_[size_t(l.in[0])];
+    const void* y = act_[size_t(l.out)];
+    const void* dy = diff_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
     if (n.kind == ops::OpKind::flatten) {  // the view's gradient is its input's
       written[size_t(l.in[0])] = true;
       continue;
     }
-    float* dx = l.in[0] == 0 ? nullptr : target(l.in[0]);
+    void* dx = l.in[0] == 0 ? nullptr : target(l.in[0]);
     switch (n.kind) {
       case ops::OpKind::conv2d:
-        l.conv->backward_filter(x, dy, l.dw, stream_);
-        if (l.db) bias_grad(dy, l.db, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
-        if (dx) l.conv->backward_data(l.w, dy, dx, stream_);
+        l.conv->backward_filter(x, dy, l.dwh, stream_);
+        if (l.db) bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
+        if (dx) l.conv->backward_data(l.wh, dy, dx, stream_);
         break;
       case ops::OpKind::linear:
         l.bwd_weight->run(x, dy, l.dw, stream_);
-        if (l.db) bias_grad(dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
-        if (dx) l.bwd_data->run(l.w, dy, dx, stream_);
+        if (l.db) bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
+        if (dx) l.bwd_data->run(l.wh, dy, dx, stream_);
         break;
       case ops::OpKind::batchnorm2d: {
-        float* into = dx;
+        void* into = dx;
         if (!into) into = scratch_;  // cuDNN always writes dx
         ok(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l.x_desc, x, l.x_desc, dy, l.x_desc, into,
                                            l.bn_desc, l.w, l.dw, l.db, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON), l.save_mean, l.save_inv),
@@ -406,21 +475,21 @@ void Network::backward() {
         break;
       }
       case ops::OpKind::relu:
-        if (dx) relu_backward(y, dy, dx, count, stream_);
+        if (dx) relu_backward(dt_, y, dy, dx, count, stream_);
         break;
       case ops::OpKind::maxpool2d:
       case ops::OpKind::avgpool2d:
       case ops::OpKind::global_avgpool:
-        if (dx) ok(cudnnPoolingBackward(h, l.pool, &one, l.y_desc, y, l.y_desc, dy, l.x_desc, x, &zero, l.x_desc, dx), "pooling backward");
+        if (dx) pool_backward(dt_, l.pool, x, dy, dx, stream_);
         break;
       case ops::OpKind::dropout:
-        if (dx) dropout_backward(dy, l.mask, dx, count, float(n.attrs.p), stream_);
+        if (dx) dropout_backward(dt_, dy, l.mask, dx, count, float(n.attrs.p), stream_);
         break;
       case ops::OpKind::add: {
-        if (dx) ok(cudaMemcpyAsync(dx, dy, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "add backward");
+        if (dx) ok(cudaMemcpyAsync(dx, dy, size_t(count) * es, cudaMemcpyDeviceToDevice, stream_), "add backward");
         settle(l.in[0], dx);
-        float* dx2 = l.in[1] == 0 ? nullptr : target(l.in[1]);
-        if (dx2) ok(cudaMemcpyAsync(dx2, dy, size_t(count) * 4, cudaMemcpyDeviceToDevice, stream_), "add backward");
+        void* dx2 = l.in[1] == 0 ? nullptr : target(l.in[1]);
+        if (dx2) ok(cudaMemcpyAsync(dx2, dy, size_t(count) * es, cudaMemcpyDeviceToDevice, stream_), "add backward");
         settle(l.in[1], dx2);
         continue;
       }
@@ -439,30 +508,47 @@ void Network::step(const nn::OptimizerConfig& opt, double lr) {
   update(opt);
 }
 
+// The gradients to fp32 (conv weights' from their half copies), unscaled and checked for fp16,
+// one update of all parameters (skipped on overflow), then the loss scale's bookkeeping and the
+// weights' half copies.
 void Network::update(const nn::OptimizerConfig& opt) {
+  if (dt_ != DType::f32) cast_to_f32(dt_, grads_h_, grads_, conv_span_, stream_);
+  int32_t* skip = nullptr;
+  if (loss_scale_) {
+    unscale_and_check(grads_, param_count_, 1.f, &loss_scale_->found_inf, stream_, &loss_scale_->scale);
+    skip = &loss_scale_->found_inf;
+  }
   if (opt.name == "adamw") {
     check(state_v_ != nullptr, "this network was built for SGD", "construct it with NetworkOptions::optimizer = \"adamw\"");
     adamw_update(params_, grads_, state_m_, state_v_, param_count_, 0.f, float(opt.beta1), float(opt.beta2), float(opt.eps),
-                 float(opt.weight_decay), 1, args_, nullptr, stream_);
+                 float(opt.weight_decay), 1, args_, skip, stream_);
   } else {
     sgd_update(params_, grads_, opt.momentum != 0 ? state_m_ : nullptr, param_count_, 0.f, float(opt.momentum),
-               float(opt.weight_decay), opt.nesterov, args_, nullptr, stream_);
+               float(opt.weight_decay), opt.nesterov, args_, skip, stream_);
   }
+  if (loss_scale_) update_loss_scale(loss_scale_, stream_);
+  if (dt_ != DType::f32) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
 }
 
 std::vector<float> Network::parameters() const {
   std::vector<float> flat(static_cast<size_t>(param_count_));
   ok(cudaStreamSynchronize(stream_), "parameters");
   ok(cudaMemcpy(flat.data(), params_, flat.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
-  std::vector<float> out;  // without the alignment padding
+  std::vector<float> out;  // in graph order, without the alignment padding
   for (const auto& [at, count] : tensors_) out.insert(out.end(), flat.begin() + at, flat.begin() + at + count);
   return out;
 }
 
 std::vector<float> Network::logits() const {
-  std::vector<float> out(size_t(numel(graph_.nodes.back().out_dims)));
+  const int64_t n = numel(graph_.nodes.back().out_dims);
+  std::vector<float> out(static_cast<size_t>(n));
+  const float* src = static_cast<const float*>(act_.back());
+  if (dt_ != DType::f32) {
+    cast_to_f32(dt_, act_.back(), logits32_, n, stream_);
+    src = logits32_;
+  }
   ok(cudaStreamSynchronize(stream_), "logits");
-  ok(cudaMemcpy(out.data(), act_.back(), out.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  ok(cudaMemcpy(out.data(), src, out.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   return out;
 }
 
@@ -470,31 +556,43 @@ MemoryStats Network::memory() const { return device_allocator(device_).stats(); 
 
 // Mirrors the constructor's allocations (the caching allocator rounds each block up a little,
 // which this ignores).
-std::vector<double> Network::planned_bytes(const nn::Graph& g, const std::string& optimizer) {
+std::vector<double> Network::planned_bytes(const nn::Graph& g, const std::string& optimizer, Precision precision) {
   std::vector<double> b(size_t(kMemCategories), 0.0);
-  auto add = [&](MemCategory c, double floats) { b[size_t(c)] += 4 * std::max(floats, 1.0); };
-  double params = 0;
-  for (const auto& n : g.nodes)
-    for (const auto& p : n.params) params += double((numel(p.dims) + 63) / 64 * 64);
-  add(MemCategory::parameters, params);
-  add(MemCategory::gradients, params);
-  add(MemCategory::optimizer_state, params);
-  if (optimizer == "adamw") add(MemCategory::optimizer_state, params);
-  add(MemCategory::data, double(numel(g.input)));
-  add(MemCategory::data, double(g.batch()));
+  auto add_bytes = [&](MemCategory c, double bytes) { b[size_t(c)] += std::max(bytes, 4.0); };
+  const double es = double(bytes_of(dtype_of(precision)));
+  const bool mixed = es < 4;
+  const ParamPlan plan = plan_params(g);
+  const double params = double(plan.total);
+  add_bytes(MemCategory::parameters, 4 * params);
+  add_bytes(MemCategory::gradients, 4 * params);
+  add_bytes(MemCategory::optimizer_state, 4 * params);
+  if (optimizer == "adamw") add_bytes(MemCategory::optimizer_state, 4 * params);
+  if (mixed) {
+    add_bytes(MemCategory::parameters, es * double(plan.matmul_span));
+    add_bytes(MemCategory::gradients, es * double(plan.conv_span));
+    add_bytes(MemCategory::data, es * double(numel(g.input)));
+    add_bytes(MemCategory::workspace, 4 * double(numel(g.nodes.back().out_dims)));
+  }
+  if (precision == Precision::fp16) add_bytes(MemCategory::workspace, double(sizeof(LossScale)));
+  add_bytes(MemCategory::data, 4 * double(numel(g.input)));
+  add_bytes(MemCategory::data, 4 * double(g.batch()));
+  add_bytes(MemCategory::workspace, 16 + 4 + double(sizeof(StepArgs)));
   double biggest = 0;
   for (const auto& n : g.nodes) {
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
-    if (n.kind != ops::OpKind::flatten) add(MemCategory::activations, 2 * out);
-    if (n.kind == ops::OpKind::batchnorm2d) {
-      add(MemCategory::parameters, 2 * double(n.in_dims[0][1]));
-      add(MemCategory::activations, 2 * double(n.in_dims[0][1]));
+    if (n.kind != ops::OpKind::flatten) {
+      add_bytes(MemCategory::activations, es * out);
+      add_bytes(MemCategory::activations, es * out);
     }
-    if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, (out + 3) / 4);
-    if (n.kind == ops::OpKind::linear) add(MemCategory::workspace, 3.0 * (1 << 20));  // three 4 MB cuBLASLt workspaces
+    if (n.kind == ops::OpKind::batchnorm2d) {
+      for (int i = 0; i < 2; ++i) add_bytes(MemCategory::parameters, 4 * double(n.in_dims[0][1]));
+      for (int i = 0; i < 2; ++i) add_bytes(MemCategory::activations, 4 * double(n.in_dims[0][1]));
+    }
+    if (n.kind == ops::OpKind::dropout) add_bytes(MemCategory::activations, 4 * std::floor((out + 3) / 4));
+    if (n.kind == ops::OpKind::linear) add_bytes(MemCategory::workspace, 3.0 * double(size_t(4) << 20));  // three cuBLASLt workspaces
   }
-  add(MemCategory::workspace, biggest);
+  add_bytes(MemCategory::workspace, es * biggest);
   return b;
 }
 

@@ -8,8 +8,11 @@
 // correct count accumulate on the device until the caller reads the tally. That makes the step
 // static, so it is captured once in a CUDA graph and replayed (NetworkOptions::graphs).
 //
-// Precision: fp32 (FMA math, no silent tf32) or tf32 (fp32 storage, tensor-core math in conv and
-// GEMM). Mixed precision (bf16/fp16 storage) is not in the executor yet.
+// Precision: fp32 (FMA math, no silent tf32); tf32 (fp32 storage, tensor-core math in conv and
+// GEMM); bf16 or fp16 mixed precision: activations and their gradients in the half type,
+// convolutions and GEMMs on tensor cores with fp32 accumulation, batchnorm statistics, the loss,
+// the master weights, their gradients and the optimizer in fp32; fp16 with dynamic loss scaling
+// (steps whose gradients overflow are skipped and counted). Layout NCHW throughout.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -39,7 +42,7 @@ struct GpuTally {
 };
 
 struct NetworkOptions {
-  Precision precision = Precision::fp32;  ///< fp32 or tf32
+  Precision precision = Precision::fp32;  ///< fp32, tf32, bf16 or fp16
   std::string optimizer = "sgd";          ///< sgd | adamw: AdamW's second state is allocated up front
   bool graphs = false;                    ///< capture the training step in a CUDA graph and replay it
 };
@@ -78,6 +81,8 @@ class Network {
   void eval_step(const std::function<void(cudaStream_t)>& load, int64_t valid);
   /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
   GpuTally tally(bool reset);
+  /// fp16's loss scale and skipped steps (waits for the GPU); the initial values otherwise.
+  LossScale loss_scale() const;
   /// Whether steps replay a CUDA graph, and why not when they do not.
   bool graphed() const { return graph_exec_ != nullptr; }
   const std::string& why_not_graphed() const { return why_not_graphed_; }
@@ -97,11 +102,13 @@ class Network {
   /// Device bytes the constructor and a step allocate for `g`, by category, without the cuDNN
   /// convolution workspaces (chosen per shape at run time, at most 256 MB each). For the
   /// out-of-memory message's largest batch size.
-  static std::vector<double> planned_bytes(const nn::Graph& g, const std::string& optimizer);
+  static std::vector<double> planned_bytes(const nn::Graph& g, const std::string& optimizer,
+                                           Precision precision = Precision::fp32);
 
  private:
   struct Layer;
   float* alloc(size_t floats, MemCategory c);
+  void* alloc_bytes(size_t bytes, MemCategory c);
   void write_args();
   void forward_pass(bool training);
   void accumulate_loss(int64_t valid, double smoothing, bool grad);
@@ -116,11 +123,18 @@ class Network {
   void* cudnn_ = nullptr;
   std::vector<void*> owned_;  // every device block, released in the destructor
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::vector<float*> act_, diff_;  // per value: 0 = the input, i + 1 = node i's output
+  DType dt_ = DType::f32;            // the activations' type
+  std::vector<void*> act_, diff_;    // per value: 0 = the input, i + 1 = node i's output
+  float* input32_ = nullptr;         // the fp32 input the loaders fill (act_[0] itself in fp32)
   float *params_ = nullptr, *grads_ = nullptr, *state_m_ = nullptr, *state_v_ = nullptr;
+  void* params_h_ = nullptr;         // mixed precision: half copies of the conv and linear weights
+  void* grads_h_ = nullptr;          // mixed precision: half gradients of the conv weights
   int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included; updates done
+  int64_t conv_span_ = 0, matmul_span_ = 0;  // the flat buffers start with conv, then linear weights
   std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
-  float* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
+  void* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
+  float* logits32_ = nullptr;  // mixed precision: the logits in fp32, for logits()
+  LossScale* loss_scale_ = nullptr;  // fp16 only (device)
   int32_t* labels_ = nullptr;
   double* loss_sum_ = nullptr;
   int32_t* correct_ = nullptr;
