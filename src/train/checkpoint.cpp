@@ -99,4 +99,20 @@ Checkpoint load_checkpoint(const std::string& dir) {
   return ck;
 }
 
+const std::vector<float>& checkpoint_tensor(const Checkpoint& ck, const std::string& name, size_t count) {
+  auto it = ck.tensors.find(name);
+  check(it != ck.tensors.end(), fmt::format("the checkpoint has no tensor '{}'", name),
+        "it was written for another model; use the same --model, or another --checkpoint");
+  check(it->second.size() == count, fmt::format("checkpoint tensor '{}' has {} values, the model needs {}", name, it->second.size(), count),
+        "it was written for another model or input shape");
+  return it->second;
+}
+
+void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, const std::string& model, int64_t batch) {
+  check(ck.meta.value("model", "") == model && ck.meta.value("batch_size", int64_t(0)) == batch,
+        fmt::format("the checkpoint in {} is for model {} at batch size {}, not {} at {}", dir, ck.meta.value("model", "?"),
+                    ck.meta.value("batch_size", int64_t(0)), model, batch),
+        "resume with the same --model and --batch-size");
+}
+
 }  // namespace dlperf::train

@@ -24,4 +24,11 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck);
 Checkpoint load_checkpoint(const std::string& dir);
 std::string checkpoint_path(const std::string& dir);
 
+/// A checkpoint's tensor `name` of `count` floats; throws Error with advice when it is missing or
+/// sized for another model. Names are the CPU engine's ("conv1.weight", "bn1.running_mean",
+/// "fc.weight.momentum"), so a checkpoint resumes on either device.
+const std::vector<float>& checkpoint_tensor(const Checkpoint& ck, const std::string& name, size_t count);
+/// Throws unless `ck` was written for this model and batch size.
+void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, const std::string& model, int64_t batch);
+
 }  // namespace dlperf::train

@@ -78,6 +78,9 @@ inline void record_peaks(EpochStats& st, const MemoryStats& ms) {
 /// The run record of a training run (docs/run-record.md).
 nlohmann::json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& data,
                             const std::vector<EpochStats>& epochs, int threads, const std::string& energy_source);
+/// A checkpoint's header: where the run stands (epochs and updates done, the history so far).
+nlohmann::json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epochs_done, int64_t optimizer_steps,
+                               const std::vector<EpochStats>& history);
 /// Writes `record` to dir/name.json (name-2.json, ... when taken); returns the path.
 std::string write_record(const nlohmann::json& record, const std::string& dir, const std::string& name);
 

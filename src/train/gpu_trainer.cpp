@@ -8,8 +8,9 @@
 //     --data-on-device, are gathered, augmented and normalized on the GPU from a copy of the
 //     dataset there, in the host loader's exact order and crops;
 //   - the GPU's power comes from NVML.
-// Precision: fp32, tf32, or bf16/fp16 mixed precision (cuda::Network). Not yet on the GPU:
-// checkpoints, --layer-times, --profile (each is refused with a message).
+// Precision: fp32, tf32, or bf16/fp16 mixed precision (cuda::Network). Checkpoints use the CPU
+// engine's tensor names, so a run resumes on either device. Not yet on the GPU: --layer-times
+// and --profile (refused with a message).
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "hw/nvml.h"
+#include "train/checkpoint.h"
 #include "train/detail.h"
 
 namespace dlperf::train::detail {
@@ -209,7 +211,6 @@ GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataP
 }  // namespace
 
 TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph) {
-  check(cfg.checkpoint_dir.empty() && !cfg.resume, "checkpoints are not written on the GPU yet", "train with --device cpu to checkpoint");
   check(!cfg.layer_times && !cfg.profile, "--layer-times and --profile do not run on the GPU yet", "use --device cpu for them");
   const bool say = !cfg.quiet;
   std::vector<float> mean, stddev;
@@ -277,13 +278,27 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     std::fflush(stdout);
   }
   TrainResult result;
-  int64_t step = 0;
+  int64_t start_epoch = 0;
+  if (cfg.resume) {
+    const Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
+    check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch);
+    net.restore([&](const std::string& name, size_t count) -> const std::vector<float>& { return checkpoint_tensor(ck, name, count); },
+                cfg.optimizer, ck.meta.at("optimizer_steps").get<int64_t>());
+    for (const auto& e : ck.meta.at("history")) result.epochs.push_back(epoch_from_json(e));
+    start_epoch = ck.meta.at("epoch_done").get<int64_t>();
+    if (say) {
+      std::printf("resumed from %s after epoch %lld\n", checkpoint_path(cfg.checkpoint_dir).c_str(), (long long)start_epoch);
+      for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
+    }
+  }
+  int64_t step = start_epoch * per_epoch;
   const bool bar = cfg.progress && isatty(STDERR_FILENO);
   auto diverged = [&](double loss, int64_t epoch, int64_t upto) {
     return Error(fmt::format("training diverged: the loss became {} during epoch {} (by step {} of {})", loss, epoch + 1, upto, per_epoch),
-                 fmt::format("lower --lr (now {})", cfg.lr));
+                 fmt::format("lower --lr (now {}){}", cfg.lr,
+                             cfg.checkpoint_dir.empty() ? "" : "; the last good checkpoint is in " + cfg.checkpoint_dir));
   };
-  for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
     mem.reset_peaks();
     EpochStats st;
@@ -346,6 +361,12 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     if (say) {
       std::fputs(epoch_row(st).c_str(), stdout);
       std::fflush(stdout);
+    }
+    if (!cfg.checkpoint_dir.empty()) {
+      Checkpoint ck;
+      ck.meta = checkpoint_meta(cfg, graph, epoch + 1, net.updates_done(), result.epochs);
+      for (auto& [name, v] : net.snapshot(cfg.optimizer)) ck.tensors[name] = std::move(v);
+      save_checkpoint(cfg.checkpoint_dir, ck);
     }
   }
   result.record = build_record(cfg, graph, d, result.epochs, 0,

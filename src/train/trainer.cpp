@@ -62,6 +62,14 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
   return lc;
 }
 
+json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epochs_done, int64_t optimizer_steps,
+                     const std::vector<EpochStats>& history) {
+  json meta = {{"model", graph.model}, {"batch_size", cfg.batch}, {"input", graph.input}, {"epoch_done", epochs_done},
+               {"optimizer_steps", optimizer_steps}, {"config", to_json(cfg)}, {"history", json::array()}};
+  for (const auto& e : history) meta["history"].push_back(to_json(e));
+  return meta;
+}
+
 std::string write_record(const json& record, const std::string& dir, const std::string& name) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -214,14 +222,7 @@ std::vector<std::pair<std::string, std::vector<float>>> snapshot(cpu::Network& n
 }
 
 void restore(cpu::Network& net, nn::Optimizer& opt, const Checkpoint& ck) {
-  auto get = [&](const std::string& name, size_t count) -> const std::vector<float>& {
-    auto it = ck.tensors.find(name);
-    check(it != ck.tensors.end(), fmt::format("the checkpoint has no tensor '{}'", name),
-          "it was written for another model; use the same --model, or another --checkpoint");
-    check(it->second.size() == count, fmt::format("checkpoint tensor '{}' has {} values, the model needs {}", name, it->second.size(), count),
-          "it was written for another model or input shape");
-    return it->second;
-  };
+  auto get = [&](const std::string& name, size_t count) -> const std::vector<float>& { return checkpoint_tensor(ck, name, count); };
   auto params = net.params();
   for (cpu::Param* p : params)
     cpu::from_plain(p->layout, p->dims, get(p->name, size_t(numel(p->dims))).data(), p->value);
@@ -369,10 +370,7 @@ struct Run {
   /// Restores weights, optimizer state and history; returns the epochs already done.
   int64_t resume(std::vector<EpochStats>& history) {
     Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
-    check(ck.meta.value("model", "") == graph.model && ck.meta.value("batch_size", int64_t(0)) == cfg.batch,
-          fmt::format("the checkpoint in {} is for model {} at batch size {}, not {} at {}", cfg.checkpoint_dir,
-                      ck.meta.value("model", "?"), ck.meta.value("batch_size", int64_t(0)), graph.model, cfg.batch),
-          "resume with the same --model and --batch-size");
+    check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch);
     restore(net, opt, ck);
     opt.set_steps_done(ck.meta.at("optimizer_steps"));
     for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));
@@ -458,9 +456,7 @@ struct Run {
 
   void save(int64_t epochs_done, const std::vector<EpochStats>& history) {
     Checkpoint ck;
-    ck.meta = {{"model", graph.model}, {"batch_size", cfg.batch}, {"input", graph.input}, {"epoch_done", epochs_done},
-               {"optimizer_steps", opt.steps_done()}, {"config", to_json(cfg)}, {"history", json::array()}};
-    for (const auto& e : history) ck.meta["history"].push_back(to_json(e));
+    ck.meta = checkpoint_meta(cfg, graph, epochs_done, opt.steps_done(), history);
     for (auto& [name, v] : snapshot(net, &opt)) ck.tensors[name] = std::move(v);
     save_checkpoint(cfg.checkpoint_dir, ck);
   }

@@ -552,6 +552,66 @@ std::vector<float> Network::logits() const {
   return out;
 }
 
+namespace {
+// Copies between the host and device `count` floats, waiting for the stream first.
+std::vector<float> fetch(const float* d, int64_t count, cudaStream_t s) {
+  std::vector<float> h(static_cast<size_t>(count));
+  ok(cudaStreamSynchronize(s), "checkpoint");
+  ok(cudaMemcpy(h.data(), d, h.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  return h;
+}
+}  // namespace
+
+std::vector<std::pair<std::string, std::vector<float>>> Network::snapshot(const nn::OptimizerConfig& opt) const {
+  std::vector<std::pair<std::string, std::vector<float>>> out;
+  size_t t = 0;
+  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> named;  // parameter name, (offset, count)
+  for (const auto& n : graph_.nodes)
+    for (const auto& p : n.params) named.push_back({n.name + "." + p.name, tensors_[t++]});
+  for (const auto& [name, at] : named) out.emplace_back(name, fetch(params_ + at.first, at.second, stream_));
+  for (const auto& l : layers_)
+    if (l->run_mean) {
+      const int64_t c = l->node->in_dims[0][1];
+      out.emplace_back(l->node->name + ".running_mean", fetch(l->run_mean, c, stream_));
+      out.emplace_back(l->node->name + ".running_var", fetch(l->run_var, c, stream_));
+    }
+  const bool adam = opt.name == "adamw";
+  if (adam || opt.momentum != 0)
+    for (const auto& [name, at] : named) {
+      out.emplace_back(name + (adam ? ".adam_m" : ".momentum"), fetch(state_m_ + at.first, at.second, stream_));
+      if (adam) out.emplace_back(name + ".adam_v", fetch(state_v_ + at.first, at.second, stream_));
+    }
+  return out;
+}
+
+void Network::restore(const std::function<const std::vector<float>&(const std::string&, size_t)>& get, const nn::OptimizerConfig& opt,
+                      int64_t updates_done) {
+  auto put = [&](float* d, const std::vector<float>& v) {
+    ok(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  };
+  ok(cudaStreamSynchronize(stream_), "restoring a checkpoint");
+  size_t t = 0;
+  const bool adam = opt.name == "adamw";
+  check(!adam || state_v_ != nullptr, "this network was built for SGD", "construct it with NetworkOptions::optimizer = \"adamw\"");
+  for (const auto& n : graph_.nodes)
+    for (const auto& p : n.params) {
+      const auto [at, count] = tensors_[t++];
+      const std::string name = n.name + "." + p.name;
+      put(params_ + at, get(name, size_t(count)));
+      if (adam || opt.momentum != 0) put(state_m_ + at, get(name + (adam ? ".adam_m" : ".momentum"), size_t(count)));
+      if (adam) put(state_v_ + at, get(name + ".adam_v", size_t(count)));
+    }
+  for (const auto& l : layers_)
+    if (l->run_mean) {
+      const size_t c = size_t(l->node->in_dims[0][1]);
+      put(l->run_mean, get(l->node->name + ".running_mean", c));
+      put(l->run_var, get(l->node->name + ".running_var", c));
+    }
+  if (dt_ != DType::f32) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
+  steps_ = updates_done;
+  ok(cudaStreamSynchronize(stream_), "restoring a checkpoint");
+}
+
 MemoryStats Network::memory() const { return device_allocator(device_).stats(); }
 
 // Mirrors the constructor's allocations (the caching allocator rounds each block up a little,

@@ -97,6 +97,16 @@ class Network {
   /// and the logits [N, classes].
   std::vector<float> parameters() const;
   std::vector<float> logits() const;
+
+  /// What a checkpoint holds, under the CPU engine's names (so either device resumes it):
+  /// "<layer>.weight" and ".bias", batchnorm "<layer>.running_mean" and ".running_var", and the
+  /// optimizer's state "<param>.momentum" (SGD with momentum) or ".adam_m" and ".adam_v". Waits.
+  std::vector<std::pair<std::string, std::vector<float>>> snapshot(const nn::OptimizerConfig& opt) const;
+  /// Loads a checkpoint's tensors (`get` returns one by name and size, or throws) and the number
+  /// of updates done (AdamW's bias corrections continue from it).
+  void restore(const std::function<const std::vector<float>&(const std::string&, size_t)>& get, const nn::OptimizerConfig& opt,
+               int64_t updates_done);
+  int64_t updates_done() const { return steps_; }
   MemoryStats memory() const;
 
   /// Device bytes the constructor and a step allocate for `g`, by category, without the cuDNN
