@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <numeric>
+#include <set>
 #include <vector>
 
 #include "backend/cuda/runtime.h"
@@ -685,6 +687,41 @@ TEST(Cuda, PlannedBytesMatchTheAllocations) {
     }
     EXPECT_GE(double(st.current_total - before), 0.98 * std::accumulate(planned.begin(), planned.end(), 0.0));
   }
+}
+
+// dlperf profile on a GPU: every layer's forward and backward pass timed on the device (the GPU
+// track), FLOPs equal to the cost model's, shares adding up, and the GPU track in the trace.
+TEST(Cuda, ProfileTimesEveryLayerOnTheDevice) {
+  REQUIRE_GPU();
+  TempDir dir;
+  train::TrainConfig c = gpu_run("medium", "synthetic:1x12x12:512", 16, 1);
+  c.profile = c.profile_only = true;
+  c.profile_skip = 3;
+  c.profile_steps = 5;
+  c.profile_out = (dir.path / "prof").string();
+  const auto r = train::train(c);
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
+  const nlohmann::json& p = r.profile;
+  EXPECT_EQ(p["step"]["steps"], 5);
+  EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  double share = 0;
+  std::set<std::string> layers;
+  for (const auto& row : p["rows"]) {
+    EXPECT_LE(row["self_s"].get<double>(), row["total_s"].get<double>() + 1e-12) << row.dump();
+    share += row["share"].get<double>();
+    if (row["phase"] == "forward") layers.insert(row["name"].get<std::string>());
+  }
+  EXPECT_NEAR(share, 1.0, 0.01);
+  EXPECT_TRUE(layers.count("conv1") && layers.count("fc1")) << p["rows"].dump();
+  EXPECT_GT(p["step"]["forward_s"].get<double>(), 0);
+  EXPECT_GT(p["step"]["backward_s"].get<double>(), 0);
+  EXPECT_GT(p["step"]["optimizer_s"].get<double>(), 0);
+  std::ifstream f(r.trace_path);
+  const auto trace = nlohmann::json::parse(f);
+  bool gpu_track = false;
+  for (const auto& e : trace["traceEvents"])
+    if (e["ph"] == "M" && e["args"].value("name", "") == "GPU (CUDA events)") gpu_track = true;
+  EXPECT_TRUE(gpu_track);
 }
 
 // The training options change how batches reach the GPU and how steps launch, never the result.

@@ -21,6 +21,7 @@ using nlohmann::json;
 train::TrainConfig profiled(const std::string& model, const fs::path& dir) {
   train::TrainConfig c;
   c.model = model;
+  c.device = "cpu";  // the GPU's profile is tested in test_cuda.cpp
   c.data = "synthetic:1x12x12:256";
   c.batch = 16;
   c.epochs = 1;

@@ -20,12 +20,16 @@ namespace dlperf::profile {
 enum class Phase : uint8_t { step, data, copy, forward, backward, backward_data, backward_weight, loss, optimizer, load };
 std::string_view to_string(Phase p);
 
+/// The track of GPU work: device times from CUDA events, placed on the recorder's clock. When a
+/// profile has it, the per-op table and the step split come from it (time on the device).
+inline constexpr int kGpuTrack = 100;
+
 struct Event {
   std::string name;  ///< the layer ("conv2", "bn1+relu1"), or what ran ("reorder", "optimizer")
   std::string op;    ///< op type ("conv2d"); empty outside layers
   Phase phase{};
   double t0 = 0, t1 = 0;  ///< seconds since recording started
-  int track = 0;          ///< 0 = the training thread; 1.. = loader workers
+  int track = 0;          ///< 0 = the training thread; 1.. = loader workers; kGpuTrack = the GPU
   int depth = 0;          ///< nesting on its track
   int node = -1;          ///< graph node, -1 outside layers
   int64_t step = 0;       ///< the training step it belongs to (0-based within the recording)

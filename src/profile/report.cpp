@@ -19,17 +19,17 @@ using nlohmann::json;
 
 namespace {
 
-// Graph nodes an event of node `n` runs: itself and a relu fused into it.
-std::vector<int> covered(const nn::Graph& g, int n) {
+// Graph nodes an event of node `n` runs: itself and, on the CPU engine, a relu fused into it.
+std::vector<int> covered(const nn::Graph& g, int n, bool fused) {
   std::vector<int> out = {n};
-  for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
+  for (size_t i = size_t(n) + 1; fused && i < g.nodes.size(); ++i)
     if (g.nodes[i].inputs[0] == n && plan::relu_fused_into_batchnorm(g, i)) out.push_back(int(i));
   return out;
 }
 
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p) {
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool fused) {
   ops::PassCost c;
-  for (int i : covered(g, n)) {
+  for (int i : covered(g, n, fused)) {
     const ops::OpCost& k = g.nodes[size_t(i)].cost;
     const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
     c.flops += x.flops;
@@ -52,10 +52,14 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   check(group_by == "layer" || group_by == "op", fmt::format("--group-by {} is not layer or op", group_by));
   Report r;
   r.ceilings = c;
-  // Self times: an event's duration less its direct children's (same track, one level deeper).
+  // The track the table is built from: the GPU's when the run was on a GPU, else the training
+  // thread's. Self times: an event's duration less its direct children's (one level deeper).
+  int track = 0;
+  for (const auto& e : events)
+    if (e.track == kGpuTrack) track = kGpuTrack;
   std::vector<Costed> xs;
   for (const auto& e : events)
-    if (e.track == 0) xs.push_back({&e, e.t1 - e.t0});
+    if (e.track == track) xs.push_back({&e, e.t1 - e.t0});
   // A forward pass's one primitive is the pass itself: it folds into its layer's forward event.
   std::vector<size_t> stack;
   std::vector<bool> folded(xs.size(), false);
@@ -90,6 +94,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (x.e->phase == Phase::backward_data) s.first = true;
       if (x.e->phase == Phase::backward_weight) s.second = true;
     }
+  const bool fused = track == 0;  // the GPU executor runs every node on its own
+  auto cost_of = [&](const nn::Graph& graph, int n, Phase p) { return profile::cost_of(graph, n, p, fused); };
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
@@ -161,7 +167,7 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   s.launches = launches / n;
   double busy = 0;
   for (const auto& e : events)
-    if (e.track > 0) busy += e.t1 - e.t0;
+    if (e.track > 0 && e.track != kGpuTrack) busy += e.t1 - e.t0;
   s.loader_busy = r.recorded_s > 0 ? busy / r.recorded_s : 0;
   return r;
 }
@@ -218,7 +224,9 @@ void write_trace(const std::string& path, const std::vector<Event>& events, cons
   for (const auto& e : events) tracks.insert(e.track);
   for (int t : tracks)
     ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t},
-                  {"args", {{"name", t == 0 ? std::string("training thread") : fmt::format("loader worker {}", t - 1)}}}});
+                  {"args", {{"name", t == 0            ? std::string("training thread")
+                                     : t == kGpuTrack ? std::string("GPU (CUDA events)")
+                                                      : fmt::format("loader worker {}", t - 1)}}}});
   for (const auto& e : events) {
     json args = {{"step", e.step}};
     if (!e.op.empty()) args["op"] = e.op;

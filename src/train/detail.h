@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "nn/graph.h"
+#include "plan/step_time.h"
 #include "train/trainer.h"
 
 namespace dlperf::train::detail {
@@ -78,6 +79,10 @@ inline void record_peaks(EpochStats& st, const MemoryStats& ms) {
 /// The run record of a training run (docs/run-record.md).
 nlohmann::json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& data,
                             const std::vector<EpochStats>& epochs, int threads, const std::string& energy_source);
+/// The end of a profiled run: builds the report from the recorder's events against `ceilings`,
+/// prints it, adds it to the run record and writes the trace and table files.
+void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& peaks,
+                    TrainResult& result);
 /// A checkpoint's header: where the run stands (epochs and updates done, the history so far).
 nlohmann::json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epochs_done, int64_t optimizer_steps,
                                const std::vector<EpochStats>& history);

@@ -24,6 +24,8 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "hw/nvml.h"
+#include "plan/catalog.h"
+#include "profile/recorder.h"
 #include "train/checkpoint.h"
 #include "train/detail.h"
 
@@ -194,6 +196,44 @@ GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataP
   return f;
 }
 
+// The profile's ceilings on a GPU: the catalog's datasheet figures for the precision where the
+// GPU is known, else peak FP32 from SMs x FP32 lanes x clock and bandwidth from the memory clock
+// and bus width.
+plan::CpuCeilings gpu_ceilings(const cuda::GpuInfo& info, const std::string& precision) {
+  plan::CpuCeilings c;
+  if (const std::string id = plan::catalog_id_for_gpu(info.name); !id.empty()) {
+    const plan::Device& d = plan::load_catalog().find(id);
+    c.peak_gflops = 1e3 * d.peak_tflops(precision);
+    c.dram_gbps = d.bandwidth_gbps;
+    c.source = fmt::format("{} datasheet, {} (catalog entry {})", d.name, precision, id);
+  }
+  if (c.peak_gflops <= 0) {
+    const int lanes = info.cc_major == 8 && info.cc_minor == 0 ? 64 : info.cc_major >= 8 ? 128 : 64;
+    c.peak_gflops = double(info.sm_count) * lanes * 2 * info.clock_mhz / 1e3;
+    c.source = fmt::format("{}: fp32 peak estimated as {} SMs x {} lanes x 2 x {:.0f} MHz", info.name, info.sm_count, lanes, info.clock_mhz);
+  }
+  if (c.dram_gbps <= 0) c.dram_gbps = info.peak_bandwidth_gbps;
+  return c;
+}
+
+// Puts a profiled step on the GPU track: the step from its data wait to its last kernel, the
+// data wait (host time), and each span (device time since the step's start event, which
+// completed at host time `t_base`).
+void add_gpu_step(const std::vector<cuda::GpuSpan>& spans, double t_step0, double t_wait1, double t_base) {
+  profile::Recorder& rec = profile::Recorder::get();
+  double end = t_base;
+  for (const auto& s : spans) end = std::max(end, t_base + s.t1);
+  auto event = [&](std::string name, std::string op, profile::Phase phase, int node, double t0, double t1, int depth) {
+    profile::Event e;
+    e.name = std::move(name), e.op = std::move(op), e.phase = phase, e.node = node;
+    e.t0 = t0, e.t1 = t1, e.track = profile::kGpuTrack, e.depth = depth, e.step = rec.step();
+    rec.add(std::move(e));
+  };
+  event("step", "", profile::Phase::step, -1, t_step0, end, 0);
+  event("data wait", "", profile::Phase::data, -1, t_step0, t_wait1, 1);
+  for (const auto& s : spans) event(s.name, s.op, s.phase, s.node, t_base + s.t0, t_base + s.t1, 1);
+}
+
 [[noreturn]] void out_of_memory(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, const std::string& what,
                                 int device) {
   size_t free_b = 0, total_b = 0;
@@ -211,7 +251,7 @@ GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataP
 }  // namespace
 
 TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph) {
-  check(!cfg.layer_times && !cfg.profile, "--layer-times and --profile do not run on the GPU yet", "use --device cpu for them");
+  check(!cfg.layer_times, "--layer-times does not run on the GPU", "use --profile there (per-layer time on the device from CUDA events)");
   const bool say = !cfg.quiet;
   std::vector<float> mean, stddev;
   data::channel_stats(d.train, mean, stddev);
@@ -292,6 +332,18 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     }
   }
   int64_t step = start_epoch * per_epoch;
+  if (cfg.profile)
+    check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0 && cfg.profile_skip < per_epoch,
+          fmt::format("--profile-skip {} leaves no step to record: an epoch has {} steps", cfg.profile_skip, per_epoch),
+          "lower --profile-skip, or use more data or a smaller --batch-size");
+  bool profiled = !cfg.profile;
+  profile::Recorder& rec = profile::Recorder::get();
+  auto stop_profile = [&] {
+    rec.stop();
+    mem.set_observer(nullptr);
+    net.set_profiling(false);
+    profiled = true;
+  };
   const bool bar = cfg.progress && isatty(STDERR_FILENO);
   auto diverged = [&](double loss, int64_t epoch, int64_t upto) {
     return Error(fmt::format("training diverged: the loss became {} during epoch {} (by step {} of {})", loss, epoch + 1, upto, per_epoch),
@@ -311,17 +363,49 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(net, -1) : nullptr;
     int64_t seen = 0;
     for (int64_t i = 0; i < per_epoch; ++i) {
+      if (!profiled) {  // the profile's window: steps [skip, skip + steps) of the first epoch trained
+        const int64_t first = cfg.profile_skip, end = cfg.profile_steps > 0 ? first + cfg.profile_steps : per_epoch;
+        if (i == first) {
+          ok(cudaStreamSynchronize(net.stream()), "starting the profile");
+          rec.start();
+          HostAllocator::instance().set_observer(nullptr);  // the timeline is the GPU's memory
+          mem.set_observer([](const MemoryStats& m) { profile::Recorder::get().sample_memory(m); });
+          rec.sample_memory(mem.stats());
+          net.set_profiling(true);
+        }
+        if (i == end) {
+          stop_profile();
+          if (cfg.profile_only) break;
+        }
+        if (rec.on()) rec.set_step(i - first);
+      }
+      const bool timing = rec.on();
+      const profile::Scope step_scope("step", profile::Phase::step);
+      const double t_step0 = timing ? rec.now() : 0;
+      double t_wait1 = t_step0;
       int64_t valid = cfg.batch;
       if (!cfg.data_on_device) {
         const double t0 = now_s();
-        const data::Batch* b = train_loader->next();
+        const data::Batch* b = nullptr;
+        {
+          const profile::Scope wait("data wait", profile::Phase::data);
+          b = train_loader->next();
+        }
         st.data_wait_s += now_s() - t0;
         if (!b) break;
+        if (timing) t_wait1 = rec.now();
         valid = b->valid;
+        const profile::Scope copy("input copy", profile::Phase::copy);
         upload(*b);
+      }
+      double t_base = 0;
+      if (timing) {  // a profiled step starts on an idle GPU, so its start event's time is now
+        net.mark_step_start();
+        t_base = rec.now();
       }
       st.lr = nn::learning_rate(cfg.schedule, cfg.lr, step, total_steps, per_epoch);
       net.train_step(gather, valid, cfg.label_smoothing, cfg.optimizer, {st.lr, uint64_t(step), i, epoch});
+      if (timing) add_gpu_step(net.take_spans(), t_step0, t_wait1, t_base);
       ++step;
       seen += valid;
       if (progress.due()) {  // reading the tally waits for the GPU: only when the bar redraws
@@ -330,6 +414,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
         progress.update(i + 1, seen, t.loss_sum / double(seen));
       }
     }
+    if (rec.on()) stop_profile();  // the epoch ended inside the recording window
     const cuda::GpuTally t = net.tally(true);  // waits for the epoch's last step
     st.train_s = now_s() - t_start;
     st.compute_s = st.train_s - st.data_wait_s;
@@ -343,6 +428,10 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     tally.finish(st);
 
     const double e0 = now_s();
+    if (cfg.profile_only && profiled) {  // dlperf profile stops after its steps
+      result.epochs.push_back(st);
+      break;
+    }
     if (cfg.data_on_device) {
       for (int64_t i = 0; i < test_dev->batches(); ++i) net.eval_step(test_dev->loader(net, i), test_dev->valid(i));
     } else {
@@ -382,6 +471,10 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     result.record["summary"]["final_loss_scale"] = ls.scale;
     if (say) std::printf("\nfp16 loss scaling: %lld of %lld steps skipped for overflow, final scale %g\n", (long long)ls.skipped,
                          (long long)step, double(ls.scale));
+  }
+  if (cfg.profile) {
+    const plan::CpuCeilings c = gpu_ceilings(info, cfg.precision == "fp32" ? "fp32" : cfg.precision);
+    finish_profile(cfg, graph, c, mem.stats(), result);
   }
   if (say && cfg.graphs && !net.graphed()) std::printf("\nnote: steps ran eagerly: %s\n", net.why_not_graphed().c_str());
   if (say && result.record.contains("summary"))

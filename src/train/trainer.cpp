@@ -62,6 +62,32 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
   return lc;
 }
 
+void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& ms,
+                    TrainResult& result) {
+  const bool say = !cfg.quiet;
+  const auto& rec = profile::Recorder::get();
+  const auto events = rec.events();
+  check(!events.empty(), "the profile recorded no steps", "lower --profile-skip");
+  const profile::Report rep = profile::build_report(events, graph, ceilings, cfg.profile_group);
+  result.profile = profile::to_json(rep);
+  json peaks = json::object();
+  for (int c = 0; c < kMemCategories; ++c) peaks[std::string(to_string(MemCategory(c)))] = double(ms.peak[size_t(c)]);
+  result.profile["peak_bytes_by_category"] = peaks;
+  result.record["profile"] = result.profile;
+  if (say) profile::print_report(rep);
+  std::string prefix = cfg.profile_out;
+  if (prefix.empty() && !cfg.runs_dir.empty())
+    prefix = (fs::path(cfg.runs_dir) / fmt::format("{}-profile-{}-b{}", timestamp(), graph.model, cfg.batch)).string();
+  if (prefix.empty()) return;
+  result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
+  profile::write_trace(result.trace_path, events, rec.memory());
+  write_record(result.profile, fs::path(prefix).parent_path().string().empty() ? "." : fs::path(prefix).parent_path().string(),
+               fs::path(prefix).filename().string());
+  if (say)
+    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s.json\n", result.trace_path.c_str(),
+                prefix.c_str());
+}
+
 json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epochs_done, int64_t optimizer_steps,
                      const std::vector<EpochStats>& history) {
   json meta = {{"model", graph.model}, {"batch_size", cfg.batch}, {"input", graph.input}, {"epoch_done", epochs_done},
@@ -545,31 +571,7 @@ TrainResult train(const TrainConfig& cfg) {
                 format_bytes(s["max_rss_bytes"]).c_str());
   }
   if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
-  if (cfg.profile) {
-    const auto& rec = profile::Recorder::get();
-    const auto events = rec.events();
-    check(!events.empty(), "the profile recorded no steps", "lower --profile-skip");
-    const profile::Report rep = profile::build_report(events, run.graph, plan::host_ceilings(threads), cfg.profile_group);
-    result.profile = profile::to_json(rep);
-    const MemoryStats ms = HostAllocator::instance().stats();
-    json peaks = json::object();
-    for (int c = 0; c < kMemCategories; ++c) peaks[std::string(to_string(MemCategory(c)))] = double(ms.peak[size_t(c)]);
-    result.profile["peak_bytes_by_category"] = peaks;
-    result.record["profile"] = result.profile;
-    if (say) profile::print_report(rep);
-    std::string prefix = cfg.profile_out;
-    if (prefix.empty() && !cfg.runs_dir.empty())
-      prefix = (fs::path(cfg.runs_dir) / fmt::format("{}-profile-{}-b{}", timestamp(), run.graph.model, cfg.batch)).string();
-    if (!prefix.empty()) {
-      result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
-      profile::write_trace(result.trace_path, events, rec.memory());
-      write_record(result.profile, fs::path(prefix).parent_path().string().empty() ? "." : fs::path(prefix).parent_path().string(),
-                   fs::path(prefix).filename().string());
-      if (say)
-        std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s.json\n", result.trace_path.c_str(),
-                    prefix.c_str());
-    }
-  }
+  if (cfg.profile) finish_profile(cfg, run.graph, plan::host_ceilings(threads), HostAllocator::instance().stats(), result);
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));

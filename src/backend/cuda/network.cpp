@@ -89,6 +89,64 @@ struct Network::Layer {
   }
 };
 
+// While profiling, a CUDA event pair around the work queued in its lifetime; nothing otherwise.
+class Network::Span {
+ public:
+  /// A layer's pass (nothing for a flatten, a view).
+  Span(Network& net, const std::string& name, ops::OpKind kind, profile::Phase phase, int node) : net_(net) {
+    if (net.profiling_ && kind != ops::OpKind::flatten) index_ = net.begin_span(name, std::string(ops::to_string(kind)), phase, node);
+  }
+  /// The loss or the update.
+  Span(Network& net, const char* name, profile::Phase phase) : net_(net) {
+    if (net.profiling_) index_ = net.begin_span(name, "", phase, -1);
+  }
+  ~Span() {
+    if (index_ != kNone) net_.end_span(index_);
+  }
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+ private:
+  static constexpr size_t kNone = ~size_t(0);
+  Network& net_;
+  size_t index_ = kNone;
+};
+
+size_t Network::begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node) {
+  const size_t i = spans_.size();
+  if (events_.size() <= i) {
+    cudaEvent_t a, b;
+    ok(cudaEventCreate(&a), "cudaEventCreate");
+    ok(cudaEventCreate(&b), "cudaEventCreate");
+    events_.push_back({a, b});
+  }
+  spans_.push_back({name, op, phase, node, 0, 0});
+  ok(cudaEventRecord(events_[i].first, stream_), "cudaEventRecord");
+  return i;
+}
+
+void Network::end_span(size_t i) { ok(cudaEventRecord(events_[i].second, stream_), "cudaEventRecord"); }
+
+void Network::mark_step_start() {
+  if (!step_start_) ok(cudaEventCreate(&step_start_), "cudaEventCreate");
+  spans_.clear();
+  ok(cudaEventRecord(step_start_, stream_), "cudaEventRecord");
+  ok(cudaEventSynchronize(step_start_), "cudaEventSynchronize");
+}
+
+std::vector<GpuSpan> Network::take_spans() {
+  ok(cudaStreamSynchronize(stream_), "profiling");
+  std::vector<GpuSpan> out;
+  out.swap(spans_);
+  for (size_t i = 0; i < out.size(); ++i) {
+    float a = 0, b = 0;
+    ok(cudaEventElapsedTime(&a, step_start_, events_[i].first), "cudaEventElapsedTime");
+    ok(cudaEventElapsedTime(&b, step_start_, events_[i].second), "cudaEventElapsedTime");
+    out[i].t0 = a / 1e3, out[i].t1 = b / 1e3;
+  }
+  return out;
+}
+
 void* Network::alloc_bytes(size_t bytes, MemCategory c) {
   void* p = device_allocator(device_).allocate(std::max<size_t>(bytes, 4), c);
   owned_.push_back(p);
@@ -256,6 +314,8 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
 
 Network::~Network() {
   cudaStreamSynchronize(stream_);
+  for (auto& [a, b] : events_) cudaEventDestroy(a), cudaEventDestroy(b);
+  if (step_start_) cudaEventDestroy(step_start_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
@@ -285,6 +345,7 @@ void Network::forward_pass(bool training) {
     Layer& l = *lp;
     const nn::Node& n = *l.node;
     const profile::NvtxRange range(n.name.c_str());  // Nsight Systems shows the layer names
+    const Span span(*this, n.name, n.kind, profile::Phase::forward, l.out - 1);
     const void* x = act_[size_t(l.in[0])];
     void* y = act_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
@@ -324,6 +385,7 @@ void Network::forward_pass(bool training) {
 }
 
 void Network::accumulate_loss(int64_t valid, double smoothing, bool grad) {
+  const Span span(*this, "loss", profile::Phase::loss);
   const nn::Node& last = graph_.nodes.back();
   softmax_cross_entropy(dt_, act_.back(), labels_, last.out_dims[0], last.out_dims[1], valid, float(smoothing), loss_sum_, correct_,
                         grad ? diff_.back() : nullptr, grad && loss_scale_ ? &loss_scale_->scale : nullptr, stream_);
@@ -367,8 +429,8 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
   host_args_.batch = v.batch;
   host_args_.epoch = v.epoch;
   write_args();
-  if (opts_.graphs && !graph_exec_ && eager_steps_ > 0) capture(load, valid, smoothing, opt);
-  if (graph_exec_ && valid == graph_valid_) {
+  if (opts_.graphs && !graph_exec_ && eager_steps_ > 0 && !profiling_) capture(load, valid, smoothing, opt);
+  if (graph_exec_ && valid == graph_valid_ && !profiling_) {  // a profiled step runs eagerly: its parts are timed
     ok(cudaGraphLaunch(graph_exec_, stream_), "replaying the training step's CUDA graph");
     return;
   }
@@ -446,6 +508,7 @@ void Network::backward() {
     Layer& l = **it;
     const nn::Node& n = *l.node;
     const profile::NvtxRange range(l.backward_name.c_str());
+    const Span span(*this, n.name, n.kind, profile::Phase::backward, l.out - 1);
     const void* x = act_[size_t(l.in[0])];
     const void* y = act_[size_t(l.out)];
     const void* dy = diff_[size_t(l.out)];
@@ -512,6 +575,7 @@ void Network::step(const nn::OptimizerConfig& opt, double lr) {
 // one update of all parameters (skipped on overflow), then the loss scale's bookkeeping and the
 // weights' half copies.
 void Network::update(const nn::OptimizerConfig& opt) {
+  const Span span(*this, "optimizer", profile::Phase::optimizer);
   if (dt_ != DType::f32) cast_to_f32(dt_, grads_h_, grads_, conv_span_, stream_);
   int32_t* skip = nullptr;
   if (loss_scale_) {

@@ -27,6 +27,7 @@
 #include "core/memory.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
+#include "profile/recorder.h"
 
 namespace dlperf::cuda {
 
@@ -39,6 +40,14 @@ struct GpuLoss {
 struct GpuTally {
   double loss_sum = 0;  ///< summed over rows
   int64_t correct = 0;
+};
+
+/// A stretch of GPU work the profiler times with CUDA events: seconds from the step's start.
+struct GpuSpan {
+  std::string name, op;
+  profile::Phase phase{};
+  int node = -1;
+  double t0 = 0, t1 = 0;
 };
 
 struct NetworkOptions {
@@ -81,6 +90,13 @@ class Network {
   void eval_step(const std::function<void(cudaStream_t)>& load, int64_t valid);
   /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
   GpuTally tally(bool reset);
+  /// Profiling (dlperf profile on a GPU): while on, steps run eagerly and every layer pass, the
+  /// loss and the update are bracketed by CUDA events. mark_step_start() records the step's
+  /// start; take_spans() waits for the GPU and returns the step's spans.
+  void set_profiling(bool on) { profiling_ = on; }
+  void mark_step_start();
+  std::vector<GpuSpan> take_spans();
+
   /// fp16's loss scale and skipped steps (waits for the GPU); the initial values otherwise.
   LossScale loss_scale() const;
   /// Whether steps replay a CUDA graph, and why not when they do not.
@@ -117,6 +133,9 @@ class Network {
 
  private:
   struct Layer;
+  class Span;  // brackets GPU work with CUDA events while profiling
+  size_t begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node);
+  void end_span(size_t index);
   float* alloc(size_t floats, MemCategory c);
   void* alloc_bytes(size_t bytes, MemCategory c);
   void write_args();
@@ -156,6 +175,11 @@ class Network {
   int64_t graph_valid_ = -1;
   int64_t eager_steps_ = 0;
   std::string why_not_graphed_ = "--no-graphs";
+  // Profiling: event pairs reused step after step, and what each of this step's spans is.
+  bool profiling_ = false;
+  cudaEvent_t step_start_ = nullptr;
+  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
+  std::vector<GpuSpan> spans_;
 };
 
 }  // namespace dlperf::cuda
