@@ -3,6 +3,7 @@
 
 #include "bench/cpu_bench.h"
 #include "core/error.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::test {
 namespace {
@@ -54,6 +55,22 @@ TEST(Bench, QuickFmaPeakIsPositiveAndValidated) {
   auto j = bench::to_json(r);
   for (const char* key : {"isa", "dtype", "threads", "gflops_median", "gflops_min", "gflops_max", "implied_ghz"})
     EXPECT_TRUE(j.contains(key)) << key;
+}
+
+// bf16 runs where the CPU has AVX512-BF16 (validated exactly inside), and says why not elsewhere.
+TEST(Bench, Bf16PeakRunsOrSaysWhyNot) {
+  bench::Options o;
+  o.quick = true;
+  o.threads = 1;
+  std::string why;
+  const auto r = bench::bf16_peak(o, &why);
+  if (!hw::cpu_info().avx512_bf16) {
+    EXPECT_TRUE(r.isa.empty());
+    EXPECT_NE(why.find("AVX512-BF16"), std::string::npos) << why;
+    return;
+  }
+  EXPECT_EQ(r.isa, "avx512-bf16");
+  EXPECT_GT(r.gflops.median, 1.0);
 }
 
 }  // namespace
@@ -122,6 +139,7 @@ TEST(Bench, BandwidthLevelsTakeThePlateauOfEachCache) {
 
 #include "bench/roofline.h"
 #include "report/plot.h"
+#include "hw/cpu_info.h"
 #include "test_util.h"
 
 namespace dlperf::test {

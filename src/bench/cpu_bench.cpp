@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/timer.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::bench {
 
@@ -161,6 +162,58 @@ FlopsResult fma_peak(const Options& o) {
   r.gflops = spread_of(gflops);
   r.per_core_gflops = r.gflops.median / r.threads;
   r.implied_ghz = kLanes > 1 ? r.per_core_gflops / (2.0 * kLanes * 2) : 0;
+  return r;
+}
+
+namespace {
+
+// Each VDPBF16PS adds a.b over pairs to every fp32 lane: with a = b = 2^-10 (exact in bf16) a
+// lane grows by 2 x 2^-20 an instruction, exactly, as long as it stays below 2^5. Compiled for
+// AVX512-BF16 whatever the build's -march, and called only where the CPU has it.
+__attribute__((target("avx512f,avx512bf16"))) float bf16_chains(int64_t iters) {
+  const __m512 w = _mm512_set1_ps(1.0f / 1024.0f);
+  const __m512bh a = _mm512_cvtne2ps_pbh(w, w);
+  __m512 x[kChains];
+  for (auto& v : x) v = _mm512_setzero_ps();
+  for (int64_t i = 0; i < iters; ++i) {
+    x[0] = _mm512_dpbf16_ps(x[0], a, a), x[1] = _mm512_dpbf16_ps(x[1], a, a), x[2] = _mm512_dpbf16_ps(x[2], a, a);
+    x[3] = _mm512_dpbf16_ps(x[3], a, a), x[4] = _mm512_dpbf16_ps(x[4], a, a), x[5] = _mm512_dpbf16_ps(x[5], a, a);
+    x[6] = _mm512_dpbf16_ps(x[6], a, a), x[7] = _mm512_dpbf16_ps(x[7], a, a), x[8] = _mm512_dpbf16_ps(x[8], a, a);
+    x[9] = _mm512_dpbf16_ps(x[9], a, a), x[10] = _mm512_dpbf16_ps(x[10], a, a), x[11] = _mm512_dpbf16_ps(x[11], a, a);
+  }
+  float sum = 0;
+  for (const auto& v : x) sum += _mm512_cvtss_f32(v);
+  return sum;
+}
+
+}  // namespace
+
+FlopsResult bf16_peak(const Options& o, std::string* why_not) {
+  FlopsResult r;
+  const hw::CpuInfo cpu = hw::cpu_info();
+  if (!cpu.avx512_bf16) {
+    *why_not = fmt::format("this CPU ({}) has no AVX512-BF16 ({})", cpu.model, cpu.isa);
+    return r;
+  }
+  r.isa = "avx512-bf16";
+  r.threads = thread_count(o);
+  r.repeats = o.quick ? 5 : 15;
+  const int64_t iters = o.quick ? 2'000'000 : 10'000'000;  // lanes stay below 2^5: 10M x 2^-19 = 19
+  const float expect = float(kChains) * float(double(iters) * 2.0 / (1024.0 * 1024.0));
+  std::vector<double> gflops;
+  for (int rep = -2; rep < r.repeats; ++rep) {
+    std::vector<float> result(size_t(r.threads), 0.f);
+    const double t0 = now_s();
+#pragma omp parallel num_threads(r.threads)
+    result[size_t(omp_get_thread_num())] = bf16_chains(iters);
+    const double dt = now_s() - t0;
+    for (float v : result)
+      check(v == expect, fmt::format("bf16 benchmark: chains summed to {} instead of {}", v, expect), "the machine or compiler is faulty");
+    if (rep >= 0) gflops.push_back(double(r.threads) * double(iters) * kChains * 16 * 2 * 2 / dt / 1e9);
+  }
+  r.gflops = spread_of(gflops);
+  r.per_core_gflops = r.gflops.median / r.threads;
+  r.implied_ghz = r.per_core_gflops / (2.0 * 16 * 2 * 2);  // 2 units x 16 lanes x 2 products x 2 FLOPs
   return r;
 }
 

@@ -47,6 +47,9 @@ struct FlopsResult {
   double implied_ghz = 0;  ///< median / (threads x 2 FMA units x lanes x 2): the clock the cores ran at
 };
 FlopsResult fma_peak(const Options& o);
+/// bf16 peak through AVX512-BF16's VDPBF16PS (16 lanes x 2 products x 2 FLOPs an instruction),
+/// 12 independent chains, validated exactly. Empty `isa` with `why_not` set where the CPU lacks it.
+FlopsResult bf16_peak(const Options& o, std::string* why_not);
 
 /// Bandwidth plateau of each memory level: the median triad GB/s of working sets that fit well
 /// inside the level (at most half of it, counting one private L1/L2 per thread) and exceed the

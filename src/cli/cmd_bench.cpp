@@ -190,6 +190,17 @@ nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
   t.print();
   auto j = bench::to_json(r);
   j["counted_peak_gflops"] = counted;
+  std::string why;
+  const auto b = bench::bf16_peak(o, &why);
+  if (b.isa.empty()) {
+    std::printf("bf16 peak: skipped: %s\n", why.c_str());
+    j["bf16"] = {{"skipped", why}};
+  } else {
+    std::printf("bf16 peak (VDPBF16PS, %d threads, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.2fx the fp32 FMA peak\n", b.threads,
+                b.repeats, b.gflops.median, b.gflops.min, b.gflops.max, b.gflops.median / r.gflops.median);
+    j["bf16"] = bench::to_json(b);
+    j["bf16"]["dtype"] = "bf16";
+  }
   return j;
 }
 
