@@ -200,5 +200,20 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   EXPECT_FALSE(says(obs, "the GPU trains"));
 }
 
+TEST(Lab, PrecisionObservationsFollowTheData) {
+  lab::Experiment p;
+  p.name = "precision";
+  p.rows = {row({{"precision", "fp32"}, {"device", "cuda"}}, 10, 5000, 91.0, 400),
+            row({{"precision", "bf16"}, {"device", "cuda"}}, 5, 10000, 90.8, 250),
+            row({{"precision", "fp16"}, {"device", "cuda"}, {"loss_scale_skips", 3}}, 4, 12500, 91.1, 250)};
+  auto obs = lab::observe(p);
+  EXPECT_TRUE(says(obs, "bf16 trains 2.00x faster than fp32, peak memory 250 MB vs 400 MB")) << obs[0];
+  EXPECT_TRUE(says(obs, "skipped 3 steps whose gradients overflowed"));
+  p.rows[2]["loss_scale_skips"] = 0;
+  EXPECT_TRUE(says(lab::observe(p), "skipped no step"));
+  p.rows[1] = {{"precision", "bf16"}, {"device", "cpu"}, {"status", "missing"}, {"note", "bf16 training needs AVX512-BF16"}};
+  EXPECT_TRUE(says(lab::observe(p), "AVX512-BF16"));
+}
+
 }  // namespace
 }  // namespace dlperf::test

@@ -180,6 +180,11 @@ std::vector<std::string> precision(const Experiment& e) {
                               r["precision"].get<std::string>(), s >= 1 ? s : 1 / s, s >= 1 ? "faster" : "slower",
                               megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
                               change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc")));
+    if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())
+      out.push_back(r["loss_scale_skips"].get<double>() > 0
+                        ? fmt::format("fp16's dynamic loss scaling skipped {:.0f} steps whose gradients overflowed.",
+                                      r["loss_scale_skips"].get<double>())
+                        : "fp16's dynamic loss scaling skipped no step: no gradient overflowed.");
   }
   if (rows.size() == 1)
     out.push_back(fmt::format("Only {} runs here.", rows.front()["precision"].get<std::string>()));
