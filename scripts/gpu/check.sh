@@ -33,16 +33,7 @@ case "$stage" in
     done
     ;;
   recipe)
-    $bin train --model models/fmnist-fast.json --data "$data" --device cuda $(cat models/fmnist-fast.flags) --runs-dir "$out/runs" \
-      --no-progress 2>&1 | tee "$out/recipe.txt"
-    python3 - "$out/runs" <<'PY'
-import glob, json, sys
-r = json.load(open(sorted(glob.glob(sys.argv[1] + "/*.json"))[-1]))
-t = sum(e["train_s"] + e["eval_s"] for e in r["epochs"])
-acc = r["epochs"][-1]["test_acc"]
-print(f"Fashion-MNIST recipe: {100 * acc:.2f}% test accuracy after {t:.3f} s of training and evaluation "
-      f"({'meets' if acc >= 0.93 and t < 1.0 else 'misses'} 93% in under 1 s)")
-PY
+    DLPERF=$bin DATA="$data" RUNS="$out/recipe" scripts/recipe_fmnist93.sh 2>&1 | tee "$out/recipe.txt"
     ;;
   vs-torch)
     python3 scripts/gpu/bench_vs_torch.py --dlperf $bin --data "$data" --json "$out/vs-torch.json" --markdown "$out/vs-torch.md" "$@" 2>&1 |

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Fashion-MNIST to 93% test accuracy: the recipe is recipes/fmnist93.json with the flags below
+# (5 epochs, batch 256, one-cycle lr 0.2, label smoothing 0.1, SGD with Nesterov momentum).
+# On a GPU it runs in bf16 with the dataset on the GPU and CUDA graphs; on a CPU in fp32. It
+# prints the final test accuracy and the training + evaluation wall time from the run record
+# (start-up excluded, evaluation included), and whether that meets 93% (in under 1 s on a GPU).
+#   scripts/recipe_fmnist93.sh                         # the default device (a GPU when there is one)
+#   DEVICE=cpu scripts/recipe_fmnist93.sh              # on the CPU (about 5 minutes on 2 cores)
+#   DLPERF=build-gpu/dlperf DATA=.deb/fashion-mnist scripts/recipe_fmnist93.sh   # on the GPU machine
+# EPOCHS=6 buys accuracy margin (93.45% instead of 93.10% on the CPU). Extra arguments go to
+# dlperf train (for example --seed 1).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${DLPERF:-build/dlperf}
+data=${DATA:-fashion-mnist}
+runs=${RUNS:-runs/recipe-fmnist93}
+device=${DEVICE:-auto}
+if [ "$device" = auto ]; then
+  if [ -e /dev/nvidia0 ]; then device=cuda; else device=cpu; fi
+fi
+gpu_flags=()
+[ "$device" != cpu ] && gpu_flags=(--precision "${PRECISION:-bf16}" --data-on-device)
+mkdir -p "$runs"
+before=$(ls "$runs" | wc -l)
+"$bin" train --model recipes/fmnist93.json --data "$data" --device "$device" --epochs "${EPOCHS:-5}" --batch-size 256 --lr 0.2 \
+  --schedule onecycle --label-smoothing 0.1 --workers 2 "${gpu_flags[@]}" --runs-dir "$runs" --no-progress "$@"
+record=$(ls -t "$runs"/*.json | head -1)
+[ "$(ls "$runs" | wc -l)" -gt "$before" ] || { echo "no new run record in $runs" >&2; exit 1; }
+python3 - "$record" "$device" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+on_gpu = sys.argv[2] != "cpu"
+t = sum(e["train_s"] + e["eval_s"] for e in r["epochs"])
+acc = r["epochs"][-1]["test_acc"]
+goal = acc >= 0.93 and (t < 1.0 or not on_gpu)
+print(f"\nFashion-MNIST recipe on {r['config'].get('device_used', sys.argv[2])}: {100 * acc:.2f}% test accuracy after "
+      f"{t:.3f} s of training and evaluation -> {'meets' if goal else 'misses'} 93%{' in under 1 s' if on_gpu else ''}")
+sys.exit(0 if goal else 3)
+PY
