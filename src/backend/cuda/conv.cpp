@@ -3,6 +3,7 @@
 #include <cudnn.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -28,9 +29,23 @@ cudnnDataType_t data_type(Precision p) {
 // Algorithms chosen per (shape, precision), for the life of the process.
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
 struct Algos {
-  int fwd, bwd_data, bwd_filter;
-  size_t workspace;
+  int fwd = -1, bwd_data = -1, bwd_filter = -1;
+  size_t workspace = 0;
+  bool timed = true;  ///< all three from the timed search
 };
+
+// The first (fastest, for a timed search) algorithm that ran and fits the workspace limit; -1
+// when none does. Raises `workspace` to its need. The search runs under the descriptor's math
+// type (FMA only for fp32), and so does every later call.
+template <class Perf>
+int pick(const Perf* perf, int n, size_t& workspace) {
+  for (int i = 0; i < n; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) {
+      workspace = std::max(workspace, perf[i].memory);
+      return int(perf[i].algo);
+    }
+  return -1;
+}
 std::mutex cache_mutex;
 std::map<Key, Algos> algo_cache;
 
@@ -66,30 +81,38 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc) : s_(s), p_(p),
   if (it == algo_cache.end()) {
     Algos a{};
     constexpr int kMax = 16;
+    // First a timed search (cuDNN runs each candidate, as PyTorch's cudnn.benchmark does); then,
+    // for a pass it could not time (its buffers did not fit, say), cuDNN's heuristics.
     int got = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[kMax];
-    ok(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, &got, fp), "forward heuristics");
-    a.fwd = -1;
-    for (int i = 0; i < got && a.fwd < 0; ++i)
-      if (fp[i].status == CUDNN_STATUS_SUCCESS && fp[i].memory <= kWorkspaceLimit) a.fwd = int(fp[i].algo), a.workspace = fp[i].memory;
+    if (cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, kMax, &got, fp) == CUDNN_STATUS_SUCCESS)
+      a.fwd = pick(fp, got, a.workspace);
+    if (a.fwd < 0) {
+      ok(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, &got, fp), "forward heuristics");
+      a.fwd = pick(fp, got, a.workspace), a.timed = false;
+    }
     cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
-    ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, &got, dp), "backward-data heuristics");
-    a.bwd_data = -1;
-    for (int i = 0; i < got && a.bwd_data < 0; ++i)
-      if (dp[i].status == CUDNN_STATUS_SUCCESS && dp[i].memory <= kWorkspaceLimit)
-        a.bwd_data = int(dp[i].algo), a.workspace = std::max(a.workspace, dp[i].memory);
+    if (cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, kMax, &got, dp) == CUDNN_STATUS_SUCCESS)
+      a.bwd_data = pick(dp, got, a.workspace);
+    if (a.bwd_data < 0) {
+      ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, &got, dp), "backward-data heuristics");
+      a.bwd_data = pick(dp, got, a.workspace), a.timed = false;
+    }
     cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
-    ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, &got, wp), "backward-filter heuristics");
-    a.bwd_filter = -1;
-    for (int i = 0; i < got && a.bwd_filter < 0; ++i)
-      if (wp[i].status == CUDNN_STATUS_SUCCESS && wp[i].memory <= kWorkspaceLimit)
-        a.bwd_filter = int(wp[i].algo), a.workspace = std::max(a.workspace, wp[i].memory);
+    if (cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, kMax, &got, wp) == CUDNN_STATUS_SUCCESS)
+      a.bwd_filter = pick(wp, got, a.workspace);
+    if (a.bwd_filter < 0) {
+      ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, &got, wp), "backward-filter heuristics");
+      a.bwd_filter = pick(wp, got, a.workspace), a.timed = false;
+    }
+    cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
           fmt::format("cuDNN has no {} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
                       to_string(p), s.n, s.c, s.h, s.w, s.k, kWorkspaceLimit));
     it = algo_cache.emplace(key, a).first;
   }
   fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
+  timed_ = it->second.timed;
   workspace_bytes_ = it->second.workspace;
   cudaGetDevice(&device_);
   if (workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -135,7 +158,8 @@ void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStr
 }
 
 std::string CudnnConv::algorithms() const {
-  return fmt::format("fwd {}, bwd-data {}, bwd-filter {}", fwd_algo_, bwd_data_algo_, bwd_filter_algo_);
+  return fmt::format("fwd {}, bwd-data {}, bwd-filter {} ({})", fwd_algo_, bwd_data_algo_, bwd_filter_algo_,
+                     timed_ ? "timed search" : "heuristics");
 }
 
 }  // namespace dlperf::cuda

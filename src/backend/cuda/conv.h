@@ -1,7 +1,8 @@
 // 2-D convolution through cuDNN: forward, backward-data and backward-filter for one shape and
-// precision, with each pass's algorithm chosen once per shape (cuDNN's heuristics, within a
-// workspace limit) and cached for the process. fp32 and tf32 use NCHW; bf16 and fp16 use NHWC,
-// the layout tensor cores want. Square kernels, equal stride and padding in both directions.
+// precision, with each pass's algorithm chosen once per shape (cuDNN's timed search, as PyTorch's
+// cudnn.benchmark; its heuristics where the search fails; within a workspace limit) and cached
+// for the process. Layout NCHW or NHWC (what tensor cores want; bf16's and fp16's default here,
+// while the network executor keeps NCHW). Square kernels, equal stride and padding both ways.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,6 +49,7 @@ class CudnnConv {
   void* handle_ = nullptr;
   void *x_ = nullptr, *y_ = nullptr, *w_ = nullptr, *conv_ = nullptr;  // cuDNN descriptors
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
+  bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int device_ = 0;
