@@ -52,6 +52,9 @@ def target_ratio(model, batch):
 def torch_run(spec, x, y, batch, lr, precision, device, compiled):
     """Images/s of the second of two epochs over (x, y), which are already on `device`."""
     torch.manual_seed(0)
+    if device == "cuda":  # fp32 means fp32 (PyTorch lets cuDNN use TF32 by default); tf32 allows it in both libraries
+        torch.backends.cudnn.allow_tf32 = precision == "tf32"
+        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     model = SpecNet(spec).to(device)
     convs = any(l["type"] == "conv2d" for l in spec["layers"])
     if convs and device == "cuda":
