@@ -120,10 +120,15 @@ class DeviceDataset {
       : lc_(lc), flip_ok_(d.flip_ok), device_(device) {
     CachingAllocator& mem = cuda::device_allocator(device);
     const size_t image_bytes = d.images.size(), n = size_t(d.size());
-    images_ = mem.allocate(image_bytes, MemCategory::data);
-    labels_ = mem.allocate(n, MemCategory::data);
-    order_ = mem.allocate(n * sizeof(int32_t), MemCategory::data);
-    norm_ = mem.allocate(2 * size_t(d.channels) * sizeof(float), MemCategory::data);
+    try {  // a constructor that throws runs no destructor
+      images_ = mem.allocate(image_bytes, MemCategory::data);
+      labels_ = mem.allocate(n, MemCategory::data);
+      order_ = mem.allocate(n * sizeof(int32_t), MemCategory::data);
+      norm_ = mem.allocate(2 * size_t(d.channels) * sizeof(float), MemCategory::data);
+    } catch (...) {
+      release();
+      throw;
+    }
     ok(cudaMemcpy(images_, d.images.data(), image_bytes, cudaMemcpyHostToDevice), "copying the dataset to the GPU");
     ok(cudaMemcpy(labels_, d.labels.data(), n, cudaMemcpyHostToDevice), "copying the labels to the GPU");
     std::vector<float> norm;  // scale then shift, as data::Loader computes them
@@ -133,9 +138,12 @@ class DeviceDataset {
     images_view_ = {static_cast<const uint8_t*>(images_), static_cast<const uint8_t*>(labels_), d.size(), d.channels, d.height, d.width};
     set_order(0, nullptr);
   }
-  ~DeviceDataset() {
+  ~DeviceDataset() { release(); }
+  void release() {
     CachingAllocator& mem = cuda::device_allocator(device_);
-    for (void* p : {images_, labels_, order_, norm_}) mem.release(p);
+    for (void* p : {images_, labels_, order_, norm_})
+      if (p) mem.release(p);
+    images_ = labels_ = order_ = norm_ = nullptr;
   }
   DeviceDataset(const DeviceDataset&) = delete;
   DeviceDataset& operator=(const DeviceDataset&) = delete;

@@ -157,6 +157,17 @@ float* Network::alloc(size_t floats, MemCategory c) { return static_cast<float*>
 
 Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions opts)
     : graph_(g), device_(device), opts_(std::move(opts)), seed_(seed) {
+  // A constructor that throws (out of GPU memory, say) runs no destructor: give back what was
+  // taken so far, since the lab goes on to its next run in the same process.
+  try {
+    build(seed, device);
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+void Network::build(uint64_t seed, int device) {
   check(opts_.precision != Precision::fp8, "the GPU executor trains in fp32, tf32, bf16 or fp16", "pick one of those");
   dt_ = dtype_of(opts_.precision);
   const size_t es = bytes_of(dt_);
@@ -312,15 +323,22 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
   ok(cudaStreamSynchronize(stream_), "network set-up");
 }
 
-Network::~Network() {
-  cudaStreamSynchronize(stream_);
+Network::~Network() { release(); }
+
+void Network::release() {
+  if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [a, b] : events_) cudaEventDestroy(a), cudaEventDestroy(b);
+  events_.clear();
   if (step_start_) cudaEventDestroy(step_start_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  step_start_ = nullptr, graph_exec_ = nullptr;
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
+  owned_.clear();
   if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
-  cudaStreamDestroy(stream_);
+  cudnn_ = nullptr;
+  if (stream_) cudaStreamDestroy(stream_);
+  stream_ = nullptr;
 }
 
 float* Network::input() { return input32_; }
