@@ -125,6 +125,7 @@ TEST(PlanMemory, EnginePredictionIsWithinFivePercentOfMeasured) {
     for (int64_t batch : {16, 64}) {
       train::TrainConfig c;
       c.model = model;
+      c.device = "cpu";  // the engine memory model is the CPU engine's
       c.data = "synthetic:1x28x28:512";
       c.batch = batch;
       c.epochs = 1;
@@ -149,6 +150,39 @@ TEST(PlanMemory, EnginePredictionIsWithinFivePercentOfMeasured) {
   std::vector<std::string> skipped;
   EXPECT_TRUE(plan::compare_with_records({(dir.path / "junk.json").string()}, plan::host_ceilings(1), skipped).empty());
   EXPECT_EQ(skipped.size(), 1u);
+}
+
+// A GPU run record is predicted with the datasheet roofline of the GPU it ran on; a GPU the
+// catalog lacks is skipped with the reason.
+TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
+  TempDir dir;
+  train::TrainConfig c;
+  c.model = "small";
+  c.device = "cpu";
+  c.data = "synthetic:1x28x28:256";
+  c.batch = 64;
+  c.epochs = 1;
+  c.runs_dir = dir.path.string();
+  c.quiet = true;
+  c.progress = false;
+  const auto r = train::train(c);
+  nlohmann::json rec = r.record;
+  rec["config"]["device_used"] = "cuda:0";
+  rec["config"]["precision"] = "bf16";
+  rec["device"] = {{"name", "NVIDIA H100 80GB HBM3"}};
+  std::ofstream(dir.path / "gpu.json") << rec.dump();
+  rec["device"]["name"] = "NVIDIA Imaginary 9000";
+  std::ofstream(dir.path / "unknown.json") << rec.dump();
+  std::vector<std::string> skipped;
+  const auto cmp = plan::compare_with_records({(dir.path / "gpu.json").string(), (dir.path / "unknown.json").string()},
+                                              plan::host_ceilings(1), skipped);
+  ASSERT_EQ(cmp.size(), 1u);
+  EXPECT_NE(cmp[0].run.find("bf16 on h100-sxm"), std::string::npos) << cmp[0].run;
+  EXPECT_GT(cmp[0].predicted_step_s, 0);
+  EXPECT_LT(cmp[0].predicted_step_s, cmp[0].measured_step_s);  // an H100 beats this 2-core CPU's measured step
+  EXPECT_GT(cmp[0].predicted_energy_j, 0);  // 700 W x the predicted time
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].find("NVIDIA Imaginary 9000"), std::string::npos);
 }
 
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {

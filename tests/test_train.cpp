@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 train::TrainConfig tiny() {
   train::TrainConfig c;
   c.model = "small";
+  c.device = "cpu";  // the CPU engine's tests; the GPU's are in test_cuda.cpp
   c.data = "synthetic:1x12x12:1500";
   c.epochs = 3;
   c.batch = 32;

@@ -8,7 +8,9 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "plan/catalog.h"
 #include "plan/memory.h"
+#include "plan/targets.h"
 
 namespace dlperf::plan {
 
@@ -58,8 +60,38 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     const json& last = r["epochs"].back();
     const double steps = std::floor(d["train_images"].get<double>() / double(batch));
     cmp.measured_step_s = last["train_s"].get<double>() / steps;
-    cmp.predicted_step_s = predict_step(g, opt, c).step_s;
     cmp.measured_peak = r["summary"]["peak_bytes"];
+    const std::string device = cfg.value("device_used", "cpu");
+    if (device.rfind("cuda", 0) == 0) {
+      // A GPU run: the datasheet roofline the targets table uses, for the GPU it ran on.
+      const std::string gpu = r.contains("device") ? r["device"].value("name", "") : "";
+      const std::string id = catalog_id_for_gpu(gpu);
+      if (id.empty()) {
+        skipped.push_back(fmt::format("{}: a GPU run on {}, which the hardware catalog has no entry for", file, gpu.empty() ? "?" : gpu));
+        continue;
+      }
+      JobSpec job;
+      job.graph = &g;
+      job.global_batch = batch;
+      job.steps = steps;
+      job.precision = cfg.value("precision", "fp32");
+      job.optimizer = opt.name;
+      const TargetEstimate t = estimate(job, load_catalog().find(id), 0, 1);
+      if (!t.unsupported.empty()) {
+        skipped.push_back(fmt::format("{}: {}", file, t.unsupported));
+        continue;
+      }
+      cmp.run = fmt::format("{} b{} {} on {}", g.model, batch, job.precision, id);
+      cmp.predicted_step_s = t.step_s;
+      cmp.predicted_peak = t.memory;
+      if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
+      cmp.energy_source = r.value("energy_source", "the record has no energy measurement");
+      const Device& d = load_catalog().find(id);
+      if (d.tdp_w > 0) cmp.predicted_energy_j = d.tdp_w * cmp.predicted_step_s * steps;
+      out.push_back(cmp);
+      continue;
+    }
+    cmp.predicted_step_s = predict_step(g, opt, c).step_s;
     cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0)).total();
     // Energy of the last epoch's training loop, where the record measured it.
     if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
