@@ -115,16 +115,7 @@ std::vector<float> randn(size_t n, uint64_t seed) {
 
 // A quiet dlperf train run on GPU 0 that writes no run record.
 train::TrainConfig gpu_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs) {
-  train::TrainConfig c;
-  c.model = model;
-  c.data = data;
-  c.device = "cuda";
-  c.batch = batch;
-  c.epochs = epochs;
-  c.runs_dir = "";
-  c.quiet = true;
-  c.progress = false;
-  return c;
+  return quiet_run(model, data, batch, epochs, "cuda");
 }
 
 TEST(Cuda, ElementwiseKernelsMatchTheReference) {

@@ -156,15 +156,8 @@ TEST(PlanMemory, EnginePredictionIsWithinFivePercentOfMeasured) {
 // catalog lacks is skipped with the reason.
 TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   TempDir dir;
-  train::TrainConfig c;
-  c.model = "small";
-  c.device = "cpu";
-  c.data = "synthetic:1x28x28:256";
-  c.batch = 64;
-  c.epochs = 1;
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
   c.runs_dir = dir.path.string();
-  c.quiet = true;
-  c.progress = false;
   const auto r = train::train(c);
   nlohmann::json rec = r.record;
   rec["config"]["device_used"] = "cuda:0";

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "train/trainer.h"
 
 namespace dlperf::test {
 
@@ -34,5 +35,20 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 };
+
+/// A quiet training run's settings (no console output, no progress bar, no run record).
+inline train::TrainConfig quiet_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs,
+                                    const std::string& device) {
+  train::TrainConfig c;
+  c.model = model;
+  c.data = data;
+  c.device = device;
+  c.batch = batch;
+  c.epochs = epochs;
+  c.runs_dir = "";
+  c.quiet = true;
+  c.progress = false;
+  return c;
+}
 
 }  // namespace dlperf::test
