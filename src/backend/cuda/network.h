@@ -135,7 +135,7 @@ class Network {
   struct Layer;
   class Span;  // brackets GPU work with CUDA events while profiling
   size_t begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node);
-  void end_span(size_t index);
+  void end_span(size_t index) noexcept;
   void build(uint64_t seed, int device);  // the constructor's work
   void release();                          // gives back every resource (destructor, failed build)
   float* alloc(size_t floats, MemCategory c);
