@@ -652,7 +652,8 @@ TEST(Cuda, GraphedStepsMatchEagerSteps) {
     EXPECT_EQ(tg.correct, te.correct);
     const auto pe = eager.parameters(), pg = graphed.parameters();
     ASSERT_EQ(pe.size(), pg.size());
-    for (size_t i = 0; i < pe.size(); ++i) ASSERT_NEAR(pg[i], pe[i], 1e-5 * (1 + std::fabs(pe[i]))) << i;
+    // cuDNN's backward algorithms may sum in any order; a wrong step value would differ by far more.
+    for (size_t i = 0; i < pe.size(); ++i) ASSERT_NEAR(pg[i], pe[i], 1e-4 * (1 + std::fabs(pe[i]))) << i;
   }
 }
 
