@@ -233,14 +233,23 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
   }
   const auto bw = bench::gpu::device_bandwidth(device, a.opt.quick ? 256e6 : 1e9, repeats);
   const auto info = cuda::gpu_info(device);
-  std::printf("\nDevice memory bandwidth on GPU %d, %s (median GB/s; %% of the %.0f GB/s the clock and bus imply):\n", device,
-              info.name.c_str(), info.peak_bandwidth_gbps);
-  report::Table t({"kernel", "bytes moved", "GB/s", "spread", "% of peak"});
+  // The datasheet's bandwidth where the catalog knows the GPU, beside the clock-and-bus figure.
+  double sheet = 0;
+  std::string sheet_id = plan::catalog_id_for_gpu(info.name);
+  if (!sheet_id.empty()) sheet = plan::load_catalog().find(sheet_id).bandwidth_gbps;
+  std::printf("\nDevice memory bandwidth on GPU %d, %s (median GB/s; %% of the %.0f GB/s the clock and bus imply%s):\n", device,
+              info.name.c_str(), info.peak_bandwidth_gbps,
+              sheet > 0 ? fmt::format(", and of the datasheet's {:.0f} GB/s ({})", sheet, sheet_id).c_str() : "; no datasheet entry");
+  report::Table t({"kernel", "bytes moved", "GB/s", "spread", "% of clock x bus", "% of datasheet"});
   for (const auto& b : bw)
     t.add({b.kernel, format_bytes(b.bytes), fmt::format("{:.0f}", b.median_gbps), fmt::format("{:.0f}-{:.0f}", b.min_gbps, b.max_gbps),
-           info.peak_bandwidth_gbps > 0 ? fmt::format("{:.0f}%", 100 * b.median_gbps / info.peak_bandwidth_gbps) : "-"});
+           info.peak_bandwidth_gbps > 0 ? fmt::format("{:.0f}%", 100 * b.median_gbps / info.peak_bandwidth_gbps) : "-",
+           sheet > 0 ? fmt::format("{:.0f}%", 100 * b.median_gbps / sheet) : "-"});
   t.print();
-  return bench::gpu::to_json(bw);
+  return {{"points", bench::gpu::to_json(bw)},
+          {"clock_bus_gbps", info.peak_bandwidth_gbps},
+          {"datasheet_gbps", sheet > 0 ? nlohmann::json(sheet) : nlohmann::json()},
+          {"catalog_id", sheet_id}};
 }
 
 // cuBLASLt GEMM per precision on the GPU, beside the datasheet's peak where the catalog knows it.
