@@ -9,10 +9,12 @@
 #include <set>
 #include <vector>
 
+#include "backend/cuda/pool_index.h"
 #include "backend/cuda/runtime.h"
 #include "bench/gpu_bench.h"
 #include "core/rng.h"
 #include "hw/nvml.h"
+#include "ops/op.h"
 #include "plan/catalog.h"
 #include "test_util.h"
 
@@ -66,6 +68,28 @@ TEST(Cuda, GpuNamesMapToCatalogEntries) {
   EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L4"), "l4");
   EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L40S"), "");
   EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA GeForce RTX 4090"), "rtx-4090");
+}
+
+// The pooling kernels' window arithmetic (a host-compiled header), against brute force.
+TEST(PoolWindows, EachInputFindsExactlyTheWindowsHoldingIt) {
+  for (int64_t k = 1; k <= 4; ++k)
+    for (int64_t stride = 1; stride <= 3; ++stride)
+      for (int64_t pad = 0; pad < k; ++pad)
+        for (int64_t h = k; h <= 11; ++h) {
+          const int64_t out = ops::window_out(h, k, stride, pad);
+          for (int64_t i = 0; i < h; ++i) {
+            int64_t lo = out, hi = -1;
+            for (int64_t o = 0; o < out; ++o)
+              if (o * stride - pad <= i && i <= o * stride - pad + k - 1) lo = std::min(lo, o), hi = std::max(hi, o);
+            const auto r = cuda::windows_holding(i, k, stride, pad, out);
+            if (hi < 0) {
+              EXPECT_GT(r.first, r.last) << "k" << k << " s" << stride << " p" << pad << " h" << h << " i" << i;
+            } else {
+              EXPECT_EQ(r.first, lo) << "k" << k << " s" << stride << " p" << pad << " h" << h << " i" << i;
+              EXPECT_EQ(r.last, hi) << "k" << k << " s" << stride << " p" << pad << " h" << h << " i" << i;
+            }
+          }
+        }
 }
 
 TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "data/augment.h"
 #include "profile/recorder.h"
 
 namespace dlperf::data {
@@ -105,15 +106,9 @@ void Loader::fill(Batch& b, int64_t id) const {
     const int64_t sample = order_[size_t(first + i)];
     b.labels[size_t(i)] = data_.labels[size_t(sample)];
     const uint8_t* src = &data_.images[size_t(sample * C * HW)];
-    int64_t dy = 0, dx = 0;
-    bool flip = false;
-    if (cfg_.augment) {
-      const uint64_t h = hash_coords(cfg_.seed, 0xA06, uint64_t(epoch_), uint64_t(sample));
-      const int64_t span = 2 * cfg_.pad_crop + 1;
-      dy = int64_t(h % uint64_t(span)) - cfg_.pad_crop;
-      dx = int64_t((h >> 16) % uint64_t(span)) - cfg_.pad_crop;
-      flip = data_.flip_ok && ((h >> 40) & 1);
-    }
+    const Crop crop = cfg_.augment ? random_crop(cfg_.seed, epoch_, sample, cfg_.pad_crop, data_.flip_ok) : Crop{};
+    const int64_t dy = crop.dy, dx = crop.dx;
+    const bool flip = crop.flip;
     for (int64_t c = 0; c < C; ++c) {
       const float sc = scale_[size_t(c)], sh = shift_[size_t(c)];
       const uint8_t* plane = src + c * HW;

@@ -6,7 +6,9 @@
 #include <cfloat>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/pool_index.h"
 #include "core/rng.h"
+#include "data/augment.h"
 
 namespace dlperf::cuda {
 
@@ -144,12 +146,10 @@ __global__ void pool_backward_k(PoolShape p, const T* x, const T* dy, T* dx) {
     const int64_t plane = e / (p.h * p.w), iy = (e / p.w) % p.h, ix = e % p.w;
     const T* src = x + plane * p.h * p.w;
     const T* g = dy + plane * p.out_h * p.out_w;
-    // Windows oy with oy*stride - pad <= iy <= oy*stride - pad + kh - 1.
-    const int64_t oy0 = max(int64_t(0), (iy + p.pad - p.kh + p.stride) / p.stride), oy1 = min(p.out_h - 1, (iy + p.pad) / p.stride);
-    const int64_t ox0 = max(int64_t(0), (ix + p.pad - p.kw + p.stride) / p.stride), ox1 = min(p.out_w - 1, (ix + p.pad) / p.stride);
+    const WindowRange ry = windows_holding(iy, p.kh, p.stride, p.pad, p.out_h), rx = windows_holding(ix, p.kw, p.stride, p.pad, p.out_w);
     float sum = 0.f;
-    for (int64_t oy = oy0; oy <= oy1; ++oy)
-      for (int64_t ox = ox0; ox <= ox1; ++ox) {
+    for (int64_t oy = ry.first; oy <= ry.last; ++oy)
+      for (int64_t ox = rx.first; ox <= rx.last; ++ox) {
         const int64_t y0 = oy * p.stride - p.pad, x0 = ox * p.stride - p.pad;
         if (iy < y0 || iy >= y0 + p.kh || ix < x0 || ix >= x0 + p.kw) continue;
         if (!p.max) {
@@ -272,7 +272,7 @@ __global__ void normalize_k(const uint8_t* x, float* y, int64_t total, int64_t c
   }
 }
 
-// One thread an output element; the hash and crop arithmetic are the host loader's (loader.cpp).
+// One thread an output element; the crop is the host loader's (data/augment.h).
 __global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
                          int64_t batch, bool augment, int64_t pad, bool flip_ok, uint64_t seed, const float* scale,
                          const float* shift, float* out, int32_t* labels) {
@@ -287,16 +287,8 @@ __global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, in
     }
     const int64_t sample = order[first + row];
     if (c == 0 && y == 0 && x == 0) labels[row] = d.labels[sample];
-    int64_t dy = 0, dx = 0;
-    bool flip = false;
-    if (augment) {
-      const uint64_t h = hash_coords(seed, 0xA06, uint64_t(epoch), uint64_t(sample));
-      const int64_t span = 2 * pad + 1;
-      dy = int64_t(h % uint64_t(span)) - pad;
-      dx = int64_t((h >> 16) % uint64_t(span)) - pad;
-      flip = flip_ok && ((h >> 40) & 1);
-    }
-    const int64_t sy = y + dy, sx = (flip ? W - 1 - x : x) + dx;
+    const data::Crop crop = augment ? data::random_crop(seed, epoch, sample, pad, flip_ok) : data::Crop{};
+    const int64_t sy = y + crop.dy, sx = (crop.flip ? W - 1 - x : x) + crop.dx;
     const float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? float(d.images[(sample * C + c) * HW + sy * W + sx]) : 0.f;
     out[e] = v * scale[c] + shift[c];
   }
