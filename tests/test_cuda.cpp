@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
 #include "backend/cuda/runtime.h"
 #include "bench/gpu_bench.h"
@@ -90,6 +91,25 @@ TEST(PoolWindows, EachInputFindsExactlyTheWindowsHoldingIt) {
             }
           }
         }
+}
+
+// fp16's loss-scale rule (host-compiled): halve and skip on overflow, double after 2000 clean steps.
+TEST(LossScaleRule, HalvesOnOverflowAndDoublesAfter2000CleanSteps) {
+  cuda::LossScale ls;
+  EXPECT_EQ(ls.scale, 65536.f);
+  ls.found_inf = 1;
+  cuda::advance_loss_scale(ls);
+  EXPECT_EQ(ls.scale, 32768.f);
+  EXPECT_EQ(ls.skipped, 1);
+  EXPECT_EQ(ls.found_inf, 0);
+  for (int i = 0; i < 1999; ++i) cuda::advance_loss_scale(ls);
+  EXPECT_EQ(ls.scale, 32768.f);
+  ls.found_inf = 1;  // an overflow resets the run of clean steps
+  cuda::advance_loss_scale(ls);
+  EXPECT_EQ(ls.scale, 16384.f);
+  for (int i = 0; i < 2000; ++i) cuda::advance_loss_scale(ls);
+  EXPECT_EQ(ls.scale, 32768.f);
+  EXPECT_EQ(ls.skipped, 2);
 }
 
 TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {

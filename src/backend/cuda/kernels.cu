@@ -204,17 +204,7 @@ __global__ void from_f32_k(const float* x, T* y, int64_t n) {
   GRID_STRIDE(i, n) st(y, i, x[i]);
 }
 
-__global__ void update_loss_scale_k(LossScale* ls) {
-  if (ls->found_inf) {
-    ls->scale *= 0.5f;
-    ls->clean_steps = 0;
-    ++ls->skipped;
-  } else if (++ls->clean_steps >= 2000) {
-    ls->scale *= 2.f;
-    ls->clean_steps = 0;
-  }
-  ls->found_inf = 0;
-}
+__global__ void update_loss_scale_k(LossScale* ls) { advance_loss_scale(*ls); }
 
 __global__ void sgd_k(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov,
                       const StepArgs* args, const int32_t* skip) {

@@ -10,6 +10,9 @@
 
 #include <cstdint>
 
+#include "backend/cuda/loss_scale.h"
+#include "core/rng.h"
+
 namespace dlperf::cuda {
 
 /// What changes from one training step to the next, read by the kernels from device memory: a
@@ -100,16 +103,7 @@ void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s);
 /// fp32 to any type (round to nearest even).
 void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s);
 
-/// fp16's dynamic loss scale, kept on the device so a captured step updates it (PyTorch's
-/// GradScaler rules: start at 2^16, halve and skip the step on overflow, double after 2000
-/// clean steps).
-struct LossScale {
-  float scale = 65536.f;
-  int32_t found_inf = 0;
-  int32_t clean_steps = 0;
-  int64_t skipped = 0;
-};
-/// After a step's gradients were checked: skip bookkeeping and the new scale (one thread).
+/// advance_loss_scale on the device copy (one thread).
 void update_loss_scale(LossScale* ls, cudaStream_t s);
 
 /// uint8 images [n, C, H, W] to normalized floats: out = x * scale[c] + shift[c].
