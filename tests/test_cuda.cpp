@@ -32,6 +32,7 @@
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "nn/graph.h"
+#include "plan/memory.h"
 #include "train/trainer.h"
 #include "nn/optimizer.h"
 #endif
@@ -701,8 +702,8 @@ TEST(Cuda, GraphedStepsMatchEagerSteps) {
   }
 }
 
-// The network's own account of its allocations (used for the out-of-memory advice) matches what
-// it allocates, up to the cuDNN workspaces it cannot know in advance.
+// The planner's account of the GPU executor's allocations (plan::gpu_engine_memory, used for the
+// out-of-memory advice and plan --against) matches what it allocates, up to the cuDNN workspaces.
 TEST(Cuda, PlannedBytesMatchTheAllocations) {
   REQUIRE_GPU();
   CachingAllocator& mem = cuda::device_allocator(0);
@@ -715,13 +716,13 @@ TEST(Cuda, PlannedBytesMatchTheAllocations) {
     o.precision = p;
     cuda::Network net(g, 1, 0, o);
     const auto st = mem.stats();
-    const auto planned = cuda::Network::planned_bytes(g, "sgd", p);
+    const plan::MemoryEstimate planned = plan::gpu_engine_memory(g, "sgd", cuda::to_string(p));
     for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
                           MemCategory::data}) {
       SCOPED_TRACE(std::string(to_string(c)));
-      EXPECT_NEAR(double(st.current[size_t(c)]), planned[size_t(c)], 0.02 * planned[size_t(c)] + 4096);
+      EXPECT_NEAR(double(st.current[size_t(c)]), planned[c], 0.02 * planned[c] + 4096);
     }
-    EXPECT_GE(double(st.current_total - before), 0.98 * std::accumulate(planned.begin(), planned.end(), 0.0));
+    EXPECT_GE(double(st.current_total - before), 0.98 * planned.total());  // plus cuDNN's workspaces
   }
 }
 

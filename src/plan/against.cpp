@@ -83,7 +83,13 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       }
       cmp.run = fmt::format("{} b{} {} on {}", g.model, batch, job.precision, id);
       cmp.predicted_step_s = t.step_s;
-      cmp.predicted_peak = t.memory;
+      // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
+      cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision).total();
+      if (cfg.value("data_on_device", false)) {
+        const double image = d["shape"][0].get<double>() * d["shape"][1].get<double>() * d["shape"][2].get<double>();
+        // Each sample: its bytes, a label byte and a 4-byte place in the epoch's order.
+        cmp.predicted_peak += (image + 5) * (d["train_images"].get<double>() + d["test_images"].get<double>());
+      }
       if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
       cmp.energy_source = r.value("energy_source", "the record has no energy measurement");
       const Device& d = load_catalog().find(id);

@@ -1,5 +1,8 @@
 #include "plan/memory.h"
 
+#include <algorithm>
+#include <cmath>
+
 namespace dlperf::plan {
 
 bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i) {
@@ -55,6 +58,55 @@ bool reorders_input(const nn::Graph& g, size_t i, const std::vector<bool>& first
 }
 
 }  // namespace
+
+// Mirrors cuda::Network's constructor (backend/cuda/network.cpp); the caching allocator rounds
+// each block up a little, which this ignores.
+MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision) {
+  MemoryEstimate m;
+  auto add = [&](MemCategory c, double bytes) { m[c] += std::max(bytes, 4.0); };
+  const bool mixed = precision == "bf16" || precision == "fp16";
+  const double es = mixed ? 2 : 4;
+  auto padded = [](int64_t n) { return double((n + 63) / 64 * 64); };  // 256-byte aligned tensors
+  double params = 0, conv_weights = 0, matmul_weights = 0;
+  for (const auto& n : g.nodes)
+    for (size_t i = 0; i < n.params.size(); ++i) {
+      const double p = padded(numel(n.params[i].dims));
+      params += p;
+      if (i == 0 && n.kind == ops::OpKind::conv2d) conv_weights += p;
+      if (i == 0 && (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear)) matmul_weights += p;
+    }
+  add(MemCategory::parameters, 4 * params);
+  add(MemCategory::gradients, 4 * params);
+  add(MemCategory::optimizer_state, 4 * params);
+  if (optimizer == "adamw") add(MemCategory::optimizer_state, 4 * params);
+  if (mixed) {  // half copies of the conv and linear weights, half conv weight gradients, half input, fp32 logits
+    add(MemCategory::parameters, es * matmul_weights);
+    add(MemCategory::gradients, es * conv_weights);
+    add(MemCategory::data, es * double(numel(g.input)));
+    add(MemCategory::workspace, 4 * double(numel(g.nodes.back().out_dims)));
+  }
+  if (precision == "fp16") add(MemCategory::workspace, 24);  // the loss scale's state
+  add(MemCategory::data, 4 * double(numel(g.input)));       // the fp32 input the loaders fill
+  add(MemCategory::data, 4 * double(g.batch()));            // labels
+  add(MemCategory::workspace, 8 + 4 + kGpuStepArgsBytes);   // loss sum, correct count, step values
+  double biggest = 0;
+  for (const auto& n : g.nodes) {
+    biggest = std::max(biggest, double(numel(n.in_dims[0])));
+    const double out = double(numel(n.out_dims));
+    if (n.kind != ops::OpKind::flatten) {  // a value and its gradient (flatten is a view)
+      add(MemCategory::activations, es * out);
+      add(MemCategory::activations, es * out);
+    }
+    if (n.kind == ops::OpKind::batchnorm2d) {
+      for (int i = 0; i < 2; ++i) add(MemCategory::parameters, 4 * double(n.in_dims[0][1]));   // running statistics
+      for (int i = 0; i < 2; ++i) add(MemCategory::activations, 4 * double(n.in_dims[0][1]));  // saved mean, inverse std
+    }
+    if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, 4 * std::floor((out + 3) / 4));  // byte masks
+    if (n.kind == ops::OpKind::linear) add(MemCategory::workspace, 3.0 * double(size_t(4) << 20));   // three cuBLASLt workspaces
+  }
+  add(MemCategory::workspace, es * biggest);  // the backward scratch buffer
+  return m;
+}
 
 // The rules mirror backend/cpu/network.cpp and the ops' constructors; keep them in step.
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers) {

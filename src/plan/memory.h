@@ -1,8 +1,9 @@
 // Memory a training run needs, predicted from the model graph before anything is allocated.
 //
-// Two models. `engine_memory` predicts dlperf's own CPU engine byte for byte by its allocation
-// rules (every buffer is allocated once, at start, so the peak is their sum); `plan --against`
-// checks it against the peaks run records measured. `analytic_memory` is the textbook model for
+// Three models. `engine_memory` predicts dlperf's own CPU engine byte for byte by its allocation
+// rules (every buffer is allocated once, at start, so the peak is their sum), and
+// `gpu_engine_memory` its GPU executor's (backend/cuda/network.cpp); `plan --against` checks
+// them against the peaks run records measured. `analytic_memory` is the textbook model for
 // any framework and device: bytes per parameter by precision and optimizer, ZeRO sharding, and
 // activations with or without checkpointing.
 #pragma once
@@ -30,6 +31,14 @@ struct MemoryEstimate {
 
 /// dlperf's CPU engine training `g` (at its batch size) with `opt` and `workers` loader threads.
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers);
+
+/// dlperf's GPU executor (cuda::Network) training `g` with `optimizer` ("sgd" | "adamw") in
+/// `precision` (fp32, tf32, bf16, fp16): its allocations by category, without the cuDNN
+/// convolution workspaces (chosen per shape at run time, at most 256 MB each) and without a
+/// dataset held on the GPU. tests/test_cuda.cpp checks it against the allocator on a GPU.
+MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision);
+/// Device bytes of the GPU step's values (cuda::StepArgs; network.cpp asserts the size).
+inline constexpr double kGpuStepArgsBytes = 40;
 
 /// Whether the engine runs relu node i inside the batchnorm before it (network.cpp's rule: a
 /// relu whose only input is a batchnorm that feeds nothing else).

@@ -25,6 +25,7 @@
 #include "core/timer.h"
 #include "hw/nvml.h"
 #include "plan/catalog.h"
+#include "plan/memory.h"
 #include "profile/recorder.h"
 #include "train/checkpoint.h"
 #include "train/detail.h"
@@ -188,10 +189,9 @@ struct GpuFit {
 };
 GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, double free_bytes) {
   auto total = [&](const nn::Graph& g) {
-    const std::vector<double> b = cuda::Network::planned_bytes(g, cfg.optimizer.name, precision_of(cfg.precision));
-    double sum = 0;
-    for (double v : b) sum += v;
-    if (cfg.data_on_device) sum += double(d.train.images.size() + d.test.images.size());
+    double sum = plan::gpu_engine_memory(g, cfg.optimizer.name, cfg.precision).total();
+    if (cfg.data_on_device)  // each sample: its bytes, a label byte, a 4-byte place in the order
+      sum += double(d.train.images.size() + d.test.images.size()) + 5.0 * double(d.train.size() + d.test.size());
     return sum;
   };
   GpuFit f;

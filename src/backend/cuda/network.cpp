@@ -12,9 +12,14 @@
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "plan/memory.h"
 #include "profile/nvtx.h"
 
 namespace dlperf::cuda {
+
+// plan::gpu_engine_memory mirrors this file's allocations without the CUDA headers.
+static_assert(sizeof(StepArgs) == size_t(plan::kGpuStepArgsBytes), "plan::kGpuStepArgsBytes must follow cuda::StepArgs");
+static_assert(sizeof(LossScale) == 24, "plan::gpu_engine_memory counts 24 bytes of loss-scale state");
 
 namespace {
 
@@ -697,47 +702,5 @@ void Network::restore(const std::function<const std::vector<float>&(const std::s
 }
 
 MemoryStats Network::memory() const { return device_allocator(device_).stats(); }
-
-// Mirrors the constructor's allocations (the caching allocator rounds each block up a little,
-// which this ignores).
-std::vector<double> Network::planned_bytes(const nn::Graph& g, const std::string& optimizer, Precision precision) {
-  std::vector<double> b(size_t(kMemCategories), 0.0);
-  auto add_bytes = [&](MemCategory c, double bytes) { b[size_t(c)] += std::max(bytes, 4.0); };
-  const double es = double(bytes_of(dtype_of(precision)));
-  const bool mixed = es < 4;
-  const ParamPlan plan = plan_params(g);
-  const double params = double(plan.total);
-  add_bytes(MemCategory::parameters, 4 * params);
-  add_bytes(MemCategory::gradients, 4 * params);
-  add_bytes(MemCategory::optimizer_state, 4 * params);
-  if (optimizer == "adamw") add_bytes(MemCategory::optimizer_state, 4 * params);
-  if (mixed) {
-    add_bytes(MemCategory::parameters, es * double(plan.matmul_span));
-    add_bytes(MemCategory::gradients, es * double(plan.conv_span));
-    add_bytes(MemCategory::data, es * double(numel(g.input)));
-    add_bytes(MemCategory::workspace, 4 * double(numel(g.nodes.back().out_dims)));
-  }
-  if (precision == Precision::fp16) add_bytes(MemCategory::workspace, double(sizeof(LossScale)));
-  add_bytes(MemCategory::data, 4 * double(numel(g.input)));
-  add_bytes(MemCategory::data, 4 * double(g.batch()));
-  add_bytes(MemCategory::workspace, 16 + 4 + double(sizeof(StepArgs)));
-  double biggest = 0;
-  for (const auto& n : g.nodes) {
-    biggest = std::max(biggest, double(numel(n.in_dims[0])));
-    const double out = double(numel(n.out_dims));
-    if (n.kind != ops::OpKind::flatten) {
-      add_bytes(MemCategory::activations, es * out);
-      add_bytes(MemCategory::activations, es * out);
-    }
-    if (n.kind == ops::OpKind::batchnorm2d) {
-      for (int i = 0; i < 2; ++i) add_bytes(MemCategory::parameters, 4 * double(n.in_dims[0][1]));
-      for (int i = 0; i < 2; ++i) add_bytes(MemCategory::activations, 4 * double(n.in_dims[0][1]));
-    }
-    if (n.kind == ops::OpKind::dropout) add_bytes(MemCategory::activations, 4 * std::floor((out + 3) / 4));
-    if (n.kind == ops::OpKind::linear) add_bytes(MemCategory::workspace, 3.0 * double(size_t(4) << 20));  // three cuBLASLt workspaces
-  }
-  add_bytes(MemCategory::workspace, es * biggest);
-  return b;
-}
 
 }  // namespace dlperf::cuda

@@ -125,11 +125,6 @@ class Network {
   int64_t updates_done() const { return steps_; }
   MemoryStats memory() const;
 
-  /// Device bytes the constructor and a step allocate for `g`, by category, without the cuDNN
-  /// convolution workspaces (chosen per shape at run time, at most 256 MB each). For the
-  /// out-of-memory message's largest batch size.
-  static std::vector<double> planned_bytes(const nn::Graph& g, const std::string& optimizer,
-                                           Precision precision = Precision::fp32);
 
  private:
   struct Layer;
