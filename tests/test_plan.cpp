@@ -178,6 +178,28 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   EXPECT_NE(skipped[0].find("NVIDIA Imaginary 9000"), std::string::npos);
 }
 
+// The GPU executor's memory model: half types halve the activations, AdamW doubles the state,
+// parameters are the padded flat buffer plus batchnorm's running statistics. (On a GPU,
+// Cuda.PlannedBytesMatchTheAllocations checks it against the allocator.)
+TEST(PlanMemory, GpuEngineModelFollowsPrecisionAndOptimizer) {
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 28, 28}, 10, 64);
+  const auto f32 = plan::gpu_engine_memory(g, "sgd", "fp32"), b16 = plan::gpu_engine_memory(g, "sgd", "bf16");
+  const auto adam = plan::gpu_engine_memory(g, "adamw", "fp32");
+  const double ratio = b16[MemCategory::activations] / f32[MemCategory::activations];
+  EXPECT_GT(ratio, 0.5);
+  EXPECT_LT(ratio, 0.52);  // batchnorm's saved statistics stay fp32
+  EXPECT_DOUBLE_EQ(adam[MemCategory::optimizer_state], 2 * f32[MemCategory::optimizer_state]);
+  EXPECT_GT(b16[MemCategory::parameters], f32[MemCategory::parameters]);  // plus half weight copies
+  double padded = 0, bn_stats = 0;
+  for (const auto& n : g.nodes) {
+    for (const auto& p : n.params) padded += double((numel(p.dims) + 63) / 64 * 64);
+    if (n.kind == ops::OpKind::batchnorm2d) bn_stats += 2 * 4 * double(n.in_dims[0][1]);
+  }
+  EXPECT_DOUBLE_EQ(f32[MemCategory::parameters], 4 * padded + bn_stats);
+  EXPECT_DOUBLE_EQ(f32[MemCategory::gradients], 4 * padded);
+  EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(g, "sgd", "tf32").total(), f32.total());
+}
+
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {
   const auto s = plan::summarize({0.1, -0.3, 0.05, -0.02});
   EXPECT_DOUBLE_EQ(s.median, 0.075);
