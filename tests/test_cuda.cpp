@@ -255,12 +255,12 @@ TEST(Cuda, CastsRoundTripWithinTheFormatsPrecision) {
   const auto x = randn(n, 8);
   Dev<float> dx(x), back(n);
   Dev<uint16_t> half(n);
-  cuda::cast_f32_to_bf16(dx.p, half.p, int64_t(n), nullptr);
-  cuda::cast_bf16_to_f32(half.p, back.p, int64_t(n), nullptr);
+  cuda::cast_from_f32(cuda::DType::bf16, dx.p, half.p, int64_t(n), nullptr);
+  cuda::cast_to_f32(cuda::DType::bf16, half.p, back.p, int64_t(n), nullptr);
   auto bh = back.host();
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], x[i], std::fabs(x[i]) * 0x1p-8 + 1e-30) << i;  // 8 significant bits
-  cuda::cast_f32_to_f16(dx.p, half.p, int64_t(n), nullptr);
-  cuda::cast_f16_to_f32(half.p, back.p, int64_t(n), nullptr);
+  cuda::cast_from_f32(cuda::DType::f16, dx.p, half.p, int64_t(n), nullptr);
+  cuda::cast_to_f32(cuda::DType::f16, half.p, back.p, int64_t(n), nullptr);
   bh = back.host();
   for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], x[i], std::fabs(x[i]) * 0x1p-11 + 6e-8) << i;  // 11 bits, subnormals
   // Loss scaling: an inf is found, finite values are unscaled.
@@ -440,8 +440,7 @@ TEST(Cuda, CheckpointsResumeOnTheGpuAndOnTheCpu) {
 std::vector<uint16_t> to_half(cuda::DType t, const std::vector<float>& x) {
   Dev<float> d(x);
   Dev<uint16_t> h(x.size());
-  if (t == cuda::DType::bf16) cuda::cast_f32_to_bf16(d.p, h.p, int64_t(x.size()), nullptr);
-  else cuda::cast_f32_to_f16(d.p, h.p, int64_t(x.size()), nullptr);
+  cuda::cast_from_f32(t, d.p, h.p, int64_t(x.size()), nullptr);
   return h.host();
 }
 std::vector<float> from_device(cuda::DType t, const void* p, size_t n) {

@@ -83,28 +83,30 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc) : s_(s), p_(p),
     constexpr int kMax = 16;
     // First a timed search (cuDNN runs each candidate, as PyTorch's cudnn.benchmark does); then,
     // for a pass it could not time (its buffers did not fit, say), cuDNN's heuristics.
-    int got = 0;
+    // Each pass: `find` and `guess` fill perf results of one cuDNN perf type.
+    auto choose = [&](auto* perf, auto find, auto guess, const char* what) {
+      int got = 0;
+      int algo = find(perf, &got) == CUDNN_STATUS_SUCCESS ? pick(perf, got, a.workspace) : -1;
+      if (algo < 0) {
+        ok(guess(perf, &got), what);
+        algo = pick(perf, got, a.workspace), a.timed = false;
+      }
+      return algo;
+    };
     cudnnConvolutionFwdAlgoPerf_t fp[kMax];
-    if (cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, kMax, &got, fp) == CUDNN_STATUS_SUCCESS)
-      a.fwd = pick(fp, got, a.workspace);
-    if (a.fwd < 0) {
-      ok(cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, &got, fp), "forward heuristics");
-      a.fwd = pick(fp, got, a.workspace), a.timed = false;
-    }
+    a.fwd = choose(
+        fp, [&](auto* p, int* n) { return cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, kMax, n, p); },
+        [&](auto* p, int* n) { return cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, n, p); }, "forward heuristics");
     cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
-    if (cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, kMax, &got, dp) == CUDNN_STATUS_SUCCESS)
-      a.bwd_data = pick(dp, got, a.workspace);
-    if (a.bwd_data < 0) {
-      ok(cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, &got, dp), "backward-data heuristics");
-      a.bwd_data = pick(dp, got, a.workspace), a.timed = false;
-    }
+    a.bwd_data = choose(
+        dp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, kMax, n, p); },
+        [&](auto* p, int* n) { return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, n, p); },
+        "backward-data heuristics");
     cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
-    if (cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, kMax, &got, wp) == CUDNN_STATUS_SUCCESS)
-      a.bwd_filter = pick(wp, got, a.workspace);
-    if (a.bwd_filter < 0) {
-      ok(cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, &got, wp), "backward-filter heuristics");
-      a.bwd_filter = pick(wp, got, a.workspace), a.timed = false;
-    }
+    a.bwd_filter = choose(
+        wp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, kMax, n, p); },
+        [&](auto* p, int* n) { return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, n, p); },
+        "backward-filter heuristics");
     cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
           fmt::format("cuDNN has no {} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",

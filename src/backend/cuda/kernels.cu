@@ -232,18 +232,6 @@ __global__ void adamw_k(float* w, const float* g, float* m, float* v, int64_t n,
   }
 }
 
-__global__ void f32_to_bf16_k(const float* x, uint16_t* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = __bfloat16_as_ushort(__float2bfloat16_rn(x[i]));
-}
-__global__ void bf16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = __bfloat162float(__ushort_as_bfloat16(x[i]));
-}
-__global__ void f32_to_f16_k(const float* x, uint16_t* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = __half_as_ushort(__float2half_rn(x[i]));
-}
-__global__ void f16_to_f32_k(const uint16_t* x, float* y, int64_t n) {
-  GRID_STRIDE(i, n) y[i] = __half2float(__ushort_as_half(x[i]));
-}
 
 __global__ void unscale_k(float* g, int64_t n, float inv_scale, int32_t* found_inf, const float* scale) {
   if (scale) inv_scale = 1.0f / *scale;
@@ -329,10 +317,6 @@ void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, in
   gather_k<<<blocks_for(total), kThreads, 0, s>>>(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok, seed, scale,
                                                   shift, out, labels);
 }
-void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) { f32_to_bf16_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
-void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) { bf16_to_f32_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
-void cast_f32_to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s) { f32_to_f16_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
-void cast_f16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s) { f16_to_f32_k<<<blocks_for(n), kThreads, 0, s>>>(x, y, n); }
 void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale) {
   if (n > 0) unscale_k<<<blocks_for(n), kThreads, 0, s>>>(g, n, inv_scale, found_inf, scale);
 }

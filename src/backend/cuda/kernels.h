@@ -90,17 +90,12 @@ void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, 
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s);
 
-/// Precision casts for mixed precision (round to nearest even).
-void cast_f32_to_bf16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
-void cast_bf16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
-void cast_f32_to_f16(const float* x, uint16_t* y, int64_t n, cudaStream_t s);
-void cast_f16_to_f32(const uint16_t* x, float* y, int64_t n, cudaStream_t s);
 /// Dynamic loss scaling: sets *found_inf to 1 when any gradient is not finite, else leaves it;
 /// multiplies all by `inv_scale`, or by 1 / *scale when `scale` (a device scalar) is not null.
 void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale = nullptr);
 /// Any type to fp32: out = float(x); x may be fp32 (a copy).
 void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s);
-/// fp32 to any type (round to nearest even).
+/// fp32 to any type (round to nearest even): mixed precision's casts.
 void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s);
 
 /// advance_loss_scale on the device copy (one thread).

@@ -446,10 +446,7 @@ LossScale Network::loss_scale() const {
 
 void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
                          const nn::OptimizerConfig& opt, const StepValues& v) {
-  ++steps_;
-  host_args_.lr = float(v.lr);
-  host_args_.adam_c1 = float(1.0 / (1.0 - std::pow(opt.beta1, double(steps_))));
-  host_args_.adam_c2 = float(1.0 / (1.0 - std::pow(opt.beta2, double(steps_))));
+  set_update_values(opt, v.lr);
   host_args_.dropout_step = v.global_step;
   host_args_.batch = v.batch;
   host_args_.epoch = v.epoch;
@@ -587,11 +584,16 @@ void Network::backward() {
   }
 }
 
-void Network::step(const nn::OptimizerConfig& opt, double lr) {
+// One more update: its learning rate and AdamW's bias corrections for the update count.
+void Network::set_update_values(const nn::OptimizerConfig& opt, double lr) {
   ++steps_;
   host_args_.lr = float(lr);
   host_args_.adam_c1 = float(1.0 / (1.0 - std::pow(opt.beta1, double(steps_))));
   host_args_.adam_c2 = float(1.0 / (1.0 - std::pow(opt.beta2, double(steps_))));
+}
+
+void Network::step(const nn::OptimizerConfig& opt, double lr) {
+  set_update_values(opt, lr);
   write_args();
   update(opt);
 }

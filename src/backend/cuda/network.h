@@ -136,6 +136,7 @@ class Network {
   float* alloc(size_t floats, MemCategory c);
   void* alloc_bytes(size_t bytes, MemCategory c);
   void write_args();
+  void set_update_values(const nn::OptimizerConfig& opt, double lr);
   void forward_pass(bool training);
   void accumulate_loss(int64_t valid, double smoothing, bool grad);
   void update(const nn::OptimizerConfig& opt);
