@@ -1,6 +1,7 @@
 // The CUDA side: device queries and --device parsing everywhere; with the CUDA backend and a GPU,
 // every kernel against a float64 reference (or the CPU engine's own formula, bit for bit where
 // it must agree), and the GPU benchmarks' validation. Without a GPU they are reported as skipped.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "backend/cuda/bn_split.h"
 #include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
 #include "backend/cuda/runtime.h"
@@ -26,6 +28,7 @@
 
 #include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
+#include "backend/cuda/batchnorm.h"
 #include "backend/ref/ref_ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/network.h"
@@ -92,6 +95,34 @@ TEST(PoolWindows, EachInputFindsExactlyTheWindowsHoldingIt) {
             }
           }
         }
+}
+
+// The GPU batchnorm kernels' division of a channel among blocks and threads (a host-compiled
+// header): every element of the channel exactly once, nothing of another channel.
+TEST(BatchnormSplit, EveryElementOfAChannelOnceAcrossBlocksAndThreads) {
+  const int64_t channels = 3, c = 1;
+  for (int64_t n : {1, 2, 3, 7, 16, 33})
+    for (int64_t hw : {1, 3, 16, 49, 300, 1100})
+      for (int64_t threads : {256, 32, 7}) {
+        const int64_t splits = cuda::bn_splits(n, hw);
+        ASSERT_GE(splits, 1);
+        ASSERT_LE(splits, n);
+        std::vector<int> visits(size_t(n * channels * hw), 0);
+        for (int64_t s = 0; s < splits; ++s)
+          for (int64_t t = 0; t < threads; ++t)
+            for (cuda::BnWalk w(cuda::bn_rows(n, splits, s), hw, t, threads); w.more(); w.next()) {
+              const int64_t at = w.at(channels, c);
+              ASSERT_GE(at, 0);
+              ASSERT_LT(at, int64_t(visits.size()));
+              ++visits[size_t(at)];
+            }
+        for (int64_t k = 0; k < int64_t(visits.size()); ++k)
+          ASSERT_EQ(visits[size_t(k)], (k / hw) % channels == c ? 1 : 0) << "n " << n << " hw " << hw << " threads " << threads << " at " << k;
+      }
+  // Big maps get more blocks, never more than one a sample; the workspace holds them.
+  EXPECT_EQ(cuda::bn_splits(1024, 1024), 128);
+  EXPECT_EQ(cuda::bn_splits(4, 1 << 20), 4);
+  EXPECT_EQ(cuda::bn_workspace_bytes(1024, 32, 1024), 16 * 32 * 128 + 12 * 32);
 }
 
 // fp16's loss-scale rule (host-compiled): halve and skip on overflow, double after 2000 clean steps.
@@ -499,6 +530,89 @@ TEST(Cuda, PoolingMatchesTheReference) {
       }
     }
   }
+}
+
+// dlperf's batchnorm kernels (with and without the fused relu) against the float64 reference:
+// training forward, running statistics, inference forward and backward, in fp32, bf16 and fp16,
+// on shapes that take one block a channel and several. The mean sits far from zero on purpose
+// (the one-pass variance must not cancel). Half types compare against the reference fed the
+// same rounded inputs, so the tolerance covers the kernels' arithmetic and the output's rounding.
+TEST(Cuda, BatchnormMatchesTheReference) {
+  REQUIRE_GPU();
+  for (const Dims& xd : {Dims{2, 5, 3, 7}, Dims{64, 3, 16, 16}, Dims{300, 2, 8, 8}})
+    for (bool relu : {false, true})
+      for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16, cuda::DType::f16}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} relu {} type {}", xd[0], xd[1], xd[2], xd[3], relu, int(t)));
+        const int64_t C = xd[1], M = xd[0] * xd[2] * xd[3];
+        const size_t count = size_t(numel(xd));
+        std::vector<float> x = randn(count, 41), dy = randn(count, 42), gamma = randn(size_t(C), 43), beta = randn(size_t(C), 44);
+        for (auto& v : x) v = 5.f + 3.f * v;
+        const bool half = t != cuda::DType::f32;
+        const double tol = t == cuda::DType::bf16 ? 2e-2 : half ? 3e-3 : 2e-5;
+        // Device inputs in the type, and the values the kernels actually see.
+        Dev<float> fx(x), fdy(dy);
+        Dev<uint16_t> hx(half ? to_half(t, x) : std::vector<uint16_t>(1)), hdy(half ? to_half(t, dy) : std::vector<uint16_t>(1));
+        Dev<float> fy(count), fdx(count);
+        Dev<uint16_t> hy(half ? count : 1), hdx(half ? count : 1);
+        const void* dx_in = half ? static_cast<const void*>(hx.p) : fx.p;
+        const void* ddy = half ? static_cast<const void*>(hdy.p) : fdy.p;
+        void* dev_y = half ? static_cast<void*>(hy.p) : fy.p;
+        void* dev_dx = half ? static_cast<void*>(hdx.p) : fdx.p;
+        const std::vector<float> xs = from_device(t, dx_in, count), dys = from_device(t, ddy, count);
+        auto read = [&](const void* d) { return from_device(t, d, count); };
+
+        const size_t cn = static_cast<size_t>(C);
+        Dev<float> g(gamma), b(beta), rm(std::vector<float>(cn, 0.f)), rv(std::vector<float>(cn, 1.f)), bm(cn), bi(cn), dg(cn), db(cn);
+        Dev<uint8_t> ws(size_t(cuda::bn_workspace_bytes(xd[0], C, xd[2] * xd[3])));
+        const cuda::BatchnormShape shape{xd[0], C, xd[2] * xd[3]};
+        cuda::BatchnormParams p;
+        p.gamma = g.p, p.beta = b.p, p.running_mean = rm.p, p.running_var = rv.p, p.batch_mean = bm.p, p.batch_inv_std = bi.p;
+        p.eps = 1e-5f, p.momentum = 0.1f, p.relu = relu;
+
+        const ref::Vec x64(xs.begin(), xs.end()), g64(gamma.begin(), gamma.end()), b64(beta.begin(), beta.end());
+        ref::Vec mean, var;
+        ref::Vec y_ref = ref::batchnorm_forward_train(x64, xd, g64, b64, 1e-5, mean, var);
+        if (relu) y_ref = ref::relu_forward(y_ref);
+        cuda::batchnorm_forward_train(t, shape, p, dx_in, dev_y, ws.p, nullptr);
+        const auto y = read(dev_y);
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(y[i], y_ref[i], tol * (1 + std::fabs(y_ref[i]))) << i;
+        const auto rmh = rm.host(), rvh = rv.host(), inv = bi.host();
+        for (int64_t c = 0; c < C; ++c) {
+          const size_t k = size_t(c);
+          EXPECT_NEAR(rmh[k], 0.1 * mean[k], 1e-5 * (1 + std::fabs(mean[k])));
+          EXPECT_NEAR(rvh[k], 0.9 + 0.1 * var[k] * double(M) / double(M - 1), 1e-5 * (1 + var[k]));
+          EXPECT_NEAR(inv[k], 1 / std::sqrt(var[k] + 1e-5), 1e-5 / std::sqrt(var[k]));
+        }
+
+        // Backward from the forward's output (the relu's mask) and saved statistics.
+        ref::Vec dy64(dys.begin(), dys.end());
+        if (relu)
+          for (size_t i = 0; i < count; ++i) dy64[i] = y[i] > 0 ? dy64[i] : 0.0;
+        ref::Vec dx_ref, dg_ref, db_ref;
+        ref::batchnorm_backward(x64, xd, g64, mean, var, 1e-5, dy64, dx_ref, dg_ref, db_ref);
+        cuda::batchnorm_backward(t, shape, p, dx_in, dev_y, ddy, dev_dx, dg.p, db.p, ws.p, nullptr);
+        const auto dx = read(dev_dx), dgh = dg.host(), dbh = db.host();
+        double dx_scale = 0;
+        for (double v : dx_ref) dx_scale = std::max(dx_scale, std::fabs(v));
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(dx[i], dx_ref[i], tol * (1 + dx_scale)) << i;
+        for (int64_t c = 0; c < C; ++c) {
+          const size_t k = size_t(c);
+          EXPECT_NEAR(dgh[k], dg_ref[k], 1e-4 * (std::sqrt(double(M)) + std::fabs(dg_ref[k])));
+          EXPECT_NEAR(dbh[k], db_ref[k], 1e-4 * (std::sqrt(double(M)) + std::fabs(db_ref[k])));
+        }
+        // Without dx (the model's first layer), the parameter gradients are the same.
+        cuda::batchnorm_backward(t, shape, p, dx_in, dev_y, ddy, nullptr, dg.p, db.p, ws.p, nullptr);
+        EXPECT_EQ(dg.host(), dgh);
+
+        // Inference with the running statistics the step left.
+        const auto rm_now = rm.host(), rv_now = rv.host();
+        ref::Vec y_eval = ref::batchnorm_forward_eval(x64, xd, g64, b64, ref::Vec(rm_now.begin(), rm_now.end()),
+                                                      ref::Vec(rv_now.begin(), rv_now.end()), 1e-5);
+        if (relu) y_eval = ref::relu_forward(y_eval);
+        cuda::batchnorm_forward_eval(t, shape, p, dx_in, dev_y, ws.p, nullptr);
+        const auto ye = read(dev_y);
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(ye[i], y_eval[i], tol * (1 + std::fabs(y_eval[i]))) << i;
+      }
 }
 
 // The element-wise kernels and the loss in bf16 and fp16 agree with fp32 to the type's precision.

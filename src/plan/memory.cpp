@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/bn_split.h"  // CUDA-free: the GPU batchnorm kernels' workspace
+
 namespace dlperf::plan {
 
 bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i) {
@@ -89,22 +91,27 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   add(MemCategory::data, 4 * double(numel(g.input)));       // the fp32 input the loaders fill
   add(MemCategory::data, 4 * double(g.batch()));            // labels
   add(MemCategory::workspace, 8 + 4 + kGpuStepArgsBytes);   // loss sum, correct count, step values
-  double biggest = 0;
-  for (const auto& n : g.nodes) {
+  double biggest = 0, bn_workspace = 0;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
-    if (n.kind != ops::OpKind::flatten) {  // a value and its gradient (flatten is a view)
+    // A value and its gradient; flatten is a view, and a relu fused into its batchnorm shares it.
+    if (n.kind != ops::OpKind::flatten && !relu_fused_into_batchnorm(g, i)) {
       add(MemCategory::activations, es * out);
       add(MemCategory::activations, es * out);
     }
     if (n.kind == ops::OpKind::batchnorm2d) {
-      for (int i = 0; i < 2; ++i) add(MemCategory::parameters, 4 * double(n.in_dims[0][1]));   // running statistics
-      for (int i = 0; i < 2; ++i) add(MemCategory::activations, 4 * double(n.in_dims[0][1]));  // saved mean, inverse std
+      const Dims& x = n.in_dims[0];
+      for (int k = 0; k < 2; ++k) add(MemCategory::parameters, 4 * double(x[1]));   // running statistics
+      for (int k = 0; k < 2; ++k) add(MemCategory::activations, 4 * double(x[1]));  // saved mean, inverse std
+      bn_workspace = std::max(bn_workspace, double(cuda::bn_workspace_bytes(x[0], x[1], x[2] * x[3])));
     }
     if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, 4 * std::floor((out + 3) / 4));  // byte masks
     if (n.kind == ops::OpKind::linear) add(MemCategory::workspace, 3.0 * double(size_t(4) << 20));   // three cuBLASLt workspaces
   }
   add(MemCategory::workspace, es * biggest);  // the backward scratch buffer
+  if (bn_workspace > 0) add(MemCategory::workspace, bn_workspace);  // the batchnorm kernels' partial sums
   return m;
 }
 
@@ -130,7 +137,8 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
         const double ch = double(n.out_dims[1]);
         act += 2 * ch * f;                          // batch mean and variance
         m[MemCategory::parameters] += 2 * ch * f;   // running mean and variance
-        const bool relu_next = i + 1 < g.nodes.size() && relu_fused_into_batchnorm(g, i + 1) && g.nodes[i + 1].inputs[0] == int(i);
+        const std::vector<int> readers = g.consumers(int(i));
+        const bool relu_next = readers.size() == 1 && relu_fused_into_batchnorm(g, size_t(readers[0]));
         if (relu_next) act += out / 8;              // the fused relu's mask, a bit an element
         break;
       }

@@ -19,17 +19,18 @@ using nlohmann::json;
 
 namespace {
 
-// Graph nodes an event of node `n` runs: itself and, on the CPU engine, a relu fused into it.
-std::vector<int> covered(const nn::Graph& g, int n, bool fused) {
+// Graph nodes an event of node `n` runs: itself and a relu fused into it (both engines run a
+// relu that only a batchnorm feeds inside that batchnorm).
+std::vector<int> covered(const nn::Graph& g, int n) {
   std::vector<int> out = {n};
-  for (size_t i = size_t(n) + 1; fused && i < g.nodes.size(); ++i)
+  for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
     if (g.nodes[i].inputs[0] == n && plan::relu_fused_into_batchnorm(g, i)) out.push_back(int(i));
   return out;
 }
 
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool fused) {
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p) {
   ops::PassCost c;
-  for (int i : covered(g, n, fused)) {
+  for (int i : covered(g, n)) {
     const ops::OpCost& k = g.nodes[size_t(i)].cost;
     const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
     c.flops += x.flops;
@@ -94,8 +95,6 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (x.e->phase == Phase::backward_data) s.first = true;
       if (x.e->phase == Phase::backward_weight) s.second = true;
     }
-  const bool fused = track == 0;  // the GPU executor runs every node on its own
-  auto cost_of = [&](const nn::Graph& graph, int n, Phase p) { return profile::cost_of(graph, n, p, fused); };
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "plan/memory.h"
 
 namespace dlperf::cpu {
 
@@ -46,10 +47,9 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse) : graph_(grap
     Step& s = steps_[i];
     s.node = int(i);
     s.name = n.name;
-    // A relu whose only input is a batchnorm that feeds nothing else runs inside it.
-    if (fuse && n.kind == OpKind::relu && n.inputs[0] >= 0 &&
-        nodes[size_t(n.inputs[0])].kind == OpKind::batchnorm2d &&
-        graph_.consumers(n.inputs[0]).size() == 1 && steps_[size_t(n.inputs[0])].op) {
+    // A relu whose only input is a batchnorm that feeds nothing else runs inside it (the rule
+    // the GPU executor, the profiler and the memory planner share).
+    if (fuse && plan::relu_fused_into_batchnorm(graph_, i) && steps_[size_t(n.inputs[0])].op) {
       s.fused_away = true;
       value_of_[i] = value_of_[size_t(n.inputs[0])];
       steps_[size_t(n.inputs[0])].name += "+" + n.name;
@@ -57,9 +57,9 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse) : graph_(grap
     }
     std::vector<md> in_mds;
     for (int in : n.inputs) in_mds.push_back(act_[size_t(in < 0 ? 0 : value_of_[size_t(in)])].desc());
-    const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && i + 1 < nodes.size() &&
-                           nodes[i + 1].kind == OpKind::relu && nodes[i + 1].inputs[0] == int(i) &&
-                           graph_.consumers(int(i)).size() == 1;
+    const std::vector<int> readers = graph_.consumers(int(i));
+    const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && readers.size() == 1 &&
+                           plan::relu_fused_into_batchnorm(graph_, size_t(readers[0]));
     try {
       s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name, fuse_relu, hash_coords(seed, 0xD20, i),
                      /*need_dx=*/n.inputs[0] >= 0);

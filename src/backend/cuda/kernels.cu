@@ -1,10 +1,8 @@
 // dlperf's own CUDA kernels (see kernels.h). Element-wise kernels use grid-stride loops with a
 // grid sized to the SM count's order of magnitude, so one launch covers any n.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cfloat>
 
+#include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/pool_index.h"
 #include "core/rng.h"
@@ -13,44 +11,6 @@
 namespace dlperf::cuda {
 
 namespace {
-
-constexpr int kThreads = 256;
-
-// Enough blocks to fill a large GPU several times over, capped so tiny tensors launch few.
-unsigned blocks_for(int64_t n) {
-  const int64_t b = (n + kThreads - 1) / kThreads;
-  return unsigned(b < 1 ? 1 : b > 4096 ? 4096 : b);
-}
-
-#define GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
-
-// Loads and stores of any activation type, with arithmetic in fp32.
-__device__ inline float ld(const float* p, int64_t i) { return p[i]; }
-__device__ inline float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ inline float ld(const __half* p, int64_t i) { return __half2float(p[i]); }
-__device__ inline void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ inline void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ inline void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
-
-// Calls `body` with T set to the C++ type of `t`.
-#define DISPATCH(t, ...)                  \
-  switch (t) {                            \
-    case DType::f32: {                    \
-      using T = float;                    \
-      __VA_ARGS__;                        \
-      break;                              \
-    }                                     \
-    case DType::bf16: {                   \
-      using T = __nv_bfloat16;            \
-      __VA_ARGS__;                        \
-      break;                              \
-    }                                     \
-    case DType::f16: {                    \
-      using T = __half;                   \
-      __VA_ARGS__;                        \
-      break;                              \
-    }                                     \
-  }
 
 template <class T>
 __global__ void relu_forward_k(const T* x, T* y, int64_t n) {

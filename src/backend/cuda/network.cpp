@@ -1,11 +1,12 @@
 #include "backend/cuda/network.h"
 
-#include <cudnn.h>
 #include <fmt/format.h>
 
 #include <cmath>
 #include <utility>
 
+#include "backend/cuda/batchnorm.h"
+#include "backend/cuda/bn_split.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
@@ -24,18 +25,6 @@ static_assert(sizeof(LossScale) == 24, "plan::gpu_engine_memory counts 24 bytes 
 namespace {
 
 DType dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32; }
-
-cudnnDataType_t cudnn_type(DType t) {
-  return t == DType::bf16 ? CUDNN_DATA_BFLOAT16 : t == DType::f16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
-}
-
-cudnnTensorDescriptor_t tensor4d(const Dims& d, DType t) {
-  cudnnTensorDescriptor_t desc;
-  ok(cudnnCreateTensorDescriptor(&desc), "cudnnCreateTensorDescriptor");
-  ok(cudnnSetTensor4dDescriptor(desc, CUDNN_TENSOR_NCHW, cudnn_type(t), int(d[0]), int(d[1]), int(d[2]), int(d[3])),
-     "tensor descriptor");
-  return desc;
-}
 
 // Floats a parameter tensor takes in the flat buffers: each starts on a 256-byte boundary, since
 // cuBLASLt and cuDNN pick faster algorithms for aligned pointers (the padding stays zero).
@@ -82,16 +71,14 @@ struct Network::Layer {
   void* dwh = nullptr;  // a conv's half weight gradient in mixed precision, else dw
   std::unique_ptr<CudnnConv> conv;
   std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
-  cudnnTensorDescriptor_t x_desc = nullptr, bn_desc = nullptr;
+  BatchnormShape bn_shape;
+  BatchnormParams bn;  // batchnorm: its parameters and statistics (bn.relu: the next relu runs inside it)
+  bool fused_away = false;  // a relu that runs inside the batchnorm before it
   PoolShape pool;
-  float *run_mean = nullptr, *run_var = nullptr, *save_mean = nullptr, *save_inv = nullptr;
   uint8_t* mask = nullptr;
   uint64_t seed = 0;
+  std::string name;           // the span and NVTX name: the node's, "bn1+relu1" when a relu is fused in
   std::string backward_name;  // the NVTX range of its backward pass
-  ~Layer() {
-    if (bn_desc) cudnnDestroyTensorDescriptor(bn_desc);
-    if (x_desc) cudnnDestroyTensorDescriptor(x_desc);
-  }
 };
 
 // While profiling, a CUDA event pair around the work queued in its lifetime; nothing otherwise.
@@ -181,10 +168,6 @@ void Network::build(uint64_t seed, int device) {
   if (opts_.graphs) why_not_graphed_ = "not captured yet (the first step runs eagerly)";
   ok(cudaSetDevice(device), "cudaSetDevice");
   ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  cudnnHandle_t h;
-  ok(cudnnCreate(&h), "cudnnCreate");
-  ok(cudnnSetStream(h, stream_), "cudnnSetStream");
-  cudnn_ = h;
   const auto& nodes = graph_.nodes;
   const int64_t batch = graph_.batch();
   const bool mixed = dt_ != DType::f32;
@@ -246,14 +229,24 @@ void Network::build(uint64_t seed, int device) {
   ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
   ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
   write_args();
-  size_t t = 0;
+  size_t t = 0, bn_workspace = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const nn::Node& n = nodes[i];
     auto l = std::make_unique<Layer>();
     l->node = &n;
-    l->backward_name = n.name + " backward";
+    l->name = n.name;
     l->out = int(i) + 1;
     for (int in : n.inputs) l->in.push_back(in < 0 ? 0 : in + 1);
+    // A relu whose input is a batchnorm that feeds nothing else runs inside that batchnorm (the
+    // CPU engine's rule, plan::relu_fused_into_batchnorm): it shares the batchnorm's output.
+    if (plan::relu_fused_into_batchnorm(graph_, i)) {
+      Layer& bn = *layers_[size_t(n.inputs[0])];
+      bn.bn.relu = true;
+      bn.name += "+" + n.name;
+      bn.backward_name = bn.name + " backward";
+      l->fused_away = true;
+    }
+    l->backward_name = l->name + " backward";
     if (!n.params.empty()) {
       const int64_t wo = plan.offset[t++];
       l->w = params_ + wo, l->dw = grads_ + wo;
@@ -266,7 +259,7 @@ void Network::build(uint64_t seed, int device) {
       }
     }
     const size_t out = size_t(numel(n.out_dims));
-    if (n.kind == ops::OpKind::flatten) {
+    if (n.kind == ops::OpKind::flatten || l->fused_away) {
       act_[size_t(l->out)] = act_[size_t(l->in[0])];
       diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
     } else {
@@ -291,15 +284,17 @@ void Network::build(uint64_t seed, int device) {
         break;
       }
       case ops::OpKind::batchnorm2d: {
-        l->x_desc = tensor4d(x, dt_);
-        ok(cudnnCreateTensorDescriptor(&l->bn_desc), "cudnnCreateTensorDescriptor");
-        ok(cudnnDeriveBNTensorDescriptor(l->bn_desc, l->x_desc, CUDNN_BATCHNORM_SPATIAL), "cudnnDeriveBNTensorDescriptor");
-        l->run_mean = alloc(size_t(x[1]), MemCategory::parameters);
-        l->run_var = alloc(size_t(x[1]), MemCategory::parameters);
-        l->save_mean = alloc(size_t(x[1]), MemCategory::activations);
-        l->save_inv = alloc(size_t(x[1]), MemCategory::activations);
-        fill(l->run_mean, x[1], 0.f, stream_);
-        fill(l->run_var, x[1], 1.f, stream_);
+        l->bn_shape = {x[0], x[1], x[2] * x[3]};
+        BatchnormParams& b = l->bn;
+        b.gamma = l->w, b.beta = l->b;
+        b.running_mean = alloc(size_t(x[1]), MemCategory::parameters);
+        b.running_var = alloc(size_t(x[1]), MemCategory::parameters);
+        b.batch_mean = alloc(size_t(x[1]), MemCategory::activations);
+        b.batch_inv_std = alloc(size_t(x[1]), MemCategory::activations);
+        b.eps = float(n.attrs.eps), b.momentum = float(n.attrs.momentum);
+        fill(b.running_mean, x[1], 0.f, stream_);
+        fill(b.running_var, x[1], 1.f, stream_);
+        bn_workspace = std::max(bn_workspace, size_t(bn_workspace_bytes(x[0], x[1], x[2] * x[3])));
         break;
       }
       case ops::OpKind::maxpool2d:
@@ -326,6 +321,7 @@ void Network::build(uint64_t seed, int device) {
   size_t biggest = 0;
   for (const auto& n : nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
   scratch_ = alloc_bytes(biggest * es, MemCategory::workspace);
+  if (bn_workspace) bn_workspace_ = alloc_bytes(bn_workspace, MemCategory::workspace);  // batchnorm layers run one at a time
   check(nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
   ok(cudaStreamSynchronize(stream_), "network set-up");
 }
@@ -342,8 +338,6 @@ void Network::release() {
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
   owned_.clear();
-  if (cudnn_) cudnnDestroy(static_cast<cudnnHandle_t>(cudnn_));
-  cudnn_ = nullptr;
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
 }
@@ -363,14 +357,13 @@ void Network::forward(bool training, uint64_t dropout_step) {
 }
 
 void Network::forward_pass(bool training) {
-  auto h = static_cast<cudnnHandle_t>(cudnn_);
-  const float one = 1, zero = 0;
   if (act_[0] != input32_) cast_from_f32(dt_, input32_, act_[0], numel(graph_.input), stream_);
   for (auto& lp : layers_) {
     Layer& l = *lp;
+    if (l.fused_away) continue;
     const nn::Node& n = *l.node;
-    const profile::NvtxRange range(n.name.c_str());  // Nsight Systems shows the layer names
-    const Span span(*this, n.name, n.kind, profile::Phase::forward, l.out - 1);
+    const profile::NvtxRange range(l.name.c_str());  // Nsight Systems shows the layer names
+    const Span span(*this, l.name, n.kind, profile::Phase::forward, l.out - 1);
     const void* x = act_[size_t(l.in[0])];
     void* y = act_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
@@ -384,15 +377,8 @@ void Network::forward_pass(bool training) {
         if (l.b) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
         break;
       case ops::OpKind::batchnorm2d:
-        if (training)
-          ok(cudnnBatchNormalizationForwardTraining(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l.x_desc, x, l.x_desc, y, l.bn_desc, l.w, l.b,
-                                                    n.attrs.momentum, l.run_mean, l.run_var, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON),
-                                                    l.save_mean, l.save_inv),
-             "batchnorm forward");
-        else
-          ok(cudnnBatchNormalizationForwardInference(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, l.x_desc, x, l.x_desc, y, l.bn_desc, l.w,
-                                                     l.b, l.run_mean, l.run_var, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON)),
-             "batchnorm inference");
+        if (training) batchnorm_forward_train(dt_, l.bn_shape, l.bn, x, y, bn_workspace_, stream_);
+        else batchnorm_forward_eval(dt_, l.bn_shape, l.bn, x, y, bn_workspace_, stream_);
         break;
       case ops::OpKind::relu: relu_forward(dt_, x, y, count, stream_); break;
       case ops::OpKind::maxpool2d:
@@ -509,8 +495,6 @@ void Network::eval_step(const std::function<void(cudaStream_t)>& load, int64_t v
 }
 
 void Network::backward() {
-  auto h = static_cast<cudnnHandle_t>(cudnn_);
-  const float one = 1, zero = 0;
   const size_t es = bytes_of(dt_);
   // A value's first gradient writer (in reverse order) writes it; later ones add to it through
   // a scratch buffer. The logits' gradient came from the loss.
@@ -529,16 +513,16 @@ void Network::backward() {
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     Layer& l = **it;
     const nn::Node& n = *l.node;
+    if (n.kind == ops::OpKind::flatten || l.fused_away) {  // a view, or a relu run by its batchnorm: their gradient is their input's
+      written[size_t(l.in[0])] = true;
+      continue;
+    }
     const profile::NvtxRange range(l.backward_name.c_str());
-    const Span span(*this, n.name, n.kind, profile::Phase::backward, l.out - 1);
+    const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
     const void* x = act_[size_t(l.in[0])];
     const void* y = act_[size_t(l.out)];
     const void* dy = diff_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
-    if (n.kind == ops::OpKind::flatten) {  // the view's gradient is its input's
-      written[size_t(l.in[0])] = true;
-      continue;
-    }
     void* dx = l.in[0] == 0 ? nullptr : target(l.in[0]);
     switch (n.kind) {
       case ops::OpKind::conv2d:
@@ -551,14 +535,9 @@ void Network::backward() {
         if (l.db) bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
         if (dx) l.bwd_data->run(l.wh, dy, dx, stream_);
         break;
-      case ops::OpKind::batchnorm2d: {
-        void* into = dx;
-        if (!into) into = scratch_;  // cuDNN always writes dx
-        ok(cudnnBatchNormalizationBackward(h, CUDNN_BATCHNORM_SPATIAL, &one, &zero, &one, &zero, l.x_desc, x, l.x_desc, dy, l.x_desc, into,
-                                           l.bn_desc, l.w, l.dw, l.db, std::max(n.attrs.eps, CUDNN_BN_MIN_EPSILON), l.save_mean, l.save_inv),
-           "batchnorm backward");
+      case ops::OpKind::batchnorm2d:
+        batchnorm_backward(dt_, l.bn_shape, l.bn, x, y, dy, dx, l.dw, l.db, bn_workspace_, stream_);
         break;
-      }
       case ops::OpKind::relu:
         if (dx) relu_backward(dt_, y, dy, dx, count, stream_);
         break;
@@ -661,10 +640,10 @@ std::vector<std::pair<std::string, std::vector<float>>> Network::snapshot(const 
     for (const auto& p : n.params) named.push_back({n.name + "." + p.name, tensors_[t++]});
   for (const auto& [name, at] : named) out.emplace_back(name, fetch(params_ + at.first, at.second, stream_));
   for (const auto& l : layers_)
-    if (l->run_mean) {
+    if (l->bn.running_mean) {
       const int64_t c = l->node->in_dims[0][1];
-      out.emplace_back(l->node->name + ".running_mean", fetch(l->run_mean, c, stream_));
-      out.emplace_back(l->node->name + ".running_var", fetch(l->run_var, c, stream_));
+      out.emplace_back(l->node->name + ".running_mean", fetch(l->bn.running_mean, c, stream_));
+      out.emplace_back(l->node->name + ".running_var", fetch(l->bn.running_var, c, stream_));
     }
   const bool adam = opt.name == "adamw";
   if (adam || opt.momentum != 0)
@@ -693,10 +672,10 @@ void Network::restore(const std::function<const std::vector<float>&(const std::s
       if (adam) put(state_v_ + at, get(name + ".adam_v", size_t(count)));
     }
   for (const auto& l : layers_)
-    if (l->run_mean) {
+    if (l->bn.running_mean) {
       const size_t c = size_t(l->node->in_dims[0][1]);
-      put(l->run_mean, get(l->node->name + ".running_mean", c));
-      put(l->run_var, get(l->node->name + ".running_var", c));
+      put(l->bn.running_mean, get(l->node->name + ".running_mean", c));
+      put(l->bn.running_var, get(l->node->name + ".running_var", c));
     }
   if (dt_ != DType::f32) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
   steps_ = updates_done;

@@ -147,7 +147,6 @@ class Network {
   int device_;
   NetworkOptions opts_;
   cudaStream_t stream_{};
-  void* cudnn_ = nullptr;
   std::vector<void*> owned_;  // every device block, released in the destructor
   std::vector<std::unique_ptr<Layer>> layers_;
   DType dt_ = DType::f32;            // the activations' type
@@ -160,6 +159,7 @@ class Network {
   int64_t conv_span_ = 0, matmul_span_ = 0;  // the flat buffers start with conv, then linear weights
   std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
   void* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
+  void* bn_workspace_ = nullptr;  // the batchnorm kernels' partial sums, sized for the largest layer
   float* logits32_ = nullptr;  // mixed precision: the logits in fp32, for logits()
   LossScale* loss_scale_ = nullptr;  // fp16 only (device)
   int32_t* labels_ = nullptr;

@@ -1,0 +1,55 @@
+// How dlperf's GPU batchnorm kernels (batchnorm.cu) share out a channel's N x H x W elements
+// among blocks and threads, in a header the host compiles too: the CPU test suite checks that
+// every element is visited exactly once (tests/test_cuda.cpp, BatchnormSplit.*), and the memory
+// planner sizes the kernels' workspace from it without the CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+#include "core/rng.h"  // DLPERF_HD
+
+namespace dlperf::cuda {
+
+constexpr int kBnThreads = 256;
+/// About 32 elements a thread: at batch 1024 of 32x32 maps a 32-channel layer gets 4096 blocks,
+/// enough to fill any GPU, while a channel's partial sums stay few enough for one thread to add.
+constexpr int64_t kBnElemsPerBlock = 8192;
+
+/// Blocks a channel is split into: the batch's samples are shared out in row ranges, so at most
+/// one block a sample.
+DLPERF_HD inline int64_t bn_splits(int64_t n, int64_t hw) {
+  const int64_t s = (n * hw + kBnElemsPerBlock - 1) / kBnElemsPerBlock;
+  return s < 1 ? 1 : s > n ? n : s;
+}
+
+/// Samples [first, last) of split `s` out of `splits`.
+struct BnRows {
+  int64_t first, last;
+};
+DLPERF_HD inline BnRows bn_rows(int64_t n, int64_t splits, int64_t s) { return {n * s / splits, n * (s + 1) / splits}; }
+
+/// One thread's walk over a split's elements of one channel: its (sample, pixel) pairs number
+/// k = thread, thread + threads, ... in sample-major order, stepped without a division per
+/// element (the kernels are memory-bound; a 64-bit division per element would not be).
+struct BnWalk {
+  int64_t n, i;  ///< the sample and the pixel (y * W + x) now
+  int64_t last, hw, step_n, step_i;
+  DLPERF_HD BnWalk(BnRows r, int64_t hw_, int64_t thread, int64_t threads)
+      : n(r.first + thread / hw_), i(thread % hw_), last(r.last), hw(hw_), step_n(threads / hw_), step_i(threads % hw_) {}
+  DLPERF_HD bool more() const { return n < last; }
+  /// The element's offset in an NCHW tensor of `channels` channels.
+  DLPERF_HD int64_t at(int64_t channels, int64_t c) const { return (n * channels + c) * hw + i; }
+  DLPERF_HD void next() {
+    n += step_n;
+    i += step_i;
+    if (i >= hw) i -= hw, ++n;
+  }
+};
+
+/// Bytes of the workspace one batchnorm layer uses: two double partial sums per block and three
+/// float coefficients per channel. The GPU executor keeps one, sized for its largest layer.
+DLPERF_HD inline int64_t bn_workspace_bytes(int64_t n, int64_t channels, int64_t hw) {
+  return 16 * channels * bn_splits(n, hw) + 12 * channels;
+}
+
+}  // namespace dlperf::cuda

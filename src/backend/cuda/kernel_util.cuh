@@ -1,0 +1,53 @@
+// What dlperf's .cu files share: the launch shape of element-wise kernels, loads and stores of
+// every activation type with fp32 arithmetic, and a dispatch from DType to its C++ type. For
+// kernel sources only (device code, inside namespace dlperf::cuda).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backend/cuda/kernels.h"
+
+namespace dlperf::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// Enough blocks to fill a large GPU several times over, capped so tiny tensors launch few.
+inline unsigned blocks_for(int64_t n) {
+  const int64_t b = (n + kThreads - 1) / kThreads;
+  return unsigned(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+#define GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+// Loads and stores of any activation type, with arithmetic in fp32.
+__device__ inline float ld(const float* p, int64_t i) { return p[i]; }
+__device__ inline float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ inline float ld(const __half* p, int64_t i) { return __half2float(p[i]); }
+__device__ inline void st(float* p, int64_t i, float v) { p[i] = v; }
+__device__ inline void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__device__ inline void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// Calls `body` with T set to the C++ type of `t`.
+#define DISPATCH(t, ...)                  \
+  switch (t) {                            \
+    case DType::f32: {                    \
+      using T = float;                    \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+    case DType::bf16: {                   \
+      using T = __nv_bfloat16;            \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+    case DType::f16: {                    \
+      using T = __half;                   \
+      __VA_ARGS__;                        \
+      break;                              \
+    }                                     \
+  }
+
+}  // namespace
+}  // namespace dlperf::cuda
