@@ -49,13 +49,29 @@ int pick(const Perf* perf, int n, size_t& workspace) {
 std::mutex cache_mutex;
 std::map<Key, Algos> algo_cache;
 
+// One cuDNN handle per device and thread: creating one costs milliseconds and device memory, and a
+// network has a convolution per layer. Each pass sets the handle's stream first. Never destroyed:
+// the process's end reclaims them, and cuDNN's teardown against the CUDA runtime's at exit is
+// not an order to depend on.
+cudnnHandle_t shared_handle() {
+  thread_local std::map<int, cudnnHandle_t> handles;
+  int device = 0;
+  ok(cudaGetDevice(&device), "cudaGetDevice");
+  cudnnHandle_t& h = handles[device];
+  if (!h) ok(cudnnCreate(&h), "cudnnCreate");
+  return h;
+}
+
 }  // namespace
 
-CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc) : s_(s), p_(p), nhwc_(nhwc) {
+CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace)
+    : s_(s), p_(p), nhwc_(nhwc), own_workspace_(own_workspace) {
   check(p != Precision::fp8, "cuDNN convolutions here run in fp32, tf32, bf16 or fp16");
-  cudnnHandle_t h;
-  ok(cudnnCreate(&h), "cudnnCreate");
+  const cudnnHandle_t h = shared_handle();
   handle_ = h;
+  // The timed search runs on the handle's stream: the default one, not a stream an earlier user
+  // of the handle may since have destroyed.
+  ok(cudnnSetStream(h, nullptr), "cudnnSetStream");
   const cudnnTensorFormat_t fmt = nhwc_ ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
   const cudnnDataType_t dt = data_type(p);
   cudnnTensorDescriptor_t xd, yd;
@@ -117,16 +133,20 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc) : s_(s), p_(p),
   timed_ = it->second.timed;
   workspace_bytes_ = it->second.workspace;
   cudaGetDevice(&device_);
-  if (workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
+  if (own_workspace_ && workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
+}
+
+void CudnnConv::set_workspace(void* w) {
+  check(!own_workspace_, "this convolution owns its workspace");
+  workspace_ = w;
 }
 
 CudnnConv::~CudnnConv() {
-  if (workspace_) device_allocator(device_).release(workspace_);
+  if (own_workspace_ && workspace_) device_allocator(device_).release(workspace_);
   if (conv_) cudnnDestroyConvolutionDescriptor(static_cast<cudnnConvolutionDescriptor_t>(conv_));
   if (w_) cudnnDestroyFilterDescriptor(static_cast<cudnnFilterDescriptor_t>(w_));
   if (y_) cudnnDestroyTensorDescriptor(static_cast<cudnnTensorDescriptor_t>(y_));
   if (x_) cudnnDestroyTensorDescriptor(static_cast<cudnnTensorDescriptor_t>(x_));
-  if (handle_) cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
 }
 
 void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t s) {

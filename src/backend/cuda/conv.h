@@ -29,7 +29,9 @@ class CudnnConv {
   /// `p`: fp32, tf32, bf16 or fp16. `nhwc`: the tensors' layout; by default NHWC for bf16 and
   /// fp16 (what tensor cores want), NCHW otherwise. The network executor keeps NCHW throughout.
   CudnnConv(const ConvShape& s, Precision p) : CudnnConv(s, p, p == Precision::bf16 || p == Precision::fp16) {}
-  CudnnConv(const ConvShape& s, Precision p, bool nhwc);
+  /// `own_workspace` false: the caller provides the workspace (set_workspace, workspace_bytes()
+  /// bytes) before the first pass, so a network's convolutions, which run one at a time, share one.
+  CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace = true);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -39,6 +41,10 @@ class CudnnConv {
   void backward_filter(const void* x, const void* dy, void* dw, cudaStream_t s);
 
   bool nhwc() const { return nhwc_; }
+  /// Workspace the chosen algorithms need.
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  /// Where the passes find their workspace (built without one of its own).
+  void set_workspace(void* w);
   /// The algorithms chosen, for reports ("fwd 1, bwd-data 1, bwd-filter 3").
   std::string algorithms() const;
 
@@ -46,12 +52,13 @@ class CudnnConv {
   ConvShape s_;
   Precision p_;
   bool nhwc_ = false;
-  void* handle_ = nullptr;
+  void* handle_ = nullptr;  // this thread's cuDNN handle for the device (shared, not owned)
   void *x_ = nullptr, *y_ = nullptr, *w_ = nullptr, *conv_ = nullptr;  // cuDNN descriptors
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
   bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
+  bool own_workspace_ = true;
   int device_ = 0;
 };
 

@@ -229,7 +229,7 @@ void Network::build(uint64_t seed, int device) {
   ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
   ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
   write_args();
-  size_t t = 0, bn_workspace = 0;
+  size_t t = 0, bn_workspace = 0, conv_workspace = 0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const nn::Node& n = nodes[i];
     auto l = std::make_unique<Layer>();
@@ -271,7 +271,8 @@ void Network::build(uint64_t seed, int device) {
       case ops::OpKind::conv2d:
         l->conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
                                                         n.attrs.padding},
-                                              opts_.precision, false);
+                                              opts_.precision, /*nhwc=*/false, /*own_workspace=*/false);
+        conv_workspace = std::max(conv_workspace, l->conv->workspace_bytes());
         break;
       case ops::OpKind::linear: {
         const int64_t in_f = x[1], out_f = n.attrs.out_features;
@@ -322,6 +323,12 @@ void Network::build(uint64_t seed, int device) {
   for (const auto& n : nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
   scratch_ = alloc_bytes(biggest * es, MemCategory::workspace);
   if (bn_workspace) bn_workspace_ = alloc_bytes(bn_workspace, MemCategory::workspace);  // batchnorm layers run one at a time
+  // The convolutions run one at a time on one stream: one workspace, the largest any needs.
+  if (conv_workspace) {
+    void* w = alloc_bytes(conv_workspace, MemCategory::workspace);
+    for (auto& l : layers_)
+      if (l->conv) l->conv->set_workspace(w);
+  }
   check(nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
   ok(cudaStreamSynchronize(stream_), "network set-up");
 }
