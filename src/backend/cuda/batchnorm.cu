@@ -1,6 +1,7 @@
-// batchnorm2d kernels (see batchnorm.h). Each pass over the activation runs as a grid of
-// (split, channel) blocks walking their share of a channel (bn_split.h); sums over a channel go
-// through a workspace of per-block partials that one thread per channel adds in order.
+// batchnorm2d kernels (see batchnorm.h). A layer small enough for one block a channel runs each
+// pass in one launch. A larger one runs each loop over the activation as a grid of (split,
+// channel) blocks walking their share of a channel (bn_split.h); sums over a channel go through
+// a workspace of per-block partials that one thread per channel adds in order.
 //
 // Forward (training): partial sums of x - shift -> mean, variance, coefficients -> y = a x + b.
 // Subtracting the channel's first element before squaring keeps the one-pass variance from
@@ -22,10 +23,11 @@ __device__ void block_sum2(double& a, double& b) {
   const int lane = int(threadIdx.x % 32), warp = int(threadIdx.x / 32), warps = int(blockDim.x / 32);
   if (lane == 0) sa[warp] = a, sb[warp] = b;
   __syncthreads();
-  if (warp != 0) return;
-  a = lane < warps ? sa[lane] : 0.0;
-  b = lane < warps ? sb[lane] : 0.0;
-  for (int o = 16; o > 0; o /= 2) a += __shfl_down_sync(0xffffffffu, a, o), b += __shfl_down_sync(0xffffffffu, b, o);
+  if (warp == 0) {
+    a = lane < warps ? sa[lane] : 0.0;
+    b = lane < warps ? sb[lane] : 0.0;
+    for (int o = 16; o > 0; o /= 2) a += __shfl_down_sync(0xffffffffu, a, o), b += __shfl_down_sync(0xffffffffu, b, o);
+  }
 }
 
 // The workspace: per-block partial sums, then three coefficients per channel.
@@ -38,30 +40,39 @@ Workspace split_workspace(void* w, const BatchnormShape& s) {
   return {part, reinterpret_cast<float*>(part + s.channels * bn_splits(s.n, s.hw))};
 }
 
+// This thread's walk over split `split` of channel c.
+__device__ inline BnWalk walk(const BatchnormShape& s, int64_t splits, int64_t split) {
+  return BnWalk(bn_rows(s.n, splits, split), s.hw, threadIdx.x, blockDim.x);
+}
+
+// The per-thread loops over a channel's share, and the per-channel arithmetic between them.
+
+// Sums of x - shift and its square.
 template <class T>
-__global__ void stats_k(const T* x, BatchnormShape s, int64_t splits, double2* part) {
-  const int64_t c = blockIdx.y, split = blockIdx.x;
-  const float shift = ld(x, c * s.hw);
+__device__ void sum_centered(const T* x, const BatchnormShape& s, int64_t c, BnWalk w, float shift, double& sa, double& sb) {
   float a = 0.f, b = 0.f;
-  for (BnWalk w(bn_rows(s.n, splits, split), s.hw, threadIdx.x, blockDim.x); w.more(); w.next()) {
+  for (; w.more(); w.next()) {
     const float v = ld(x, w.at(s.channels, c)) - shift;
     a += v;
     b += v * v;
   }
-  double da = a, db = b;
-  block_sum2(da, db);
-  if (threadIdx.x == 0) part[c * splits + split] = make_double2(da, db);
+  sa = a, sb = b;
 }
 
-// One thread a channel: statistics, running statistics, and y = coef[c] x + coef[C + c].
 template <class T>
-__global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p, float* coef) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= s.channels) return;
-  double a = 0, b = 0;
-  for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
+__device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, BnWalk w, float scale, float shift, bool relu) {
+  for (; w.more(); w.next()) {
+    const int64_t o = w.at(s.channels, c);
+    const float v = fmaf(scale, ld(x, o), shift);
+    st(y, o, relu ? fmaxf(v, 0.f) : v);
+  }
+}
+
+// From a channel's sums of x - first and its square: the batch statistics (saved), the running
+// statistics, and y = scale x + shift's coefficients.
+__device__ float2 finish_stats(int64_t c, double a, double b, float first, const BatchnormShape& s, const BatchnormParams& p) {
   const double m = double(s.n * s.hw), d = a / m;
-  const double mean = double(ld(x, c * s.hw)) + d;
+  const double mean = double(first) + d;
   const double var = fmax(b / m - d * d, 0.0);
   const double inv = 1.0 / sqrt(var + double(p.eps));
   p.batch_mean[c] = float(mean);
@@ -70,8 +81,100 @@ __global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, con
   p.running_mean[c] = (1 - p.momentum) * p.running_mean[c] + p.momentum * float(mean);
   p.running_var[c] = (1 - p.momentum) * p.running_var[c] + p.momentum * float(var * unbias);
   const double scale = double(p.gamma[c]) * inv;
-  coef[c] = float(scale);
-  coef[s.channels + c] = float(double(p.beta[c]) - mean * scale);
+  return make_float2(float(scale), float(double(p.beta[c]) - mean * scale));
+}
+
+// dy where the fused relu passed its input (y > 0), else 0; dy itself without a relu.
+template <class T>
+__device__ inline float masked_grad(const T* y, const T* dy, int64_t o, bool relu) {
+  return relu && !(ld(y, o) > 0.f) ? 0.f : ld(dy, o);
+}
+
+// Sums of g and g * xhat.
+template <class T>
+__device__ void sum_grads(const T* x, const T* y, const T* dy, const BatchnormShape& s, const BatchnormParams& p, int64_t c, BnWalk w,
+                          double& sa, double& sb) {
+  const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
+  float a = 0.f, b = 0.f;
+  for (; w.more(); w.next()) {
+    const int64_t o = w.at(s.channels, c);
+    const float g = masked_grad(y, dy, o, p.relu);
+    a += g;
+    b += g * (ld(x, o) - mean) * inv;
+  }
+  sa = a, sb = b;
+}
+
+// dbeta = sum g, dgamma = sum g xhat; returns dx's coefficients (gamma inv, mean g, mean g xhat).
+__device__ float3 finish_grads(int64_t c, double a, double b, const BatchnormShape& s, const BatchnormParams& p, float* dgamma,
+                               float* dbeta) {
+  const double m = double(s.n * s.hw);
+  dbeta[c] = float(a);
+  dgamma[c] = float(b);
+  return make_float3(p.gamma[c] * p.batch_inv_std[c], float(a / m), float(b / m));
+}
+
+template <class T>
+__device__ void grad_input(const T* x, const T* y, const T* dy, T* dx, const BatchnormShape& s, const BatchnormParams& p, int64_t c,
+                           BnWalk w, float3 k) {
+  const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
+  for (; w.more(); w.next()) {
+    const int64_t o = w.at(s.channels, c);
+    const float xhat = (ld(x, o) - mean) * inv;
+    st(dx, o, k.x * (masked_grad(y, dy, o, p.relu) - k.y - xhat * k.z));
+  }
+}
+
+// Layers of one block a channel (splits == 1), where launches rather than bytes are the cost:
+// each pass in one launch, the block's thread 0 doing the per-channel arithmetic in between.
+
+template <class T>
+__global__ void train_one_block_k(const T* x, T* y, BatchnormShape s, BatchnormParams p) {
+  const int64_t c = blockIdx.x;
+  const float first = ld(x, c * s.hw);
+  double a, b;
+  sum_centered(x, s, c, walk(s, 1, 0), first, a, b);
+  block_sum2(a, b);
+  __shared__ float2 coef;
+  if (threadIdx.x == 0) coef = finish_stats(c, a, b, first, s, p);
+  __syncthreads();
+  apply(x, y, s, c, walk(s, 1, 0), coef.x, coef.y, p.relu);
+}
+
+template <class T>
+__global__ void backward_one_block_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, BatchnormParams p, float* dgamma,
+                                     float* dbeta) {
+  const int64_t c = blockIdx.x;
+  double a, b;
+  sum_grads(x, y, dy, s, p, c, walk(s, 1, 0), a, b);
+  block_sum2(a, b);
+  __shared__ float3 k;
+  if (threadIdx.x == 0) k = finish_grads(c, a, b, s, p, dgamma, dbeta);
+  __syncthreads();
+  if (dx) grad_input(x, y, dy, dx, s, p, c, walk(s, 1, 0), k);
+}
+
+// Larger layers: a grid of (split, channel) blocks for each loop, partial sums through the
+// workspace, and one thread a channel to add them (in order) between.
+
+template <class T>
+__global__ void stats_k(const T* x, BatchnormShape s, int64_t splits, double2* part) {
+  const int64_t c = blockIdx.y;
+  double a, b;
+  sum_centered(x, s, c, walk(s, splits, blockIdx.x), ld(x, c * s.hw), a, b);
+  block_sum2(a, b);
+  if (threadIdx.x == 0) part[c * splits + blockIdx.x] = make_double2(a, b);
+}
+
+template <class T>
+__global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p, float* coef) {
+  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (c >= s.channels) return;
+  double a = 0, b = 0;
+  for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
+  const float2 ab = finish_stats(c, a, b, ld(x, c * s.hw), s, p);
+  coef[c] = ab.x;
+  coef[s.channels + c] = ab.y;
 }
 
 __global__ void eval_coef_k(BatchnormShape s, BatchnormParams p, float* coef) {
@@ -85,62 +188,34 @@ __global__ void eval_coef_k(BatchnormShape s, BatchnormParams p, float* coef) {
 template <class T>
 __global__ void apply_k(const T* x, T* y, BatchnormShape s, int64_t splits, const float* coef, bool relu) {
   const int64_t c = blockIdx.y;
-  const float a = coef[c], b = coef[s.channels + c];
-  for (BnWalk w(bn_rows(s.n, splits, blockIdx.x), s.hw, threadIdx.x, blockDim.x); w.more(); w.next()) {
-    const int64_t o = w.at(s.channels, c);
-    const float v = fmaf(a, ld(x, o), b);
-    st(y, o, relu ? fmaxf(v, 0.f) : v);
-  }
-}
-
-// dy where the fused relu passed its input (y > 0), else 0; dy itself without a relu.
-template <class T>
-__device__ inline float masked_grad(const T* y, const T* dy, int64_t o, bool relu) {
-  return relu && !(ld(y, o) > 0.f) ? 0.f : ld(dy, o);
+  apply(x, y, s, c, walk(s, splits, blockIdx.x), coef[c], coef[s.channels + c], relu);
 }
 
 template <class T>
 __global__ void grad_stats_k(const T* x, const T* y, const T* dy, BatchnormShape s, int64_t splits, BatchnormParams p, double2* part) {
-  const int64_t c = blockIdx.y, split = blockIdx.x;
-  const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
-  float a = 0.f, b = 0.f;
-  for (BnWalk w(bn_rows(s.n, splits, split), s.hw, threadIdx.x, blockDim.x); w.more(); w.next()) {
-    const int64_t o = w.at(s.channels, c);
-    const float g = masked_grad(y, dy, o, p.relu);
-    a += g;
-    b += g * (ld(x, o) - mean) * inv;
-  }
-  double da = a, db = b;
-  block_sum2(da, db);
-  if (threadIdx.x == 0) part[c * splits + split] = make_double2(da, db);
+  const int64_t c = blockIdx.y;
+  double a, b;
+  sum_grads(x, y, dy, s, p, c, walk(s, splits, blockIdx.x), a, b);
+  block_sum2(a, b);
+  if (threadIdx.x == 0) part[c * splits + blockIdx.x] = make_double2(a, b);
 }
 
-// One thread a channel: dbeta = sum g, dgamma = sum g xhat, and dx's coefficients.
 __global__ void finish_grad_k(BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p, float* dgamma, float* dbeta,
                               float* coef) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
   double a = 0, b = 0;
   for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
-  const double m = double(s.n * s.hw);
-  dbeta[c] = float(a);
-  dgamma[c] = float(b);
-  coef[c] = p.gamma[c] * p.batch_inv_std[c];
-  coef[s.channels + c] = float(a / m);
-  coef[2 * s.channels + c] = float(b / m);
+  const float3 g = finish_grads(c, a, b, s, p, dgamma, dbeta);
+  coef[c] = g.x, coef[s.channels + c] = g.y, coef[2 * s.channels + c] = g.z;
 }
 
 template <class T>
 __global__ void grad_input_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, int64_t splits, BatchnormParams p,
                              const float* coef) {
   const int64_t c = blockIdx.y;
-  const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
-  const float k = coef[c], mean_g = coef[s.channels + c], mean_gx = coef[2 * s.channels + c];
-  for (BnWalk w(bn_rows(s.n, splits, blockIdx.x), s.hw, threadIdx.x, blockDim.x); w.more(); w.next()) {
-    const int64_t o = w.at(s.channels, c);
-    const float xhat = (ld(x, o) - mean) * inv;
-    st(dx, o, k * (masked_grad(y, dy, o, p.relu) - mean_g - xhat * mean_gx));
-  }
+  const float3 k = make_float3(coef[c], coef[s.channels + c], coef[2 * s.channels + c]);
+  grad_input(x, y, dy, dx, s, p, c, walk(s, splits, blockIdx.x), k);
 }
 
 dim3 walk_grid(const BatchnormShape& s) { return dim3(unsigned(bn_splits(s.n, s.hw)), unsigned(s.channels)); }
@@ -155,6 +230,10 @@ void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormPa
   const int64_t splits = bn_splits(s.n, s.hw);
   DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
+    if (splits == 1) {
+      train_one_block_k<T><<<unsigned(s.channels), kBnThreads, 0, st>>>(xt, static_cast<T*>(y), s, p);
+      return;
+    }
     stats_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, s, splits, w.part);
     finish_stats_k<T><<<channel_blocks(s), 128, 0, st>>>(xt, s, splits, w.part, p, w.coef);
     apply_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, static_cast<T*>(y), s, splits, w.coef, p.relu);
@@ -177,6 +256,10 @@ void batchnorm_backward(DType t, const BatchnormShape& s, const BatchnormParams&
   const int64_t splits = bn_splits(s.n, s.hw);
   DISPATCH(t, {
     const T *xt = static_cast<const T*>(x), *yt = static_cast<const T*>(y), *dyt = static_cast<const T*>(dy);
+    if (splits == 1) {
+      backward_one_block_k<T><<<unsigned(s.channels), kBnThreads, 0, st>>>(xt, yt, dyt, static_cast<T*>(dx), s, p, dgamma, dbeta);
+      return;
+    }
     grad_stats_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, yt, dyt, s, splits, p, w.part);
     finish_grad_k<<<channel_blocks(s), 128, 0, st>>>(s, splits, w.part, p, dgamma, dbeta, w.coef);
     if (dx) grad_input_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, yt, dyt, static_cast<T*>(dx), s, splits, p, w.coef);
