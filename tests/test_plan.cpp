@@ -92,6 +92,34 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
   EXPECT_NE(error_of([] { plan::parse_catalog(json{{"devices", {{{"id", "x"}}}}}, "x.json"); }).find("malformed"), std::string::npos);
 }
 
+// CPU datasheets for dlperf bench's % of spec: found from the model name the OS reports, peaks
+// scaled to the cores used, a user's catalog entry ahead of the built-in ones.
+TEST(PlanCatalog, CpuDatasheetsMatchTheOsModelNames) {
+  const plan::Catalog c = plan::load_catalog();
+  const plan::CpuSheet* epyc = plan::cpu_sheet_for(c, "AMD EPYC 9654 96-Core Processor");
+  ASSERT_NE(epyc, nullptr);
+  EXPECT_EQ(epyc->id, "epyc-9654");
+  EXPECT_DOUBLE_EQ(epyc->fp32_gflops(96), 96 * 2.4 * 32);  // 7.4 TFLOP/s a socket at base clock
+  EXPECT_DOUBLE_EQ(epyc->fp32_gflops(2), 2 * 2.4 * 32);
+  EXPECT_DOUBLE_EQ(epyc->dram_gbps, 12 * 4.8 * 8);           // 12 channels of DDR5-4800
+  ASSERT_NE(plan::cpu_sheet_for(c, "Intel(R) Xeon(R) Platinum 8480+"), nullptr);
+  EXPECT_EQ(plan::cpu_sheet_for(c, "Intel(R) Xeon(R) Platinum 8480+")->id, "xeon-8480");
+  EXPECT_EQ(plan::cpu_sheet_for(c, "Intel(R) Xeon(R) Platinum 8380 CPU @ 2.30GHz")->id, "xeon-8380");
+  EXPECT_EQ(plan::cpu_sheet_for(c, "AMD EPYC 7763 64-Core Processor")->id, "epyc-7763");
+  EXPECT_EQ(plan::cpu_sheet_for(c, "AMD EPYC"), nullptr);  // this VM's: too vague to name a part
+  for (const auto& x : c.cpus) {
+    EXPECT_FALSE(x.sources.empty()) << x.id;
+    EXPECT_GT(x.boost_ghz, x.base_ghz) << x.id;
+  }
+  TempDir dir;
+  const std::string mine = (dir.path / "mine.json").string();
+  std::ofstream(mine) << R"({"devices": [], "cpus": [{"id": "my-epyc", "match": "EPYC 9654", "cores": 96, "base_ghz": 2.0,
+                            "fp32_flops_per_cycle": 32, "dram_gbps": 400}]})";
+  EXPECT_EQ(plan::cpu_sheet_for(plan::load_catalog(mine), "AMD EPYC 9654 96-Core Processor")->id, "my-epyc");
+  EXPECT_NE(error_of([] { plan::parse_catalog(json{{"cpus", {{{"id", "x"}, {"match", "y"}}}}}, "x.json"); }).find("malformed"),
+            std::string::npos);
+}
+
 TEST(PlanTargets, Gpt3DoesNotFitOneGpuAndThePlanSaysWhatWould) {
   const plan::Catalog c = plan::load_catalog();
   plan::JobSpec job;

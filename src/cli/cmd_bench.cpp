@@ -176,6 +176,12 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
   auto cell = [](const bench::MemoryPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.gbps.median, p.gbps.min, p.gbps.max); };
   for (size_t i = 0; i < half; ++i) t.add({format_bytes(double(points[i].working_set)), cell(points[i]), cell(points[half + i])});
   t.print();
+  // DRAM against the datasheet where the catalog knows the CPU: the figure is a whole socket's,
+  // which a slice of its cores (a VM) cannot be expected to reach.
+  if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(plan::load_catalog(), cpu.model); sheet && levels.contains("DRAM"))
+    std::printf("DRAM: %.1f GB/s measured with %d threads, %.0f%% of the %.1f GB/s datasheet figure for a whole %s socket (%d cores)\n",
+                levels["DRAM"].get<double>(), threads, 100 * levels["DRAM"].get<double>() / sheet->dram_gbps, sheet->dram_gbps,
+                sheet->name.c_str(), sheet->cores);
   return rows;
 }
 
@@ -190,6 +196,16 @@ nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
   t.print();
   auto j = bench::to_json(r);
   j["counted_peak_gflops"] = counted;
+  if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(plan::load_catalog(), cpu.model)) {
+    const double spec = sheet->fp32_gflops(r.threads);
+    std::printf("datasheet (%s): %.1f GFLOP/s for %d of its %d cores at the %.2f GHz base clock; measured %.0f%% of it "
+                "(turbo clocks go above 100%%)\n",
+                sheet->name.c_str(), spec, r.threads, sheet->cores, sheet->base_ghz, 100 * r.gflops.median / spec);
+    j["datasheet"] = {{"id", sheet->id}, {"fp32_gflops_at_base", spec}, {"percent_of_datasheet", 100 * r.gflops.median / spec},
+                      {"dram_gbps_socket", sheet->dram_gbps}};
+  } else {
+    std::printf("(the hardware catalog has no datasheet for '%s': no %% of spec)\n", cpu.model.c_str());
+  }
   std::string why;
   const auto b = bench::bf16_peak(o, &why);
   if (b.isa.empty()) {

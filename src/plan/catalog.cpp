@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "core/error.h"
@@ -46,6 +47,22 @@ Catalog parse_catalog(const json& j, const std::string& source) {
       check(x.memory_gb > 0 && x.bandwidth_gbps > 0, fmt::format("device '{}' needs memory_gb and bandwidth_gbps above 0", x.id));
       c.devices.push_back(x);
     }
+    for (const auto& d : j.value("cpus", json::array())) {
+      CpuSheet x;
+      x.id = d.at("id");
+      x.name = d.value("name", x.id);
+      x.match = d.at("match");
+      x.cores = d.at("cores");
+      x.base_ghz = d.at("base_ghz");
+      x.boost_ghz = d.value("boost_ghz", 0.0);
+      x.fp32_flops_per_cycle = d.at("fp32_flops_per_cycle");
+      x.dram_gbps = d.at("dram_gbps");
+      x.tdp_w = d.value("tdp_w", 0.0);
+      x.sources = d.value("sources", "");
+      check(!x.match.empty() && x.cores > 0 && x.base_ghz > 0 && x.fp32_flops_per_cycle > 0 && x.dram_gbps > 0,
+            fmt::format("CPU '{}' needs a match, cores, base_ghz, fp32_flops_per_cycle and dram_gbps above 0", x.id));
+      c.cpus.push_back(x);
+    }
     if (j.contains("grid_gco2_per_kwh"))
       for (const auto& [k, v] : j["grid_gco2_per_kwh"].items())
         if (v.is_number()) c.grid[k] = v;
@@ -71,6 +88,12 @@ std::string catalog_id_for_gpu(const std::string& name) {
   return "";
 }
 
+const CpuSheet* cpu_sheet_for(const Catalog& c, const std::string& model) {
+  for (const auto& x : c.cpus)
+    if (model.find(x.match) != std::string::npos) return &x;
+  return nullptr;
+}
+
 Catalog load_catalog(const std::string& extra_file) {
   Catalog c = parse_catalog(json::parse(kHardwareJson), "data/hardware.json");
   if (extra_file.empty()) return c;
@@ -87,6 +110,11 @@ Catalog load_catalog(const std::string& extra_file) {
     auto it = std::find_if(c.devices.begin(), c.devices.end(), [&](const Device& x) { return x.id == d.id; });
     if (it != c.devices.end()) *it = d;
     else c.devices.push_back(d);
+  }
+  for (const auto& x : extra.cpus) {
+    auto it = std::find_if(c.cpus.begin(), c.cpus.end(), [&](const CpuSheet& y) { return y.id == x.id; });
+    if (it != c.cpus.end()) *it = x;
+    else c.cpus.insert(c.cpus.begin(), x);  // ahead of the built-in ones: a user's entry matches first
   }
   for (const auto& [k, v] : extra.grid) c.grid[k] = v;
   if (j.contains("pue")) c.pue = extra.pue;

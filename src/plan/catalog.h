@@ -23,8 +23,22 @@ struct Device {
   double peak_tflops(const std::string& precision) const;
 };
 
+/// A server CPU's datasheet, for reading benchmarks against (data/hardware.json, "cpus").
+struct CpuSheet {
+  std::string id, name, match;  ///< `match`: a piece of the model name the OS reports
+  int cores = 0;                ///< one socket's
+  double base_ghz = 0, boost_ghz = 0;
+  double fp32_flops_per_cycle = 0;  ///< per core: FMA pipes x fp32 lanes x 2
+  double dram_gbps = 0;             ///< one socket: channels x transfer rate x 8 bytes
+  double tdp_w = 0;
+  std::string sources;
+  /// fp32 peak of `cores` of its cores at the base clock, in GFLOP/s.
+  double fp32_gflops(int used_cores) const { return used_cores * base_ghz * fp32_flops_per_cycle; }
+};
+
 struct Catalog {
   std::vector<Device> devices;
+  std::vector<CpuSheet> cpus;
   std::map<std::string, double> grid;  ///< gCO2e per kWh by region
   double pue = 1.1;
   nlohmann::json about;
@@ -35,6 +49,10 @@ struct Catalog {
 /// The catalog id of a GPU from the name the CUDA driver reports ("NVIDIA H100 80GB HBM3" ->
 /// "h100-sxm"), or "" when the catalog has no entry for it.
 std::string catalog_id_for_gpu(const std::string& name);
+
+/// The catalog's datasheet for the CPU the OS names `model` ("AMD EPYC 9654 96-Core
+/// Processor"), or null when it has none.
+const CpuSheet* cpu_sheet_for(const Catalog& c, const std::string& model);
 
 /// The built-in catalog, with the entries of `extra_file` (same format) added or replacing.
 Catalog load_catalog(const std::string& extra_file = "");
