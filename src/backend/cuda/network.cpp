@@ -168,6 +168,9 @@ void Network::build(uint64_t seed, int device) {
   if (opts_.graphs) why_not_graphed_ = "not captured yet (the first step runs eagerly)";
   ok(cudaSetDevice(device), "cudaSetDevice");
   ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  void* slots = nullptr;
+  ok(cudaHostAlloc(&slots, sizeof(StepArgs) * kArgSlots, cudaHostAllocDefault), "pinning the step values' slots");
+  arg_slots_ = static_cast<StepArgs*>(slots);
   const auto& nodes = graph_.nodes;
   const int64_t batch = graph_.batch();
   const bool mixed = dt_ != DType::f32;
@@ -347,14 +350,26 @@ void Network::release() {
   owned_.clear();
   if (stream_) cudaStreamDestroy(stream_);
   stream_ = nullptr;
+  for (cudaEvent_t& e : arg_copied_)
+    if (e) cudaEventDestroy(e), e = nullptr;
+  if (arg_slots_) cudaFreeHost(arg_slots_);
+  arg_slots_ = nullptr;
 }
 
 float* Network::input() { return input32_; }
 int32_t* Network::labels() { return labels_; }
 
+// A copy from pageable memory may make the driver wait for the stream before staging it, which
+// would stall the host once a step; from a pinned slot it never does. A slot is refilled only
+// after its last copy ran, which also bounds how far the host runs ahead (kArgSlots steps).
 void Network::write_args() {
-  // From pageable memory: the call returns once host_args_ is staged, so it may change at once.
-  ok(cudaMemcpyAsync(args_, &host_args_, sizeof host_args_, cudaMemcpyHostToDevice, stream_), "copying the step's values");
+  const int slot = int(args_written_++ % kArgSlots);
+  cudaEvent_t& copied = arg_copied_[slot];
+  if (copied) ok(cudaEventSynchronize(copied), "waiting for a step-values slot");
+  else ok(cudaEventCreateWithFlags(&copied, cudaEventDisableTiming), "cudaEventCreate");
+  arg_slots_[slot] = host_args_;
+  ok(cudaMemcpyAsync(args_, &arg_slots_[slot], sizeof(StepArgs), cudaMemcpyHostToDevice, stream_), "copying the step's values");
+  ok(cudaEventRecord(copied, stream_), "cudaEventRecord");
 }
 
 void Network::forward(bool training, uint64_t dropout_step) {

@@ -167,6 +167,12 @@ class Network {
   int32_t* correct_ = nullptr;
   StepArgs* args_ = nullptr;  // device
   StepArgs host_args_;
+  // The step values' way to the GPU: pinned slots used in turn, each reused only once the copy
+  // out of it ran (its event), so a step never waits on the GPU to stage a pageable copy.
+  static constexpr int kArgSlots = 8;
+  StepArgs* arg_slots_ = nullptr;
+  cudaEvent_t arg_copied_[kArgSlots] = {};
+  int64_t args_written_ = 0;
   uint64_t seed_;
   // The captured step and what it was captured for.
   cudaGraphExec_t graph_exec_ = nullptr;
