@@ -1,9 +1,9 @@
 // dlperf's own batchnorm2d kernels for the GPU executor, with the following relu fused in as the
 // CPU engine fuses it (one pass over the activation instead of two, each way).
 //
-// Why not cuDNN's: its legacy batchnorm API takes no bf16 tensors (PyTorch falls back to its own
-// kernels for bf16 for that reason), its newer graph API would add a second way of building ops
-// for one layer type, and neither fuses the relu's backward. These follow PyTorch's and the CPU
+// Why not cuDNN's: cuDNN 9 marks its legacy batchnorm API deprecated (cudnn_ops.h), PyTorch does
+// not send bf16 batchnorm to it (it runs its own kernels there), its graph API would add a second
+// way of building ops for one layer type, and the legacy API does not fuse the relu's backward. These follow PyTorch's and the CPU
 // engine's definitions: normalize with the batch's biased variance, update the running variance
 // with the unbiased one, running = (1 - momentum) * running + momentum * batch.
 //
