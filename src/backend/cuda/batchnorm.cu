@@ -40,6 +40,12 @@ Workspace split_workspace(void* w, const BatchnormShape& s) {
   return {part, reinterpret_cast<float*>(part + s.channels * bn_splits(s.n, s.hw))};
 }
 
+// Channel c's sums from its blocks' partials, added in order (deterministic).
+__device__ inline void add_partials(const double2* part, int64_t c, int64_t splits, double& a, double& b) {
+  a = 0, b = 0;
+  for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
+}
+
 // This thread's walk over split `split` of channel c.
 __device__ inline BnWalk walk(const BatchnormShape& s, int64_t splits, int64_t split) {
   return BnWalk(bn_rows(s.n, splits, split), s.hw, threadIdx.x, blockDim.x);
@@ -170,8 +176,8 @@ template <class T>
 __global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p, float* coef) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  double a = 0, b = 0;
-  for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
+  double a, b;
+  add_partials(part, c, splits, a, b);
   const float2 ab = finish_stats(c, a, b, ld(x, c * s.hw), s, p);
   coef[c] = ab.x;
   coef[s.channels + c] = ab.y;
@@ -204,8 +210,8 @@ __global__ void finish_grad_k(BatchnormShape s, int64_t splits, const double2* p
                               float* coef) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  double a = 0, b = 0;
-  for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
+  double a, b;
+  add_partials(part, c, splits, a, b);
   const float3 g = finish_grads(c, a, b, s, p, dgamma, dbeta);
   coef[c] = g.x, coef[s.channels + c] = g.y, coef[2 * s.channels + c] = g.z;
 }

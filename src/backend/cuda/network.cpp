@@ -246,10 +246,8 @@ void Network::build(uint64_t seed, int device) {
       Layer& bn = *layers_[size_t(n.inputs[0])];
       bn.bn.relu = true;
       bn.name += "+" + n.name;
-      bn.backward_name = bn.name + " backward";
       l->fused_away = true;
     }
-    l->backward_name = l->name + " backward";
     if (!n.params.empty()) {
       const int64_t wo = plan.offset[t++];
       l->w = params_ + wo, l->dw = grads_ + wo;
@@ -325,6 +323,7 @@ void Network::build(uint64_t seed, int device) {
   size_t biggest = 0;
   for (const auto& n : nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
   scratch_ = alloc_bytes(biggest * es, MemCategory::workspace);
+  for (auto& l : layers_) l->backward_name = l->name + " backward";  // names are final once every relu is fused
   if (bn_workspace) bn_workspace_ = alloc_bytes(bn_workspace, MemCategory::workspace);  // batchnorm layers run one at a time
   // The convolutions run one at a time on one stream: one workspace, the largest any needs.
   if (conv_workspace) {
