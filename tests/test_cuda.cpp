@@ -6,14 +6,17 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <set>
 #include <vector>
 
 #include "backend/cuda/bn_split.h"
+#include "backend/cuda/layout.h"
 #include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
 #include "backend/cuda/runtime.h"
+#include "backend/ref/ref_ops.h"
 #include "bench/gpu_bench.h"
 #include "core/rng.h"
 #include "hw/nvml.h"
@@ -29,7 +32,6 @@
 #include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/batchnorm.h"
-#include "backend/ref/ref_ops.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/network.h"
 #include "data/dataset.h"
@@ -42,6 +44,98 @@
 
 namespace dlperf::test {
 namespace {
+
+// Host copies between NCHW and the executor's layout `l`, for comparing kernels in either.
+template <class V>
+V to_layout(const V& nchw, const Dims& d, cuda::Layout l) {
+  if (l == cuda::Layout::nchw) return nchw;
+  V out(nchw.size());
+  const int64_t C = d[1], hw = d.size() == 4 ? d[2] * d[3] : 1;
+  for (int64_t n = 0; n < d[0]; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < hw; ++i) out[size_t(cuda::offset_of(l, n, c, i, C, hw))] = nchw[size_t((n * C + c) * hw + i)];
+  return out;
+}
+template <class V>
+V from_layout(const V& stored, const Dims& d, cuda::Layout l) {
+  if (l == cuda::Layout::nchw) return stored;
+  V out(stored.size());
+  const int64_t C = d[1], hw = d.size() == 4 ? d[2] * d[3] : 1;
+  for (int64_t n = 0; n < d[0]; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < hw; ++i) out[size_t((n * C + c) * hw + i)] = stored[size_t(cuda::offset_of(l, n, c, i, C, hw))];
+  return out;
+}
+
+// --layout's rule, the offsets, and the weight permutation NHWC convolutions need.
+TEST(Layout, AutoPicksNhwcForHalfTypesAndWeightsRoundTrip) {
+  EXPECT_EQ(cuda::resolve_layout("auto", "bf16"), cuda::Layout::nhwc);
+  EXPECT_EQ(cuda::resolve_layout("auto", "fp16"), cuda::Layout::nhwc);
+  EXPECT_EQ(cuda::resolve_layout("auto", "fp32"), cuda::Layout::nchw);
+  EXPECT_EQ(cuda::resolve_layout("auto", "tf32"), cuda::Layout::nchw);
+  EXPECT_EQ(cuda::resolve_layout("nhwc", "fp32"), cuda::Layout::nhwc);
+  EXPECT_EQ(cuda::resolve_layout("nchw", "bf16"), cuda::Layout::nchw);
+  EXPECT_THROW(cuda::resolve_layout("chw", "fp32"), Error);
+  // Element (n=1, c=2, y=0, x=1) of a [2, 3, 2, 2] tensor.
+  EXPECT_EQ(cuda::offset_of(cuda::Layout::nchw, 1, 2, 1, 3, 4), (1 * 3 + 2) * 4 + 1);
+  EXPECT_EQ(cuda::offset_of(cuda::Layout::nhwc, 1, 2, 1, 3, 4), (1 * 4 + 1) * 3 + 2);
+  EXPECT_FALSE(cuda::layouts_differ(1, 784));
+  EXPECT_FALSE(cuda::layouts_differ(512, 1));
+  EXPECT_TRUE(cuda::layouts_differ(2, 4));
+  // [K=4, C=3, R=2, S=2]: element (k, c, r, s) moves to (k, r, s, c) and back.
+  std::vector<float> kcrs(48), krsc(48), back(48);
+  std::iota(kcrs.begin(), kcrs.end(), 0.f);
+  cuda::weights_to_krsc(kcrs.data(), krsc.data(), 4, 3, 4);
+  EXPECT_EQ(krsc[size_t(((2 * 2 + 1) * 2 + 0) * 3 + 1)], kcrs[size_t(((2 * 3 + 1) * 2 + 1) * 2 + 0)]);
+  cuda::weights_to_kcrs(krsc.data(), back.data(), 4, 3, 4);
+  EXPECT_EQ(back, kcrs);
+}
+
+// The pooling kernels' own per-element bodies (pool_index.h, compiled for the host here) against
+// the float64 reference, forward and backward, with the tensors stored NCHW and NHWC.
+TEST(PoolBodies, MatchTheReferenceInBothLayouts) {
+  const Dims xd{2, 3, 9, 7};
+  Rng rng(21);
+  std::vector<float> x(size_t(numel(xd)));
+  for (auto& v : x) v = float(rng.normal());
+  const ref::Vec x64(x.begin(), x.end());
+  struct Case {
+    const char* name;
+    ops::OpKind kind;
+    int64_t k, stride, pad;
+  };
+  for (const Case c : {Case{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, Case{"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
+                       Case{"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, Case{"global", ops::OpKind::global_avgpool, 0, 1, 0}})
+    for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+      SCOPED_TRACE(fmt::format("{} {}", c.name, cuda::to_string(layout)));
+      ops::OpAttrs a;
+      a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
+      const bool global = c.kind == ops::OpKind::global_avgpool;
+      cuda::PoolShape p;
+      p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3], p.channels = xd[1], p.layout = layout;
+      p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
+      p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
+      p.max = c.kind == ops::OpKind::maxpool2d;
+      const Dims yd{xd[0], xd[1], p.out_h, p.out_w};
+      std::vector<float> dy(size_t(numel(yd)));
+      for (auto& v : dy) v = float(rng.normal());
+      const ref::Vec dy64(dy.begin(), dy.end());
+      const ref::Vec y_ref = p.max ? ref::maxpool_forward(x64, xd, a) : global ? ref::global_avgpool_forward(x64, xd) : ref::avgpool_forward(x64, xd, a);
+      const ref::Vec dx_ref = p.max ? ref::maxpool_backward(x64, xd, a, dy64)
+                              : global ? ref::global_avgpool_backward(xd, dy64)
+                                       : ref::avgpool_backward(xd, a, dy64);
+      const std::vector<float> xs = to_layout(x, xd, layout), dys = to_layout(dy, yd, layout);
+      auto load_x = [&](int64_t i) { return xs[size_t(i)]; };
+      auto load_dy = [&](int64_t i) { return dys[size_t(i)]; };
+      std::vector<float> y(dy.size()), dx(x.size());
+      for (int64_t e = 0; e < int64_t(y.size()); ++e) y[size_t(e)] = cuda::pool_output(p, e, load_x);
+      for (int64_t e = 0; e < int64_t(dx.size()); ++e) dx[size_t(e)] = cuda::pool_input_grad(p, e, load_x, load_dy);
+      y = from_layout(y, yd, layout), dx = from_layout(dx, xd, layout);
+      ASSERT_EQ(y.size(), y_ref.size());
+      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y_ref[i], 1e-5) << i;
+      for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], dx_ref[i], 1e-5) << i;
+    }
+}
 
 TEST(Cuda, DeviceQueriesNeverThrowAndDeviceFlagsAreChecked) {
   const int n = cuda::device_count();
@@ -123,6 +217,35 @@ TEST(BatchnormSplit, EveryElementOfAChannelOnceAcrossBlocksAndThreads) {
   EXPECT_EQ(cuda::bn_splits(1024, 1024), 128);
   EXPECT_EQ(cuda::bn_splits(4, 1 << 20), 4);
   EXPECT_EQ(cuda::bn_workspace_bytes(1024, 32, 1024), 16 * 32 * 128 + 12 * 32);
+}
+
+// NHWC: the (row split, channel tile) blocks and their kBnTileC x kBnTileRows threads reach every
+// element of every channel exactly once; threads past the last channel read nothing.
+TEST(BatchnormSplit, NhwcTilesVisitEveryElementOnce) {
+  for (int64_t rows : {1, 7, 256, 257, 3136, 300000})
+    for (int64_t channels : {1, 3, 32, 40}) {
+      const int64_t splits = cuda::bn_nhwc_splits(rows), tiles = cuda::bn_tiles(channels);
+      ASSERT_GE(splits, 1);
+      ASSERT_LE(splits, cuda::kBnMaxRowSplits);
+      std::vector<int> visits(size_t(rows * channels), 0);
+      for (int64_t s = 0; s < splits; ++s)
+        for (int64_t tile = 0; tile < tiles; ++tile)
+          for (int64_t ty = 0; ty < cuda::kBnTileRows; ++ty)
+            for (int64_t tx = 0; tx < cuda::kBnTileC; ++tx) {
+              const int64_t c = tile * cuda::kBnTileC + tx;
+              if (c >= channels) continue;  // as the kernels skip them
+              for (cuda::BnRowWalk w(cuda::bn_rows(rows, splits, s), ty, cuda::kBnTileRows); w.more(); w.next()) {
+                const int64_t at = w.at(channels, c);
+                ASSERT_GE(at, 0);
+                ASSERT_LT(at, int64_t(visits.size()));
+                ASSERT_EQ(at % channels, c);
+                ++visits[size_t(at)];
+              }
+            }
+      for (size_t k = 0; k < visits.size(); ++k) ASSERT_EQ(visits[k], 1) << "rows " << rows << " channels " << channels << " at " << k;
+    }
+  EXPECT_EQ(cuda::bn_nhwc_splits(300000), cuda::kBnMaxRowSplits);
+  EXPECT_EQ(cuda::bn_workspace_bytes(16, 64, 196, true), 16 * 64 * cuda::bn_nhwc_splits(16 * 196) + 12 * 64);
 }
 
 // fp16's loss-scale rule (host-compiled): halve and skip on overflow, double after 2000 clean steps.
@@ -363,20 +486,24 @@ TEST(Cuda, TrainingStepsAgreeWithTheCpuEngine) {
       {"type": "add", "name": "sum", "from": "r1"}, {"type": "relu", "name": "r2"},
       {"type": "maxpool2d", "name": "p", "kernel": 2}, {"type": "global_avgpool", "name": "g"},
       {"type": "flatten", "name": "f"}, {"type": "linear", "name": "fc", "out_features": "classes"}]})";
-  for (const std::string model : {"small", "medium", "res"}) {
-    SCOPED_TRACE(model);
+  for (const std::string model : {"small", "medium", "res"})
+  for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+    SCOPED_TRACE(model + " " + cuda::to_string(layout));
     const nn::ModelSpec spec = model == "res" ? nn::parse_model_spec(nlohmann::json::parse(residual), "res") : nn::load_model(model);
-    const int64_t batch = 8;
-    const nn::Graph g = nn::build_graph(spec, {1, 12, 12}, 10, batch);
+    // Three channels of 16x16: NHWC moves the input, and small's and medium's flatten (2x2 maps).
+    const int64_t batch = 8, channels = 3;
+    const nn::Graph g = nn::build_graph(spec, {channels, 16, 16}, 10, batch);
     cpu::Network cpu_net(g, 5);
-    cuda::Network gpu_net(g, 5, 0);
+    cuda::NetworkOptions o;
+    o.layout = layout;
+    cuda::Network gpu_net(g, 5, 0, o);
     nn::OptimizerConfig cfg;
     std::vector<nn::ParamRef> refs;
     for (cpu::Param* p : cpu_net.params()) refs.push_back({p->value.f32(), p->grad.f32(), p->floats()});
     nn::Optimizer opt(cfg, refs);
     Rng rng(9);
     for (int64_t step = 0; step < 3; ++step) {
-      std::vector<float> x(size_t(batch * 144));
+      std::vector<float> x(size_t(batch * channels * 256));
       std::vector<int32_t> y(static_cast<size_t>(batch), 0);
       for (auto& v : x) v = float(rng.normal());
       for (auto& v : y) v = int32_t(rng.below(10));
@@ -435,6 +562,49 @@ TEST(Cuda, TrainingOnTheGpuLearns) {
 
 // A GPU run interrupted after an epoch and resumed from its checkpoint ends where an
 // uninterrupted run ends; the checkpoint also resumes on the CPU (the same tensor names).
+// A network stored NHWC ([K, R, S, C] conv weights and states on the GPU) hands out and takes
+// tensors in the CPU engine's order: its snapshot restores into an NCHW network exactly, and the
+// two then take the same step.
+TEST(Cuda, SnapshotsMoveBetweenLayouts) {
+  REQUIRE_GPU();
+  const int64_t batch = 8;
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {3, 12, 12}, 10, batch);
+  nn::OptimizerConfig cfg;  // SGD with momentum: a state per parameter
+  cuda::NetworkOptions o_nhwc, o_nchw;
+  o_nhwc.layout = cuda::Layout::nhwc;
+  cuda::Network nhwc(g, 4, 0, o_nhwc), nchw(g, 4, 0, o_nchw);
+  EXPECT_EQ(nhwc.parameters(), nchw.parameters());  // the same initialization, whatever the layout
+  Rng rng(6);
+  std::vector<float> x(size_t(batch * 3 * 144));
+  std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+  auto step = [&](cuda::Network& net, int64_t k) {
+    ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    net.forward(true, uint64_t(k));
+    net.loss(batch, 0.0, true);
+    net.backward();
+    net.step(cfg, 0.05);
+  };
+  for (int64_t k = 0; k < 3; ++k) {
+    for (auto& v : x) v = float(rng.normal());
+    for (auto& v : y) v = int32_t(rng.below(10));
+    step(nhwc, k);
+  }
+  const auto snap = nhwc.snapshot(cfg);
+  std::map<std::string, std::vector<float>> byname(snap.begin(), snap.end());
+  nchw.restore([&](const std::string& name, size_t count) -> const std::vector<float>& {
+    const auto& v = byname.at(name);
+    EXPECT_EQ(v.size(), count) << name;
+    return v;
+  }, cfg, nhwc.updates_done());
+  EXPECT_EQ(nchw.parameters(), nhwc.parameters());
+  for (const auto& [name, v] : nchw.snapshot(cfg)) EXPECT_EQ(v, byname.at(name)) << name;  // momentum included
+  step(nhwc, 3);
+  step(nchw, 3);
+  const auto a = nhwc.parameters(), b = nchw.parameters();
+  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
+}
+
 TEST(Cuda, CheckpointsResumeOnTheGpuAndOnTheCpu) {
   REQUIRE_GPU();
   TempDir dir;
@@ -493,8 +663,9 @@ TEST(Cuda, PoolingMatchesTheReference) {
     int64_t k, stride, pad;
   };
   for (const Case c : {Case{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, Case{"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
-                       Case{"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, Case{"global", ops::OpKind::global_avgpool, 0, 1, 0}}) {
-    SCOPED_TRACE(c.name);
+                       Case{"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, Case{"global", ops::OpKind::global_avgpool, 0, 1, 0}})
+  for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+    SCOPED_TRACE(fmt::format("{} {}", c.name, cuda::to_string(layout)));
     ops::OpAttrs a;
     a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
     const bool global = c.kind == ops::OpKind::global_avgpool;
@@ -503,29 +674,35 @@ TEST(Cuda, PoolingMatchesTheReference) {
     p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
     p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
     p.max = c.kind == ops::OpKind::maxpool2d;
+    p.channels = xd[1], p.layout = layout;
+    const Dims yd{xd[0], xd[1], p.out_h, p.out_w};
     const size_t ny = size_t(p.planes * p.out_h * p.out_w);
     const auto dy = randn(ny, 22);
+    // The device holds both in the layout; results come back to NCHW for the comparison.
+    const auto xl = to_layout(x, xd, layout), dyl = to_layout(dy, yd, layout);
+    auto nchw_y = [&](const std::vector<float>& v) { return from_layout(v, yd, layout); };
+    auto nchw_x = [&](const std::vector<float>& v) { return from_layout(v, xd, layout); };
     ref::Vec dy64(dy.begin(), dy.end());
     const ref::Vec y_ref = p.max ? ref::maxpool_forward(x64, xd, a) : global ? ref::global_avgpool_forward(x64, xd) : ref::avgpool_forward(x64, xd, a);
     const ref::Vec dx_ref = p.max ? ref::maxpool_backward(x64, xd, a, dy64)
                             : global ? ref::global_avgpool_backward(xd, dy64)
                                      : ref::avgpool_backward(xd, a, dy64);
     ASSERT_EQ(y_ref.size(), ny);
-    Dev<float> dx(x), ddy(dy), y(ny), g(x.size());
+    Dev<float> dx(xl), ddy(dyl), y(ny), g(x.size());
     cuda::pool_forward(cuda::DType::f32, p, dx.p, y.p, nullptr);
     cuda::pool_backward(cuda::DType::f32, p, dx.p, ddy.p, g.p, nullptr);
-    const auto yh = y.host(), gh = g.host();
+    const auto yh = nchw_y(y.host()), gh = nchw_x(g.host());
     for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(yh[i], y_ref[i], 1e-5) << i;
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gh[i], dx_ref[i], 1e-5) << i;
     for (cuda::DType t : {cuda::DType::bf16, cuda::DType::f16}) {
       const double tol = t == cuda::DType::bf16 ? 2e-2 : 2e-3;
-      Dev<uint16_t> hx(to_half(t, x)), hdy(to_half(t, dy)), hy(ny), hg(x.size());
+      Dev<uint16_t> hx(to_half(t, xl)), hdy(to_half(t, dyl)), hy(ny), hg(x.size());
       cuda::pool_forward(t, p, hx.p, hy.p, nullptr);
       cuda::pool_backward(t, p, hx.p, hdy.p, hg.p, nullptr);
-      const auto yt = from_device(t, hy.p, ny);
+      const auto yt = nchw_y(from_device(t, hy.p, ny));
       for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(yt[i], y_ref[i], tol * (1 + std::fabs(y_ref[i]))) << i;
       if (!p.max) {  // a max's gradient may pick another element where rounding made a tie
-        const auto gt = from_device(t, hg.p, x.size());
+        const auto gt = nchw_x(from_device(t, hg.p, x.size()));
         for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gt[i], dx_ref[i], tol * (1 + std::fabs(dx_ref[i]))) << i;
       }
     }
@@ -539,14 +716,18 @@ TEST(Cuda, PoolingMatchesTheReference) {
 // same rounded inputs, so the tolerance covers the kernels' arithmetic and the output's rounding.
 TEST(Cuda, BatchnormMatchesTheReference) {
   REQUIRE_GPU();
-  for (const Dims& xd : {Dims{2, 5, 3, 7}, Dims{64, 3, 16, 16}, Dims{300, 2, 8, 8}})
+  // NCHW: one block a channel, and split. NHWC: one tile, two tiles (the second partial), split,
+  // and more rows than kBnMaxRowSplits blocks of kBnRowsPerBlock.
+  for (const Dims& xd : {Dims{2, 5, 3, 7}, Dims{64, 3, 16, 16}, Dims{300, 2, 8, 8}, Dims{4, 40, 5, 5}, Dims{1100, 2, 16, 16}})
+    for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc})
     for (bool relu : {false, true})
       for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16, cuda::DType::f16}) {
-        SCOPED_TRACE(fmt::format("{}x{}x{}x{} relu {} type {}", xd[0], xd[1], xd[2], xd[3], relu, int(t)));
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} {} relu {} type {}", xd[0], xd[1], xd[2], xd[3], cuda::to_string(layout), relu, int(t)));
         const int64_t C = xd[1], M = xd[0] * xd[2] * xd[3];
         const size_t count = size_t(numel(xd));
         std::vector<float> x = randn(count, 41), dy = randn(count, 42), gamma = randn(size_t(C), 43), beta = randn(size_t(C), 44);
         for (auto& v : x) v = 5.f + 3.f * v;
+        x = to_layout(x, xd, layout), dy = to_layout(dy, xd, layout);  // stored in the layout; compared in NCHW
         const bool half = t != cuda::DType::f32;
         const double tol = t == cuda::DType::bf16 ? 2e-2 : half ? 3e-3 : 2e-5;
         // Device inputs in the type, and the values the kernels actually see.
@@ -558,13 +739,14 @@ TEST(Cuda, BatchnormMatchesTheReference) {
         const void* ddy = half ? static_cast<const void*>(hdy.p) : fdy.p;
         void* dev_y = half ? static_cast<void*>(hy.p) : fy.p;
         void* dev_dx = half ? static_cast<void*>(hdx.p) : fdx.p;
-        const std::vector<float> xs = from_device(t, dx_in, count), dys = from_device(t, ddy, count);
-        auto read = [&](const void* d) { return from_device(t, d, count); };
+        const std::vector<float> xs = from_layout(from_device(t, dx_in, count), xd, layout),
+                                 dys = from_layout(from_device(t, ddy, count), xd, layout);
+        auto read = [&](const void* d) { return from_layout(from_device(t, d, count), xd, layout); };
 
         const size_t cn = static_cast<size_t>(C);
         Dev<float> g(gamma), b(beta), rm(std::vector<float>(cn, 0.f)), rv(std::vector<float>(cn, 1.f)), bm(cn), bi(cn), dg(cn), db(cn);
-        Dev<uint8_t> ws(size_t(cuda::bn_workspace_bytes(xd[0], C, xd[2] * xd[3])));
-        const cuda::BatchnormShape shape{xd[0], C, xd[2] * xd[3]};
+        Dev<uint8_t> ws(size_t(cuda::bn_workspace_bytes(xd[0], C, xd[2] * xd[3], layout == cuda::Layout::nhwc)));
+        const cuda::BatchnormShape shape{xd[0], C, xd[2] * xd[3], layout};
         cuda::BatchnormParams p;
         p.gamma = g.p, p.beta = b.p, p.running_mean = rm.p, p.running_var = rv.p, p.batch_mean = bm.p, p.batch_inv_std = bi.p;
         p.eps = 1e-5f, p.momentum = 0.1f, p.relu = relu;
@@ -690,9 +872,10 @@ TEST(Cuda, MixedPrecisionStepsTrackFp32) {
   std::vector<int32_t> y(static_cast<size_t>(batch), 0);
   for (auto& v : x) v = float(rng.normal());
   for (auto& v : y) v = int32_t(rng.below(10));
-  auto run = [&](cuda::Precision p, std::vector<double>& losses) {
+  auto run = [&](cuda::Precision p, std::vector<double>& losses, cuda::Layout layout = cuda::Layout::nchw) {
     cuda::NetworkOptions o;
     o.precision = p;
+    o.layout = layout;
     cuda::Network net(g, 8, 0, o);
     for (int64_t step = 0; step < 4; ++step) {
       EXPECT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
@@ -707,10 +890,11 @@ TEST(Cuda, MixedPrecisionStepsTrackFp32) {
   };
   std::vector<double> l32, lh;
   const auto p32 = run(cuda::Precision::fp32, l32);
-  for (cuda::Precision p : {cuda::Precision::bf16, cuda::Precision::fp16}) {
-    SCOPED_TRACE(cuda::to_string(p));
+  for (const auto& [p, layout] : {std::pair{cuda::Precision::bf16, cuda::Layout::nchw}, std::pair{cuda::Precision::fp16, cuda::Layout::nchw},
+                                  std::pair{cuda::Precision::bf16, cuda::Layout::nhwc}, std::pair{cuda::Precision::fp16, cuda::Layout::nhwc}}) {
+    SCOPED_TRACE(fmt::format("{} {}", cuda::to_string(p), cuda::to_string(layout)));
     lh.clear();
-    const auto ph = run(p, lh);
+    const auto ph = run(p, lh, layout);
     const double tol = p == cuda::Precision::bf16 ? 3e-2 : 5e-3;
     for (size_t i = 0; i < l32.size(); ++i) EXPECT_NEAR(lh[i], l32[i], tol * l32[i]) << "step " << i;
     ASSERT_EQ(ph.size(), p32.size());
@@ -781,19 +965,22 @@ TEST(Cuda, OnDeviceBatchesMatchTheHostLoader) {
 // learning rate, dropout step and AdamW corrections it reads change per step.
 TEST(Cuda, GraphedStepsMatchEagerSteps) {
   REQUIRE_GPU();
-  for (const char* optimizer : {"sgd", "adamw"}) {
-    SCOPED_TRACE(optimizer);
+  for (const auto& [optimizer, layout] : {std::pair{"sgd", cuda::Layout::nchw}, std::pair{"adamw", cuda::Layout::nchw},
+                                         std::pair{"sgd", cuda::Layout::nhwc}}) {
+    SCOPED_TRACE(fmt::format("{} {}", optimizer, cuda::to_string(layout)));
     const int64_t batch = 16;
-    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, batch);  // has dropout
+    // medium has dropout; three 16x16 channels make NHWC move the input and the flatten.
+    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 16, 16}, 10, batch);
     nn::OptimizerConfig cfg;
     cfg.name = optimizer;
     cuda::NetworkOptions eager_opts, graph_opts;
     eager_opts.optimizer = graph_opts.optimizer = optimizer;
+    eager_opts.layout = graph_opts.layout = layout;
     graph_opts.graphs = true;
     cuda::Network eager(g, 3, 0, eager_opts), graphed(g, 3, 0, graph_opts);
     Rng rng(2);
     for (int64_t step = 0; step < 6; ++step) {
-      std::vector<float> x(size_t(batch * 144));
+      std::vector<float> x(size_t(batch * 3 * 256));
       std::vector<int32_t> y(static_cast<size_t>(batch), 0);
       for (auto& v : x) v = float(rng.normal());
       for (auto& v : y) v = int32_t(rng.below(10));
@@ -822,14 +1009,17 @@ TEST(Cuda, PlannedBytesMatchTheAllocations) {
   CachingAllocator& mem = cuda::device_allocator(0);
   mem.trim();
   const size_t before = mem.stats().current_total;
-  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
-  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::bf16}) {
-    SCOPED_TRACE(cuda::to_string(p));
+  // Three 32x32 channels: in NHWC the input and the flatten (128 maps of 4x4) get buffers of their own.
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64);
+  for (const auto& [p, layout] : {std::pair{cuda::Precision::fp32, cuda::Layout::nchw}, std::pair{cuda::Precision::bf16, cuda::Layout::nchw},
+                                  std::pair{cuda::Precision::bf16, cuda::Layout::nhwc}, std::pair{cuda::Precision::fp32, cuda::Layout::nhwc}}) {
+    SCOPED_TRACE(fmt::format("{} {}", cuda::to_string(p), cuda::to_string(layout)));
     cuda::NetworkOptions o;
     o.precision = p;
+    o.layout = layout;
     cuda::Network net(g, 1, 0, o);
     const auto st = mem.stats();
-    const plan::MemoryEstimate planned = plan::gpu_engine_memory(g, "sgd", cuda::to_string(p));
+    const plan::MemoryEstimate planned = plan::gpu_engine_memory(g, "sgd", cuda::to_string(p), cuda::to_string(layout));
     for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
                           MemCategory::data}) {
       SCOPED_TRACE(std::string(to_string(c)));

@@ -211,7 +211,7 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
 // Cuda.PlannedBytesMatchTheAllocations checks it against the allocator.)
 TEST(PlanMemory, GpuEngineModelFollowsPrecisionAndOptimizer) {
   const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 28, 28}, 10, 64);
-  const auto f32 = plan::gpu_engine_memory(g, "sgd", "fp32"), b16 = plan::gpu_engine_memory(g, "sgd", "bf16");
+  const auto f32 = plan::gpu_engine_memory(g, "sgd", "fp32"), b16 = plan::gpu_engine_memory(g, "sgd", "bf16", "nchw");
   const auto adam = plan::gpu_engine_memory(g, "adamw", "fp32");
   const double ratio = b16[MemCategory::activations] / f32[MemCategory::activations];
   EXPECT_GT(ratio, 0.5);
@@ -226,6 +226,25 @@ TEST(PlanMemory, GpuEngineModelFollowsPrecisionAndOptimizer) {
   EXPECT_DOUBLE_EQ(f32[MemCategory::parameters], 4 * padded + bn_stats);
   EXPECT_DOUBLE_EQ(f32[MemCategory::gradients], 4 * padded);
   EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(g, "sgd", "tf32").total(), f32.total());
+}
+
+// NHWC (--layout) costs buffers only where it moves data: the input when it has several
+// channels, and a flatten of multi-channel maps; auto is NHWC for the half types only.
+TEST(PlanMemory, NhwcCountsTheMapsItMoves) {
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64);
+  const auto nchw = plan::gpu_engine_memory(g, "sgd", "fp32", "nchw"), nhwc = plan::gpu_engine_memory(g, "sgd", "fp32", "nhwc");
+  double flatten_out = 0;
+  for (const auto& n : g.nodes)
+    if (n.kind == ops::OpKind::flatten) flatten_out = double(numel(n.out_dims));
+  ASSERT_GT(flatten_out, 0);
+  EXPECT_DOUBLE_EQ(nhwc[MemCategory::data] - nchw[MemCategory::data], 4 * double(numel(g.input)));
+  EXPECT_DOUBLE_EQ(nhwc[MemCategory::activations] - nchw[MemCategory::activations], 2 * 4 * flatten_out);
+  EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(g, "sgd", "fp32").total(), nchw.total());
+  EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(g, "sgd", "bf16").total(), plan::gpu_engine_memory(g, "sgd", "bf16", "nhwc").total());
+  // One input channel moves nothing, in fp32 (the input stays the loaders' buffer) or bf16.
+  const nn::Graph gray = nn::build_graph(nn::load_model("mlp"), {1, 28, 28}, 10, 64);
+  for (const char* p : {"fp32", "bf16"})
+    EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(gray, "sgd", p, "nhwc").total(), plan::gpu_engine_memory(gray, "sgd", p, "nchw").total()) << p;
 }
 
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {

@@ -94,7 +94,7 @@ def torch_run(spec, x, y, batch, lr, precision, device, compiled):
     return n / (time.perf_counter() - start)
 
 
-def dlperf_run(dlperf, data, model, batch, images, lr, precision, device):
+def dlperf_run(dlperf, data, model, batch, images, lr, precision, device, extra=()):
     """Images/s of dlperf's second epoch, from its run record; None and the reason when it refuses."""
     with tempfile.TemporaryDirectory() as runs:
         cmd = [dlperf, "train", "--model", model, "--data", data, "--batch-size", str(batch), "--epochs", "2",
@@ -102,6 +102,7 @@ def dlperf_run(dlperf, data, model, batch, images, lr, precision, device):
                "--train-limit", str(images), "--test-limit", "1000", "--runs-dir", runs, "--no-progress",
                "--device", device]
         cmd += ["--data-on-device"] if device == "cuda" else ["--workers", "0"]
+        cmd += list(extra)
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             lines = [l for l in r.stderr.splitlines() if "error" in l] or r.stderr.splitlines() or ["failed"]
@@ -138,6 +139,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(mode='max-autotune')")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--dlperf-arg", action="append", default=[],
+                    help="an extra dlperf train argument, repeatable (e.g. --dlperf-arg=--layout --dlperf-arg=nchw)")
     ap.add_argument("--json", help="write the rows here")
     ap.add_argument("--markdown", help="write the table (with versions) here, for docs/")
     args = ap.parse_args()
@@ -150,6 +153,8 @@ def main():
     x = ((x - x.mean()) / x.std()).to(args.device)
     y = torch.from_numpy(ys.astype(np.int64)).to(args.device)
     info = versions(args.device)
+    if args.dlperf_arg:
+        info["dlperf_args"] = " ".join(args.dlperf_arg)
     print("dlperf vs PyTorch, training images/s (second epoch of %d images, median of %d): %s\n"
           % (len(x), args.repeats, ", ".join(f"{k} {v}" for k, v in info.items())), flush=True)
     cols = f"{'model':8} {'batch':>5} {'prec':>4} {'dlperf':>9} {'torch':>9} {'ratio':>6} {'target':>6}"
@@ -164,7 +169,8 @@ def main():
             for batch in (int(b) for b in args.batches.split(",")):
                 ours, theirs, compiled, note = [], [], [], ""
                 for _ in range(args.repeats):
-                    r, extra = dlperf_run(args.dlperf, args.data, model, batch, len(x), args.lr, precision, args.device)
+                    r, extra = dlperf_run(args.dlperf, args.data, model, batch, len(x), args.lr, precision, args.device,
+                                          args.dlperf_arg)
                     if r is None:
                         note = extra
                     else:

@@ -6,7 +6,7 @@
 #   scripts/gpu/check.sh bench      # dlperf bench gemm, conv, copy, launch, gpu-memory, allreduce (--quick)
 #   scripts/gpu/check.sh recipe     # Fashion-MNIST to 93% in under a second (docs/gpu.md)
 #   scripts/gpu/check.sh vs-torch [args]  # scripts/gpu/bench_vs_torch.py, args passed through
-#   scripts/gpu/check.sh train      # a few dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32
+#   scripts/gpu/check.sh train      # a few dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW
 # Carry .deb (scripts/gpu/fetch_debs.sh made it, with Fashion-MNIST in .deb/fashion-mnist).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,7 +41,9 @@ case "$stage" in
     ;;
   train)
     common=(--model medium --data "$data" --device cuda --epochs 2 --batch-size 64 --no-progress --runs-dir "$out/runs")
-    for variant in "" "--no-graphs" "--pin-memory off" "--data-on-device" "--precision tf32" "--data-on-device --batch-size 1024"; do
+    for variant in "" "--no-graphs" "--pin-memory off" "--data-on-device" "--precision tf32" "--data-on-device --batch-size 1024" \
+      "--precision bf16 --data-on-device" "--precision bf16 --data-on-device --layout nchw" \
+      "--precision bf16 --data-on-device --batch-size 1024" "--precision bf16 --data-on-device --batch-size 1024 --layout nchw"; do
       echo "== dlperf train ${variant:-(defaults)}"
       $bin train "${common[@]}" $variant 2>&1 | tail -6
     done 2>&1 | tee "$out/train.txt"

@@ -84,7 +84,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       cmp.run = fmt::format("{} b{} {} on {}", g.model, batch, job.precision, id);
       cmp.predicted_step_s = t.step_s;
       // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
-      cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision).total();
+      cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, cfg.value("layout", "auto")).total();
       if (cfg.value("data_on_device", false)) {
         const double image = d["shape"][0].get<double>() * d["shape"][1].get<double>() * d["shape"][2].get<double>();
         // Each sample: its bytes, a label byte and a 4-byte place in the epoch's order.

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "backend/cuda/bn_split.h"  // CUDA-free: the GPU batchnorm kernels' workspace
+#include "backend/cuda/layout.h"    // CUDA-free: which layout the GPU executor stores activations in
 
 namespace dlperf::plan {
 
@@ -63,10 +64,14 @@ bool reorders_input(const nn::Graph& g, size_t i, const std::vector<bool>& first
 
 // Mirrors cuda::Network's constructor (backend/cuda/network.cpp); the caching allocator rounds
 // each block up a little, which this ignores.
-MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision) {
+MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
+                                 const std::string& layout) {
   MemoryEstimate m;
   auto add = [&](MemCategory c, double bytes) { m[c] += std::max(bytes, 4.0); };
   const bool mixed = precision == "bf16" || precision == "fp16";
+  const bool nhwc = cuda::resolve_layout(layout, precision) == cuda::Layout::nhwc;
+  // NHWC moves multi-channel maps: the input gets its own copy, and so does a flatten's output.
+  auto moves = [&](const Dims& d) { return nhwc && d.size() == 4 && cuda::layouts_differ(d[1], d[2] * d[3]); };
   const double es = mixed ? 2 : 4;
   auto padded = [](int64_t n) { return double((n + 63) / 64 * 64); };  // 256-byte aligned tensors
   double params = 0, conv_weights = 0, matmul_weights = 0;
@@ -81,12 +86,12 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   add(MemCategory::gradients, 4 * params);
   add(MemCategory::optimizer_state, 4 * params);
   if (optimizer == "adamw") add(MemCategory::optimizer_state, 4 * params);
-  if (mixed) {  // half copies of the conv and linear weights, half conv weight gradients, half input, fp32 logits
+  if (mixed) {  // half copies of the conv and linear weights, half conv weight gradients, fp32 logits
     add(MemCategory::parameters, es * matmul_weights);
     add(MemCategory::gradients, es * conv_weights);
-    add(MemCategory::data, es * double(numel(g.input)));
     add(MemCategory::workspace, 4 * double(numel(g.nodes.back().out_dims)));
   }
+  if (mixed || moves(g.input)) add(MemCategory::data, es * double(numel(g.input)));  // the input in the step's type and layout
   if (precision == "fp16") add(MemCategory::workspace, 24);  // the loss scale's state
   add(MemCategory::data, 4 * double(numel(g.input)));       // the fp32 input the loaders fill
   add(MemCategory::data, 4 * double(g.batch()));            // labels
@@ -96,8 +101,10 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     const nn::Node& n = g.nodes[i];
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
-    // A value and its gradient; flatten is a view, and a relu fused into its batchnorm shares it.
-    if (n.kind != ops::OpKind::flatten && !relu_fused_into_batchnorm(g, i)) {
+    // A value and its gradient; flatten is a view (unless NHWC moves its maps), and a relu fused
+    // into its batchnorm shares its batchnorm's.
+    const bool view = relu_fused_into_batchnorm(g, i) || (n.kind == ops::OpKind::flatten && !moves(n.in_dims[0]));
+    if (!view) {
       add(MemCategory::activations, es * out);
       add(MemCategory::activations, es * out);
     }
@@ -105,7 +112,7 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
       const Dims& x = n.in_dims[0];
       for (int k = 0; k < 2; ++k) add(MemCategory::parameters, 4 * double(x[1]));   // running statistics
       for (int k = 0; k < 2; ++k) add(MemCategory::activations, 4 * double(x[1]));  // saved mean, inverse std
-      bn_workspace = std::max(bn_workspace, double(cuda::bn_workspace_bytes(x[0], x[1], x[2] * x[3])));
+      bn_workspace = std::max(bn_workspace, double(cuda::bn_workspace_bytes(x[0], x[1], x[2] * x[3], nhwc)));
     }
     if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, 4 * std::floor((out + 3) / 4));  // byte masks
     if (n.kind == ops::OpKind::linear) add(MemCategory::workspace, 3.0 * double(size_t(4) << 20));   // three cuBLASLt workspaces

@@ -33,10 +33,12 @@ struct MemoryEstimate {
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers);
 
 /// dlperf's GPU executor (cuda::Network) training `g` with `optimizer` ("sgd" | "adamw") in
-/// `precision` (fp32, tf32, bf16, fp16): its allocations by category, without the cuDNN
-/// convolution workspaces (chosen per shape at run time, at most 256 MB each) and without a
-/// dataset held on the GPU. tests/test_cuda.cpp checks it against the allocator on a GPU.
-MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision);
+/// `precision` (fp32, tf32, bf16, fp16) and activation `layout` (auto, nchw, nhwc: --layout):
+/// its allocations by category, without the cuDNN convolution workspaces (chosen per shape at
+/// run time, at most 256 MB each) and without a dataset held on the GPU. tests/test_cuda.cpp
+/// checks it against the allocator on a GPU.
+MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
+                                 const std::string& layout = "auto");
 /// Device bytes of the GPU step's values (cuda::StepArgs; network.cpp asserts the size).
 inline constexpr double kGpuStepArgsBytes = 40;
 

@@ -189,7 +189,7 @@ struct GpuFit {
 };
 GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, double free_bytes) {
   auto total = [&](const nn::Graph& g) {
-    double sum = plan::gpu_engine_memory(g, cfg.optimizer.name, cfg.precision).total();
+    double sum = plan::gpu_engine_memory(g, cfg.optimizer.name, cfg.precision, cfg.layout).total();
     if (cfg.data_on_device)  // each sample: its bytes, a label byte, a 4-byte place in the order
       sum += double(d.train.images.size() + d.test.images.size()) + 5.0 * double(d.train.size() + d.test.size());
     return sum;
@@ -284,6 +284,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   opts.precision = precision_of(cfg.precision);
   opts.optimizer = cfg.optimizer.name;
   opts.graphs = cfg.graphs;
+  opts.layout = cuda::resolve_layout(cfg.layout, cfg.precision);
   std::unique_ptr<cuda::Network> net_owner;
   std::unique_ptr<DeviceDataset> train_dev, test_dev;
   std::unique_ptr<PinnedUploader> pinned;
@@ -319,8 +320,9 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   if (say) {
     std::printf("dlperf train: model %s (%.3fM parameters) on %s, %lld train / %lld test images\n", graph.model.c_str(),
                 double(graph.param_count()) / 1e6, d.train.name.c_str(), (long long)d.train.size(), (long long)d.test.size());
-    std::printf("device cuda:%d (%s, %d SMs, %s), %s, batch %lld, %s lr %g %s, %s, CUDA graphs %s, seed %llu\n\n%s", device,
-                info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(), (long long)cfg.batch,
+    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s, CUDA graphs %s, seed %llu\n\n%s", device,
+                info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(),
+                cuda::to_string(opts.layout), (long long)cfg.batch,
                 cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), feed.c_str(), cfg.graphs ? "on" : "off",
                 (unsigned long long)cfg.seed, kEpochHeader);
     std::fflush(stdout);
@@ -470,7 +472,8 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
                                power.available() ? "NVML board energy counter (the whole GPU board)" : power.why_not());
   result.record["device"] = cuda::to_json(info);
   result.record["config"]["device_used"] = fmt::format("cuda:{}", device);
-  result.record["gpu_step"] = {{"cuda_graph", net.graphed()},
+  result.record["gpu_step"] = {{"layout", cuda::to_string(opts.layout)},
+                               {"cuda_graph", net.graphed()},
                                {"why_not_graph", net.graphed() ? "" : net.why_not_graphed()},
                                {"feed", feed}};
   if (cfg.precision == "fp16") {  // dynamic loss scaling's account

@@ -162,6 +162,7 @@ json to_json(const TrainConfig& c) {
           {"graphs", c.graphs},
           {"pin_memory", c.pin_memory},
           {"data_on_device", c.data_on_device},
+          {"layout", c.layout},
           {"epochs", c.epochs},
           {"batch_size", c.batch},
           {"lr", c.lr},
@@ -519,6 +520,8 @@ TrainResult train(const TrainConfig& cfg) {
                 "use --precision fp32 on the CPU, or a GPU (--device cuda)");
   check(!cfg.data_on_device, "--data-on-device keeps the dataset in GPU memory, and this run is on the CPU",
         "drop --data-on-device, or train on a GPU (--device cuda)");
+  check(cfg.layout == "auto", fmt::format("--layout {} sets how the GPU stores activations, and this run is on the CPU", cfg.layout),
+        "drop --layout (the CPU engine lets oneDNN pick its layouts), or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab

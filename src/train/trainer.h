@@ -22,6 +22,7 @@ struct TrainConfig {
   bool graphs = true;          ///< capture the training step in a CUDA graph and replay it
   bool pin_memory = true;      ///< batches go through pinned buffers on a copy stream, overlapping compute
   bool data_on_device = false; ///< the whole dataset on the GPU; batches gathered there
+  std::string layout = "auto"; ///< auto | nchw | nhwc: how the GPU stores activations (auto: NHWC for bf16 and fp16)
   int64_t epochs = 5;
   int64_t batch = 64;
   double lr = 0.1;

@@ -1,7 +1,8 @@
-// batchnorm2d kernels (see batchnorm.h). A layer small enough for one block a channel runs each
-// pass in one launch. A larger one runs each loop over the activation as a grid of (split,
-// channel) blocks walking their share of a channel (bn_split.h); sums over a channel go through
-// a workspace of per-block partials that one thread per channel adds in order.
+// batchnorm2d kernels (see batchnorm.h). A layer small enough for one block a channel (NCHW) or
+// a 32-channel tile (NHWC) runs each pass in one launch. A larger one runs each loop over the
+// activation as a grid of (split, channel or tile) blocks walking their share (bn_split.h); sums
+// over a channel go through a workspace of per-block partials that one thread per channel adds
+// in order. The per-thread loops and the per-channel arithmetic are shared by both layouts.
 //
 // Forward (training): partial sums of x - shift -> mean, variance, coefficients -> y = a x + b.
 // Subtracting the channel's first element before squaring keeps the one-pass variance from
@@ -37,7 +38,7 @@ struct Workspace {
 };
 Workspace split_workspace(void* w, const BatchnormShape& s) {
   auto* part = static_cast<double2*>(w);
-  return {part, reinterpret_cast<float*>(part + s.channels * bn_splits(s.n, s.hw))};
+  return {part, reinterpret_cast<float*>(part + s.channels * bn_layer_splits(s.n, s.hw, s.layout == Layout::nhwc))};
 }
 
 // Channel c's sums from its blocks' partials, added in order (deterministic).
@@ -54,8 +55,8 @@ __device__ inline BnWalk walk(const BatchnormShape& s, int64_t splits, int64_t s
 // The per-thread loops over a channel's share, and the per-channel arithmetic between them.
 
 // Sums of x - shift and its square.
-template <class T>
-__device__ void sum_centered(const T* x, const BatchnormShape& s, int64_t c, BnWalk w, float shift, double& sa, double& sb) {
+template <class T, class Walk>
+__device__ void sum_centered(const T* x, const BatchnormShape& s, int64_t c, Walk w, float shift, double& sa, double& sb) {
   float a = 0.f, b = 0.f;
   for (; w.more(); w.next()) {
     const float v = ld(x, w.at(s.channels, c)) - shift;
@@ -65,8 +66,8 @@ __device__ void sum_centered(const T* x, const BatchnormShape& s, int64_t c, BnW
   sa = a, sb = b;
 }
 
-template <class T>
-__device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, BnWalk w, float scale, float shift, bool relu) {
+template <class T, class Walk>
+__device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, Walk w, float scale, float shift, bool relu) {
   for (; w.more(); w.next()) {
     const int64_t o = w.at(s.channels, c);
     const float v = fmaf(scale, ld(x, o), shift);
@@ -97,8 +98,8 @@ __device__ inline float masked_grad(const T* y, const T* dy, int64_t o, bool rel
 }
 
 // Sums of g and g * xhat.
-template <class T>
-__device__ void sum_grads(const T* x, const T* y, const T* dy, const BatchnormShape& s, const BatchnormParams& p, int64_t c, BnWalk w,
+template <class T, class Walk>
+__device__ void sum_grads(const T* x, const T* y, const T* dy, const BatchnormShape& s, const BatchnormParams& p, int64_t c, Walk w,
                           double& sa, double& sb) {
   const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
   float a = 0.f, b = 0.f;
@@ -120,9 +121,9 @@ __device__ float3 finish_grads(int64_t c, double a, double b, const BatchnormSha
   return make_float3(p.gamma[c] * p.batch_inv_std[c], float(a / m), float(b / m));
 }
 
-template <class T>
+template <class T, class Walk>
 __device__ void grad_input(const T* x, const T* y, const T* dy, T* dx, const BatchnormShape& s, const BatchnormParams& p, int64_t c,
-                           BnWalk w, float3 k) {
+                           Walk w, float3 k) {
   const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
   for (; w.more(); w.next()) {
     const int64_t o = w.at(s.channels, c);
@@ -136,8 +137,8 @@ __device__ void grad_input(const T* x, const T* y, const T* dy, T* dx, const Bat
 
 template <class T>
 __global__ void train_one_block_k(const T* x, T* y, BatchnormShape s, BatchnormParams p) {
-  const int64_t c = blockIdx.x;
-  const float first = ld(x, c * s.hw);
+  const int64_t c = blockIdx.y;  // the grid is (1 split, channels)
+  const float first = ld(x, s.first(c));
   double a, b;
   sum_centered(x, s, c, walk(s, 1, 0), first, a, b);
   block_sum2(a, b);
@@ -150,7 +151,7 @@ __global__ void train_one_block_k(const T* x, T* y, BatchnormShape s, BatchnormP
 template <class T>
 __global__ void backward_one_block_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, BatchnormParams p, float* dgamma,
                                      float* dbeta) {
-  const int64_t c = blockIdx.x;
+  const int64_t c = blockIdx.y;  // the grid is (1 split, channels)
   double a, b;
   sum_grads(x, y, dy, s, p, c, walk(s, 1, 0), a, b);
   block_sum2(a, b);
@@ -167,7 +168,7 @@ template <class T>
 __global__ void stats_k(const T* x, BatchnormShape s, int64_t splits, double2* part) {
   const int64_t c = blockIdx.y;
   double a, b;
-  sum_centered(x, s, c, walk(s, splits, blockIdx.x), ld(x, c * s.hw), a, b);
+  sum_centered(x, s, c, walk(s, splits, blockIdx.x), ld(x, s.first(c)), a, b);
   block_sum2(a, b);
   if (threadIdx.x == 0) part[c * splits + blockIdx.x] = make_double2(a, b);
 }
@@ -178,7 +179,7 @@ __global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, con
   if (c >= s.channels) return;
   double a, b;
   add_partials(part, c, splits, a, b);
-  const float2 ab = finish_stats(c, a, b, ld(x, c * s.hw), s, p);
+  const float2 ab = finish_stats(c, a, b, ld(x, s.first(c)), s, p);
   coef[c] = ab.x;
   coef[s.channels + c] = ab.y;
 }
@@ -224,7 +225,93 @@ __global__ void grad_input_k(const T* x, const T* y, const T* dy, T* dx, Batchno
   grad_input(x, y, dy, dx, s, p, c, walk(s, splits, blockIdx.x), k);
 }
 
-dim3 walk_grid(const BatchnormShape& s) { return dim3(unsigned(bn_splits(s.n, s.hw)), unsigned(s.channels)); }
+// NHWC layers (bn_split.h): blocks of kBnTileC x kBnTileRows threads over (row split, channel
+// tile); threadIdx.x picks the channel, threadIdx.y the rows. Threads past the last channel
+// take part in the block's reductions with zeros.
+
+__device__ inline int64_t tile_channel() { return int64_t(blockIdx.y) * kBnTileC + threadIdx.x; }
+
+__device__ inline BnRowWalk row_walk(const BatchnormShape& s, int64_t splits, int64_t split) {
+  return BnRowWalk(bn_rows(s.n * s.hw, splits, split), threadIdx.y, blockDim.y);
+}
+
+// Sums a and b over the block's rows of threads, in order; row 0 holds its channel's result.
+__device__ void column_sum2(double& a, double& b) {
+  __shared__ double sa[kBnTileRows][kBnTileC], sb[kBnTileRows][kBnTileC];
+  sa[threadIdx.y][threadIdx.x] = a, sb[threadIdx.y][threadIdx.x] = b;
+  __syncthreads();
+  if (threadIdx.y == 0)
+    for (unsigned k = 1; k < blockDim.y; ++k) a += sa[k][threadIdx.x], b += sb[k][threadIdx.x];
+}
+
+template <class T>
+__global__ void train_one_tile_k(const T* x, T* y, BatchnormShape s, BatchnormParams p) {
+  const int64_t c = tile_channel();
+  const bool mine = c < s.channels;
+  const float first = mine ? ld(x, s.first(c)) : 0.f;
+  double a = 0, b = 0;
+  if (mine) sum_centered(x, s, c, row_walk(s, 1, 0), first, a, b);
+  column_sum2(a, b);
+  __shared__ float2 coef[kBnTileC];
+  if (threadIdx.y == 0 && mine) coef[threadIdx.x] = finish_stats(c, a, b, first, s, p);
+  __syncthreads();
+  if (mine) apply(x, y, s, c, row_walk(s, 1, 0), coef[threadIdx.x].x, coef[threadIdx.x].y, p.relu);
+}
+
+template <class T>
+__global__ void backward_one_tile_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, BatchnormParams p, float* dgamma,
+                                    float* dbeta) {
+  const int64_t c = tile_channel();
+  const bool mine = c < s.channels;
+  double a = 0, b = 0;
+  if (mine) sum_grads(x, y, dy, s, p, c, row_walk(s, 1, 0), a, b);
+  column_sum2(a, b);
+  __shared__ float3 k[kBnTileC];
+  if (threadIdx.y == 0 && mine) k[threadIdx.x] = finish_grads(c, a, b, s, p, dgamma, dbeta);
+  __syncthreads();
+  if (dx && mine) grad_input(x, y, dy, dx, s, p, c, row_walk(s, 1, 0), k[threadIdx.x]);
+}
+
+template <class T>
+__global__ void stats_tile_k(const T* x, BatchnormShape s, int64_t splits, double2* part) {
+  const int64_t c = tile_channel();
+  double a = 0, b = 0;
+  if (c < s.channels) sum_centered(x, s, c, row_walk(s, splits, blockIdx.x), ld(x, s.first(c)), a, b);
+  column_sum2(a, b);
+  if (threadIdx.y == 0 && c < s.channels) part[c * splits + blockIdx.x] = make_double2(a, b);
+}
+
+template <class T>
+__global__ void apply_tile_k(const T* x, T* y, BatchnormShape s, int64_t splits, const float* coef, bool relu) {
+  const int64_t c = tile_channel();
+  if (c < s.channels) apply(x, y, s, c, row_walk(s, splits, blockIdx.x), coef[c], coef[s.channels + c], relu);
+}
+
+template <class T>
+__global__ void grad_stats_tile_k(const T* x, const T* y, const T* dy, BatchnormShape s, int64_t splits, BatchnormParams p, double2* part) {
+  const int64_t c = tile_channel();
+  double a = 0, b = 0;
+  if (c < s.channels) sum_grads(x, y, dy, s, p, c, row_walk(s, splits, blockIdx.x), a, b);
+  column_sum2(a, b);
+  if (threadIdx.y == 0 && c < s.channels) part[c * splits + blockIdx.x] = make_double2(a, b);
+}
+
+template <class T>
+__global__ void grad_input_tile_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, int64_t splits, BatchnormParams p,
+                                  const float* coef) {
+  const int64_t c = tile_channel();
+  if (c >= s.channels) return;
+  const float3 k = make_float3(coef[c], coef[s.channels + c], coef[2 * s.channels + c]);
+  grad_input(x, y, dy, dx, s, p, c, row_walk(s, splits, blockIdx.x), k);
+}
+
+bool nhwc(const BatchnormShape& s) { return s.layout == Layout::nhwc; }
+int64_t splits_of(const BatchnormShape& s) { return bn_layer_splits(s.n, s.hw, nhwc(s)); }
+// The grid over a layer's (split, channel) blocks in its layout, and its blocks' shape.
+dim3 walk_grid(const BatchnormShape& s) {
+  return dim3(unsigned(splits_of(s)), unsigned(nhwc(s) ? bn_tiles(s.channels) : s.channels));
+}
+dim3 walk_block(const BatchnormShape& s) { return nhwc(s) ? dim3(kBnTileC, kBnTileRows) : dim3(kBnThreads); }
 unsigned channel_blocks(const BatchnormShape& s) { return unsigned((s.channels + 127) / 128); }
 
 }  // namespace
@@ -233,16 +320,21 @@ void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormPa
                              cudaStream_t st) {
   if (s.n * s.channels * s.hw == 0) return;
   const Workspace w = split_workspace(workspace, s);
-  const int64_t splits = bn_splits(s.n, s.hw);
+  const int64_t splits = splits_of(s);
+  const dim3 grid = walk_grid(s), block = walk_block(s);
   DISPATCH(t, {
     const T* xt = static_cast<const T*>(x);
+    T* yt = static_cast<T*>(y);
     if (splits == 1) {
-      train_one_block_k<T><<<unsigned(s.channels), kBnThreads, 0, st>>>(xt, static_cast<T*>(y), s, p);
+      if (nhwc(s)) train_one_tile_k<T><<<grid, block, 0, st>>>(xt, yt, s, p);
+      else train_one_block_k<T><<<grid, block, 0, st>>>(xt, yt, s, p);
       return;
     }
-    stats_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, s, splits, w.part);
+    if (nhwc(s)) stats_tile_k<T><<<grid, block, 0, st>>>(xt, s, splits, w.part);
+    else stats_k<T><<<grid, block, 0, st>>>(xt, s, splits, w.part);
     finish_stats_k<T><<<channel_blocks(s), 128, 0, st>>>(xt, s, splits, w.part, p, w.coef);
-    apply_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, static_cast<T*>(y), s, splits, w.coef, p.relu);
+    if (nhwc(s)) apply_tile_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
+    else apply_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
   })
 }
 
@@ -250,25 +342,37 @@ void batchnorm_forward_eval(DType t, const BatchnormShape& s, const BatchnormPar
                             cudaStream_t st) {
   if (s.n * s.channels * s.hw == 0) return;
   const Workspace w = split_workspace(workspace, s);
+  const int64_t splits = splits_of(s);
+  const dim3 grid = walk_grid(s), block = walk_block(s);
   eval_coef_k<<<channel_blocks(s), 128, 0, st>>>(s, p, w.coef);
-  DISPATCH(t, apply_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), s, bn_splits(s.n, s.hw),
-                                                              w.coef, p.relu))
+  DISPATCH(t, {
+    const T* xt = static_cast<const T*>(x);
+    T* yt = static_cast<T*>(y);
+    if (nhwc(s)) apply_tile_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
+    else apply_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
+  })
 }
 
 void batchnorm_backward(DType t, const BatchnormShape& s, const BatchnormParams& p, const void* x, const void* y, const void* dy,
                         void* dx, float* dgamma, float* dbeta, void* workspace, cudaStream_t st) {
   if (s.n * s.channels * s.hw == 0) return;
   const Workspace w = split_workspace(workspace, s);
-  const int64_t splits = bn_splits(s.n, s.hw);
+  const int64_t splits = splits_of(s);
+  const dim3 grid = walk_grid(s), block = walk_block(s);
   DISPATCH(t, {
     const T *xt = static_cast<const T*>(x), *yt = static_cast<const T*>(y), *dyt = static_cast<const T*>(dy);
+    T* dxt = static_cast<T*>(dx);
     if (splits == 1) {
-      backward_one_block_k<T><<<unsigned(s.channels), kBnThreads, 0, st>>>(xt, yt, dyt, static_cast<T*>(dx), s, p, dgamma, dbeta);
+      if (nhwc(s)) backward_one_tile_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, p, dgamma, dbeta);
+      else backward_one_block_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, p, dgamma, dbeta);
       return;
     }
-    grad_stats_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, yt, dyt, s, splits, p, w.part);
+    if (nhwc(s)) grad_stats_tile_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, s, splits, p, w.part);
+    else grad_stats_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, s, splits, p, w.part);
     finish_grad_k<<<channel_blocks(s), 128, 0, st>>>(s, splits, w.part, p, dgamma, dbeta, w.coef);
-    if (dx) grad_input_k<T><<<walk_grid(s), kBnThreads, 0, st>>>(xt, yt, dyt, static_cast<T*>(dx), s, splits, p, w.coef);
+    if (!dx) return;
+    if (nhwc(s)) grad_input_tile_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, splits, p, w.coef);
+    else grad_input_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, splits, p, w.coef);
   })
 }
 

@@ -7,7 +7,7 @@
 // engine's definitions: normalize with the batch's biased variance, update the running variance
 // with the unbiased one, running = (1 - momentum) * running + momentum * batch.
 //
-// Layout NCHW, activations in any DType, everything else fp32; sums over a channel in double
+// Layout NCHW or NHWC, activations in any DType, everything else fp32; sums over a channel in double
 // across blocks (fixed order: results are deterministic). Launchers only queue work.
 #pragma once
 
@@ -16,11 +16,15 @@
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/layout.h"
 
 namespace dlperf::cuda {
 
 struct BatchnormShape {
   int64_t n = 0, channels = 0, hw = 0;  ///< batch, channels, pixels per map (H * W)
+  Layout layout = Layout::nchw;
+  /// Offset of channel c's first element (sample 0, pixel 0).
+  DLPERF_HD int64_t first(int64_t c) const { return layout == Layout::nchw ? c * hw : c; }
 };
 
 /// One layer's parameters and statistics (fp32 device arrays of `channels`).

@@ -46,10 +46,42 @@ struct BnWalk {
   }
 };
 
+// NHWC: a channel is a column of the [N * H * W, C] matrix of rows (pixels). A block of
+// kBnTileC x kBnTileRows threads takes 32 neighbouring channels, so a warp reads one row's 32
+// channels in one go, and its rows are shared out among the block's rows of threads; the rows
+// themselves are split among blocks as NCHW splits samples.
+constexpr int kBnTileC = 32, kBnTileRows = 8;
+/// Rows a block takes: 32 elements a thread, as in NCHW.
+constexpr int64_t kBnRowsPerBlock = kBnElemsPerBlock / kBnTileC;
+/// At most this many splits, so the thread adding a channel's partials in order stays quick.
+constexpr int64_t kBnMaxRowSplits = 1024;
+
+DLPERF_HD inline int64_t bn_nhwc_splits(int64_t rows) {
+  const int64_t s = (rows + kBnRowsPerBlock - 1) / kBnRowsPerBlock;
+  return s < 1 ? 1 : s > kBnMaxRowSplits ? kBnMaxRowSplits : s;
+}
+
+/// Channel tiles of an NHWC layer (the grid's other dimension).
+DLPERF_HD inline int64_t bn_tiles(int64_t channels) { return (channels + kBnTileC - 1) / kBnTileC; }
+
+/// One thread's walk down a split's rows (bn_rows over N * H * W rows) for its channel: rows
+/// first + ty, first + ty + tys, ...
+struct BnRowWalk {
+  int64_t r, last, step;
+  DLPERF_HD BnRowWalk(BnRows rows, int64_t ty, int64_t tys) : r(rows.first + ty), last(rows.last), step(tys) {}
+  DLPERF_HD bool more() const { return r < last; }
+  /// The element's offset in an NHWC tensor of `channels` channels.
+  DLPERF_HD int64_t at(int64_t channels, int64_t c) const { return r * channels + c; }
+  DLPERF_HD void next() { r += step; }
+};
+
+/// Splits of one channel in either layout.
+DLPERF_HD inline int64_t bn_layer_splits(int64_t n, int64_t hw, bool nhwc) { return nhwc ? bn_nhwc_splits(n * hw) : bn_splits(n, hw); }
+
 /// Bytes of the workspace one batchnorm layer uses: two double partial sums per block and three
 /// float coefficients per channel. The GPU executor keeps one, sized for its largest layer.
-DLPERF_HD inline int64_t bn_workspace_bytes(int64_t n, int64_t channels, int64_t hw) {
-  return 16 * channels * bn_splits(n, hw) + 12 * channels;
+DLPERF_HD inline int64_t bn_workspace_bytes(int64_t n, int64_t channels, int64_t hw, bool nhwc = false) {
+  return 16 * channels * bn_layer_splits(n, hw, nhwc) + 12 * channels;
 }
 
 }  // namespace dlperf::cuda

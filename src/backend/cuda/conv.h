@@ -1,8 +1,8 @@
 // 2-D convolution through cuDNN: forward, backward-data and backward-filter for one shape and
 // precision, with each pass's algorithm chosen once per shape (cuDNN's timed search, as PyTorch's
 // cudnn.benchmark; its heuristics where the search fails; within a workspace limit) and cached
-// for the process. Layout NCHW or NHWC (what tensor cores want; bf16's and fp16's default here,
-// while the network executor keeps NCHW). Square kernels, equal stride and padding both ways.
+// for the process. Layout NCHW or NHWC (what tensor cores want; bf16's and fp16's default).
+// Square kernels, equal stride and padding both ways.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,8 +26,8 @@ struct ConvShape {
 
 class CudnnConv {
  public:
-  /// `p`: fp32, tf32, bf16 or fp16. `nhwc`: the tensors' layout; by default NHWC for bf16 and
-  /// fp16 (what tensor cores want), NCHW otherwise. The network executor keeps NCHW throughout.
+  /// `p`: fp32, tf32, bf16 or fp16. `nhwc`: the tensors' layout (filters [K, R, S, C] then); by
+  /// default NHWC for bf16 and fp16 (what tensor cores want), NCHW otherwise, as --layout auto.
   CudnnConv(const ConvShape& s, Precision p) : CudnnConv(s, p, p == Precision::bf16 || p == Precision::fp16) {}
   /// `own_workspace` false: the caller provides the workspace (set_workspace, workspace_bytes()
   /// bytes) before the first pass, so a network's convolutions, which run one at a time, share one.

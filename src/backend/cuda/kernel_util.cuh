@@ -21,13 +21,21 @@ inline unsigned blocks_for(int64_t n) {
 
 #define GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
-// Loads and stores of any activation type, with arithmetic in fp32.
-__device__ inline float ld(const float* p, int64_t i) { return p[i]; }
-__device__ inline float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
-__device__ inline float ld(const __half* p, int64_t i) { return __half2float(p[i]); }
-__device__ inline void st(float* p, int64_t i, float v) { p[i] = v; }
-__device__ inline void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
-__device__ inline void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+// Loads and stores of any activation type, with arithmetic in fp32 (host and device alike, so
+// the host-compiled per-element bodies of pool_index.h can take them).
+__host__ __device__ inline float ld(const float* p, int64_t i) { return p[i]; }
+__host__ __device__ inline float ld(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
+__host__ __device__ inline float ld(const __half* p, int64_t i) { return __half2float(p[i]); }
+__host__ __device__ inline void st(float* p, int64_t i, float v) { p[i] = v; }
+__host__ __device__ inline void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+__host__ __device__ inline void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// Loads element i of an array of T as a float: what pool_index.h's bodies take.
+template <class T>
+struct Loader {
+  const T* p;
+  __host__ __device__ float operator()(int64_t i) const { return ld(p, i); }
+};
 
 // Calls `body` with T set to the C++ type of `t`.
 #define DISPATCH(t, ...)                  \

@@ -79,55 +79,31 @@ __global__ void softmax_ce_k(const T* logits, const int32_t* labels, int64_t cla
   }
 }
 
-// One thread an output element.
+// One thread an output element (pool_index.h's bodies, in either layout).
 template <class T>
 __global__ void pool_forward_k(PoolShape p, const T* x, T* y) {
   const int64_t total = p.planes * p.out_h * p.out_w;
-  GRID_STRIDE(e, total) {
-    const int64_t plane = e / (p.out_h * p.out_w), oy = (e / p.out_w) % p.out_h, ox = e % p.out_w;
-    const T* src = x + plane * p.h * p.w;
-    float acc = p.max ? -INFINITY : 0.f;
-    for (int64_t ky = 0; ky < p.kh; ++ky)
-      for (int64_t kx = 0; kx < p.kw; ++kx) {
-        const int64_t iy = oy * p.stride - p.pad + ky, ix = ox * p.stride - p.pad + kx;
-        if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) continue;  // padding: never the max, zero in the sum
-        const float v = ld(src, iy * p.w + ix);
-        acc = p.max ? fmaxf(acc, v) : acc + v;
-      }
-    st(y, e, p.max ? acc : acc / float(p.kh * p.kw));
-  }
+  GRID_STRIDE(e, total) st(y, e, pool_output(p, e, Loader<T>{x}));
 }
 
 // One thread an input element: sums the gradient of every window that holds it.
 template <class T>
 __global__ void pool_backward_k(PoolShape p, const T* x, const T* dy, T* dx) {
   const int64_t total = p.planes * p.h * p.w;
+  GRID_STRIDE(e, total) st(dx, e, pool_input_grad(p, e, Loader<T>{x}, Loader<T>{dy}));
+}
+
+// One thread an element of the output, whose layout is the other one: reads are strided, writes
+// coalesced. The tensors moved are small (a flatten's input) or the input's few channels.
+template <class Tin, class Tout>
+__global__ void change_layout_k(const Tin* x, Tout* y, int64_t n, int64_t channels, int64_t hw, Layout to) {
+  const int64_t total = n * channels * hw;
+  const Layout from = to == Layout::nchw ? Layout::nhwc : Layout::nchw;
   GRID_STRIDE(e, total) {
-    const int64_t plane = e / (p.h * p.w), iy = (e / p.w) % p.h, ix = e % p.w;
-    const T* src = x + plane * p.h * p.w;
-    const T* g = dy + plane * p.out_h * p.out_w;
-    const WindowRange ry = windows_holding(iy, p.kh, p.stride, p.pad, p.out_h), rx = windows_holding(ix, p.kw, p.stride, p.pad, p.out_w);
-    float sum = 0.f;
-    for (int64_t oy = ry.first; oy <= ry.last; ++oy)
-      for (int64_t ox = rx.first; ox <= rx.last; ++ox) {
-        const int64_t y0 = oy * p.stride - p.pad, x0 = ox * p.stride - p.pad;
-        if (iy < y0 || iy >= y0 + p.kh || ix < x0 || ix >= x0 + p.kw) continue;
-        if (!p.max) {
-          sum += ld(g, oy * p.out_w + ox) / float(p.kh * p.kw);
-          continue;
-        }
-        int64_t best = -1;  // the window's first largest element
-        float bv = -INFINITY;
-        for (int64_t ky = 0; ky < p.kh; ++ky)
-          for (int64_t kx = 0; kx < p.kw; ++kx) {
-            const int64_t yy = y0 + ky, xx = x0 + kx;
-            if (yy < 0 || yy >= p.h || xx < 0 || xx >= p.w) continue;
-            const float v = ld(src, yy * p.w + xx);
-            if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
-          }
-        if (best == iy * p.w + ix) sum += ld(g, oy * p.out_w + ox);
-      }
-    st(dx, e, sum);
+    int64_t b, c, i;
+    if (to == Layout::nchw) b = e / (channels * hw), c = (e / hw) % channels, i = e % hw;
+    else b = e / (channels * hw), i = (e / channels) % hw, c = e % channels;
+    st(y, e, ld(x, offset_of(from, b, c, i, channels, hw)));
   }
 }
 
@@ -327,6 +303,15 @@ void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s) 
 }
 void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s) {
   DISPATCH(t, from_f32_k<T><<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<T*>(out), n))
+}
+void cast_from_f32_to_nhwc(DType t, const float* nchw, void* nhwc, int64_t n, int64_t channels, int64_t hw, cudaStream_t s) {
+  const int64_t total = n * channels * hw;
+  DISPATCH(t, change_layout_k<float, T><<<blocks_for(total), kThreads, 0, s>>>(nchw, static_cast<T*>(nhwc), n, channels, hw, Layout::nhwc))
+}
+void change_layout(DType t, const void* x, void* y, int64_t n, int64_t channels, int64_t hw, Layout from, cudaStream_t s) {
+  const int64_t total = n * channels * hw;
+  const Layout to = from == Layout::nchw ? Layout::nhwc : Layout::nchw;
+  DISPATCH(t, change_layout_k<T, T><<<blocks_for(total), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, channels, hw, to))
 }
 void update_loss_scale(LossScale* ls, cudaStream_t s) { update_loss_scale_k<<<1, 1, 0, s>>>(ls); }
 void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,

@@ -10,7 +10,9 @@
 
 #include <cstdint>
 
+#include "backend/cuda/layout.h"
 #include "backend/cuda/loss_scale.h"
+#include "backend/cuda/pool_index.h"
 #include "core/rng.h"
 
 namespace dlperf::cuda {
@@ -50,14 +52,7 @@ void dropout_backward(DType t, const void* dy, const uint8_t* mask, void* dx, in
 void softmax_cross_entropy(DType t, const void* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
                            float eps, double* loss_sum, int32_t* correct, void* dlogits, const float* loss_scale, cudaStream_t s);
 
-/// Pooling over [planes = N*C, H, W] into [planes, OH, OW]: max (padding never wins) or average
-/// (padding counted, PyTorch's default, as the CPU engine); a global average pool is a window of
-/// the whole plane. The backward pass gathers per input element (no atomics, deterministic); a
-/// max window's gradient goes to its first largest element.
-struct PoolShape {
-  int64_t planes = 0, h = 0, w = 0, out_h = 0, out_w = 0, kh = 1, kw = 1, stride = 1, pad = 0;
-  bool max = true;
-};
+/// Pooling (pool_index.h: PoolShape, in either layout), forward and backward.
 void pool_forward(DType t, const PoolShape& p, const void* x, void* y, cudaStream_t s);
 void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, void* dx, cudaStream_t s);
 
@@ -97,6 +92,11 @@ void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf,
 void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s);
 /// fp32 to any type (round to nearest even): mixed precision's casts.
 void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s);
+/// The network's input, fp32 [N, C, H*W] as the loaders fill it, to type `t` stored NHWC.
+void cast_from_f32_to_nhwc(DType t, const float* nchw, void* nhwc, int64_t n, int64_t channels, int64_t hw, cudaStream_t s);
+/// [N, C, H*W] maps of type `t` from layout `from` to the other one (NHWC -> NCHW where a flatten
+/// must hand the CPU engine's feature order to a linear layer, and back for its gradient).
+void change_layout(DType t, const void* x, void* y, int64_t n, int64_t channels, int64_t hw, Layout from, cudaStream_t s);
 
 /// advance_loss_scale on the device copy (one thread).
 void update_loss_scale(LossScale* ls, cudaStream_t s);

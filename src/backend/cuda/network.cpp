@@ -60,6 +60,19 @@ ParamPlan plan_params(const nn::Graph& g) {
   return p;
 }
 
+// A convolution's bias over its output y [N, K, OH, OW]: one value a channel, which NHWC stores
+// innermost (outer N * OH * OW, inner 1) and NCHW per map (outer N, inner OH * OW).
+void add_conv_bias(DType t, Layout l, const Dims& y, void* out, const float* bias, cudaStream_t s) {
+  const int64_t hw = y[2] * y[3];
+  if (l == Layout::nhwc) add_bias(t, out, bias, y[0] * hw, y[1], 1, s);
+  else add_bias(t, out, bias, y[0], y[1], hw, s);
+}
+void conv_bias_grad(DType t, Layout l, const Dims& y, const void* dy, float* db, cudaStream_t s) {
+  const int64_t hw = y[2] * y[3];
+  if (l == Layout::nhwc) bias_grad(t, dy, db, y[0] * hw, y[1], 1, s);
+  else bias_grad(t, dy, db, y[0], y[1], hw, s);
+}
+
 }  // namespace
 
 struct Network::Layer {
@@ -74,6 +87,7 @@ struct Network::Layer {
   BatchnormShape bn_shape;
   BatchnormParams bn;  // batchnorm: its parameters and statistics (bn.relu: the next relu runs inside it)
   bool fused_away = false;  // a relu that runs inside the batchnorm before it
+  bool view = false;        // a flatten that moves nothing (or a fused relu): shares its input's buffers
   PoolShape pool;
   uint8_t* mask = nullptr;
   uint64_t seed = 0;
@@ -84,9 +98,9 @@ struct Network::Layer {
 // While profiling, a CUDA event pair around the work queued in its lifetime; nothing otherwise.
 class Network::Span {
  public:
-  /// A layer's pass (nothing for a flatten, a view).
+  /// A layer's pass.
   Span(Network& net, const std::string& name, ops::OpKind kind, profile::Phase phase, int node) : net_(net) {
-    if (net.profiling_ && kind != ops::OpKind::flatten) index_ = net.begin_span(name, std::string(ops::to_string(kind)), phase, node);
+    if (net.profiling_) index_ = net.begin_span(name, std::string(ops::to_string(kind)), phase, node);
   }
   /// The loss or the update.
   Span(Network& net, const char* name, profile::Phase phase) : net_(net) {
@@ -200,18 +214,23 @@ void Network::build(uint64_t seed, int device) {
     const LossScale initial;
     ok(cudaMemcpyAsync(loss_scale_, &initial, sizeof initial, cudaMemcpyHostToDevice, stream_), "cudaMemcpy");
   }
+  const bool nhwc = opts_.layout == Layout::nhwc;
   std::vector<float> init(static_cast<size_t>(param_count_), 0.f);
   int index = 0;
   for (const auto& n : nodes)
-    for (const auto& p : n.params) {
+    for (size_t pi = 0; pi < n.params.size(); ++pi) {
+      const auto& p = n.params[pi];
       Rng rng(hash_coords(seed, 0x1417, uint64_t(index)));
-      const int64_t at = plan.offset[size_t(index++)];
+      Place place{plan.offset[size_t(index++)], numel(p.dims)};
+      if (nhwc && n.kind == ops::OpKind::conv2d && pi == 0) place.k = p.dims[0], place.c = p.dims[1], place.rs = p.dims[2] * p.dims[3];
       const bool bn = n.kind == ops::OpKind::batchnorm2d;
       const int64_t fan_in = n.kind == ops::OpKind::conv2d ? n.in_dims[0][1] * n.attrs.kernel * n.attrs.kernel : n.in_dims[0][1];
       const float bound = 1.0f / std::sqrt(float(fan_in));
-      for (int64_t i = 0; i < numel(p.dims); ++i)
-        init[size_t(at + i)] = bn ? (p.name == "weight" ? 1.f : 0.f) : (2 * rng.uniform() - 1) * bound;
-      tensors_.push_back({at, numel(p.dims)});
+      std::vector<float> v(static_cast<size_t>(place.count));
+      for (auto& x : v) x = bn ? (p.name == "weight" ? 1.f : 0.f) : (2 * rng.uniform() - 1) * bound;
+      if (place.k) weights_to_krsc(v.data(), init.data() + place.at, place.k, place.c, place.rs);
+      else std::copy(v.begin(), v.end(), init.begin() + place.at);
+      tensors_.push_back(place);
     }
   ok(cudaMemsetAsync(grads_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
   // Synchronous: `init` is freed at the end of the constructor.
@@ -223,7 +242,9 @@ void Network::build(uint64_t seed, int device) {
   act_.assign(nodes.size() + 1, nullptr);
   diff_.assign(nodes.size() + 1, nullptr);
   input32_ = alloc(size_t(numel(graph_.input)), MemCategory::data);
-  act_[0] = mixed ? alloc_bytes(size_t(numel(graph_.input)) * es, MemCategory::data) : input32_;
+  const Dims& input = graph_.input;  // [N, C, H, W]
+  const bool input_moves = nhwc && input.size() == 4 && layouts_differ(input[1], input[2] * input[3]);
+  act_[0] = mixed || input_moves ? alloc_bytes(size_t(numel(input)) * es, MemCategory::data) : input32_;
   labels_ = reinterpret_cast<int32_t*>(alloc(size_t(batch), MemCategory::data));
   loss_sum_ = reinterpret_cast<double*>(alloc(2, MemCategory::workspace));
   correct_ = reinterpret_cast<int32_t*>(alloc(1, MemCategory::workspace));
@@ -260,19 +281,22 @@ void Network::build(uint64_t seed, int device) {
       }
     }
     const size_t out = size_t(numel(n.out_dims));
-    if (n.kind == ops::OpKind::flatten || l->fused_away) {
+    const Dims& x = n.in_dims[0];
+    // A flatten is a view, except of a multi-channel map stored NHWC: the layer after it reads
+    // the CPU engine's NCHW feature order, so it moves the features there.
+    l->view = l->fused_away || (n.kind == ops::OpKind::flatten && !(nhwc && x.size() == 4 && layouts_differ(x[1], x[2] * x[3])));
+    if (l->view) {
       act_[size_t(l->out)] = act_[size_t(l->in[0])];
       diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
     } else {
       act_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
       diff_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
     }
-    const Dims& x = n.in_dims[0];
     switch (n.kind) {
       case ops::OpKind::conv2d:
         l->conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
                                                         n.attrs.padding},
-                                              opts_.precision, /*nhwc=*/false, /*own_workspace=*/false);
+                                              opts_.precision, nhwc, /*own_workspace=*/false);
         conv_workspace = std::max(conv_workspace, l->conv->workspace_bytes());
         break;
       case ops::OpKind::linear: {
@@ -286,7 +310,7 @@ void Network::build(uint64_t seed, int device) {
         break;
       }
       case ops::OpKind::batchnorm2d: {
-        l->bn_shape = {x[0], x[1], x[2] * x[3]};
+        l->bn_shape = {x[0], x[1], x[2] * x[3], opts_.layout};
         BatchnormParams& b = l->bn;
         b.gamma = l->w, b.beta = l->b;
         b.running_mean = alloc(size_t(x[1]), MemCategory::parameters);
@@ -296,7 +320,7 @@ void Network::build(uint64_t seed, int device) {
         b.eps = float(n.attrs.eps), b.momentum = float(n.attrs.momentum);
         fill(b.running_mean, x[1], 0.f, stream_);
         fill(b.running_var, x[1], 1.f, stream_);
-        bn_workspace = std::max(bn_workspace, size_t(bn_workspace_bytes(x[0], x[1], x[2] * x[3])));
+        bn_workspace = std::max(bn_workspace, size_t(bn_workspace_bytes(x[0], x[1], x[2] * x[3], nhwc)));
         break;
       }
       case ops::OpKind::maxpool2d:
@@ -309,6 +333,7 @@ void Network::build(uint64_t seed, int device) {
         p.kh = global ? x[2] : n.attrs.kernel, p.kw = global ? x[3] : n.attrs.kernel;
         p.stride = global ? 1 : n.attrs.stride, p.pad = global ? 0 : n.attrs.padding;
         p.max = n.kind == ops::OpKind::maxpool2d;
+        p.channels = x[1], p.layout = opts_.layout;
         break;
       }
       case ops::OpKind::dropout:
@@ -378,10 +403,16 @@ void Network::forward(bool training, uint64_t dropout_step) {
 }
 
 void Network::forward_pass(bool training) {
-  if (act_[0] != input32_) cast_from_f32(dt_, input32_, act_[0], numel(graph_.input), stream_);
+  const Dims& in = graph_.input;
+  if (act_[0] != input32_) {
+    if (opts_.layout == Layout::nhwc && in.size() == 4 && layouts_differ(in[1], in[2] * in[3]))
+      cast_from_f32_to_nhwc(dt_, input32_, act_[0], in[0], in[1], in[2] * in[3], stream_);
+    else
+      cast_from_f32(dt_, input32_, act_[0], numel(in), stream_);
+  }
   for (auto& lp : layers_) {
     Layer& l = *lp;
-    if (l.fused_away) continue;
+    if (l.view) continue;
     const nn::Node& n = *l.node;
     const profile::NvtxRange range(l.name.c_str());  // Nsight Systems shows the layer names
     const Span span(*this, l.name, n.kind, profile::Phase::forward, l.out - 1);
@@ -391,7 +422,7 @@ void Network::forward_pass(bool training) {
     switch (n.kind) {
       case ops::OpKind::conv2d:
         l.conv->forward(x, l.wh, y, stream_);
-        if (l.b) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
+        if (l.b) add_conv_bias(dt_, opts_.layout, n.out_dims, y, l.b, stream_);
         break;
       case ops::OpKind::linear:
         l.fwd->run(l.wh, x, y, stream_);
@@ -410,7 +441,11 @@ void Network::forward_pass(bool training) {
         else ok(cudaMemcpyAsync(y, x, size_t(count) * bytes_of(dt_), cudaMemcpyDeviceToDevice, stream_), "dropout (eval)");
         break;
       case ops::OpKind::add: add(dt_, x, act_[size_t(l.in[1])], y, count, stream_); break;
-      case ops::OpKind::flatten: break;  // a view
+      case ops::OpKind::flatten: {  // NHWC maps to the NCHW features the next layer reads
+        const Dims& d = n.in_dims[0];
+        change_layout(dt_, x, y, d[0], d[1], d[2] * d[3], Layout::nhwc, stream_);
+        break;
+      }
       default: throw Error(fmt::format("the CUDA backend has no {} layer yet ({})", ops::to_string(n.kind), n.name));
     }
   }
@@ -534,7 +569,7 @@ void Network::backward() {
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     Layer& l = **it;
     const nn::Node& n = *l.node;
-    if (n.kind == ops::OpKind::flatten || l.fused_away) {  // a view, or a relu run by its batchnorm: their gradient is their input's
+    if (l.view) {  // a view, or a relu run by its batchnorm: their gradient is their input's
       written[size_t(l.in[0])] = true;
       continue;
     }
@@ -548,7 +583,7 @@ void Network::backward() {
     switch (n.kind) {
       case ops::OpKind::conv2d:
         l.conv->backward_filter(x, dy, l.dwh, stream_);
-        if (l.db) bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], n.out_dims[2] * n.out_dims[3], stream_);
+        if (l.db) conv_bias_grad(dt_, opts_.layout, n.out_dims, dy, l.db, stream_);
         if (dx) l.conv->backward_data(l.wh, dy, dx, stream_);
         break;
       case ops::OpKind::linear:
@@ -569,6 +604,12 @@ void Network::backward() {
         break;
       case ops::OpKind::dropout:
         if (dx) dropout_backward(dt_, dy, l.mask, dx, count, float(n.attrs.p), stream_);
+        break;
+      case ops::OpKind::flatten:  // NCHW feature gradients back to NHWC maps
+        if (dx) {
+          const Dims& d = n.in_dims[0];
+          change_layout(dt_, dy, dx, d[0], d[1], d[2] * d[3], Layout::nchw, stream_);
+        }
         break;
       case ops::OpKind::add: {
         if (dx) ok(cudaMemcpyAsync(dx, dy, size_t(count) * es, cudaMemcpyDeviceToDevice, stream_), "add backward");
@@ -622,12 +663,36 @@ void Network::update(const nn::OptimizerConfig& opt) {
 }
 
 std::vector<float> Network::parameters() const {
-  std::vector<float> flat(static_cast<size_t>(param_count_));
-  ok(cudaStreamSynchronize(stream_), "parameters");
-  ok(cudaMemcpy(flat.data(), params_, flat.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
   std::vector<float> out;  // in graph order, without the alignment padding
-  for (const auto& [at, count] : tensors_) out.insert(out.end(), flat.begin() + at, flat.begin() + at + count);
+  for (const Place& t : tensors_) {
+    const std::vector<float> v = to_host(params_, t);
+    out.insert(out.end(), v.begin(), v.end());
+  }
   return out;
+}
+
+// One tensor of a flat buffer (parameters, or an optimizer state laid out like them) to the
+// host in the CPU engine's order, and back.
+std::vector<float> Network::to_host(const float* flat, const Place& t) const {
+  std::vector<float> h(static_cast<size_t>(t.count));
+  ok(cudaStreamSynchronize(stream_), "copying to the host");
+  ok(cudaMemcpy(h.data(), flat + t.at, h.size() * 4, cudaMemcpyDeviceToHost), "cudaMemcpy");
+  if (!t.k) return h;
+  std::vector<float> kcrs(h.size());
+  weights_to_kcrs(h.data(), kcrs.data(), t.k, t.c, t.rs);
+  return kcrs;
+}
+
+void Network::to_device(float* flat, const Place& t, const std::vector<float>& v) const {
+  check(v.size() == size_t(t.count), "a parameter tensor has the wrong size");
+  std::vector<float> krsc;
+  const float* src = v.data();
+  if (t.k) {
+    krsc.resize(v.size());
+    weights_to_krsc(v.data(), krsc.data(), t.k, t.c, t.rs);
+    src = krsc.data();
+  }
+  ok(cudaMemcpy(flat + t.at, src, v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
 }
 
 std::vector<float> Network::logits() const {
@@ -656,10 +721,10 @@ std::vector<float> fetch(const float* d, int64_t count, cudaStream_t s) {
 std::vector<std::pair<std::string, std::vector<float>>> Network::snapshot(const nn::OptimizerConfig& opt) const {
   std::vector<std::pair<std::string, std::vector<float>>> out;
   size_t t = 0;
-  std::vector<std::pair<std::string, std::pair<int64_t, int64_t>>> named;  // parameter name, (offset, count)
+  std::vector<std::pair<std::string, Place>> named;  // parameter name, where it lives
   for (const auto& n : graph_.nodes)
     for (const auto& p : n.params) named.push_back({n.name + "." + p.name, tensors_[t++]});
-  for (const auto& [name, at] : named) out.emplace_back(name, fetch(params_ + at.first, at.second, stream_));
+  for (const auto& [name, at] : named) out.emplace_back(name, to_host(params_, at));
   for (const auto& l : layers_)
     if (l->bn.running_mean) {
       const int64_t c = l->node->in_dims[0][1];
@@ -669,8 +734,8 @@ std::vector<std::pair<std::string, std::vector<float>>> Network::snapshot(const 
   const bool adam = opt.name == "adamw";
   if (adam || opt.momentum != 0)
     for (const auto& [name, at] : named) {
-      out.emplace_back(name + (adam ? ".adam_m" : ".momentum"), fetch(state_m_ + at.first, at.second, stream_));
-      if (adam) out.emplace_back(name + ".adam_v", fetch(state_v_ + at.first, at.second, stream_));
+      out.emplace_back(name + (adam ? ".adam_m" : ".momentum"), to_host(state_m_, at));
+      if (adam) out.emplace_back(name + ".adam_v", to_host(state_v_, at));
     }
   return out;
 }
@@ -686,11 +751,11 @@ void Network::restore(const std::function<const std::vector<float>&(const std::s
   check(!adam || state_v_ != nullptr, "this network was built for SGD", "construct it with NetworkOptions::optimizer = \"adamw\"");
   for (const auto& n : graph_.nodes)
     for (const auto& p : n.params) {
-      const auto [at, count] = tensors_[t++];
+      const Place& at = tensors_[t++];
       const std::string name = n.name + "." + p.name;
-      put(params_ + at, get(name, size_t(count)));
-      if (adam || opt.momentum != 0) put(state_m_ + at, get(name + (adam ? ".adam_m" : ".momentum"), size_t(count)));
-      if (adam) put(state_v_ + at, get(name + ".adam_v", size_t(count)));
+      to_device(params_, at, get(name, size_t(at.count)));
+      if (adam || opt.momentum != 0) to_device(state_m_, at, get(name + (adam ? ".adam_m" : ".momentum"), size_t(at.count)));
+      if (adam) to_device(state_v_, at, get(name + ".adam_v", size_t(at.count)));
     }
   for (const auto& l : layers_)
     if (l->bn.running_mean) {

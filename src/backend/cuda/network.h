@@ -12,7 +12,14 @@
 // GEMM); bf16 or fp16 mixed precision: activations and their gradients in the half type,
 // convolutions and GEMMs on tensor cores with fp32 accumulation, batchnorm statistics, the loss,
 // the master weights, their gradients and the optimizer in fp32; fp16 with dynamic loss scaling
-// (steps whose gradients overflow are skipped and counted). Layout NCHW throughout.
+// (steps whose gradients overflow are skipped and counted).
+//
+// Layout (NetworkOptions::layout): NCHW, or NHWC, where every 4-D activation and gradient is
+// stored channels-innermost and the convolution weights the GPU holds (masters, gradients,
+// optimizer states, half copies) are [K, R, S, C]. Everything the host sees (parameters(),
+// snapshot(), restore(), the input the loaders fill, the logits) keeps the CPU engine's order,
+// and a flatten of a multi-channel map hands the linear layer after it the CPU's NCHW feature
+// order, so both layouts train the same model from the same initialization.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +31,7 @@
 
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/layout.h"
 #include "core/memory.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
@@ -54,6 +62,7 @@ struct NetworkOptions {
   Precision precision = Precision::fp32;  ///< fp32, tf32, bf16 or fp16
   std::string optimizer = "sgd";          ///< sgd | adamw: AdamW's second state is allocated up front
   bool graphs = false;                    ///< capture the training step in a CUDA graph and replay it
+  Layout layout = Layout::nchw;           ///< how 4-D activations are stored (resolve_layout picks per precision)
 };
 
 /// What one training step needs besides the batch.
@@ -157,7 +166,15 @@ class Network {
   void* grads_h_ = nullptr;          // mixed precision: half gradients of the conv weights
   int64_t param_count_ = 0, steps_ = 0;  // floats in the flat buffers, padding included; updates done
   int64_t conv_span_ = 0, matmul_span_ = 0;  // the flat buffers start with conv, then linear weights
-  std::vector<std::pair<int64_t, int64_t>> tensors_;  // (offset, count) of each parameter tensor
+  // Where each parameter tensor lives in the flat buffers, in graph order; conv weights in NHWC
+  // are stored [K, R, S, C] (k > 0), and host copies convert them.
+  struct Place {
+    int64_t at = 0, count = 0;
+    int64_t k = 0, c = 0, rs = 0;  // a conv weight stored KRSC: its dimensions
+  };
+  std::vector<Place> tensors_;
+  std::vector<float> to_host(const float* flat_device, const Place& t) const;  // in the CPU engine's order (waits)
+  void to_device(float* flat_device, const Place& t, const std::vector<float>& v) const;
   void* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
   void* bn_workspace_ = nullptr;  // the batchnorm kernels' partial sums, sized for the largest layer
   float* logits32_ = nullptr;  // mixed precision: the logits in fp32, for logits()

@@ -1,12 +1,27 @@
-// Index arithmetic of the GPU pooling kernels, in a header the host compiles too, so the CPU test
-// suite checks it (tests/test_cuda.cpp, PoolWindows.*) without a GPU.
+// The GPU pooling kernels' arithmetic, per element, in a header the host compiles too: the
+// kernels (kernels.cu) call these bodies with loads of their element type, and the CPU test
+// suite (tests/test_cuda.cpp, PoolWindows.* and PoolBodies.*) runs the same bodies on floats
+// against the float64 reference, in both layouts, without a GPU.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 
+#include "backend/cuda/layout.h"
 #include "core/rng.h"  // DLPERF_HD
 
 namespace dlperf::cuda {
+
+/// Pooling over [N, C, H, W] (planes = N * C) into [N, C, OH, OW], both stored in `layout`: max
+/// (padding never wins) or average (padding counted, PyTorch's default, as the CPU engine); a
+/// global average pool is a window of the whole map. The backward pass gathers per input element
+/// (no atomics, deterministic); a max window's gradient goes to its first largest element.
+struct PoolShape {
+  int64_t planes = 0, h = 0, w = 0, out_h = 0, out_w = 0, kh = 1, kw = 1, stride = 1, pad = 0;
+  bool max = true;
+  int64_t channels = 1;  ///< C: NHWC indexing needs it
+  Layout layout = Layout::nchw;
+};
 
 /// The output rows (or columns) whose window holds input row `i`: windows o with
 /// o * stride - pad <= i <= o * stride - pad + k - 1, clipped to [0, out). Empty when first > last.
@@ -21,6 +36,68 @@ DLPERF_HD inline WindowRange windows_holding(int64_t i, int64_t k, int64_t strid
   if (last > out - 1) last = out - 1;
   if (first < 0) first = 0;
   return {first, last};
+}
+
+/// Where an element's map starts in the input and in the output, the distance between
+/// neighbouring pixels of a map (1 in NCHW, C in NHWC), and the element's row and column.
+struct PoolAt {
+  int64_t in_base, out_base, pixel, y, x;
+};
+/// Element e of a map of `rows` x `cols` pixels, numbered in the layout's own order.
+DLPERF_HD inline PoolAt pool_at(const PoolShape& p, int64_t e, int64_t rows, int64_t cols) {
+  const int64_t in_map = p.h * p.w, out_map = p.out_h * p.out_w;
+  if (p.layout == Layout::nchw) {
+    const int64_t plane = e / (rows * cols), r = e % (rows * cols);
+    return {plane * in_map, plane * out_map, 1, r / cols, r % cols};
+  }
+  const int64_t C = p.channels, c = e % C, pixel = e / C, n = pixel / (rows * cols), r = pixel % (rows * cols);
+  return {n * in_map * C + c, n * out_map * C + c, C, r / cols, r % cols};
+}
+
+/// Output element e's value; `x(offset)` loads an input element as a float.
+template <class Load>
+DLPERF_HD float pool_output(const PoolShape& p, int64_t e, const Load& x) {
+  const PoolAt a = pool_at(p, e, p.out_h, p.out_w);
+  float acc = p.max ? -INFINITY : 0.f;
+  for (int64_t ky = 0; ky < p.kh; ++ky)
+    for (int64_t kx = 0; kx < p.kw; ++kx) {
+      const int64_t iy = a.y * p.stride - p.pad + ky, ix = a.x * p.stride - p.pad + kx;
+      if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) continue;  // padding: never the max, zero in the sum
+      const float v = x(a.in_base + (iy * p.w + ix) * a.pixel);
+      acc = p.max ? fmaxf(acc, v) : acc + v;
+    }
+  return p.max ? acc : acc / float(p.kh * p.kw);
+}
+
+/// Input element e's gradient: the sum over the windows holding it. `x` and `dy` load elements
+/// of the input and of the output's gradient.
+template <class LoadX, class LoadDy>
+DLPERF_HD float pool_input_grad(const PoolShape& p, int64_t e, const LoadX& x, const LoadDy& dy) {
+  const PoolAt a = pool_at(p, e, p.h, p.w);
+  const int64_t iy = a.y, ix = a.x;
+  const WindowRange ry = windows_holding(iy, p.kh, p.stride, p.pad, p.out_h), rx = windows_holding(ix, p.kw, p.stride, p.pad, p.out_w);
+  float sum = 0.f;
+  for (int64_t oy = ry.first; oy <= ry.last; ++oy)
+    for (int64_t ox = rx.first; ox <= rx.last; ++ox) {
+      const int64_t y0 = oy * p.stride - p.pad, x0 = ox * p.stride - p.pad;
+      if (iy < y0 || iy >= y0 + p.kh || ix < x0 || ix >= x0 + p.kw) continue;
+      const float g = dy(a.out_base + (oy * p.out_w + ox) * a.pixel);
+      if (!p.max) {
+        sum += g / float(p.kh * p.kw);
+        continue;
+      }
+      int64_t best = -1;  // the window's first largest element
+      float bv = -INFINITY;
+      for (int64_t ky = 0; ky < p.kh; ++ky)
+        for (int64_t kx = 0; kx < p.kw; ++kx) {
+          const int64_t yy = y0 + ky, xx = x0 + kx;
+          if (yy < 0 || yy >= p.h || xx < 0 || xx >= p.w) continue;
+          const float v = x(a.in_base + (yy * p.w + xx) * a.pixel);
+          if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
+        }
+      if (best == iy * p.w + ix) sum += g;
+    }
+  return sum;
 }
 
 }  // namespace dlperf::cuda
