@@ -2,14 +2,17 @@
 # What profiling costs: trains medium at batch 64 for one epoch (12,800 images) with and without
 # recording every step (dlperf train --profile --profile-skip 0 --profile-steps 0), alternating,
 # REPEATS times each, and prints the median images/s of both and their ratio.
+#   DLPERF=build-gpu/dlperf ARGS="--device cuda --data-on-device" scripts/bench_profile_overhead.sh   # on a GPU
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats=${REPEATS:-5}
+dlperf=${DLPERF:-build/dlperf}
+read -r -a extra <<< "${ARGS:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rate() {  # images/s from the "done:" line
-  build/dlperf train --model medium --batch-size 64 --epochs 1 --train-limit 12800 --test-limit 100 \
-    --runs-dir "$tmp" --no-progress "$@" | sed -n 's/^done: .*(\([0-9]*\) img\/s).*/\1/p'
+  "$dlperf" train --model medium --batch-size 64 --epochs 1 --train-limit 12800 --test-limit 100 \
+    --runs-dir "$tmp" --no-progress "${extra[@]}" "$@" | sed -n 's/^done: .*(\([0-9]*\) img\/s).*/\1/p'
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 off=() on=()

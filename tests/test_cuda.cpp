@@ -1034,12 +1034,19 @@ TEST(Cuda, PlannedBytesMatchTheAllocations) {
 TEST(Cuda, ProfileTimesEveryLayerOnTheDevice) {
   REQUIRE_GPU();
   TempDir dir;
+  // With graphs the recorded steps replay the step captured with its event records; without,
+  // they run eagerly. Both time every layer.
+  for (bool graphs : {true, false}) {
+  SCOPED_TRACE(graphs ? "graphs" : "eager");
   train::TrainConfig c = gpu_run("medium", "synthetic:1x12x12:512", 16, 1);
+  c.graphs = graphs;
   c.profile = c.profile_only = true;
   c.profile_skip = 3;
   c.profile_steps = 5;
-  c.profile_out = (dir.path / "prof").string();
+  c.profile_out = (dir.path / (graphs ? "prof-graph" : "prof-eager")).string();
   const auto r = train::train(c);
+  const std::string how = r.record["gpu_step"]["profiled_steps"];
+  EXPECT_EQ(how.rfind(graphs ? "CUDA graph" : "eager", 0), 0u) << how;
   const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
   const nlohmann::json& p = r.profile;
   EXPECT_EQ(p["step"]["steps"], 5);
@@ -1062,6 +1069,7 @@ TEST(Cuda, ProfileTimesEveryLayerOnTheDevice) {
   for (const auto& e : trace["traceEvents"])
     if (e["ph"] == "M" && e["args"].value("name", "") == "GPU (CUDA events)") gpu_track = true;
   EXPECT_TRUE(gpu_track);
+  }
 }
 
 // The training options change how batches reach the GPU and how steps launch, never the result.

@@ -5,6 +5,7 @@
 #   scripts/gpu/check.sh tests      # the CUDA tests, then the rest of the suite on the GPU build
 #   scripts/gpu/check.sh bench      # dlperf bench gemm, conv, copy, launch, gpu-memory, allreduce (--quick)
 #   scripts/gpu/check.sh recipe     # Fashion-MNIST to 93% in under a second (docs/gpu.md)
+#   scripts/gpu/check.sh profile    # dlperf profile on the GPU, and what profiling costs there (docs/profile.md)
 #   scripts/gpu/check.sh vs-torch [args]  # scripts/gpu/bench_vs_torch.py, args passed through
 #   scripts/gpu/check.sh train      # a few dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW
 # Carry .deb (scripts/gpu/fetch_debs.sh made it, with Fashion-MNIST in .deb/fashion-mnist).
@@ -34,6 +35,12 @@ case "$stage" in
     ;;
   recipe)
     DLPERF=$bin DATA="$data" RUNS="$out/recipe" scripts/recipe_fmnist93.sh 2>&1 | tee "$out/recipe.txt"
+    ;;
+  profile)
+    $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device --runs-dir "$out/runs" \
+      --out "$out/profile-medium" 2>&1 | tee "$out/profile.txt" | head -60
+    DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 scripts/bench_profile_overhead.sh 2>&1 |
+      tee "$out/profile-overhead.txt"
     ;;
   vs-torch)
     python3 scripts/gpu/bench_vs_torch.py --dlperf $bin --data "$data" --json "$out/vs-torch.json" --markdown "$out/vs-torch.md" "$@" 2>&1 |

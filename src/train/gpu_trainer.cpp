@@ -476,6 +476,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
                                {"cuda_graph", net.graphed()},
                                {"why_not_graph", net.graphed() ? "" : net.why_not_graphed()},
                                {"feed", feed}};
+  if (cfg.profile) result.record["gpu_step"]["profiled_steps"] = net.profiled_steps();
   if (cfg.precision == "fp16") {  // dynamic loss scaling's account
     const cuda::LossScale ls = net.loss_scale();
     result.record["summary"]["loss_scale_skips"] = ls.skipped;

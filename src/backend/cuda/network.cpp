@@ -127,13 +127,17 @@ size_t Network::begin_span(const std::string& name, const std::string& op, profi
     events_.push_back({a, b});
   }
   spans_.push_back({name, op, phase, node, 0, 0});
-  ok(cudaEventRecord(events_[i].first, stream_), "cudaEventRecord");
+  ok(cudaEventRecordWithFlags(events_[i].first, stream_, record_flags()), "cudaEventRecord");
   return i;
 }
 
 // Called from a destructor, so it must not throw: a failed record surfaces in take_spans(),
 // whose elapsed-time query on the unrecorded event fails with a message.
-void Network::end_span(size_t i) noexcept { cudaEventRecord(events_[i].second, stream_); }
+void Network::end_span(size_t i) noexcept { cudaEventRecordWithFlags(events_[i].second, stream_, record_flags()); }
+
+// While capturing, an event record must become a node of the graph that records the event at
+// each replay (cudaEventRecordExternal); a plain record would only order the capture.
+unsigned Network::record_flags() const { return capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault; }
 
 void Network::mark_step_start() {
   if (!step_start_) ok(cudaEventCreate(&step_start_), "cudaEventCreate");
@@ -368,7 +372,8 @@ void Network::release() {
   events_.clear();
   if (step_start_) cudaEventDestroy(step_start_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-  step_start_ = nullptr, graph_exec_ = nullptr;
+  if (profiled_exec_) cudaGraphExecDestroy(profiled_exec_);
+  step_start_ = nullptr, graph_exec_ = nullptr, profiled_exec_ = nullptr;
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
   owned_.clear();
@@ -493,10 +498,35 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
   host_args_.batch = v.batch;
   host_args_.epoch = v.epoch;
   write_args();
-  if (opts_.graphs && !graph_exec_ && eager_steps_ > 0 && !profiling_) capture(load, valid, smoothing, opt);
-  if (graph_exec_ && valid == graph_valid_ && !profiling_) {  // a profiled step runs eagerly: its parts are timed
+  if (opts_.graphs && !graph_exec_ && eager_steps_ > 0) capture(load, valid, smoothing, opt);
+  if (graph_exec_ && valid == graph_valid_ && !profiling_) {
     ok(cudaGraphLaunch(graph_exec_, stream_), "replaying the training step's CUDA graph");
     return;
+  }
+  // A profiled step replays a second graph, the step captured with its spans' event records, so
+  // the profile times the kernels as training runs them; eagerly where that graph cannot be had.
+  if (profiling_ && graph_exec_ && valid == graph_valid_) {
+    if (!profiled_exec_ && why_not_profiled_graph_.empty()) {
+      // Every event the step's spans use exists before the capture: a pass and a backward pass
+      // per layer, the loss and the update.
+      while (events_.size() < 2 * layers_.size() + 2) {
+        cudaEvent_t a, b;
+        ok(cudaEventCreate(&a), "cudaEventCreate");
+        ok(cudaEventCreate(&b), "cudaEventCreate");
+        events_.push_back({a, b});
+      }
+      spans_.clear();
+      std::string failed;
+      profiled_exec_ = capture_step(load, valid, smoothing, opt, failed);
+      profiled_spans_ = spans_;
+      spans_.clear();
+      if (!profiled_exec_) why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
+    }
+    if (profiled_exec_) {
+      spans_ = profiled_spans_;
+      ok(cudaGraphLaunch(profiled_exec_, stream_), "replaying the profiled step's CUDA graph");
+      return;
+    }
   }
   eager_step(load, valid, smoothing, opt);
 }
@@ -511,13 +541,14 @@ void Network::eager_step(const std::function<void(cudaStream_t)>& load, int64_t 
   update(opt);
 }
 
-// Captures one step into a graph. Whatever fails during capture (an operation a library cannot
-// capture) leaves the run on eager steps, with the reason kept for the run record.
-void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
-                      const nn::OptimizerConfig& opt) {
+// Captures one step into a graph (nothing runs), or returns null with the reason: whatever
+// fails during capture (an operation a library cannot capture) leaves the step to run eagerly.
+cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                                      const nn::OptimizerConfig& opt, std::string& failed) {
   cudaGraph_t g = nullptr;
+  cudaGraphExec_t exec = nullptr;
   ok(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  std::string failed;
+  capturing_ = true;
   try {
     if (load) load(stream_);
     forward_pass(true);
@@ -527,15 +558,28 @@ void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t val
   } catch (const std::exception& e) {
     failed = e.what();
   }
+  capturing_ = false;
   const cudaError_t end = cudaStreamEndCapture(stream_, &g);
   if (failed.empty() && end != cudaSuccess) failed = cudaGetErrorString(end);
   if (failed.empty()) {
-    const cudaError_t inst = cudaGraphInstantiate(&graph_exec_, g, 0);
-    if (inst != cudaSuccess) failed = cudaGetErrorString(inst), graph_exec_ = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+    if (inst != cudaSuccess) failed = cudaGetErrorString(inst), exec = nullptr;
   }
   if (g) cudaGraphDestroy(g);
-  if (!failed.empty()) {
-    cudaGetLastError();  // clear the capture's error so the eager steps start clean
+  if (!failed.empty()) cudaGetLastError();  // clear the capture's error so the eager steps start clean
+  return exec;
+}
+
+// The training step's graph, captured once; a failure keeps the run on eager steps, with the
+// reason kept for the run record.
+void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                      const nn::OptimizerConfig& opt) {
+  std::string failed;
+  const bool profiling = profiling_;  // the training graph has no event records, even if profiling began early
+  profiling_ = false;
+  graph_exec_ = capture_step(load, valid, smoothing, opt, failed);
+  profiling_ = profiling;
+  if (!graph_exec_) {
     opts_.graphs = false;
     why_not_graphed_ = "CUDA graph capture failed: " + failed;
     return;

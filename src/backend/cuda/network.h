@@ -99,9 +99,11 @@ class Network {
   void eval_step(const std::function<void(cudaStream_t)>& load, int64_t valid);
   /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
   GpuTally tally(bool reset);
-  /// Profiling (dlperf profile on a GPU): while on, steps run eagerly and every layer pass, the
-  /// loss and the update are bracketed by CUDA events. mark_step_start() records the step's
-  /// start; take_spans() waits for the GPU and returns the step's spans.
+  /// Profiling (dlperf profile on a GPU): while on, every layer pass, the loss and the update are
+  /// bracketed by CUDA events. With graphs, a profiled step replays the step captured once more
+  /// with those event records as graph nodes, so kernels run as in training; else eagerly.
+  /// mark_step_start() records the step's start; take_spans() waits for the GPU and returns the
+  /// step's spans.
   void set_profiling(bool on) { profiling_ = on; }
   void mark_step_start();
   std::vector<GpuSpan> take_spans();
@@ -111,6 +113,12 @@ class Network {
   /// Whether steps replay a CUDA graph, and why not when they do not.
   bool graphed() const { return graph_exec_ != nullptr; }
   const std::string& why_not_graphed() const { return why_not_graphed_; }
+  /// How profiled steps ran: "CUDA graph" (the step's graph with event records), or "eager"
+  /// with the reason.
+  std::string profiled_steps() const {
+    if (profiled_exec_) return "CUDA graph";
+    return "eager: " + (why_not_profiled_graph_.empty() ? why_not_graphed_ : why_not_profiled_graph_);
+  }
 
   // The step's parts, for tests: forward, loss (resets the tally first; waits), backward, update.
   void forward(bool training, uint64_t dropout_step = 0);
@@ -151,6 +159,9 @@ class Network {
   void update(const nn::OptimizerConfig& opt);
   void eager_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
   void capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
+  cudaGraphExec_t capture_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
+                               const nn::OptimizerConfig& opt, std::string& failed);
+  unsigned record_flags() const;
 
   nn::Graph graph_;
   int device_;
@@ -196,8 +207,13 @@ class Network {
   int64_t graph_valid_ = -1;
   int64_t eager_steps_ = 0;
   std::string why_not_graphed_ = "--no-graphs";
-  // Profiling: event pairs reused step after step, and what each of this step's spans is.
+  // Profiling: event pairs reused step after step, and what each of this step's spans is; the
+  // step captured with its event records, and what its spans are.
   bool profiling_ = false;
+  bool capturing_ = false;
+  cudaGraphExec_t profiled_exec_ = nullptr;
+  std::vector<GpuSpan> profiled_spans_;
+  std::string why_not_profiled_graph_;
   cudaEvent_t step_start_ = nullptr;
   std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
   std::vector<GpuSpan> spans_;
