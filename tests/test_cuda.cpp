@@ -32,6 +32,7 @@
 #include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/batchnorm.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/network.h"
 #include "data/dataset.h"
@@ -473,6 +474,30 @@ TEST(Cuda, GpuBenchmarksValidateTheirResults) {
   const auto info = cuda::gpu_info(0);
   EXPECT_GT(info.sm_count, 0);
   EXPECT_GT(info.memory_bytes, 1e9);
+}
+
+// The linear layer's forward GEMM with its bias inside (cuBLASLt's bias epilogue, fp32 and
+// tf32) against float64: D[m x n] = A^T B + bias per row.
+TEST(Cuda, GemmAddsTheBiasInsideTheGemm) {
+  REQUIRE_GPU();
+  const int64_t m = 10, n = 7, k = 33;
+  const auto a = randn(size_t(k * m), 51), b = randn(size_t(k * n), 52), bias = randn(size_t(m), 53);
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32}) {
+    SCOPED_TRACE(cuda::to_string(p));
+    Dev<float> da(a), db(b), dbias(bias), dd(size_t(m * n));
+    cuda::LtGemm g(p, true, false, m, n, k, size_t(4) << 20, true, dbias.p);
+    EXPECT_TRUE(g.fuses_bias()) << "cuBLASLt offered no bias epilogue here; the layer adds the bias itself";
+    g.run(da.p, db.p, dd.p, nullptr);
+    if (!g.fuses_bias()) cuda::add_bias(dd.p, dbias.p, n, m, 1, nullptr);
+    const auto d = dd.host();
+    const double tol = p == cuda::Precision::tf32 ? 1e-2 : 1e-5;
+    for (int64_t j = 0; j < n; ++j)
+      for (int64_t i = 0; i < m; ++i) {
+        double want = bias[size_t(i)];
+        for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * double(b[size_t(j * k + q)]);
+        ASSERT_NEAR(d[size_t(j * m + i)], want, tol * (1 + std::sqrt(double(k)))) << i << "," << j;
+      }
+  }
 }
 
 // A few training steps of the same model, data and initialization on the CPU engine and on the

@@ -55,7 +55,8 @@ bool supported(Precision p, int major, int minor) {
   return false;
 }
 
-LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out)
+LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
+               const float* bias)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   cudaGetDevice(&device_);
   check(p != Precision::fp8 || (transa && !transb), "fp8 GEMMs must be TN (A transposed, B not)");
@@ -81,7 +82,9 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   ok(cublasLtMatrixLayoutCreate(&la, in_type(p), uint64_t(a_rows), uint64_t(a_cols), a_rows), "layout A");
   ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(b_rows), uint64_t(b_cols), b_rows), "layout B");
   const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
-  ok(cublasLtMatrixLayoutCreate(&ld, own_type ? in_type(p) : out_type(p), uint64_t(m), uint64_t(n), m), "layout D");
+  const cudaDataType_t d_type = own_type ? in_type(p) : out_type(p);
+  check(!bias || d_type == CUDA_R_32F, "a fused bias needs an fp32 output (cuBLASLt's bias has the output's type)");
+  ok(cublasLtMatrixLayoutCreate(&ld, d_type, uint64_t(m), uint64_t(n), m), "layout D");
   a_ = la, b_ = lb, d_ = ld;
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
   cublasLtMatmulPreference_t pref;
@@ -90,7 +93,21 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
      "MAX_WORKSPACE_BYTES");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+  // With a bias, first ask for the bias epilogue (its pointer set, since the heuristic reads its
+  // alignment); where no algorithm offers it, the plain GEMM and the caller's own add.
+  auto set_bias = [&](const float* b) {
+    const cublasLtEpilogue_t epi = b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b), "BIAS_POINTER");
+  };
+  cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
+  if (bias) {
+    set_bias(bias);
+    s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
+    fuses_bias_ = s == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (!fuses_bias_) set_bias(nullptr);
+  }
+  if (!fuses_bias_) s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0)
     throw Error(fmt::format("cuBLASLt has no {} algorithm for {}x{}x{} on this GPU", to_string(p), m, n, k));

@@ -27,14 +27,18 @@ class LtGemm {
   /// stored k x n (n x k when `transb`), leading dimensions the stored row counts. fp8 needs TN.
   /// `workspace` bytes come from the device allocator (category workspace).
   /// `half_out`: bf16 and fp16 write D in their own type (a layer's activations) instead of fp32.
+  /// `bias` (fp32 D only: cuBLASLt's bias has D's type): m floats added to D's rows inside the
+  /// GEMM (the bias epilogue), one launch fewer than a separate add, where cuBLASLt has an
+  /// algorithm for it; fuses_bias() says whether it does (else the caller adds the bias).
   LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace = size_t(32) << 20,
-         bool half_out = false);
+         bool half_out = false, const float* bias = nullptr);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
   /// D = A^T B (alpha 1, beta 0). Queued on `s`; pointers are device memory.
   void run(const void* a, const void* b, void* d, cudaStream_t s);
   double flops() const { return 2.0 * double(m_) * double(n_) * double(k_); }
+  bool fuses_bias() const { return fuses_bias_; }
 
  private:
   Precision p_;
@@ -49,6 +53,7 @@ class LtGemm {
   size_t workspace_bytes_ = 0;
   int device_ = 0;
   float* one_ = nullptr;     // device scalars 1.0 for fp8's scale pointers
+  bool fuses_bias_ = false;
 };
 
 }  // namespace dlperf::cuda

@@ -307,8 +307,10 @@ void Network::build(uint64_t seed, int device) {
         const int64_t in_f = x[1], out_f = n.attrs.out_features;
         // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on. In
         // mixed precision the activations' GEMMs write their type and the weight gradient fp32.
+        // fp32 and tf32 add the bias inside the forward GEMM (cuBLASLt's bias takes the output's
+        // type, so the half types, whose activations are half, add the fp32 bias themselves).
         constexpr size_t ws = size_t(4) << 20;
-        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true);
+        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, mixed ? nullptr : l->b);
         l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws, true);
         l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false);
         break;
@@ -431,7 +433,7 @@ void Network::forward_pass(bool training) {
         break;
       case ops::OpKind::linear:
         l.fwd->run(l.wh, x, y, stream_);
-        if (l.b) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
+        if (l.b && !l.fwd->fuses_bias()) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
         break;
       case ops::OpKind::batchnorm2d:
         if (training) batchnorm_forward_train(dt_, l.bn_shape, l.bn, x, y, bn_workspace_, stream_);
