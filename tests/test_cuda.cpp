@@ -46,27 +46,26 @@
 namespace dlperf::test {
 namespace {
 
-// Host copies between NCHW and the executor's layout `l`, for comparing kernels in either.
+// Host copies between NCHW and the executor's layout `l`, for comparing kernels in either:
+// `to_nchw` false stores an NCHW tensor in `l`, true reads one stored in `l` back to NCHW.
 template <class V>
-V to_layout(const V& nchw, const Dims& d, cuda::Layout l) {
-  if (l == cuda::Layout::nchw) return nchw;
-  V out(nchw.size());
+V convert(const V& from, const Dims& d, cuda::Layout l, bool to_nchw) {
+  if (l == cuda::Layout::nchw) return from;
+  V out(from.size());
   const int64_t C = d[1], hw = d.size() == 4 ? d[2] * d[3] : 1;
   for (int64_t n = 0; n < d[0]; ++n)
     for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < hw; ++i) out[size_t(cuda::offset_of(l, n, c, i, C, hw))] = nchw[size_t((n * C + c) * hw + i)];
+      for (int64_t i = 0; i < hw; ++i) {
+        const size_t nchw = size_t((n * C + c) * hw + i), stored = size_t(cuda::offset_of(l, n, c, i, C, hw));
+        if (to_nchw) out[nchw] = from[stored];
+        else out[stored] = from[nchw];
+      }
   return out;
 }
 template <class V>
-V from_layout(const V& stored, const Dims& d, cuda::Layout l) {
-  if (l == cuda::Layout::nchw) return stored;
-  V out(stored.size());
-  const int64_t C = d[1], hw = d.size() == 4 ? d[2] * d[3] : 1;
-  for (int64_t n = 0; n < d[0]; ++n)
-    for (int64_t c = 0; c < C; ++c)
-      for (int64_t i = 0; i < hw; ++i) out[size_t((n * C + c) * hw + i)] = stored[size_t(cuda::offset_of(l, n, c, i, C, hw))];
-  return out;
-}
+V to_layout(const V& nchw, const Dims& d, cuda::Layout l) { return convert(nchw, d, l, false); }
+template <class V>
+V from_layout(const V& stored, const Dims& d, cuda::Layout l) { return convert(stored, d, l, true); }
 
 // --layout's rule, the offsets, and the weight permutation NHWC convolutions need.
 TEST(Layout, AutoPicksNhwcForHalfTypesAndWeightsRoundTrip) {
@@ -92,6 +91,35 @@ TEST(Layout, AutoPicksNhwcForHalfTypesAndWeightsRoundTrip) {
   EXPECT_EQ(back, kcrs);
 }
 
+// The pooling cases both pooling tests run, in either layout: max with padding, max, average
+// counting padding, global average; their PoolShape on input `xd` and the reference's attributes.
+struct PoolCase {
+  const char* name;
+  ops::OpKind kind;
+  int64_t k, stride, pad;
+};
+const PoolCase kPoolCases[] = {{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, {"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
+                               {"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, {"global", ops::OpKind::global_avgpool, 0, 1, 0}};
+cuda::PoolShape pool_shape(const PoolCase& c, const Dims& xd, cuda::Layout layout, ops::OpAttrs& a) {
+  a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
+  const bool global = c.kind == ops::OpKind::global_avgpool;
+  cuda::PoolShape p;
+  p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3], p.channels = xd[1], p.layout = layout;
+  p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
+  p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
+  p.max = c.kind == ops::OpKind::maxpool2d;
+  return p;
+}
+// The float64 reference's output and input gradient for case `c`.
+void pool_reference(const PoolCase& c, const ref::Vec& x, const Dims& xd, const ops::OpAttrs& a, const ref::Vec& dy, ref::Vec& y,
+                    ref::Vec& dx) {
+  switch (c.kind) {
+    case ops::OpKind::maxpool2d: y = ref::maxpool_forward(x, xd, a), dx = ref::maxpool_backward(x, xd, a, dy); break;
+    case ops::OpKind::avgpool2d: y = ref::avgpool_forward(x, xd, a), dx = ref::avgpool_backward(xd, a, dy); break;
+    default: y = ref::global_avgpool_forward(x, xd), dx = ref::global_avgpool_backward(xd, dy); break;
+  }
+}
+
 // The pooling kernels' own per-element bodies (pool_index.h, compiled for the host here) against
 // the float64 reference, forward and backward, with the tensors stored NCHW and NHWC.
 TEST(PoolBodies, MatchTheReferenceInBothLayouts) {
@@ -100,31 +128,17 @@ TEST(PoolBodies, MatchTheReferenceInBothLayouts) {
   std::vector<float> x(size_t(numel(xd)));
   for (auto& v : x) v = float(rng.normal());
   const ref::Vec x64(x.begin(), x.end());
-  struct Case {
-    const char* name;
-    ops::OpKind kind;
-    int64_t k, stride, pad;
-  };
-  for (const Case c : {Case{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, Case{"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
-                       Case{"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, Case{"global", ops::OpKind::global_avgpool, 0, 1, 0}})
+  for (const PoolCase& c : kPoolCases)
     for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
       SCOPED_TRACE(fmt::format("{} {}", c.name, cuda::to_string(layout)));
       ops::OpAttrs a;
-      a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
-      const bool global = c.kind == ops::OpKind::global_avgpool;
-      cuda::PoolShape p;
-      p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3], p.channels = xd[1], p.layout = layout;
-      p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
-      p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
-      p.max = c.kind == ops::OpKind::maxpool2d;
+      const cuda::PoolShape p = pool_shape(c, xd, layout, a);
       const Dims yd{xd[0], xd[1], p.out_h, p.out_w};
       std::vector<float> dy(size_t(numel(yd)));
       for (auto& v : dy) v = float(rng.normal());
       const ref::Vec dy64(dy.begin(), dy.end());
-      const ref::Vec y_ref = p.max ? ref::maxpool_forward(x64, xd, a) : global ? ref::global_avgpool_forward(x64, xd) : ref::avgpool_forward(x64, xd, a);
-      const ref::Vec dx_ref = p.max ? ref::maxpool_backward(x64, xd, a, dy64)
-                              : global ? ref::global_avgpool_backward(xd, dy64)
-                                       : ref::avgpool_backward(xd, a, dy64);
+      ref::Vec y_ref, dx_ref;
+      pool_reference(c, x64, xd, a, dy64, y_ref, dx_ref);
       const std::vector<float> xs = to_layout(x, xd, layout), dys = to_layout(dy, yd, layout);
       auto load_x = [&](int64_t i) { return xs[size_t(i)]; };
       auto load_dy = [&](int64_t i) { return dys[size_t(i)]; };
@@ -682,24 +696,11 @@ TEST(Cuda, PoolingMatchesTheReference) {
   const Dims xd{2, 3, 9, 7};
   const auto x = randn(size_t(numel(xd)), 21);
   ref::Vec x64(x.begin(), x.end());
-  struct Case {
-    const char* name;
-    ops::OpKind kind;
-    int64_t k, stride, pad;
-  };
-  for (const Case c : {Case{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, Case{"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
-                       Case{"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, Case{"global", ops::OpKind::global_avgpool, 0, 1, 0}})
+  for (const PoolCase& c : kPoolCases)
   for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
     SCOPED_TRACE(fmt::format("{} {}", c.name, cuda::to_string(layout)));
     ops::OpAttrs a;
-    a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
-    const bool global = c.kind == ops::OpKind::global_avgpool;
-    cuda::PoolShape p;
-    p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3];
-    p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
-    p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
-    p.max = c.kind == ops::OpKind::maxpool2d;
-    p.channels = xd[1], p.layout = layout;
+    const cuda::PoolShape p = pool_shape(c, xd, layout, a);
     const Dims yd{xd[0], xd[1], p.out_h, p.out_w};
     const size_t ny = size_t(p.planes * p.out_h * p.out_w);
     const auto dy = randn(ny, 22);
@@ -708,10 +709,8 @@ TEST(Cuda, PoolingMatchesTheReference) {
     auto nchw_y = [&](const std::vector<float>& v) { return from_layout(v, yd, layout); };
     auto nchw_x = [&](const std::vector<float>& v) { return from_layout(v, xd, layout); };
     ref::Vec dy64(dy.begin(), dy.end());
-    const ref::Vec y_ref = p.max ? ref::maxpool_forward(x64, xd, a) : global ? ref::global_avgpool_forward(x64, xd) : ref::avgpool_forward(x64, xd, a);
-    const ref::Vec dx_ref = p.max ? ref::maxpool_backward(x64, xd, a, dy64)
-                            : global ? ref::global_avgpool_backward(xd, dy64)
-                                     : ref::avgpool_backward(xd, a, dy64);
+    ref::Vec y_ref, dx_ref;
+    pool_reference(c, x64, xd, a, dy64, y_ref, dx_ref);
     ASSERT_EQ(y_ref.size(), ny);
     Dev<float> dx(xl), ddy(dyl), y(ny), g(x.size());
     cuda::pool_forward(cuda::DType::f32, p, dx.p, y.p, nullptr);
