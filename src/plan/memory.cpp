@@ -69,9 +69,10 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   MemoryEstimate m;
   auto add = [&](MemCategory c, double bytes) { m[c] += std::max(bytes, 4.0); };
   const bool mixed = precision == "bf16" || precision == "fp16";
-  const bool nhwc = cuda::resolve_layout(layout, precision) == cuda::Layout::nhwc;
+  const cuda::Layout stored = cuda::resolve_layout(layout, precision);
+  const bool nhwc = stored == cuda::Layout::nhwc;
   // NHWC moves multi-channel maps: the input gets its own copy, and so does a flatten's output.
-  auto moves = [&](const Dims& d) { return nhwc && d.size() == 4 && cuda::layouts_differ(d[1], d[2] * d[3]); };
+  auto moves = [&](const Dims& d) { return cuda::stored_differently(stored, d); };
   const double es = mixed ? 2 : 4;
   auto padded = [](int64_t n) { return double((n + 63) / 64 * 64); };  // 256-byte aligned tensors
   double params = 0, conv_weights = 0, matmul_weights = 0;

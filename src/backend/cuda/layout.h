@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/rng.h"  // DLPERF_HD
@@ -34,6 +35,12 @@ DLPERF_HD inline int64_t offset_of(Layout l, int64_t n, int64_t c, int64_t i, in
 /// Whether [C, H, W] maps are stored differently in NHWC than in NCHW: not with one channel
 /// (Fashion-MNIST's input) or one pixel (after a global pooling), where converting moves nothing.
 DLPERF_HD inline bool layouts_differ(int64_t channels, int64_t hw) { return channels > 1 && hw > 1; }
+
+/// Whether a value of shape `dims` is stored differently in `l` than in NCHW: a 4-D value in NHWC
+/// whose maps layouts_differ. Such an input gets its own copy, and such a flatten moves data.
+inline bool stored_differently(Layout l, const std::vector<int64_t>& dims) {
+  return l == Layout::nhwc && dims.size() == 4 && layouts_differ(dims[1], dims[2] * dims[3]);
+}
 
 /// Convolution weights between [K, C, R, S] (the CPU engine's and checkpoints' order) and
 /// [K, R, S, C] (cuDNN's filter layout for NHWC tensors); rs = R * S.

@@ -246,9 +246,8 @@ void Network::build(uint64_t seed, int device) {
   act_.assign(nodes.size() + 1, nullptr);
   diff_.assign(nodes.size() + 1, nullptr);
   input32_ = alloc(size_t(numel(graph_.input)), MemCategory::data);
-  const Dims& input = graph_.input;  // [N, C, H, W]
-  const bool input_moves = nhwc && input.size() == 4 && layouts_differ(input[1], input[2] * input[3]);
-  act_[0] = mixed || input_moves ? alloc_bytes(size_t(numel(input)) * es, MemCategory::data) : input32_;
+  const bool input_moves = stored_differently(opts_.layout, graph_.input);
+  act_[0] = mixed || input_moves ? alloc_bytes(size_t(numel(graph_.input)) * es, MemCategory::data) : input32_;
   labels_ = reinterpret_cast<int32_t*>(alloc(size_t(batch), MemCategory::data));
   loss_sum_ = reinterpret_cast<double*>(alloc(2, MemCategory::workspace));
   correct_ = reinterpret_cast<int32_t*>(alloc(1, MemCategory::workspace));
@@ -286,9 +285,9 @@ void Network::build(uint64_t seed, int device) {
     }
     const size_t out = size_t(numel(n.out_dims));
     const Dims& x = n.in_dims[0];
-    // A flatten is a view, except of a multi-channel map stored NHWC: the layer after it reads
-    // the CPU engine's NCHW feature order, so it moves the features there.
-    l->view = l->fused_away || (n.kind == ops::OpKind::flatten && !(nhwc && x.size() == 4 && layouts_differ(x[1], x[2] * x[3])));
+    // A flatten is a view, except of maps NHWC stores differently: the layer after it reads the
+    // CPU engine's NCHW feature order, so it moves the features there.
+    l->view = l->fused_away || (n.kind == ops::OpKind::flatten && !stored_differently(opts_.layout, x));
     if (l->view) {
       act_[size_t(l->out)] = act_[size_t(l->in[0])];
       diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
@@ -412,10 +411,8 @@ void Network::forward(bool training, uint64_t dropout_step) {
 void Network::forward_pass(bool training) {
   const Dims& in = graph_.input;
   if (act_[0] != input32_) {
-    if (opts_.layout == Layout::nhwc && in.size() == 4 && layouts_differ(in[1], in[2] * in[3]))
-      cast_from_f32_to_nhwc(dt_, input32_, act_[0], in[0], in[1], in[2] * in[3], stream_);
-    else
-      cast_from_f32(dt_, input32_, act_[0], numel(in), stream_);
+    if (stored_differently(opts_.layout, in)) cast_from_f32_to_nhwc(dt_, input32_, act_[0], in[0], in[1], in[2] * in[3], stream_);
+    else cast_from_f32(dt_, input32_, act_[0], numel(in), stream_);
   }
   for (auto& lp : layers_) {
     Layer& l = *lp;
@@ -577,10 +574,14 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
 void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
                       const nn::OptimizerConfig& opt) {
   std::string failed;
-  const bool profiling = profiling_;  // the training graph has no event records, even if profiling began early
+  // The training graph has no event records, even if profiling began before it was captured.
+  struct Restore {
+    bool& flag;
+    bool value;
+    ~Restore() { flag = value; }
+  } restore{profiling_, profiling_};
   profiling_ = false;
   graph_exec_ = capture_step(load, valid, smoothing, opt, failed);
-  profiling_ = profiling;
   if (!graph_exec_) {
     opts_.graphs = false;
     why_not_graphed_ = "CUDA graph capture failed: " + failed;
