@@ -314,6 +314,14 @@ dim3 walk_grid(const BatchnormShape& s) {
 dim3 walk_block(const BatchnormShape& s) { return nhwc(s) ? dim3(kBnTileC, kBnTileRows) : dim3(kBnThreads); }
 unsigned channel_blocks(const BatchnormShape& s) { return unsigned((s.channels + 127) / 128); }
 
+// y = scale x + shift with each channel's coefficients from `coef` (relu'd when fused), over the
+// layer's grid in its layout: the last pass of the training forward and the whole inference one.
+template <class T>
+void apply_coefficients(const T* x, T* y, const BatchnormShape& s, const float* coef, bool relu, cudaStream_t st) {
+  if (nhwc(s)) apply_tile_k<T><<<walk_grid(s), walk_block(s), 0, st>>>(x, y, s, splits_of(s), coef, relu);
+  else apply_k<T><<<walk_grid(s), walk_block(s), 0, st>>>(x, y, s, splits_of(s), coef, relu);
+}
+
 }  // namespace
 
 void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormParams& p, const void* x, void* y, void* workspace,
@@ -333,8 +341,7 @@ void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormPa
     if (nhwc(s)) stats_tile_k<T><<<grid, block, 0, st>>>(xt, s, splits, w.part);
     else stats_k<T><<<grid, block, 0, st>>>(xt, s, splits, w.part);
     finish_stats_k<T><<<channel_blocks(s), 128, 0, st>>>(xt, s, splits, w.part, p, w.coef);
-    if (nhwc(s)) apply_tile_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
-    else apply_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
+    apply_coefficients(xt, yt, s, w.coef, p.relu, st);
   })
 }
 
@@ -342,15 +349,8 @@ void batchnorm_forward_eval(DType t, const BatchnormShape& s, const BatchnormPar
                             cudaStream_t st) {
   if (s.n * s.channels * s.hw == 0) return;
   const Workspace w = split_workspace(workspace, s);
-  const int64_t splits = splits_of(s);
-  const dim3 grid = walk_grid(s), block = walk_block(s);
   eval_coef_k<<<channel_blocks(s), 128, 0, st>>>(s, p, w.coef);
-  DISPATCH(t, {
-    const T* xt = static_cast<const T*>(x);
-    T* yt = static_cast<T*>(y);
-    if (nhwc(s)) apply_tile_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
-    else apply_k<T><<<grid, block, 0, st>>>(xt, yt, s, splits, w.coef, p.relu);
-  })
+  DISPATCH(t, apply_coefficients(static_cast<const T*>(x), static_cast<T*>(y), s, w.coef, p.relu, st))
 }
 
 void batchnorm_backward(DType t, const BatchnormShape& s, const BatchnormParams& p, const void* x, const void* y, const void* dy,
