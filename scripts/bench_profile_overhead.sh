@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# What profiling costs: trains medium at batch 64 for one epoch (12,800 images) with and without
-# recording every step (dlperf train --profile --profile-skip 0 --profile-steps 0), alternating,
-# REPEATS times each, and prints the median images/s of both and their ratio.
-#   DLPERF=build-gpu/dlperf ARGS="--device cuda --data-on-device" scripts/bench_profile_overhead.sh   # on a GPU
+# What profiling costs: trains medium at batch 64 (EPOCHS epochs of LIMIT images; 1 x 12,800 unless
+# told) with and without recording every step (dlperf train --profile --profile-skip 0
+# --profile-steps 0), alternating, REPEATS times each, and prints the median images/s of the last
+# epoch of both and their ratio. On a GPU take two epochs, so the timed one has no cuDNN algorithm
+# search or graph capture in it:
+#   DLPERF=build-gpu/dlperf ARGS="--device cuda --data-on-device" EPOCHS=2 LIMIT=60000 scripts/bench_profile_overhead.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeats=${REPEATS:-5}
@@ -10,9 +12,9 @@ dlperf=${DLPERF:-build/dlperf}
 read -r -a extra <<< "${ARGS:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-rate() {  # images/s from the "done:" line
-  "$dlperf" train --model medium --batch-size 64 --epochs 1 --train-limit 12800 --test-limit 100 \
-    --runs-dir "$tmp" --no-progress "${extra[@]}" "$@" | sed -n 's/^done: .*(\([0-9]*\) img\/s).*/\1/p'
+rate() {  # images/s of the last epoch's row (epoch, time s, img/s, ...)
+  "$dlperf" train --model medium --batch-size 64 --epochs "${EPOCHS:-1}" --train-limit "${LIMIT:-12800}" --test-limit 100 \
+    --runs-dir "$tmp" --no-progress "${extra[@]}" "$@" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9.]+$/ {r = $3} END {print r}'
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 off=() on=()

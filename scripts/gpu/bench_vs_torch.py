@@ -111,6 +111,43 @@ def dlperf_run(dlperf, data, model, batch, images, lr, precision, device, extra=
         return record["epochs"][1]["images_per_s"], record.get("gpu_step", {})
 
 
+def bf16_speedups(rows):
+    """dlperf's bf16 over fp32 images/s on `large`, per batch size (issue 3: at least 1.5x)."""
+    speedups = []
+    for r in rows:
+        if r["model"] == "large" and r["precision"] == "bf16" and r["dlperf_images_per_s"]:
+            base = [q for q in rows if q["model"] == "large" and q["precision"] == "fp32" and q["batch"] == r["batch"]]
+            if base and base[0]["dlperf_images_per_s"]:
+                speedups.append((r["batch"], r["dlperf_images_per_s"] / base[0]["dlperf_images_per_s"]))
+    return speedups
+
+
+def write_results(args, info, images, rows):
+    """The JSON and markdown so far: written after every row, so a run cut short keeps what it measured."""
+    speedups = bf16_speedups(rows)
+    if args.json:
+        json.dump({"versions": info, "images": images, "repeats": args.repeats, "rows": rows,
+                   "bf16_speedup_large": speedups}, open(args.json, "w"), indent=2)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(f"Training images/s, second epoch of {images} Fashion-MNIST images, median of {args.repeats}; "
+                    + ", ".join(f"{k} {v}" for k, v in info.items()) + ".\n\n")
+            f.write("| model | batch | precision | dlperf img/s | PyTorch eager img/s | ratio | target |"
+                    + (" torch.compile img/s | ratio |" if args.compile else "") + "\n")
+            f.write("|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if args.compile else "") + "\n")
+            for r in rows:
+                a = f"{r['dlperf_images_per_s']:.0f}" if r["dlperf_images_per_s"] else r["note"] or "-"
+                ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
+                line = f"| {r['model']} | {r['batch']} | {r['precision']} | {a} | {r['torch_images_per_s']:.0f} | {ratio} | {r['target']:.1f}x |"
+                if args.compile:
+                    c = r["torch_compile_images_per_s"]
+                    line += f" {c:.0f} |" if c else " - |"
+                    line += f" {r['ratio_vs_compile']:.2f}x |" if r["ratio_vs_compile"] else " - |"
+                f.write(line + "\n")
+            if speedups:
+                f.write("\ndlperf bf16 vs fp32 on large: " + ", ".join(f"batch {b}: {x:.2f}x" for b, x in speedups) + "\n")
+
+
 def versions(device):
     v = {"torch": torch.__version__}
     if device == "cuda":
@@ -197,37 +234,14 @@ def main():
                 if args.compile:
                     line += f" {c:9.0f} {a / c:5.2f}x" if a and c else f" {'-':>9} {'-':>6}"
                 print(line + ("  " + note if note else ""), flush=True)
-    # bf16 against fp32 on `large`, dlperf's own speed-up (issue 3: at least 1.5x).
-    speedups = []
-    for r in rows:
-        if r["model"] == "large" and r["precision"] == "bf16" and r["dlperf_images_per_s"]:
-            base = [q for q in rows if q["model"] == "large" and q["precision"] == "fp32" and q["batch"] == r["batch"]]
-            if base and base[0]["dlperf_images_per_s"]:
-                speedups.append((r["batch"], r["dlperf_images_per_s"] / base[0]["dlperf_images_per_s"]))
+                write_results(args, info, len(x), rows)
+    speedups = bf16_speedups(rows)
     if speedups:
         print("\ndlperf bf16 vs fp32 on large: " + ", ".join(f"batch {b}: {s:.2f}x" for b, s in speedups))
     met = [r for r in rows if r["ratio"] is not None]
     print(f"\n{sum(r['ratio'] >= r['target'] for r in met)} of {len(rows)} rows meet their target "
           f"({len(rows) - len(met)} without a dlperf figure)")
-    if args.json:
-        json.dump({"versions": info, "images": len(x), "repeats": args.repeats, "rows": rows,
-                   "bf16_speedup_large": speedups}, open(args.json, "w"), indent=2)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(f"Training images/s, second epoch of {len(x)} Fashion-MNIST images, median of {args.repeats}; "
-                    + ", ".join(f"{k} {v}" for k, v in info.items()) + ".\n\n")
-            f.write("| model | batch | precision | dlperf img/s | PyTorch eager img/s | ratio | target |"
-                    + (" torch.compile img/s | ratio |" if args.compile else "") + "\n")
-            f.write("|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if args.compile else "") + "\n")
-            for r in rows:
-                a = f"{r['dlperf_images_per_s']:.0f}" if r["dlperf_images_per_s"] else r["note"] or "-"
-                ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
-                line = f"| {r['model']} | {r['batch']} | {r['precision']} | {a} | {r['torch_images_per_s']:.0f} | {ratio} | {r['target']:.1f}x |"
-                if args.compile:
-                    c = r["torch_compile_images_per_s"]
-                    line += f" {c:.0f} |" if c else " - |"
-                    line += f" {r['ratio_vs_compile']:.2f}x |" if r["ratio_vs_compile"] else " - |"
-                f.write(line + "\n")
+    write_results(args, info, len(x), rows)
     return 0
 
 

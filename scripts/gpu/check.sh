@@ -1,62 +1,137 @@
 #!/usr/bin/env bash
-# The GPU session's checks, one stage per call (the device tool allows 10 minutes a command and
-# keeps build-gpu/ between calls on a warm machine). Logs and results go to $OUT (or out-gpu/).
-#   scripts/gpu/check.sh build      # unpack the carried .deb files, build build-gpu/ (scripts/gpu/build.sh)
-#   scripts/gpu/check.sh tests      # the CUDA tests, then the rest of the suite on the GPU build
-#   scripts/gpu/check.sh bench      # dlperf bench gemm, conv, copy, launch, gpu-memory, allreduce (--quick)
-#   scripts/gpu/check.sh recipe     # Fashion-MNIST to 93% in under a second (docs/gpu.md)
-#   scripts/gpu/check.sh profile    # dlperf profile on the GPU, and what profiling costs there (docs/profile.md)
-#   scripts/gpu/check.sh vs-torch [args]  # scripts/gpu/bench_vs_torch.py, args passed through
-#   scripts/gpu/check.sh train      # a few dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW
-# Carry .deb (scripts/gpu/fetch_debs.sh made it, with Fashion-MNIST in .deb/fashion-mnist).
+# The GPU session's checks, shaped by the device tool's limits (../.library/device/README.md):
+# 10 minutes a command, 30 minutes of device time a session, a machine kept warm only 30 s after a
+# call, and at most 8 files back from $OUT. So every call
+#   - builds first (scripts/gpu/build.sh; a no-op when the machine is still warm with build-gpu/),
+#   - runs the stages it names in order, each under a timeout cut to what is left of --budget,
+#   - packs every log, run record and JSON into $OUT/gpu-check.tar.gz and prints a short summary.
+#
+#   scripts/gpu/check.sh [--budget SECONDS] STAGE...
+# Stages:
+#   tests       the CUDA tests (Cuda.*), batchnorm and the CPU-vs-GPU steps first
+#   sanitize    the kernel tests under compute-sanitizer memcheck (out-of-bounds and misaligned accesses)
+#   suite       the rest of the test suite on the GPU build
+#   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW
+#   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh)
+#   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
+#   bench       dlperf bench copy, launch, gpu-memory, gemm, conv, allreduce (--quick)
+#   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
+# A session's plan (docs/gpu.md, "Checking on a GPU"): here, scripts/gpu/fetch_debs.sh once; there, with
+# carry [".deb"]:  scripts/gpu/check.sh tests train recipe profile,  then  check.sh bench vs-torch.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-out-gpu}
-mkdir -p "$out"
+budget=570
+if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
+[ $# -gt 0 ] || { sed -n 2,21p "$0"; exit 2; }
+start=$SECONDS
+work=out-gpu
+rm -rf "$work"
+mkdir -p "$work"
+out=${OUT:-$work}
 export LD_LIBRARY_PATH=$PWD/.deb/root/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 data=$PWD/.deb/fashion-mnist
 bin=build-gpu/dlperf
-stage=${1:-}
-shift || true
-case "$stage" in
-  build)
-    nvidia-smi > "$out/nvidia-smi.txt" 2>&1
-    scripts/gpu/build.sh 2>&1 | tail -40 | tee "$out/build.log"
-    ;;
-  tests)
-    build-gpu/tests/dlperf_tests --gtest_filter='Cuda.*' 2>&1 | tee "$out/tests-cuda.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |OK \]|Failure|error" | head -80
-    timeout 420 build-gpu/tests/dlperf_tests --gtest_filter='-Cuda.*:Lab.*' > "$out/tests-rest.log" 2>&1; echo "rest of the suite: rc $?"
-    grep -E "^\[  (FAILED|PASSED) " "$out/tests-rest.log" | head -20
-    ;;
-  bench)
-    for kind in copy launch gpu-memory gemm conv allreduce; do
-      timeout 240 $bin bench "$kind" --quick --json "$out/bench-$kind.json" 2>&1 | tee "$out/bench-$kind.txt" | tail -25
-    done
-    ;;
-  recipe)
-    DLPERF=$bin DATA="$data" RUNS="$out/recipe" scripts/recipe_fmnist93.sh 2>&1 | tee "$out/recipe.txt"
-    ;;
-  profile)
-    $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device --runs-dir "$out/runs" \
-      --out "$out/profile-medium" 2>&1 | tee "$out/profile.txt" | head -60
-    DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 scripts/bench_profile_overhead.sh 2>&1 |
-      tee "$out/profile-overhead.txt"
-    ;;
-  vs-torch)
-    python3 scripts/gpu/bench_vs_torch.py --dlperf $bin --data "$data" --json "$out/vs-torch.json" --markdown "$out/vs-torch.md" "$@" 2>&1 |
-      tee "$out/vs-torch.txt"
-    ;;
-  train)
-    common=(--model medium --data "$data" --device cuda --epochs 2 --batch-size 64 --no-progress --runs-dir "$out/runs")
-    for variant in "" "--no-graphs" "--pin-memory off" "--data-on-device" "--precision tf32" "--data-on-device --batch-size 1024" \
-      "--precision bf16 --data-on-device" "--precision bf16 --data-on-device --layout nchw" \
-      "--precision bf16 --data-on-device --batch-size 1024" "--precision bf16 --data-on-device --batch-size 1024 --layout nchw"; do
-      echo "== dlperf train ${variant:-(defaults)}"
-      $bin train "${common[@]}" $variant 2>&1 | tail -6
-    done 2>&1 | tee "$out/train.txt"
-    ;;
-  *)
-    sed -n 2,11p "$0"
-    exit 2
-    ;;
-esac
+tests=build-gpu/tests/dlperf_tests
+
+pack() {  # one archive and the summary come back through $OUT, whatever happened before
+  if [ "$out" != "$work" ]; then
+    tar czf "$out/gpu-check.tar.gz" -C "$work" . && cp "$work/summary.txt" "$out/" 2>/dev/null
+  fi
+}
+trap pack EXIT
+say() { echo "$*" | tee -a "$work/summary.txt"; }
+left() { echo $((budget - (SECONDS - start) - 20)); }  # seconds a stage may still take; 20 s kept for packing
+# run_for LIMIT CMD...: CMD under min(LIMIT, what is left); says when it was cut short.
+run_for() {
+  local limit=$1 t
+  shift
+  t=$(left)
+  [ "$t" -lt "$limit" ] && limit=$t
+  if [ "$limit" -le 5 ]; then say "  skipped (budget spent): $*"; return 124; fi
+  timeout "$limit" "$@"
+  local rc=$?
+  [ $rc -eq 124 ] && say "  cut short after ${limit}s: $*"
+  return $rc
+}
+gtest_summary() {  # the totals, the failed tests and where their first failures are
+  grep -E "^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test|^\[  FAILED  \] .*\(" "$1" | tee -a "$work/summary.txt"
+  grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$work/summary.txt"
+}
+
+say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+nvidia-smi > "$work/nvidia-smi.txt" 2>&1
+t0=$SECONDS
+if ! scripts/gpu/build.sh > "$work/build.log" 2>&1; then
+  say "build failed:"; tail -40 "$work/build.log" | tee -a "$work/summary.txt"; exit 1
+fi
+say "build: $((SECONDS - t0)) s; $(grep -m1 'CUDA backend' "$work/build.log")"
+ldd $bin | grep -E "cudnn|cublas|nccl|not found" | tee -a "$work/summary.txt"
+
+for stage in "$@"; do
+  t0=$SECONDS
+  say "== $stage"
+  case "$stage" in
+    tests)
+      # Batchnorm's and the layout's kernels are new and unrun; their tests go first so a failure is read early.
+      run_for 300 $tests --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.TrainingSteps*:Cuda.*' \
+        > "$work/tests-cuda.log" 2>&1
+      gtest_summary "$work/tests-cuda.log"
+      ;;
+    sanitize)
+      if command -v compute-sanitizer > /dev/null; then
+        run_for 300 compute-sanitizer --tool memcheck --error-exitcode 9 $tests \
+          --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.TrainingSteps*:Cuda.Snapshots*:Cuda.Gemm*' \
+          > "$work/sanitize.log" 2>&1
+        say "  compute-sanitizer rc $?"
+        grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned" "$work/sanitize.log" | sort | uniq -c | head -20 |
+          tee -a "$work/summary.txt"
+      else
+        say "  compute-sanitizer not on PATH"
+      fi
+      ;;
+    suite)
+      run_for 300 $tests --gtest_filter='-Cuda.*:Lab.*' > "$work/tests-rest.log" 2>&1
+      gtest_summary "$work/tests-rest.log"
+      ;;
+    train)
+      common=(--model medium --data "$data" --device cuda --epochs 2 --batch-size 64 --no-progress --runs-dir "$work/runs")
+      for variant in "" "--no-graphs" "--pin-memory off" "--data-on-device" "--precision tf32 --data-on-device" \
+        "--data-on-device --batch-size 1024" "--precision bf16 --data-on-device" \
+        "--precision bf16 --data-on-device --layout nchw" "--precision bf16 --data-on-device --batch-size 1024" \
+        "--precision bf16 --data-on-device --batch-size 1024 --layout nchw" "--precision fp16 --data-on-device"; do
+        echo "== dlperf train ${variant:-(defaults)}" >> "$work/train.txt"
+        run_for 60 $bin train "${common[@]}" $variant >> "$work/train.txt" 2>&1
+        # The second epoch's line and the end, or the error.
+        say "  ${variant:-(defaults)}: $(grep -E "^ +2 +[0-9]|error" "$work/train.txt" | tail -1)"
+      done
+      ;;
+    recipe)
+      run_for 120 env DLPERF=$bin DATA="$data" RUNS="$work/recipe" scripts/recipe_fmnist93.sh > "$work/recipe.txt" 2>&1
+      tail -2 "$work/recipe.txt" | tee -a "$work/summary.txt"
+      ;;
+    profile)
+      run_for 90 $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device \
+        --runs-dir "$work/runs" --out "$work/profile-medium" > "$work/profile.txt" 2>&1
+      head -30 "$work/profile.txt" | tee -a "$work/summary.txt"
+      run_for 200 env DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 EPOCHS=2 LIMIT=60000 \
+        scripts/bench_profile_overhead.sh > "$work/profile-overhead.txt" 2>&1
+      tail -3 "$work/profile-overhead.txt" | tee -a "$work/summary.txt"
+      ;;
+    bench)
+      for kind in copy launch gpu-memory gemm conv allreduce; do
+        run_for 90 $bin bench "$kind" --quick --json "$work/bench-$kind.json" > "$work/bench-$kind.txt" 2>&1
+        say "  bench $kind: rc $?, $(wc -l < "$work/bench-$kind.txt") lines"
+      done
+      ;;
+    vs-torch)
+      read -r -a vs_args <<< "${VS_TORCH_ARGS:-}"
+      run_for 600 python3 scripts/gpu/bench_vs_torch.py --dlperf $bin --data "$data" --json "$work/vs-torch.json" \
+        --markdown "$work/vs-torch.md" "${vs_args[@]}" > "$work/vs-torch.txt" 2>&1
+      grep -vE "^(model|-----)" "$work/vs-torch.txt" | tail -40 | tee -a "$work/summary.txt"
+      ;;
+    *)
+      say "unknown stage $stage"; sed -n 10,19p "$0"
+      ;;
+  esac
+  say "  ($stage: $((SECONDS - t0)) s)"
+done

@@ -6,6 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 mkdir -p .deb
 cd .deb
+rm -rf root  # unpacked on the GPU machine; carried, it would push the call past the 64 MiB it may send
 apt-get download libdnnl-dev libdnnl2 libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev 2>&1 |
   grep -v "unsandboxed" || true
 ls -la
@@ -14,3 +15,5 @@ if [ -d /usr/share/datasets/fashion-mnist ]; then
   mkdir -p fashion-mnist
   cp /usr/share/datasets/fashion-mnist/*.gz fashion-mnist/
 fi
+# The device tool sends at most 64 MiB: the working tree and what is carried together.
+echo "to carry: $(du -sm . | cut -f1) MiB in .deb (limit 64 MiB with the working tree)"
