@@ -16,13 +16,14 @@
 #   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
 #   bench       dlperf bench copy, launch, gpu-memory, gemm, conv, allreduce (--quick)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
+#   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick) into out-gpu/lab
 # A session's plan (docs/gpu.md, "Checking on a GPU"): here, scripts/gpu/fetch_debs.sh once; there, with
 # carry [".deb"]:  scripts/gpu/check.sh tests train recipe profile,  then  check.sh bench vs-torch.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 budget=570
 if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
-[ $# -gt 0 ] || { sed -n 2,21p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,22p "$0"; exit 2; }
 start=$SECONDS
 work=out-gpu
 rm -rf "$work"
@@ -129,8 +130,14 @@ for stage in "$@"; do
         --markdown "$work/vs-torch.md" "${vs_args[@]}" > "$work/vs-torch.txt" 2>&1
       grep -vE "^(model|-----)" "$work/vs-torch.txt" | tail -40 | tee -a "$work/summary.txt"
       ;;
+    lab)
+      read -r -a lab_args <<< "${LAB_ARGS:---quick}"
+      run_for 500 $bin lab --data "$data" --out "$work/lab" --no-progress "${lab_args[@]}" > "$work/lab.txt" 2>&1
+      say "  lab rc $?"
+      grep -E "^## |^- " "$work/lab/README.md" 2>/dev/null | head -60 | tee -a "$work/summary.txt"  # sections and observations
+      ;;
     *)
-      say "unknown stage $stage"; sed -n 10,19p "$0"
+      say "unknown stage $stage"; sed -n 10,20p "$0"
       ;;
   esac
   say "  ($stage: $((SECONDS - t0)) s)"
