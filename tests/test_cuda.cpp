@@ -1016,6 +1016,15 @@ TEST(Cuda, GraphedStepsMatchEagerSteps) {
     }
     EXPECT_TRUE(graphed.graphed()) << graphed.why_not_graphed();
     EXPECT_FALSE(eager.graphed());
+    // The graph's own count: at least a kernel for each pass of each conv, linear, batchnorm and
+    // pooling layer (forward and backward), the loss and the update; the eager network captured nothing.
+    int64_t passes = 2;
+    for (const nn::Node& n : g.nodes)
+      if (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear || n.kind == ops::OpKind::batchnorm2d ||
+          n.kind == ops::OpKind::maxpool2d)
+        passes += 2;
+    EXPECT_GE(graphed.step_nodes().kernels, passes) << "a step of " << g.nodes.size() << " layers";
+    EXPECT_EQ(eager.step_nodes().kernels, 0);
     const auto te = eager.tally(true), tg = graphed.tally(true);
     EXPECT_NEAR(tg.loss_sum, te.loss_sum, 1e-4 * std::fabs(te.loss_sum));
     EXPECT_EQ(tg.correct, te.correct);

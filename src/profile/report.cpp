@@ -174,8 +174,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
 void print_report(const Report& r, size_t max_rows) {
   const StepSummary& s = r.step;
   auto pct = [&](double x) { return fmt::format("{:.1f}%", 100 * x / std::max(s.step_s, 1e-12)); };
-  std::printf("\nProfile of %lld training steps: %.2f ms a step, %.0f kernel launches a step\n", (long long)s.steps, 1e3 * s.step_s,
-              s.launches);
+  std::printf("\nProfile of %lld training steps: %.2f ms a step, %.0f kernel launches a step (%s)\n", (long long)s.steps,
+              1e3 * s.step_s, s.launches, s.launches_source.c_str());
   std::printf("  data wait %s | input copy %s | forward %s | backward %s | optimizer %s | idle/loop %s   (loader workers busy %.0f%% of the time)\n",
               pct(s.data_s).c_str(), pct(s.copy_s).c_str(), pct(s.forward_s).c_str(), pct(s.backward_s).c_str(),
               pct(s.optimizer_s).c_str(), pct(s.idle_s).c_str(), 100 * s.loader_busy);
@@ -210,7 +210,7 @@ json to_json(const Report& r) {
   return {{"rows", rows},
           {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
                     {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
-                    {"launches_per_step", s.launches}, {"loader_busy", s.loader_busy}}},
+                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}}},
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
           {"ceilings", plan::to_json(r.ceilings)}};

@@ -33,6 +33,9 @@ struct StepSummary {
   double step_s = 0;  ///< mean
   double data_s = 0, copy_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, idle_s = 0;  ///< means
   double launches = 0;  ///< kernel and primitive executions per step
+  /// Where `launches` comes from: one per recorded primitive and own-kernel pass (an estimate:
+  /// a library call may launch several kernels), or the exact count in the step's CUDA graph.
+  std::string launches_source = "one per primitive and layer pass";
   double loader_busy = 0;  ///< loader workers' busy time / recorded time, summed over workers
 };
 

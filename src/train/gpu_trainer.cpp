@@ -477,6 +477,10 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
                                {"why_not_graph", net.graphed() ? "" : net.why_not_graphed()},
                                {"feed", feed}};
   if (cfg.profile) result.record["gpu_step"]["profiled_steps"] = net.profiled_steps();
+  const cuda::GraphNodes& nodes = net.step_nodes();
+  if (net.graphed())
+    result.record["gpu_step"]["graph_nodes"] = {
+        {"kernels", nodes.kernels}, {"copies", nodes.copies}, {"memsets", nodes.memsets}, {"other", nodes.other}};
   if (cfg.precision == "fp16") {  // dynamic loss scaling's account
     const cuda::LossScale ls = net.loss_scale();
     result.record["summary"]["loss_scale_skips"] = ls.skipped;
@@ -486,9 +490,12 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   }
   if (cfg.profile) {
     const plan::CpuCeilings c = gpu_ceilings(info, cfg.precision == "fp32" ? "fp32" : cfg.precision);
-    finish_profile(cfg, graph, c, mem.stats(), result);
+    finish_profile(cfg, graph, c, mem.stats(), result, net.graphed() ? nodes.kernels : 0);
   }
   if (say && cfg.graphs && !net.graphed()) std::printf("\nnote: steps ran eagerly: %s\n", net.why_not_graphed().c_str());
+  if (say && net.graphed())
+    std::printf("\nCUDA graph: a step is %lld kernels, %lld copies and %lld memsets\n", (long long)nodes.kernels,
+                (long long)nodes.copies, (long long)nodes.memsets);
   if (say && result.record.contains("summary"))
     std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak GPU memory %s\n",
                 result.epochs.size(), result.record["summary"]["train_s"].get<double>(),

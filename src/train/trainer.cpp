@@ -63,12 +63,16 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
 }
 
 void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& ms,
-                    TrainResult& result) {
+                    TrainResult& result, int64_t kernels_per_step) {
   const bool say = !cfg.quiet;
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
   check(!events.empty(), "the profile recorded no steps", "lower --profile-skip");
-  const profile::Report rep = profile::build_report(events, graph, ceilings, cfg.profile_group);
+  profile::Report rep = profile::build_report(events, graph, ceilings, cfg.profile_group);
+  if (kernels_per_step > 0) {
+    rep.step.launches = double(kernels_per_step);
+    rep.step.launches_source = "counted in the step's CUDA graph";
+  }
   result.profile = profile::to_json(rep);
   json peaks = json::object();
   for (int c = 0; c < kMemCategories; ++c) peaks[std::string(to_string(MemCategory(c)))] = double(ms.peak[size_t(c)]);

@@ -540,10 +540,38 @@ void Network::eager_step(const std::function<void(cudaStream_t)>& load, int64_t 
   update(opt);
 }
 
+namespace {
+
+// Adds up a graph's nodes by type, child graphs (a library may capture one) included. Counting
+// is a report, never a reason to fail: a query that fails leaves the counts short.
+void count_nodes(cudaGraph_t g, GraphNodes& out) {
+  size_t n = 0;
+  if (cudaGraphGetNodes(g, nullptr, &n) != cudaSuccess) return;
+  std::vector<cudaGraphNode_t> nodes(n);
+  if (n > 0 && cudaGraphGetNodes(g, nodes.data(), &n) != cudaSuccess) return;
+  for (cudaGraphNode_t node : nodes) {
+    cudaGraphNodeType type{};
+    if (cudaGraphNodeGetType(node, &type) != cudaSuccess) continue;
+    cudaGraph_t child = nullptr;
+    switch (type) {
+      case cudaGraphNodeTypeKernel: ++out.kernels; break;
+      case cudaGraphNodeTypeMemcpy: ++out.copies; break;
+      case cudaGraphNodeTypeMemset: ++out.memsets; break;
+      case cudaGraphNodeTypeGraph:
+        if (cudaGraphChildGraphNodeGetGraph(node, &child) == cudaSuccess) count_nodes(child, out);
+        break;
+      default: ++out.other; break;
+    }
+  }
+}
+
+}  // namespace
+
 // Captures one step into a graph (nothing runs), or returns null with the reason: whatever
 // fails during capture (an operation a library cannot capture) leaves the step to run eagerly.
+// `nodes`, when given, gets the captured graph's node counts.
 cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
-                                      const nn::OptimizerConfig& opt, std::string& failed) {
+                                      const nn::OptimizerConfig& opt, std::string& failed, GraphNodes* nodes) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t exec = nullptr;
   ok(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
@@ -560,6 +588,10 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
   capturing_ = false;
   const cudaError_t end = cudaStreamEndCapture(stream_, &g);
   if (failed.empty() && end != cudaSuccess) failed = cudaGetErrorString(end);
+  if (failed.empty() && nodes) {
+    *nodes = {};
+    count_nodes(g, *nodes);
+  }
   if (failed.empty()) {
     const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
     if (inst != cudaSuccess) failed = cudaGetErrorString(inst), exec = nullptr;
@@ -581,7 +613,7 @@ void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t val
     ~Restore() { flag = value; }
   } restore{profiling_, profiling_};
   profiling_ = false;
-  graph_exec_ = capture_step(load, valid, smoothing, opt, failed);
+  graph_exec_ = capture_step(load, valid, smoothing, opt, failed, &step_nodes_);
   if (!graph_exec_) {
     opts_.graphs = false;
     why_not_graphed_ = "CUDA graph capture failed: " + failed;

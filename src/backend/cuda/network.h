@@ -65,6 +65,12 @@ struct NetworkOptions {
   Layout layout = Layout::nchw;           ///< how 4-D activations are stored (resolve_layout picks per precision)
 };
 
+/// What a captured training step holds, counted in its CUDA graph: the exact kernels a replay
+/// launches (cuDNN's and cuBLASLt's own included), device copies and memsets.
+struct GraphNodes {
+  int64_t kernels = 0, copies = 0, memsets = 0, other = 0;
+};
+
 /// What one training step needs besides the batch.
 struct StepValues {
   double lr = 0;
@@ -112,6 +118,8 @@ class Network {
   LossScale loss_scale() const;
   /// Whether steps replay a CUDA graph, and why not when they do not.
   bool graphed() const { return graph_exec_ != nullptr; }
+  /// The training step's graph, node by node type (zeros until it is captured).
+  const GraphNodes& step_nodes() const { return step_nodes_; }
   const std::string& why_not_graphed() const { return why_not_graphed_; }
   /// How profiled steps ran: "CUDA graph" (the step's graph with event records), or "eager"
   /// with the reason.
@@ -160,7 +168,7 @@ class Network {
   void eager_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
   void capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
   cudaGraphExec_t capture_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
-                               const nn::OptimizerConfig& opt, std::string& failed);
+                               const nn::OptimizerConfig& opt, std::string& failed, GraphNodes* nodes = nullptr);
   unsigned record_flags() const;
 
   nn::Graph graph_;
@@ -205,6 +213,7 @@ class Network {
   // The captured step and what it was captured for.
   cudaGraphExec_t graph_exec_ = nullptr;
   int64_t graph_valid_ = -1;
+  GraphNodes step_nodes_;
   int64_t eager_steps_ = 0;
   std::string why_not_graphed_ = "--no-graphs";
   // Profiling: event pairs reused step after step, and what each of this step's spans is; the
