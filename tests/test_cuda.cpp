@@ -418,6 +418,60 @@ TEST(Cuda, OptimizerUpdatesMatchTheCpuOptimizer) {
   }
 }
 
+// Mixed precision's one-launch update: the first gradients come from a half buffer, the first
+// weights go to one too, and everything else is the plain update; fp16's unscale reads the half
+// gradients likewise. Reference: the CPU optimizer on the gradients as the half buffer holds them.
+TEST(Cuda, OptimizerReadsAndWritesTheHalfCopies) {
+  REQUIRE_GPU();
+  const size_t n = 4099, grads_h = 1000, weights_h = 3000;
+  for (const auto t : {cuda::DType::bf16, cuda::DType::f16}) {
+    for (const char* name : {"sgd", "adamw"}) {
+      SCOPED_TRACE(fmt::format("{} {}", name, t == cuda::DType::bf16 ? "bf16" : "fp16"));
+      const auto w = randn(n, 5), g = randn(n, 6);
+      Dev<float> dw(w), dg(g), m(n), v(n), g_half32(grads_h);
+      Dev<uint16_t> gh(grads_h), wh(weights_h);
+      // The half gradients, and the fp32 values they stand for (the fp32 buffer's copy is stale).
+      cuda::cast_from_f32(t, dg.p, gh.p, int64_t(grads_h), nullptr);
+      cuda::cast_to_f32(t, gh.p, g_half32.p, int64_t(grads_h), nullptr);
+      std::vector<float> g_cpu = g, w_cpu = w;
+      const auto gh32 = g_half32.host();
+      std::copy(gh32.begin(), gh32.end(), g_cpu.begin());
+      nn::OptimizerConfig cfg;
+      cfg.name = name;
+      cfg.weight_decay = 0.01;
+      nn::Optimizer opt(cfg, {{w_cpu.data(), g_cpu.data(), n}});
+      const cuda::HalfCopies half{t, gh.p, int64_t(grads_h), wh.p, int64_t(weights_h)};
+      for (int64_t step = 1; step <= 3; ++step) {
+        opt.step(0.05);
+        if (cfg.name == "sgd")
+          cuda::sgd_update(dw.p, dg.p, m.p, int64_t(n), 0.05f, float(cfg.momentum), float(cfg.weight_decay), cfg.nesterov, nullptr,
+                           nullptr, nullptr, half);
+        else
+          cuda::adamw_update(dw.p, dg.p, m.p, v.p, int64_t(n), 0.05f, float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
+                             float(cfg.weight_decay), step, nullptr, nullptr, nullptr, half);
+      }
+      const auto w_gpu = dw.host();
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(w_gpu[i], w_cpu[i], 1e-5 * (1 + std::fabs(w_cpu[i]))) << i;
+      // The half copy holds the fp32 weights rounded, exactly as the cast kernel rounds them.
+      Dev<uint16_t> rounded(weights_h);
+      cuda::cast_from_f32(t, dw.p, rounded.p, int64_t(weights_h), nullptr);
+      EXPECT_EQ(wh.host(), rounded.host());
+    }
+    // Unscaling reads the half gradients into fp32 and finds an overflow among them.
+    std::vector<float> g32 = {8.f, 8.f, 8.f};
+    Dev<float> dg(g32), two(std::vector<float>{2.f, 4.f}), inf(std::vector<float>{INFINITY});
+    Dev<uint16_t> gh(2), gh_inf(1);
+    Dev<int32_t> found(1);
+    cuda::cast_from_f32(t, two.p, gh.p, 2, nullptr);
+    cuda::unscale_and_check(dg.p, 3, 0.5f, found.p, nullptr, nullptr, t, gh.p, 2);
+    EXPECT_EQ(dg.host(), (std::vector<float>{1.f, 2.f, 4.f}));
+    EXPECT_EQ(found.host()[0], 0);
+    cuda::cast_from_f32(t, inf.p, gh_inf.p, 1, nullptr);
+    cuda::unscale_and_check(dg.p, 3, 1.f, found.p, nullptr, nullptr, t, gh_inf.p, 1);
+    EXPECT_EQ(found.host()[0], 1);
+  }
+}
+
 TEST(Cuda, CastsRoundTripWithinTheFormatsPrecision) {
   REQUIRE_GPU();
   const size_t n = 10000;

@@ -142,37 +142,62 @@ __global__ void from_f32_k(const float* x, T* y, int64_t n) {
 
 __global__ void update_loss_scale_k(LossScale* ls) { advance_loss_scale(*ls); }
 
+// HalfCopies with its pointers typed: gradient i from the half copy where there is one, and the
+// updated weight i stored to the half copy too.
+template <class T>
+struct Halves {
+  const T* grads;
+  int64_t grads_count;
+  T* weights;
+  int64_t weights_count;
+  __device__ float grad(const float* g, int64_t i) const { return i < grads_count ? ld(grads, i) : g[i]; }
+  __device__ void store(int64_t i, float w) const {
+    if (i < weights_count) st(weights, i, w);
+  }
+};
+template <class T>
+Halves<T> typed(const HalfCopies& h) {
+  return {static_cast<const T*>(h.grads), h.grads ? h.grads_count : 0, static_cast<T*>(h.weights), h.weights ? h.weights_count : 0};
+}
+
+template <class T>
 __global__ void sgd_k(float* w, const float* g, float* buf, int64_t n, float lr, float mu, float wd, bool nesterov,
-                      const StepArgs* args, const int32_t* skip) {
+                      const StepArgs* args, const int32_t* skip, Halves<T> h) {
   if (skip && *skip) return;
   if (args) lr = args->lr;
   GRID_STRIDE(i, n) {
-    float d = g[i] + wd * w[i];
+    float d = h.grad(g, i) + wd * w[i];
     if (buf) {
       buf[i] = mu * buf[i] + d;
       d = nesterov ? d + mu * buf[i] : buf[i];
     }
-    w[i] -= lr * d;
+    const float wi = w[i] - lr * d;
+    w[i] = wi;
+    h.store(i, wi);
   }
 }
 
+template <class T>
 __global__ void adamw_k(float* w, const float* g, float* m, float* v, int64_t n, float lr, float b1, float b2, float eps,
-                        float wd, float c1, float c2, const StepArgs* args, const int32_t* skip) {
+                        float wd, float c1, float c2, const StepArgs* args, const int32_t* skip, Halves<T> h) {
   if (skip && *skip) return;
   if (args) lr = args->lr, c1 = args->adam_c1, c2 = args->adam_c2;
   GRID_STRIDE(i, n) {
-    w[i] *= 1.0f - lr * wd;
-    m[i] = b1 * m[i] + (1 - b1) * g[i];
-    v[i] = b2 * v[i] + (1 - b2) * g[i] * g[i];
-    w[i] -= lr * (m[i] * c1) / (sqrtf(v[i] * c2) + eps);
+    const float gi = h.grad(g, i);
+    float wi = w[i] * (1.0f - lr * wd);
+    m[i] = b1 * m[i] + (1 - b1) * gi;
+    v[i] = b2 * v[i] + (1 - b2) * gi * gi;
+    wi -= lr * (m[i] * c1) / (sqrtf(v[i] * c2) + eps);
+    w[i] = wi;
+    h.store(i, wi);
   }
 }
 
-
-__global__ void unscale_k(float* g, int64_t n, float inv_scale, int32_t* found_inf, const float* scale) {
+template <class T>
+__global__ void unscale_k(float* g, int64_t n, float inv_scale, int32_t* found_inf, const float* scale, Halves<T> h) {
   if (scale) inv_scale = 1.0f / *scale;
   GRID_STRIDE(i, n) {
-    const float v = g[i] * inv_scale;
+    const float v = h.grad(g, i) * inv_scale;
     if (!isfinite(v)) *found_inf = 1;
     g[i] = v;
   }
@@ -238,13 +263,16 @@ __global__ void fill_k(float* x, int64_t n, float value) {
 }  // namespace
 
 void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay, bool nesterov,
-                const StepArgs* args, const int32_t* skip, cudaStream_t s) {
-  sgd_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, momentum, n, lr, mu, weight_decay, nesterov, args, skip);
+                const StepArgs* args, const int32_t* skip, cudaStream_t s, const HalfCopies& half) {
+  DISPATCH(half.type,
+           sgd_k<T><<<blocks_for(n), kThreads, 0, s>>>(w, g, momentum, n, lr, mu, weight_decay, nesterov, args, skip, typed<T>(half)))
 }
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s) {
+                  float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s,
+                  const HalfCopies& half) {
   const float c1 = 1.0f / (1.0f - powf(beta1, float(step))), c2 = 1.0f / (1.0f - powf(beta2, float(step)));
-  adamw_k<<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, args, skip);
+  DISPATCH(half.type, adamw_k<T><<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, args,
+                                                                    skip, typed<T>(half)))
 }
 void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
                   int64_t batch, bool augment, int64_t pad_crop, bool flip_ok, uint64_t seed, const float* scale,
@@ -253,8 +281,11 @@ void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, in
   gather_k<<<blocks_for(total), kThreads, 0, s>>>(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok, seed, scale,
                                                   shift, out, labels);
 }
-void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale) {
-  if (n > 0) unscale_k<<<blocks_for(n), kThreads, 0, s>>>(g, n, inv_scale, found_inf, scale);
+void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale, DType t,
+                       const void* half, int64_t half_count) {
+  if (n <= 0) return;
+  const HalfCopies h{t, half, half_count, nullptr, 0};
+  DISPATCH(t, unscale_k<T><<<blocks_for(n), kThreads, 0, s>>>(g, n, inv_scale, found_inf, scale, typed<T>(h)))
 }
 void relu_forward(DType t, const void* x, void* y, int64_t n, cudaStream_t s) {
   DISPATCH(t, relu_forward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n))

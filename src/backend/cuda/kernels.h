@@ -74,20 +74,36 @@ inline void softmax_cross_entropy(const float* logits, const int32_t* labels, in
   softmax_cross_entropy(DType::f32, logits, labels, rows, classes, valid, eps, loss_sum, correct, dlogits, nullptr, s);
 }
 
+/// Mixed precision's half-type copies at the front of the flat fp32 buffers, which the update
+/// reads and writes in the same launch instead of three: gradients [0, grads_count) come from
+/// `grads` (cuDNN writes a conv weight's gradient in the half type), and updated weights
+/// [0, weights_count) are also stored to `weights` (the copies the next step's convolutions and
+/// GEMMs read). `type` f32 (the default) means none.
+struct HalfCopies {
+  DType type = DType::f32;
+  const void* grads = nullptr;
+  int64_t grads_count = 0;
+  void* weights = nullptr;
+  int64_t weights_count = 0;
+};
+
 /// One launch for all parameters, which the backend keeps in one flat buffer each for weights,
 /// gradients and states. SGD: PyTorch's momentum (dampening 0) with optional Nesterov, L2 decay.
 /// With `args`, the learning rate is args->lr instead of `lr`. With `skip`, nothing changes when
-/// *skip is non-zero (fp16 loss scaling found an overflow).
+/// *skip is non-zero (fp16 loss scaling found an overflow). `half` as HalfCopies says.
 void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay,
-                bool nesterov, const StepArgs* args, const int32_t* skip, cudaStream_t s);
+                bool nesterov, const StepArgs* args, const int32_t* skip, cudaStream_t s, const HalfCopies& half = {});
 /// AdamW (decoupled decay), `step` 1-based for the bias corrections; with `args`, the learning
-/// rate and bias corrections come from it. `skip` as for sgd_update.
+/// rate and bias corrections come from it. `skip` and `half` as for sgd_update.
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
-                  float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s);
+                  float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s,
+                  const HalfCopies& half = {});
 
 /// Dynamic loss scaling: sets *found_inf to 1 when any gradient is not finite, else leaves it;
 /// multiplies all by `inv_scale`, or by 1 / *scale when `scale` (a device scalar) is not null.
-void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale = nullptr);
+/// Gradients [0, half_count) are read from `half` (of type `t`) instead, and written to g in fp32.
+void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale = nullptr,
+                       DType t = DType::f32, const void* half = nullptr, int64_t half_count = 0);
 /// Any type to fp32: out = float(x); x may be fp32 (a copy).
 void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s);
 /// fp32 to any type (round to nearest even): mixed precision's casts.

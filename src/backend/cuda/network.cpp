@@ -718,27 +718,29 @@ void Network::step(const nn::OptimizerConfig& opt, double lr) {
   update(opt);
 }
 
-// The gradients to fp32 (conv weights' from their half copies), unscaled and checked for fp16,
-// one update of all parameters (skipped on overflow), then the loss scale's bookkeeping and the
-// weights' half copies.
+// One update of all parameters in one launch: it reads the conv weights' gradients from their
+// half copies and writes the weights' half copies as it goes (mixed precision). fp16 first
+// unscales and checks every gradient (the half ones into fp32), since an overflow anywhere skips
+// the whole update; then the loss scale's bookkeeping.
 void Network::update(const nn::OptimizerConfig& opt) {
   const Span span(*this, "optimizer", profile::Phase::optimizer);
-  if (dt_ != DType::f32) cast_to_f32(dt_, grads_h_, grads_, conv_span_, stream_);
+  HalfCopies half;
+  if (dt_ != DType::f32) half = {dt_, grads_h_, conv_span_, params_h_, matmul_span_};
   int32_t* skip = nullptr;
   if (loss_scale_) {
-    unscale_and_check(grads_, param_count_, 1.f, &loss_scale_->found_inf, stream_, &loss_scale_->scale);
+    unscale_and_check(grads_, param_count_, 1.f, &loss_scale_->found_inf, stream_, &loss_scale_->scale, dt_, grads_h_, conv_span_);
     skip = &loss_scale_->found_inf;
+    half.grads = nullptr;  // now in grads_, unscaled
   }
   if (opt.name == "adamw") {
     check(state_v_ != nullptr, "this network was built for SGD", "construct it with NetworkOptions::optimizer = \"adamw\"");
     adamw_update(params_, grads_, state_m_, state_v_, param_count_, 0.f, float(opt.beta1), float(opt.beta2), float(opt.eps),
-                 float(opt.weight_decay), 1, args_, skip, stream_);
+                 float(opt.weight_decay), 1, args_, skip, stream_, half);
   } else {
     sgd_update(params_, grads_, opt.momentum != 0 ? state_m_ : nullptr, param_count_, 0.f, float(opt.momentum),
-               float(opt.weight_decay), opt.nesterov, args_, skip, stream_);
+               float(opt.weight_decay), opt.nesterov, args_, skip, stream_, half);
   }
   if (loss_scale_) update_loss_scale(loss_scale_, stream_);
-  if (dt_ != DType::f32) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
 }
 
 std::vector<float> Network::parameters() const {
