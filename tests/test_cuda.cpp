@@ -1124,38 +1124,41 @@ TEST(Cuda, ProfileTimesEveryLayerOnTheDevice) {
   // With graphs the recorded steps replay the step captured with its event records; without,
   // they run eagerly. Both time every layer.
   for (bool graphs : {true, false}) {
-  SCOPED_TRACE(graphs ? "graphs" : "eager");
-  train::TrainConfig c = gpu_run("medium", "synthetic:1x12x12:512", 16, 1);
-  c.graphs = graphs;
-  c.profile = c.profile_only = true;
-  c.profile_skip = 3;
-  c.profile_steps = 5;
-  c.profile_out = (dir.path / (graphs ? "prof-graph" : "prof-eager")).string();
-  const auto r = train::train(c);
-  const std::string how = r.record["gpu_step"]["profiled_steps"];
-  EXPECT_EQ(how.rfind(graphs ? "CUDA graph" : "eager", 0), 0u) << how;
-  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
-  const nlohmann::json& p = r.profile;
-  EXPECT_EQ(p["step"]["steps"], 5);
-  EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
-  double share = 0;
-  std::set<std::string> layers;
-  for (const auto& row : p["rows"]) {
-    EXPECT_LE(row["self_s"].get<double>(), row["total_s"].get<double>() + 1e-12) << row.dump();
-    share += row["share"].get<double>();
-    if (row["phase"] == "forward") layers.insert(row["name"].get<std::string>());
-  }
-  EXPECT_NEAR(share, 1.0, 0.01);
-  EXPECT_TRUE(layers.count("conv1") && layers.count("fc1")) << p["rows"].dump();
-  EXPECT_GT(p["step"]["forward_s"].get<double>(), 0);
-  EXPECT_GT(p["step"]["backward_s"].get<double>(), 0);
-  EXPECT_GT(p["step"]["optimizer_s"].get<double>(), 0);
-  std::ifstream f(r.trace_path);
-  const auto trace = nlohmann::json::parse(f);
-  bool gpu_track = false;
-  for (const auto& e : trace["traceEvents"])
-    if (e["ph"] == "M" && e["args"].value("name", "") == "GPU (CUDA events)") gpu_track = true;
-  EXPECT_TRUE(gpu_track);
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    train::TrainConfig c = gpu_run("medium", "synthetic:1x12x12:512", 16, 1);
+    c.graphs = graphs;
+    c.profile = c.profile_only = true;
+    c.profile_skip = 3;
+    c.profile_steps = 5;
+    c.profile_out = (dir.path / (graphs ? "prof-graph" : "prof-eager")).string();
+    const auto r = train::train(c);
+    const std::string how = r.record["gpu_step"]["profiled_steps"];
+    EXPECT_EQ(how.rfind(graphs ? "CUDA graph" : "eager", 0), 0u) << how;
+    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
+    const nlohmann::json& p = r.profile;
+    EXPECT_EQ(p["step"]["steps"], 5);
+    EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+    double share = 0;
+    std::set<std::string> layers;
+    for (const auto& row : p["rows"]) {
+      EXPECT_LE(row["self_s"].get<double>(), row["total_s"].get<double>() + 1e-12) << row.dump();
+      share += row["share"].get<double>();
+      if (row["phase"] == "forward") layers.insert(row["name"].get<std::string>());
+    }
+    EXPECT_NEAR(share, 1.0, 0.01);
+    EXPECT_TRUE(layers.count("conv1") && layers.count("fc1")) << p["rows"].dump();
+    EXPECT_GT(p["step"]["forward_s"].get<double>(), 0);
+    EXPECT_GT(p["step"]["backward_s"].get<double>(), 0);
+    EXPECT_GT(p["step"]["optimizer_s"].get<double>(), 0);
+    // With a graph the launch count is the graph's own, at least one kernel a layer pass.
+    EXPECT_EQ(p["step"]["launches_source"] == "counted in the step's CUDA graph", graphs) << p["step"].dump();
+    EXPECT_GE(p["step"]["launches_per_step"].get<double>(), double(g.nodes.size())) << p["step"].dump();
+    std::ifstream f(r.trace_path);
+    const auto trace = nlohmann::json::parse(f);
+    bool gpu_track = false;
+    for (const auto& e : trace["traceEvents"])
+      if (e["ph"] == "M" && e["args"].value("name", "") == "GPU (CUDA events)") gpu_track = true;
+    EXPECT_TRUE(gpu_track);
   }
 }
 
