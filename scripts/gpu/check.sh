@@ -11,19 +11,20 @@
 #   tests       the CUDA tests (Cuda.*), batchnorm and the CPU-vs-GPU steps first
 #   sanitize    the kernel tests under compute-sanitizer memcheck (out-of-bounds and misaligned accesses)
 #   suite       the rest of the test suite on the GPU build
-#   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW
+#   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW; then
+#               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
 #   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh)
 #   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
 #   bench       dlperf bench copy, launch, gpu-memory, gemm, conv, allreduce (--quick)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick) into out-gpu/lab
-# A session's plan (docs/gpu.md, "Checking on a GPU"): here, scripts/gpu/fetch_debs.sh once; there, with
-# carry [".deb"]:  scripts/gpu/check.sh tests train recipe profile,  then  check.sh bench vs-torch.
+# A session's plan (docs/gpu.md, "The GPU session's checklist"): here, scripts/gpu/fetch_debs.sh once;
+# there, with carry [".deb"]:  check.sh tests sanitize train recipe profile,  then  check.sh bench vs-torch.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 budget=570
 if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
-[ $# -gt 0 ] || { sed -n 2,22p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,23p "$0"; exit 2; }
 start=$SECONDS
 work=out-gpu
 rm -rf "$work"
@@ -108,6 +109,9 @@ for stage in "$@"; do
         # The second epoch's line and the end, or the error.
         say "  ${variant:-(defaults)}: $(grep -E "^ +2 +[0-9]|error" "$work/train.txt" | tail -1)"
       done
+      # The planner's predictions (step time, peak memory, energy from NVML) against these runs.
+      $bin plan --against "$work"/runs/*.json > "$work/plan-against.txt" 2>&1
+      grep -vE "^skipped" "$work/plan-against.txt" | tail -20 | tee -a "$work/summary.txt"
       ;;
     recipe)
       run_for 120 env DLPERF=$bin DATA="$data" RUNS="$work/recipe" scripts/recipe_fmnist93.sh > "$work/recipe.txt" 2>&1
@@ -140,7 +144,7 @@ for stage in "$@"; do
       grep -E "^## |^- " "$work/lab/README.md" 2>/dev/null | head -60 | tee -a "$work/summary.txt"  # sections and observations
       ;;
     *)
-      say "unknown stage $stage"; sed -n 10,20p "$0"
+      say "unknown stage $stage"; sed -n 10,21p "$0"
       ;;
   esac
   say "  ($stage: $((SECONDS - t0)) s)"
