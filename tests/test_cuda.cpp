@@ -1036,6 +1036,13 @@ TEST(Cuda, OnDeviceBatchesMatchTheHostLoader) {
     const auto y = out_labels.host();
     for (int64_t i = 0; i < lc.batch; ++i) ASSERT_EQ(y[size_t(i)], hb->labels[size_t(i)]) << "batch " << b << " row " << i;
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], hb->data()[i], 1e-5) << "batch " << b << " element " << i;
+    // Gathered straight into bf16 NHWC (a mixed-precision network's stored input): the fp32
+    // batch cast and transposed, bit for bit, as the cast kernel would make it.
+    Dev<uint16_t> stored(x.size()), expected(x.size());
+    cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, stored.p,
+                       out_labels.p, nullptr, cuda::DType::bf16, cuda::Layout::nhwc);
+    cuda::cast_from_f32_to_nhwc(cuda::DType::bf16, out.p, expected.p, lc.batch, d.channels, d.height * d.width, nullptr);
+    ASSERT_EQ(stored.host(), expected.host()) << "batch " << b;
   }
 }
 
@@ -1185,6 +1192,18 @@ TEST(Cuda, FeedsAndGraphsTrainTheSameModel) {
   EXPECT_TRUE(runs[0].record["gpu_step"]["cuda_graph"].get<bool>()) << runs[0].record["gpu_step"].dump();
   EXPECT_FALSE(runs[1].record["gpu_step"]["cuda_graph"].get<bool>());
   EXPECT_EQ(runs[3].record["gpu_step"]["feed"], "data on the GPU");
+  // bf16 NHWC: the on-device loader writes the stored input (bf16, channels last) itself, the
+  // copy feeds hand over fp32 NCHW that the network casts; the same values either way.
+  train::TrainConfig h = gpu_run("small", "synthetic:3x12x12:512", 32, 2);
+  h.precision = "bf16";
+  std::vector<train::TrainResult> half_runs;
+  for (bool on_device : {false, true}) {
+    h.data_on_device = on_device;
+    half_runs.push_back(train::train(h));
+  }
+  EXPECT_EQ(half_runs[1].record["gpu_step"]["layout"], "nhwc");
+  EXPECT_NEAR(half_runs[1].epochs.back().train_loss, half_runs[0].epochs.back().train_loss,
+              1e-3 * (1 + half_runs[0].epochs.back().train_loss));
 }
 
 // tf32 trains like fp32, to tf32's 10-bit mantissa.

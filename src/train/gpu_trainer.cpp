@@ -165,9 +165,11 @@ class DeviceDataset {
     const float* shift = scale + images_view_.channels;
     const int64_t first = index < 0 ? 0 : index * lc_.batch;
     const cuda::StepArgs* args = index < 0 ? net.step_args() : nullptr;
-    return [this, &net, scale, shift, first, args](cudaStream_t s) {
+    // The network was built with input_as_stored: the batch lands in its type and layout.
+    const cuda::StoredInput in = net.stored_input();
+    return [this, &net, scale, shift, first, args, in](cudaStream_t s) {
       cuda::gather_batch(images_view_, static_cast<const int32_t*>(order_), first, 0, args, lc_.batch, lc_.augment,
-                         lc_.pad_crop, flip_ok_, lc_.seed, scale, shift, net.input(), net.labels(), s);
+                         lc_.pad_crop, flip_ok_, lc_.seed, scale, shift, in.data, net.labels(), s, in.type, in.layout);
     };
   }
   int64_t valid(int64_t index) const { return std::min(lc_.batch, images_view_.count - index * lc_.batch); }
@@ -285,6 +287,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   opts.optimizer = cfg.optimizer.name;
   opts.graphs = cfg.graphs;
   opts.layout = cuda::resolve_layout(cfg.layout, cfg.precision);
+  opts.input_as_stored = cfg.data_on_device;  // DeviceDataset::loader writes the stored input
   std::unique_ptr<cuda::Network> net_owner;
   std::unique_ptr<DeviceDataset> train_dev, test_dev;
   std::unique_ptr<PinnedUploader> pinned;

@@ -211,16 +211,19 @@ __global__ void normalize_k(const uint8_t* x, float* y, int64_t total, int64_t c
   }
 }
 
-// One thread an output element; the crop is the host loader's (data/augment.h).
+// One thread an output element (e counts in NCHW order; it is stored at its place in `layout`);
+// the crop is the host loader's (data/augment.h).
+template <class T>
 __global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
                          int64_t batch, bool augment, int64_t pad, bool flip_ok, uint64_t seed, const float* scale,
-                         const float* shift, float* out, int32_t* labels) {
+                         const float* shift, T* out, Layout layout, int32_t* labels) {
   const int64_t C = d.channels, H = d.height, W = d.width, HW = H * W, total = batch * C * HW;
   if (args) first = args->batch * batch, epoch = args->epoch;
   GRID_STRIDE(e, total) {
     const int64_t row = e / (C * HW), c = (e / HW) % C, y = (e / W) % H, x = e % W;
+    const int64_t at = offset_of(layout, row, c, y * W + x, C, HW);
     if (first + row >= d.count) {
-      out[e] = 0.f;
+      st(out, at, 0.f);
       if (c == 0 && y == 0 && x == 0) labels[row] = 0;
       continue;
     }
@@ -229,7 +232,7 @@ __global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, in
     const data::Crop crop = augment ? data::random_crop(seed, epoch, sample, pad, flip_ok) : data::Crop{};
     const int64_t sy = y + crop.dy, sx = (crop.flip ? W - 1 - x : x) + crop.dx;
     const float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? float(d.images[(sample * C + c) * HW + sy * W + sx]) : 0.f;
-    out[e] = v * scale[c] + shift[c];
+    st(out, at, v * scale[c] + shift[c]);
   }
 }
 
@@ -276,10 +279,10 @@ void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float
 }
 void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
                   int64_t batch, bool augment, int64_t pad_crop, bool flip_ok, uint64_t seed, const float* scale,
-                  const float* shift, float* out, int32_t* labels, cudaStream_t s) {
+                  const float* shift, void* out, int32_t* labels, cudaStream_t s, DType t, Layout layout) {
   const int64_t total = batch * d.channels * d.height * d.width;
-  gather_k<<<blocks_for(total), kThreads, 0, s>>>(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok, seed, scale,
-                                                  shift, out, labels);
+  DISPATCH(t, gather_k<T><<<blocks_for(total), kThreads, 0, s>>>(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok,
+                                                                 seed, scale, shift, static_cast<T*>(out), layout, labels))
 }
 void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale, DType t,
                        const void* half, int64_t half_count) {

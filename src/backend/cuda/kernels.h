@@ -131,10 +131,12 @@ struct DeviceImages {
 /// batch) of the epoch's `order` (first = args->batch * batch when `args` is set), each sample
 /// cropped (pad_crop pixels) and flipped by the loader's hash of (seed, epoch, sample) when
 /// `augment`, then normalized (x * scale[c] + shift[c]). Rows past the end are zeros, label 0.
-/// `scale` and `shift` are device arrays of C floats.
+/// `scale` and `shift` are device arrays of C floats. `out` holds type `t` in layout `layout`, so
+/// a network storing its input in bf16 or NHWC gets it without a cast launch of its own.
 void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
                   int64_t batch, bool augment, int64_t pad_crop, bool flip_ok, uint64_t seed, const float* scale,
-                  const float* shift, float* out, int32_t* labels, cudaStream_t s);
+                  const float* shift, void* out, int32_t* labels, cudaStream_t s, DType t = DType::f32,
+                  Layout layout = Layout::nchw);
 
 /// y[(o * channels + c) * inner + i] += bias[c]: a linear layer's bias (inner 1) or a conv's (inner H*W).
 /// The bias is fp32 in every precision.

@@ -387,6 +387,9 @@ void Network::release() {
 }
 
 float* Network::input() { return input32_; }
+StoredInput Network::stored_input() {
+  return {act_[0], dt_, stored_differently(opts_.layout, graph_.input) ? Layout::nhwc : Layout::nchw};
+}
 int32_t* Network::labels() { return labels_; }
 
 // A copy from pageable memory may make the driver wait for the stream before staging it, which
@@ -410,7 +413,7 @@ void Network::forward(bool training, uint64_t dropout_step) {
 
 void Network::forward_pass(bool training) {
   const Dims& in = graph_.input;
-  if (act_[0] != input32_) {
+  if (act_[0] != input32_ && !opts_.input_as_stored) {
     if (stored_differently(opts_.layout, in)) cast_from_f32_to_nhwc(dt_, input32_, act_[0], in[0], in[1], in[2] * in[3], stream_);
     else cast_from_f32(dt_, input32_, act_[0], numel(in), stream_);
   }

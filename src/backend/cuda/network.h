@@ -63,6 +63,16 @@ struct NetworkOptions {
   std::string optimizer = "sgd";          ///< sgd | adamw: AdamW's second state is allocated up front
   bool graphs = false;                    ///< capture the training step in a CUDA graph and replay it
   Layout layout = Layout::nchw;           ///< how 4-D activations are stored (resolve_layout picks per precision)
+  /// The loader writes stored_input() (the activations' type and layout) instead of the fp32
+  /// NCHW input(): mixed precision and NHWC then need no cast launch per step.
+  bool input_as_stored = false;
+};
+
+/// The network's input as it stores it, for a loader that writes it directly.
+struct StoredInput {
+  void* data = nullptr;
+  DType type = DType::f32;
+  Layout layout = Layout::nchw;
 };
 
 /// What a captured training step holds, counted in its CUDA graph: the exact kernels a replay
@@ -89,6 +99,7 @@ class Network {
   const nn::Graph& graph() const { return graph_; }
   /// Device buffers a step reads: images [N, C, H, W] and labels [N].
   float* input();
+  StoredInput stored_input();
   int32_t* labels();
   /// The device copy of the current step's values (for an on-device loader's kernels).
   const StepArgs* step_args() const { return args_; }
