@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake ninja-build pkg-config
           libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev
-          dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin)
+          dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libboost-context-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

@@ -318,8 +318,8 @@ unsigned channel_blocks(const BatchnormShape& s) { return unsigned((s.channels +
 // layer's grid in its layout: the last pass of the training forward and the whole inference one.
 template <class T>
 void apply_coefficients(const T* x, T* y, const BatchnormShape& s, const float* coef, bool relu, cudaStream_t st) {
-  if (nhwc(s)) apply_tile_k<T><<<walk_grid(s), walk_block(s), 0, st>>>(x, y, s, splits_of(s), coef, relu);
-  else apply_k<T><<<walk_grid(s), walk_block(s), 0, st>>>(x, y, s, splits_of(s), coef, relu);
+  if (nhwc(s)) LAUNCH(walk_grid(s), walk_block(s), 0, st, apply_tile_k<T>)(x, y, s, splits_of(s), coef, relu);
+  else LAUNCH(walk_grid(s), walk_block(s), 0, st, apply_k<T>)(x, y, s, splits_of(s), coef, relu);
 }
 
 }  // namespace
@@ -334,13 +334,13 @@ void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormPa
     const T* xt = static_cast<const T*>(x);
     T* yt = static_cast<T*>(y);
     if (splits == 1) {
-      if (nhwc(s)) train_one_tile_k<T><<<grid, block, 0, st>>>(xt, yt, s, p);
-      else train_one_block_k<T><<<grid, block, 0, st>>>(xt, yt, s, p);
+      if (nhwc(s)) LAUNCH(grid, block, 0, st, train_one_tile_k<T>)(xt, yt, s, p);
+      else LAUNCH(grid, block, 0, st, train_one_block_k<T>)(xt, yt, s, p);
       return;
     }
-    if (nhwc(s)) stats_tile_k<T><<<grid, block, 0, st>>>(xt, s, splits, w.part);
-    else stats_k<T><<<grid, block, 0, st>>>(xt, s, splits, w.part);
-    finish_stats_k<T><<<channel_blocks(s), 128, 0, st>>>(xt, s, splits, w.part, p, w.coef);
+    if (nhwc(s)) LAUNCH(grid, block, 0, st, stats_tile_k<T>)(xt, s, splits, w.part);
+    else LAUNCH(grid, block, 0, st, stats_k<T>)(xt, s, splits, w.part);
+    LAUNCH(channel_blocks(s), 128, 0, st, finish_stats_k<T>)(xt, s, splits, w.part, p, w.coef);
     apply_coefficients(xt, yt, s, w.coef, p.relu, st);
   })
 }
@@ -349,7 +349,7 @@ void batchnorm_forward_eval(DType t, const BatchnormShape& s, const BatchnormPar
                             cudaStream_t st) {
   if (s.n * s.channels * s.hw == 0) return;
   const Workspace w = split_workspace(workspace, s);
-  eval_coef_k<<<channel_blocks(s), 128, 0, st>>>(s, p, w.coef);
+  LAUNCH(channel_blocks(s), 128, 0, st, eval_coef_k)(s, p, w.coef);
   DISPATCH(t, apply_coefficients(static_cast<const T*>(x), static_cast<T*>(y), s, w.coef, p.relu, st))
 }
 
@@ -363,16 +363,16 @@ void batchnorm_backward(DType t, const BatchnormShape& s, const BatchnormParams&
     const T *xt = static_cast<const T*>(x), *yt = static_cast<const T*>(y), *dyt = static_cast<const T*>(dy);
     T* dxt = static_cast<T*>(dx);
     if (splits == 1) {
-      if (nhwc(s)) backward_one_tile_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, p, dgamma, dbeta);
-      else backward_one_block_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, p, dgamma, dbeta);
+      if (nhwc(s)) LAUNCH(grid, block, 0, st, backward_one_tile_k<T>)(xt, yt, dyt, dxt, s, p, dgamma, dbeta);
+      else LAUNCH(grid, block, 0, st, backward_one_block_k<T>)(xt, yt, dyt, dxt, s, p, dgamma, dbeta);
       return;
     }
-    if (nhwc(s)) grad_stats_tile_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, s, splits, p, w.part);
-    else grad_stats_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, s, splits, p, w.part);
-    finish_grad_k<<<channel_blocks(s), 128, 0, st>>>(s, splits, w.part, p, dgamma, dbeta, w.coef);
+    if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_stats_tile_k<T>)(xt, yt, dyt, s, splits, p, w.part);
+    else LAUNCH(grid, block, 0, st, grad_stats_k<T>)(xt, yt, dyt, s, splits, p, w.part);
+    LAUNCH(channel_blocks(s), 128, 0, st, finish_grad_k)(s, splits, w.part, p, dgamma, dbeta, w.coef);
     if (!dx) return;
-    if (nhwc(s)) grad_input_tile_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, splits, p, w.coef);
-    else grad_input_k<T><<<grid, block, 0, st>>>(xt, yt, dyt, dxt, s, splits, p, w.coef);
+    if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_input_tile_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.coef);
+    else LAUNCH(grid, block, 0, st, grad_input_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.coef);
   })
 }
 

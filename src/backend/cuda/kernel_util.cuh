@@ -19,6 +19,14 @@ inline unsigned blocks_for(int64_t n) {
   return unsigned(b < 1 ? 1 : b > 4096 ? 4096 : b);
 }
 
+// A kernel launch: LAUNCH(grid, block, shared bytes, stream, kernel)(arguments). Under the CPU
+// emulation the CPU test suite uses (tests/emu/cuda_emu.h) it runs the kernel there instead.
+#ifdef DLPERF_CUDA_EMULATION
+#define LAUNCH(grid, block, shmem, stream, ...) ::emu::launcher(dim3(grid), dim3(block), __VA_ARGS__)
+#else
+#define LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
+#endif
+
 #define GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 // Loads and stores of any activation type, with arithmetic in fp32 (host and device alike, so

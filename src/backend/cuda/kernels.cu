@@ -268,97 +268,97 @@ __global__ void fill_k(float* x, int64_t n, float value) {
 void sgd_update(float* w, const float* g, float* momentum, int64_t n, float lr, float mu, float weight_decay, bool nesterov,
                 const StepArgs* args, const int32_t* skip, cudaStream_t s, const HalfCopies& half) {
   DISPATCH(half.type,
-           sgd_k<T><<<blocks_for(n), kThreads, 0, s>>>(w, g, momentum, n, lr, mu, weight_decay, nesterov, args, skip, typed<T>(half)))
+           LAUNCH(blocks_for(n), kThreads, 0, s, sgd_k<T>)(w, g, momentum, n, lr, mu, weight_decay, nesterov, args, skip, typed<T>(half)))
 }
 void adamw_update(float* w, const float* g, float* m, float* v, int64_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int64_t step, const StepArgs* args, const int32_t* skip, cudaStream_t s,
                   const HalfCopies& half) {
   const float c1 = 1.0f / (1.0f - powf(beta1, float(step))), c2 = 1.0f / (1.0f - powf(beta2, float(step)));
-  DISPATCH(half.type, adamw_k<T><<<blocks_for(n), kThreads, 0, s>>>(w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, args,
+  DISPATCH(half.type, LAUNCH(blocks_for(n), kThreads, 0, s, adamw_k<T>)(w, g, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2, args,
                                                                     skip, typed<T>(half)))
 }
 void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, int64_t epoch, const StepArgs* args,
                   int64_t batch, bool augment, int64_t pad_crop, bool flip_ok, uint64_t seed, const float* scale,
                   const float* shift, void* out, int32_t* labels, cudaStream_t s, DType t, Layout layout) {
   const int64_t total = batch * d.channels * d.height * d.width;
-  DISPATCH(t, gather_k<T><<<blocks_for(total), kThreads, 0, s>>>(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok,
+  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, gather_k<T>)(d, order, first, epoch, args, batch, augment, pad_crop, flip_ok,
                                                                  seed, scale, shift, static_cast<T*>(out), layout, labels))
 }
 void unscale_and_check(float* g, int64_t n, float inv_scale, int32_t* found_inf, cudaStream_t s, const float* scale, DType t,
                        const void* half, int64_t half_count) {
   if (n <= 0) return;
   const HalfCopies h{t, half, half_count, nullptr, 0};
-  DISPATCH(t, unscale_k<T><<<blocks_for(n), kThreads, 0, s>>>(g, n, inv_scale, found_inf, scale, typed<T>(h)))
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, unscale_k<T>)(g, n, inv_scale, found_inf, scale, typed<T>(h)))
 }
 void relu_forward(DType t, const void* x, void* y, int64_t n, cudaStream_t s) {
-  DISPATCH(t, relu_forward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n))
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, relu_forward_k<T>)(static_cast<const T*>(x), static_cast<T*>(y), n))
 }
 void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n, cudaStream_t s) {
-  DISPATCH(t, relu_backward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, relu_backward_k<T>)(static_cast<const T*>(y), static_cast<const T*>(dy),
                                                                      static_cast<T*>(dx), n))
 }
 void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s) {
-  DISPATCH(t, add_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n))
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, add_k<T>)(static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y), n))
 }
 void dropout_forward(DType t, const void* x, void* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
                      cudaStream_t s) {
-  DISPATCH(t, dropout_forward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), mask, n, p,
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, dropout_forward_k<T>)(static_cast<const T*>(x), static_cast<T*>(y), mask, n, p,
                                                                        1.0f / (1.0f - p), seed, args))
 }
 void dropout_backward(DType t, const void* dy, const uint8_t* mask, void* dx, int64_t n, float p, cudaStream_t s) {
-  DISPATCH(t, dropout_backward_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(dy), mask, static_cast<T*>(dx), n,
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, dropout_backward_k<T>)(static_cast<const T*>(dy), mask, static_cast<T*>(dx), n,
                                                                         1.0f / (1.0f - p)))
 }
 void softmax_cross_entropy(DType t, const void* logits, const int32_t* labels, int64_t rows, int64_t classes, int64_t valid,
                            float eps, double* loss_sum, int32_t* correct, void* dlogits, const float* loss_scale, cudaStream_t s) {
   if (rows <= 0) return;
-  DISPATCH(t, softmax_ce_k<T><<<unsigned(rows), 64, 0, s>>>(static_cast<const T*>(logits), labels, classes, valid, eps, loss_sum,
+  DISPATCH(t, LAUNCH(unsigned(rows), 64, 0, s, softmax_ce_k<T>)(static_cast<const T*>(logits), labels, classes, valid, eps, loss_sum,
                                                             correct, static_cast<T*>(dlogits), loss_scale))
 }
 void pool_forward(DType t, const PoolShape& p, const void* x, void* y, cudaStream_t s) {
   const int64_t total = p.planes * p.out_h * p.out_w;
-  DISPATCH(t, pool_forward_k<T><<<blocks_for(total), kThreads, 0, s>>>(p, static_cast<const T*>(x), static_cast<T*>(y)))
+  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool_forward_k<T>)(p, static_cast<const T*>(x), static_cast<T*>(y)))
 }
 void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, void* dx, cudaStream_t s) {
   const int64_t total = p.planes * p.h * p.w;
-  DISPATCH(t, pool_backward_k<T><<<blocks_for(total), kThreads, 0, s>>>(p, static_cast<const T*>(x), static_cast<const T*>(dy),
+  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool_backward_k<T>)(p, static_cast<const T*>(x), static_cast<const T*>(dy),
                                                                          static_cast<T*>(dx)))
 }
 void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
   const int64_t total = outer * channels * inner;
-  DISPATCH(t, add_bias_k<T><<<blocks_for(total), kThreads, 0, s>>>(static_cast<T*>(y), bias, total, channels, inner))
+  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, add_bias_k<T>)(static_cast<T*>(y), bias, total, channels, inner))
 }
 void bias_grad(DType t, const void* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
   if (channels <= 0) return;
-  DISPATCH(t, bias_grad_k<T><<<unsigned(channels), kThreads, 0, s>>>(static_cast<const T*>(dy), db, outer, channels, inner))
+  DISPATCH(t, LAUNCH(unsigned(channels), kThreads, 0, s, bias_grad_k<T>)(static_cast<const T*>(dy), db, outer, channels, inner))
 }
 void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s) {
-  DISPATCH(t, to_f32_k<T><<<blocks_for(n), kThreads, 0, s>>>(static_cast<const T*>(x), out, n))
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, to_f32_k<T>)(static_cast<const T*>(x), out, n))
 }
 void cast_from_f32(DType t, const float* x, void* out, int64_t n, cudaStream_t s) {
-  DISPATCH(t, from_f32_k<T><<<blocks_for(n), kThreads, 0, s>>>(x, static_cast<T*>(out), n))
+  DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, from_f32_k<T>)(x, static_cast<T*>(out), n))
 }
 void cast_from_f32_to_nhwc(DType t, const float* nchw, void* nhwc, int64_t n, int64_t channels, int64_t hw, cudaStream_t s) {
   const int64_t total = n * channels * hw;
-  DISPATCH(t, change_layout_k<float, T><<<blocks_for(total), kThreads, 0, s>>>(nchw, static_cast<T*>(nhwc), n, channels, hw, Layout::nhwc))
+  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, change_layout_k<float, T>)(nchw, static_cast<T*>(nhwc), n, channels, hw, Layout::nhwc))
 }
 void change_layout(DType t, const void* x, void* y, int64_t n, int64_t channels, int64_t hw, Layout from, cudaStream_t s) {
   const int64_t total = n * channels * hw;
   const Layout to = from == Layout::nchw ? Layout::nhwc : Layout::nchw;
-  DISPATCH(t, change_layout_k<T, T><<<blocks_for(total), kThreads, 0, s>>>(static_cast<const T*>(x), static_cast<T*>(y), n, channels, hw, to))
+  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, change_layout_k<T, T>)(static_cast<const T*>(x), static_cast<T*>(y), n, channels, hw, to))
 }
-void update_loss_scale(LossScale* ls, cudaStream_t s) { update_loss_scale_k<<<1, 1, 0, s>>>(ls); }
+void update_loss_scale(LossScale* ls, cudaStream_t s) { LAUNCH(1, 1, 0, s, update_loss_scale_k)(ls); }
 void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels, int64_t hw, const float* scale,
                   const float* shift, cudaStream_t s) {
   const int64_t total = n * channels * hw;
-  normalize_k<<<blocks_for(total), kThreads, 0, s>>>(images, out, total, channels, hw, scale, shift);
+  LAUNCH(blocks_for(total), kThreads, 0, s, normalize_k)(images, out, total, channels, hw, scale, shift);
 }
-void empty_kernel(cudaStream_t s) { empty_k<<<1, 1, 0, s>>>(); }
-void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s) { copy_k<<<blocks_for(n), kThreads, 0, s>>>(a, b, n); }
+void empty_kernel(cudaStream_t s) { LAUNCH(1, 1, 0, s, empty_k)(); }
+void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s) { LAUNCH(blocks_for(n), kThreads, 0, s, copy_k)(a, b, n); }
 void stream_triad(float* a, const float* b, const float* c, float scalar, int64_t n, cudaStream_t s) {
-  triad_k<<<blocks_for(n), kThreads, 0, s>>>(a, b, c, scalar, n);
+  LAUNCH(blocks_for(n), kThreads, 0, s, triad_k)(a, b, c, scalar, n);
 }
-void stream_read(const float* x, int64_t n, double* out, cudaStream_t s) { read_k<<<blocks_for(n), kThreads, 0, s>>>(x, n, out); }
-void fill(float* x, int64_t n, float value, cudaStream_t s) { fill_k<<<blocks_for(n), kThreads, 0, s>>>(x, n, value); }
+void stream_read(const float* x, int64_t n, double* out, cudaStream_t s) { LAUNCH(blocks_for(n), kThreads, 0, s, read_k)(x, n, out); }
+void fill(float* x, int64_t n, float value, cudaStream_t s) { LAUNCH(blocks_for(n), kThreads, 0, s, fill_k)(x, n, value); }
 
 }  // namespace dlperf::cuda

@@ -1,0 +1,459 @@
+// dlperf's own CUDA kernels (kernels.cu, batchnorm.cu) against the float64 reference and the
+// CPU engine, op by op. Built twice (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda),
+// and in dlperf_emu_tests (suite CudaEmu) under the CPU emulation, so every CI run executes the
+// kernels' code, GPU or not.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cuda_kernel_util.h"
+
+// A CPU-only build has neither the kernels nor their emulation.
+#if defined(DLPERF_HAVE_CUDA) || defined(DLPERF_CUDA_EMULATION)
+#include "backend/cpu/ops.h"
+#include "backend/cuda/batchnorm.h"
+#include "backend/cuda/bn_split.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/loss_scale.h"
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "nn/optimizer.h"
+
+namespace dlperf::test {
+namespace {
+
+TEST(KERNEL_SUITE, ElementwiseKernelsMatchTheReference) {
+  REQUIRE_GPU();
+  const size_t n = 100003;  // not a multiple of the block size
+  const auto x = randn(n, 1), b = randn(n, 2);
+  Dev<float> dx(x), db(b), y(n), dy(b), g(n);
+  cuda::relu_forward(dx.p, y.p, int64_t(n), nullptr);
+  const auto yh = y.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(yh[i], x[i] > 0 ? x[i] : 0.f);
+  cuda::relu_backward(y.p, dy.p, g.p, int64_t(n), nullptr);
+  const auto gh = g.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(gh[i], yh[i] > 0 ? b[i] : 0.f);
+  cuda::add(dx.p, db.p, y.p, int64_t(n), nullptr);
+  const auto sum = y.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(sum[i], double(x[i]) + double(b[i]), 1e-6);
+}
+
+TEST(KERNEL_SUITE, DropoutDrawsTheCpuEnginesMask) {
+  REQUIRE_GPU();
+  const size_t n = 50000;
+  const float p = 0.25f;
+  const uint64_t step_seed = hash_coords(7, 3);
+  const auto x = randn(n, 3);
+  Dev<float> dx(x), y(n), back(n);
+  Dev<uint8_t> mask(n);
+  cuda::dropout_forward(dx.p, y.p, mask.p, int64_t(n), p, step_seed, nullptr, nullptr);
+  const auto yh = y.host();
+  const auto mh = mask.host();
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p;  // cpu::Dropout's rule
+    ASSERT_EQ(bool(mh[i]), keep) << i;
+    ASSERT_NEAR(yh[i], keep ? x[i] / (1 - p) : 0.f, 1e-6);
+    kept += keep;
+  }
+  EXPECT_NEAR(double(kept) / double(n), 0.75, 0.01);
+  cuda::dropout_backward(dx.p, mask.p, back.p, int64_t(n), p, nullptr);
+  const auto bh = back.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], mh[i] ? x[i] / (1 - p) : 0.f, 1e-6);
+}
+
+TEST(KERNEL_SUITE, SoftmaxCrossEntropyMatchesTheCpuLoss) {
+  REQUIRE_GPU();
+  const int64_t rows = 37, classes = 10, valid = 33;
+  const auto z = randn(size_t(rows * classes), 4);
+  std::vector<int32_t> labels(static_cast<size_t>(rows), 0);
+  for (int64_t i = 0; i < rows; ++i) labels[size_t(i)] = int32_t((i * 7) % classes);
+  for (float eps : {0.0f, 0.1f}) {
+    std::vector<float> cpu_grad(size_t(rows * classes));
+    const auto ref = cpu::softmax_cross_entropy(z.data(), labels.data(), rows, classes, valid, eps, cpu_grad.data());
+    Dev<float> dz(z), grad(size_t(rows * classes));
+    Dev<int32_t> dl(labels), correct(1);
+    Dev<double> loss(1);
+    cuda::softmax_cross_entropy(dz.p, dl.p, rows, classes, valid, eps, loss.p, correct.p, grad.p, nullptr);
+    EXPECT_NEAR(loss.host()[0] / double(valid), ref.loss, 1e-9);
+    EXPECT_EQ(correct.host()[0], ref.correct);
+    const auto gh = grad.host();
+    for (size_t i = 0; i < gh.size(); ++i) ASSERT_NEAR(gh[i], cpu_grad[i], 1e-6) << i;
+  }
+}
+
+TEST(KERNEL_SUITE, OptimizerUpdatesMatchTheCpuOptimizer) {
+  REQUIRE_GPU();
+  const size_t n = 4099;
+  for (const char* name : {"sgd", "adamw"}) {
+    SCOPED_TRACE(name);
+    auto w = randn(n, 5);
+    const auto g = randn(n, 6);
+    nn::OptimizerConfig cfg;
+    cfg.name = name;
+    cfg.weight_decay = 0.01;
+    std::vector<float> w_cpu = w, g_cpu = g;
+    nn::Optimizer opt(cfg, {{w_cpu.data(), g_cpu.data(), n}});
+    Dev<float> dw(w), dg(g), m(n), v(n);
+    for (int64_t step = 1; step <= 3; ++step) {
+      opt.step(0.05);
+      if (cfg.name == "sgd")
+        cuda::sgd_update(dw.p, dg.p, m.p, int64_t(n), 0.05f, float(cfg.momentum), float(cfg.weight_decay), cfg.nesterov, nullptr, nullptr, nullptr);
+      else
+        cuda::adamw_update(dw.p, dg.p, m.p, v.p, int64_t(n), 0.05f, float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
+                           float(cfg.weight_decay), step, nullptr, nullptr, nullptr);
+    }
+    const auto wh = dw.host();
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(wh[i], w_cpu[i], 1e-5 * (1 + std::fabs(w_cpu[i]))) << i;
+  }
+}
+
+// Mixed precision's one-launch update: the first gradients come from a half buffer, the first
+// weights go to one too, and everything else is the plain update; fp16's unscale reads the half
+// gradients likewise. Reference: the CPU optimizer on the gradients as the half buffer holds them.
+TEST(KERNEL_SUITE, OptimizerReadsAndWritesTheHalfCopies) {
+  REQUIRE_GPU();
+  const size_t n = 4099, grads_h = 1000, weights_h = 3000;
+  for (const auto t : {cuda::DType::bf16, cuda::DType::f16}) {
+    for (const char* name : {"sgd", "adamw"}) {
+      SCOPED_TRACE(fmt::format("{} {}", name, t == cuda::DType::bf16 ? "bf16" : "fp16"));
+      const auto w = randn(n, 5), g = randn(n, 6);
+      Dev<float> dw(w), dg(g), m(n), v(n), g_half32(grads_h);
+      Dev<uint16_t> gh(grads_h), wh(weights_h);
+      // The half gradients, and the fp32 values they stand for (the fp32 buffer's copy is stale).
+      cuda::cast_from_f32(t, dg.p, gh.p, int64_t(grads_h), nullptr);
+      cuda::cast_to_f32(t, gh.p, g_half32.p, int64_t(grads_h), nullptr);
+      std::vector<float> g_cpu = g, w_cpu = w;
+      const auto gh32 = g_half32.host();
+      std::copy(gh32.begin(), gh32.end(), g_cpu.begin());
+      nn::OptimizerConfig cfg;
+      cfg.name = name;
+      cfg.weight_decay = 0.01;
+      nn::Optimizer opt(cfg, {{w_cpu.data(), g_cpu.data(), n}});
+      const cuda::HalfCopies half{t, gh.p, int64_t(grads_h), wh.p, int64_t(weights_h)};
+      for (int64_t step = 1; step <= 3; ++step) {
+        opt.step(0.05);
+        if (cfg.name == "sgd")
+          cuda::sgd_update(dw.p, dg.p, m.p, int64_t(n), 0.05f, float(cfg.momentum), float(cfg.weight_decay), cfg.nesterov, nullptr,
+                           nullptr, nullptr, half);
+        else
+          cuda::adamw_update(dw.p, dg.p, m.p, v.p, int64_t(n), 0.05f, float(cfg.beta1), float(cfg.beta2), float(cfg.eps),
+                             float(cfg.weight_decay), step, nullptr, nullptr, nullptr, half);
+      }
+      const auto w_gpu = dw.host();
+      for (size_t i = 0; i < n; ++i) ASSERT_NEAR(w_gpu[i], w_cpu[i], 1e-5 * (1 + std::fabs(w_cpu[i]))) << i;
+      // The half copy holds the fp32 weights rounded, exactly as the cast kernel rounds them.
+      Dev<uint16_t> rounded(weights_h);
+      cuda::cast_from_f32(t, dw.p, rounded.p, int64_t(weights_h), nullptr);
+      EXPECT_EQ(wh.host(), rounded.host());
+    }
+    // Unscaling reads the half gradients into fp32 and finds an overflow among them.
+    std::vector<float> g32 = {8.f, 8.f, 8.f};
+    Dev<float> dg(g32), two(std::vector<float>{2.f, 4.f}), inf(std::vector<float>{INFINITY});
+    Dev<uint16_t> gh(2), gh_inf(1);
+    Dev<int32_t> found(1);
+    cuda::cast_from_f32(t, two.p, gh.p, 2, nullptr);
+    cuda::unscale_and_check(dg.p, 3, 0.5f, found.p, nullptr, nullptr, t, gh.p, 2);
+    EXPECT_EQ(dg.host(), (std::vector<float>{1.f, 2.f, 4.f}));
+    EXPECT_EQ(found.host()[0], 0);
+    cuda::cast_from_f32(t, inf.p, gh_inf.p, 1, nullptr);
+    cuda::unscale_and_check(dg.p, 3, 1.f, found.p, nullptr, nullptr, t, gh_inf.p, 1);
+    EXPECT_EQ(found.host()[0], 1);
+  }
+}
+
+TEST(KERNEL_SUITE, CastsRoundTripWithinTheFormatsPrecision) {
+  REQUIRE_GPU();
+  const size_t n = 10000;
+  const auto x = randn(n, 8);
+  Dev<float> dx(x), back(n);
+  Dev<uint16_t> half(n);
+  cuda::cast_from_f32(cuda::DType::bf16, dx.p, half.p, int64_t(n), nullptr);
+  cuda::cast_to_f32(cuda::DType::bf16, half.p, back.p, int64_t(n), nullptr);
+  auto bh = back.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], x[i], std::fabs(x[i]) * 0x1p-8 + 1e-30) << i;  // 8 significant bits
+  cuda::cast_from_f32(cuda::DType::f16, dx.p, half.p, int64_t(n), nullptr);
+  cuda::cast_to_f32(cuda::DType::f16, half.p, back.p, int64_t(n), nullptr);
+  bh = back.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_NEAR(bh[i], x[i], std::fabs(x[i]) * 0x1p-11 + 6e-8) << i;  // 11 bits, subnormals
+  // Loss scaling: an inf is found, finite values are unscaled.
+  std::vector<float> g = {2.f, 4.f, INFINITY};
+  Dev<float> dg(g);
+  Dev<int32_t> found(1);
+  cuda::unscale_and_check(dg.p, 2, 0.5f, found.p, nullptr);
+  EXPECT_EQ(found.host()[0], 0);
+  EXPECT_EQ(dg.host()[1], 2.f);
+  cuda::unscale_and_check(dg.p, 3, 1.f, found.p, nullptr);
+  EXPECT_EQ(found.host()[0], 1);
+}
+
+TEST(KERNEL_SUITE, NormalizeMatchesTheLoadersFormula) {
+  REQUIRE_GPU();
+  const int64_t n = 3, c = 2, hw = 5;
+  std::vector<uint8_t> img(size_t(n * c * hw));
+  for (size_t i = 0; i < img.size(); ++i) img[i] = uint8_t(i * 37);
+  const std::vector<float> scale = {0.5f, 2.f}, shift = {-1.f, 3.f};
+  Dev<uint8_t> di(img);
+  Dev<float> out(img.size()), ds(scale), dsh(shift);
+  cuda::normalize_u8(di.p, out.p, n, c, hw, ds.p, dsh.p, nullptr);
+  const auto o = out.host();
+  for (size_t i = 0; i < o.size(); ++i) {
+    const size_t ch = (i / size_t(hw)) % size_t(c);
+    ASSERT_EQ(o[i], float(img[i]) * scale[ch] + shift[ch]);
+  }
+}
+
+// Pooling (max with padding, average counting padding, global average), forward and backward,
+// against the float64 reference in fp32, and in bf16 and fp16 to their precision.
+TEST(KERNEL_SUITE, PoolingMatchesTheReference) {
+  REQUIRE_GPU();
+  const Dims xd{2, 3, 9, 7};
+  const auto x = randn(size_t(numel(xd)), 21);
+  ref::Vec x64(x.begin(), x.end());
+  for (const PoolCase& c : kPoolCases)
+  for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+    SCOPED_TRACE(fmt::format("{} {}", c.name, cuda::to_string(layout)));
+    ops::OpAttrs a;
+    const cuda::PoolShape p = pool_shape(c, xd, layout, a);
+    const Dims yd{xd[0], xd[1], p.out_h, p.out_w};
+    const size_t ny = size_t(p.planes * p.out_h * p.out_w);
+    const auto dy = randn(ny, 22);
+    // The device holds both in the layout; results come back to NCHW for the comparison.
+    const auto xl = to_layout(x, xd, layout), dyl = to_layout(dy, yd, layout);
+    auto nchw_y = [&](const std::vector<float>& v) { return from_layout(v, yd, layout); };
+    auto nchw_x = [&](const std::vector<float>& v) { return from_layout(v, xd, layout); };
+    ref::Vec dy64(dy.begin(), dy.end());
+    ref::Vec y_ref, dx_ref;
+    pool_reference(c, x64, xd, a, dy64, y_ref, dx_ref);
+    ASSERT_EQ(y_ref.size(), ny);
+    Dev<float> dx(xl), ddy(dyl), y(ny), g(x.size());
+    cuda::pool_forward(cuda::DType::f32, p, dx.p, y.p, nullptr);
+    cuda::pool_backward(cuda::DType::f32, p, dx.p, ddy.p, g.p, nullptr);
+    const auto yh = nchw_y(y.host()), gh = nchw_x(g.host());
+    for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(yh[i], y_ref[i], 1e-5) << i;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gh[i], dx_ref[i], 1e-5) << i;
+    for (cuda::DType t : {cuda::DType::bf16, cuda::DType::f16}) {
+      const double tol = t == cuda::DType::bf16 ? 2e-2 : 2e-3;
+      Dev<uint16_t> hx(to_half(t, xl)), hdy(to_half(t, dyl)), hy(ny), hg(x.size());
+      cuda::pool_forward(t, p, hx.p, hy.p, nullptr);
+      cuda::pool_backward(t, p, hx.p, hdy.p, hg.p, nullptr);
+      const auto yt = nchw_y(from_device(t, hy.p, ny));
+      for (size_t i = 0; i < ny; ++i) ASSERT_NEAR(yt[i], y_ref[i], tol * (1 + std::fabs(y_ref[i]))) << i;
+      if (!p.max) {  // a max's gradient may pick another element where rounding made a tie
+        const auto gt = nchw_x(from_device(t, hg.p, x.size()));
+        for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(gt[i], dx_ref[i], tol * (1 + std::fabs(dx_ref[i]))) << i;
+      }
+    }
+  }
+}
+
+// dlperf's batchnorm kernels (with and without the fused relu) against the float64 reference:
+// training forward, running statistics, inference forward and backward, in fp32, bf16 and fp16,
+// on shapes that take one block a channel and several. The mean sits far from zero on purpose
+// (the one-pass variance must not cancel). Half types compare against the reference fed the
+// same rounded inputs, so the tolerance covers the kernels' arithmetic and the output's rounding.
+TEST(KERNEL_SUITE, BatchnormMatchesTheReference) {
+  REQUIRE_GPU();
+  // NCHW: one block a channel, and split. NHWC: one tile, two tiles (the second partial), split,
+  // and more rows than kBnMaxRowSplits blocks of kBnRowsPerBlock.
+  for (const Dims& xd : {Dims{2, 5, 3, 7}, Dims{64, 3, 16, 16}, Dims{300, 2, 8, 8}, Dims{4, 40, 5, 5}, Dims{1100, 2, 16, 16}})
+    for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc})
+      for (bool relu : {false, true})
+      for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16, cuda::DType::f16}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} {} relu {} type {}", xd[0], xd[1], xd[2], xd[3], cuda::to_string(layout), relu, int(t)));
+        const int64_t C = xd[1], M = xd[0] * xd[2] * xd[3];
+        const size_t count = size_t(numel(xd));
+        std::vector<float> x = randn(count, 41), dy = randn(count, 42), gamma = randn(size_t(C), 43), beta = randn(size_t(C), 44);
+        for (auto& v : x) v = 5.f + 3.f * v;
+        x = to_layout(x, xd, layout), dy = to_layout(dy, xd, layout);  // stored in the layout; compared in NCHW
+        const bool half = t != cuda::DType::f32;
+        const double tol = t == cuda::DType::bf16 ? 2e-2 : half ? 3e-3 : 2e-5;
+        // Device inputs in the type, and the values the kernels actually see.
+        Dev<float> fx(x), fdy(dy);
+        Dev<uint16_t> hx(half ? to_half(t, x) : std::vector<uint16_t>(1)), hdy(half ? to_half(t, dy) : std::vector<uint16_t>(1));
+        Dev<float> fy(count), fdx(count);
+        Dev<uint16_t> hy(half ? count : 1), hdx(half ? count : 1);
+        const void* dx_in = half ? static_cast<const void*>(hx.p) : fx.p;
+        const void* ddy = half ? static_cast<const void*>(hdy.p) : fdy.p;
+        void* dev_y = half ? static_cast<void*>(hy.p) : fy.p;
+        void* dev_dx = half ? static_cast<void*>(hdx.p) : fdx.p;
+        const std::vector<float> xs = from_layout(from_device(t, dx_in, count), xd, layout),
+                                 dys = from_layout(from_device(t, ddy, count), xd, layout);
+        auto read = [&](const void* d) { return from_layout(from_device(t, d, count), xd, layout); };
+
+        const size_t cn = static_cast<size_t>(C);
+        Dev<float> g(gamma), b(beta), rm(std::vector<float>(cn, 0.f)), rv(std::vector<float>(cn, 1.f)), bm(cn), bi(cn), dg(cn), db(cn);
+        Dev<uint8_t> ws(size_t(cuda::bn_workspace_bytes(xd[0], C, xd[2] * xd[3], layout == cuda::Layout::nhwc)));
+        const cuda::BatchnormShape shape{xd[0], C, xd[2] * xd[3], layout};
+        cuda::BatchnormParams p;
+        p.gamma = g.p, p.beta = b.p, p.running_mean = rm.p, p.running_var = rv.p, p.batch_mean = bm.p, p.batch_inv_std = bi.p;
+        p.eps = 1e-5f, p.momentum = 0.1f, p.relu = relu;
+
+        const ref::Vec x64(xs.begin(), xs.end()), g64(gamma.begin(), gamma.end()), b64(beta.begin(), beta.end());
+        ref::Vec mean, var;
+        ref::Vec y_ref = ref::batchnorm_forward_train(x64, xd, g64, b64, 1e-5, mean, var);
+        if (relu) y_ref = ref::relu_forward(y_ref);
+        cuda::batchnorm_forward_train(t, shape, p, dx_in, dev_y, ws.p, nullptr);
+        const auto y = read(dev_y);
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(y[i], y_ref[i], tol * (1 + std::fabs(y_ref[i]))) << i;
+        const auto rmh = rm.host(), rvh = rv.host(), inv = bi.host();
+        for (int64_t c = 0; c < C; ++c) {
+          const size_t k = size_t(c);
+          EXPECT_NEAR(rmh[k], 0.1 * mean[k], 1e-5 * (1 + std::fabs(mean[k])));
+          EXPECT_NEAR(rvh[k], 0.9 + 0.1 * var[k] * double(M) / double(M - 1), 1e-5 * (1 + var[k]));
+          EXPECT_NEAR(inv[k], 1 / std::sqrt(var[k] + 1e-5), 1e-5 / std::sqrt(var[k]));
+        }
+
+        // Backward from the forward's output (the relu's mask) and saved statistics.
+        ref::Vec dy64(dys.begin(), dys.end());
+        if (relu)
+          for (size_t i = 0; i < count; ++i) dy64[i] = y[i] > 0 ? dy64[i] : 0.0;
+        ref::Vec dx_ref, dg_ref, db_ref;
+        ref::batchnorm_backward(x64, xd, g64, mean, var, 1e-5, dy64, dx_ref, dg_ref, db_ref);
+        cuda::batchnorm_backward(t, shape, p, dx_in, dev_y, ddy, dev_dx, dg.p, db.p, ws.p, nullptr);
+        const auto dx = read(dev_dx), dgh = dg.host(), dbh = db.host();
+        double dx_scale = 0;
+        for (double v : dx_ref) dx_scale = std::max(dx_scale, std::fabs(v));
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(dx[i], dx_ref[i], tol * (1 + dx_scale)) << i;
+        for (int64_t c = 0; c < C; ++c) {
+          const size_t k = size_t(c);
+          EXPECT_NEAR(dgh[k], dg_ref[k], 1e-4 * (std::sqrt(double(M)) + std::fabs(dg_ref[k])));
+          EXPECT_NEAR(dbh[k], db_ref[k], 1e-4 * (std::sqrt(double(M)) + std::fabs(db_ref[k])));
+        }
+        // Without dx (the model's first layer), the parameter gradients are the same.
+        cuda::batchnorm_backward(t, shape, p, dx_in, dev_y, ddy, nullptr, dg.p, db.p, ws.p, nullptr);
+        EXPECT_EQ(dg.host(), dgh);
+
+        // Inference with the running statistics the step left.
+        const auto rm_now = rm.host(), rv_now = rv.host();
+        ref::Vec y_eval = ref::batchnorm_forward_eval(x64, xd, g64, b64, ref::Vec(rm_now.begin(), rm_now.end()),
+                                                      ref::Vec(rv_now.begin(), rv_now.end()), 1e-5);
+        if (relu) y_eval = ref::relu_forward(y_eval);
+        cuda::batchnorm_forward_eval(t, shape, p, dx_in, dev_y, ws.p, nullptr);
+        const auto ye = read(dev_y);
+        for (size_t i = 0; i < count; ++i) ASSERT_NEAR(ye[i], y_eval[i], tol * (1 + std::fabs(y_eval[i]))) << i;
+      }
+}
+
+// The element-wise kernels and the loss in bf16 and fp16 agree with fp32 to the type's precision.
+TEST(KERNEL_SUITE, HalfPrecisionKernelsTrackFp32) {
+  REQUIRE_GPU();
+  const size_t n = 6000;
+  const auto x = randn(n, 31), b = randn(n, 32);
+  Dev<float> fy(n);
+  Dev<uint8_t> mask(n);
+  for (cuda::DType t : {cuda::DType::bf16, cuda::DType::f16}) {
+    SCOPED_TRACE(t == cuda::DType::bf16 ? "bf16" : "fp16");
+    const double tol = t == cuda::DType::bf16 ? 1e-2 : 1e-3;
+    Dev<uint16_t> hx(to_half(t, x)), hb(to_half(t, b)), hy(n);
+    // The fp32 kernels run on the values the half ones see (the inputs rounded to the type), so
+    // what differs is the half kernels' own rounding: a tolerance on the inputs' rounding would
+    // have to grow where an add cancels.
+    Dev<float> rx(from_device(t, hx.p, n)), rb(from_device(t, hb.p, n));
+    auto near = [&](const std::vector<float>& got, const std::vector<float>& want) {
+      for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got[i], want[i], tol * (1 + std::fabs(want[i]))) << i;
+    };
+    cuda::relu_forward(rx.p, fy.p, int64_t(n), nullptr);
+    cuda::relu_forward(t, hx.p, hy.p, int64_t(n), nullptr);
+    near(from_device(t, hy.p, n), fy.host());
+    cuda::add(rx.p, rb.p, fy.p, int64_t(n), nullptr);
+    cuda::add(t, hx.p, hb.p, hy.p, int64_t(n), nullptr);
+    near(from_device(t, hy.p, n), fy.host());
+    cuda::dropout_forward(rx.p, fy.p, mask.p, int64_t(n), 0.3f, 99, nullptr, nullptr);
+    cuda::dropout_forward(t, hx.p, hy.p, mask.p, int64_t(n), 0.3f, 99, nullptr, nullptr);
+    near(from_device(t, hy.p, n), fy.host());
+    const int64_t rows = 60, classes = 100;
+    std::vector<int32_t> labels(static_cast<size_t>(rows), 0);
+    for (int64_t r = 0; r < rows; ++r) labels[size_t(r)] = int32_t((r * 13) % classes);
+    Dev<int32_t> dl(labels), c32(1), c16(1);
+    Dev<double> l32(1), l16(1);
+    Dev<float> g32(n);
+    Dev<uint16_t> g16(n);
+    cuda::softmax_cross_entropy(rx.p, dl.p, rows, classes, rows, 0.1f, l32.p, c32.p, g32.p, nullptr);
+    cuda::softmax_cross_entropy(t, hx.p, dl.p, rows, classes, rows, 0.1f, l16.p, c16.p, g16.p, nullptr, nullptr);
+    EXPECT_NEAR(l16.host()[0], l32.host()[0], tol * l32.host()[0]);
+    near(from_device(t, g16.p, n), g32.host());
+    Dev<float> db32(static_cast<size_t>(classes)), db16(static_cast<size_t>(classes));
+    cuda::bias_grad(rx.p, db32.p, rows, classes, 1, nullptr);
+    cuda::bias_grad(t, hx.p, db16.p, rows, classes, 1, nullptr);
+    const auto d32 = db32.host(), d16 = db16.host();
+    for (int64_t c = 0; c < classes; ++c) ASSERT_NEAR(d16[size_t(c)], d32[size_t(c)], 10 * tol * (1 + std::fabs(d32[size_t(c)])));
+  }
+}
+
+// fp16's dynamic loss scale: an overflow halves the scale and skips the step; 2000 clean steps
+// double it.
+TEST(KERNEL_SUITE, LossScaleSkipsOverflowsAndGrowsBack) {
+  REQUIRE_GPU();
+  Dev<cuda::LossScale> ls(std::vector<cuda::LossScale>{cuda::LossScale{}});
+  Dev<float> g(std::vector<float>{1.f, INFINITY, 2.f});
+  cuda::unscale_and_check(g.p, 3, 1.f, &ls.p->found_inf, nullptr, &ls.p->scale);
+  cuda::update_loss_scale(ls.p, nullptr);
+  auto s = ls.host()[0];
+  EXPECT_EQ(s.scale, 32768.f);
+  EXPECT_EQ(s.skipped, 1);
+  EXPECT_EQ(s.found_inf, 0);
+  Dev<float> ok_g(std::vector<float>{32768.f, -65536.f});
+  for (int i = 0; i < 2000; ++i) cuda::update_loss_scale(ls.p, nullptr);
+  s = ls.host()[0];
+  EXPECT_EQ(s.scale, 65536.f);
+  EXPECT_EQ(s.skipped, 1);
+  cuda::unscale_and_check(ok_g.p, 2, 1.f, &ls.p->found_inf, nullptr, &ls.p->scale);
+  EXPECT_EQ(ok_g.host(), (std::vector<float>{0.5f, -1.f}));
+}
+
+// The on-device loader builds the host loader's batches: same order, crops, flips and
+// normalization.
+TEST(KERNEL_SUITE, OnDeviceBatchesMatchTheHostLoader) {
+  REQUIRE_GPU();
+  data::Dataset d = data::make_synthetic(200, 3, 10, 12, 10, 4);
+  d.flip_ok = true;
+  std::vector<float> mean, stddev;
+  data::channel_stats(d, mean, stddev);
+  data::LoaderConfig lc;
+  lc.batch = 32;
+  lc.seed = 11;
+  lc.augment = true;
+  lc.shuffle = true;
+  data::Loader loader(d, lc, mean, stddev);
+  const int64_t epoch = 2;
+  loader.start_epoch(epoch);
+  const auto order64 = data::epoch_order(d.size(), true, lc.seed, epoch);
+  std::vector<int32_t> order(order64.begin(), order64.end());
+  std::vector<float> norm;
+  for (size_t c = 0; c < 3; ++c) norm.push_back(1.0f / (255.0f * stddev[c]));
+  for (size_t c = 0; c < 3; ++c) norm.push_back(-mean[c] / stddev[c]);
+  Dev<uint8_t> images(d.images), labels(d.labels);
+  Dev<int32_t> dorder(order), out_labels(size_t(lc.batch));
+  Dev<float> dnorm(norm), out(size_t(lc.batch * d.image_bytes()));
+  cuda::StepArgs args;
+  args.epoch = epoch;
+  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+    const data::Batch* hb = loader.next();
+    ASSERT_NE(hb, nullptr);
+    args.batch = b;
+    Dev<cuda::StepArgs> dargs(std::vector<cuda::StepArgs>{args});
+    const cuda::DeviceImages view{images.p, labels.p, d.size(), d.channels, d.height, d.width};
+    cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, out.p,
+                       out_labels.p, nullptr);
+    const auto x = out.host();
+    const auto y = out_labels.host();
+    for (int64_t i = 0; i < lc.batch; ++i) ASSERT_EQ(y[size_t(i)], hb->labels[size_t(i)]) << "batch " << b << " row " << i;
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], hb->data()[i], 1e-5) << "batch " << b << " element " << i;
+    // Gathered straight into bf16 NHWC (a mixed-precision network's stored input): the fp32
+    // batch cast and transposed, bit for bit, as the cast kernel would make it.
+    Dev<uint16_t> stored(x.size()), expected(x.size());
+    cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, stored.p,
+                       out_labels.p, nullptr, cuda::DType::bf16, cuda::Layout::nhwc);
+    cuda::cast_from_f32_to_nhwc(cuda::DType::bf16, out.p, expected.p, lc.batch, d.channels, d.height * d.width, nullptr);
+    ASSERT_EQ(stored.host(), expected.host()) << "batch " << b;
+  }
+}
+
+}  // namespace
+}  // namespace dlperf::test
+
+#endif
