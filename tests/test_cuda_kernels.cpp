@@ -384,6 +384,65 @@ TEST(KERNEL_SUITE, HalfPrecisionKernelsTrackFp32) {
   }
 }
 
+// The layout moves (the NHWC input cast, a flatten's transposes) and the bias kernels in both of a
+// convolution's layouts, against host loops; in bf16 against the same loops on rounded values.
+TEST(KERNEL_SUITE, LayoutAndBiasKernelsMatchHostLoops) {
+  REQUIRE_GPU();
+  const Dims d{3, 5, 4, 6};  // N, C, H, W
+  const int64_t n = d[0], c = d[1], hw = d[2] * d[3];
+  const size_t count = size_t(numel(d));
+  const auto x = randn(count, 61), bias = randn(size_t(c), 62);
+  Dev<float> dx(x), dbias(bias), out(count), back(count);
+  cuda::cast_from_f32_to_nhwc(cuda::DType::f32, dx.p, out.p, n, c, hw, nullptr);
+  EXPECT_EQ(out.host(), to_layout(x, d, cuda::Layout::nhwc));
+  cuda::change_layout(cuda::DType::f32, out.p, back.p, n, c, hw, cuda::Layout::nhwc, nullptr);
+  EXPECT_EQ(back.host(), x);
+  cuda::change_layout(cuda::DType::f32, back.p, out.p, n, c, hw, cuda::Layout::nchw, nullptr);
+  EXPECT_EQ(out.host(), to_layout(x, d, cuda::Layout::nhwc));
+  // bf16: the cast rounds once, the transposes move bits.
+  Dev<uint16_t> h(count), h_back(count);
+  cuda::cast_from_f32_to_nhwc(cuda::DType::bf16, dx.p, h.p, n, c, hw, nullptr);
+  const std::vector<float> rounded = from_device(cuda::DType::bf16, Dev<uint16_t>(to_half(cuda::DType::bf16, x)).p, count);
+  EXPECT_EQ(from_device(cuda::DType::bf16, h.p, count), to_layout(rounded, d, cuda::Layout::nhwc));
+  cuda::change_layout(cuda::DType::bf16, h.p, h_back.p, n, c, hw, cuda::Layout::nhwc, nullptr);
+  EXPECT_EQ(from_device(cuda::DType::bf16, h_back.p, count), rounded);
+
+  // A conv's bias as the executor adds it: NCHW (outer N, inner H*W) and NHWC (outer N*H*W, inner 1).
+  for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+    SCOPED_TRACE(cuda::to_string(layout));
+    const bool nhwc = layout == cuda::Layout::nhwc;
+    const int64_t outer = nhwc ? n * hw : n, inner = nhwc ? 1 : hw;
+    const auto stored = to_layout(x, d, layout);
+    Dev<float> y(stored), dy(stored), db(static_cast<size_t>(c));
+    cuda::add_bias(y.p, dbias.p, outer, c, inner, nullptr);
+    const auto got = from_layout(y.host(), d, layout);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], x[i] + bias[(i / size_t(hw)) % size_t(c)]) << i;
+    cuda::bias_grad(dy.p, db.p, outer, c, inner, nullptr);
+    std::vector<double> want(size_t(c), 0.0);
+    for (size_t i = 0; i < count; ++i) want[(i / size_t(hw)) % size_t(c)] += x[i];
+    const auto dbh = db.host();
+    for (int64_t k = 0; k < c; ++k) EXPECT_NEAR(dbh[size_t(k)], want[size_t(k)], 1e-5 * (1 + std::fabs(want[size_t(k)]))) << k;
+  }
+}
+
+// The bandwidth benchmark's kernels compute what they claim to move.
+TEST(KERNEL_SUITE, StreamKernelsComputeWhatTheyMove) {
+  REQUIRE_GPU();
+  const size_t n = 70001;
+  const auto a = randn(n, 71), b = randn(n, 72);
+  Dev<float> da(a), db(b), dc(n), sum_in(n);
+  Dev<double> sum(1);
+  cuda::stream_copy(da.p, dc.p, int64_t(n), nullptr);
+  EXPECT_EQ(dc.host(), a);
+  cuda::stream_triad(dc.p, da.p, db.p, 3.f, int64_t(n), nullptr);
+  const auto t = dc.host();
+  for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(t[i], a[i] + 3.f * b[i]) << i;
+  cuda::fill(sum_in.p, int64_t(n), 0.5f, nullptr);
+  cuda::stream_read(sum_in.p, int64_t(n), sum.p, nullptr);
+  EXPECT_DOUBLE_EQ(sum.host()[0], 0.5 * double(n));
+  cuda::empty_kernel(nullptr);
+}
+
 // fp16's dynamic loss scale: an overflow halves the scale and skips the step; 2000 clean steps
 // double it.
 TEST(KERNEL_SUITE, LossScaleSkipsOverflowsAndGrowsBack) {
