@@ -1,8 +1,8 @@
-// What the CUDA kernel tests share: host-side layout conversion and the pooling cases (also for
-// CPU tests of the kernels' host-compiled bodies), and device buffers. The kernel tests
-// (test_cuda_kernels.cpp) build twice: against CUDA in dlperf_tests (suite Cuda, skipped without
-// a GPU) and against the CPU emulation in dlperf_emu_tests (suite CudaEmu, tests/emu/cuda_emu.h),
-// where "device" buffers are host memory and every launch runs before it returns.
+// What the CUDA tests share: host-side layout conversion, random inputs, and device buffers.
+// The kernel tests (test_cuda_kernels.cpp) build twice: against CUDA in dlperf_tests (suite Cuda,
+// skipped without a GPU) and against the CPU emulation in dlperf_emu_tests (suite CudaEmu,
+// tests/emu/cuda_emu.h), where "device" buffers are host memory and every launch runs before it
+// returns.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,10 +12,8 @@
 #include <vector>
 
 #include "backend/cuda/layout.h"
-#include "backend/cuda/pool_index.h"
-#include "backend/ref/ref_ops.h"
 #include "core/rng.h"
-#include "ops/op.h"
+#include "core/tensor.h"  // Dims
 
 #if defined(DLPERF_HAVE_CUDA) || defined(DLPERF_CUDA_EMULATION)
 #include "backend/cuda/kernels.h"
@@ -48,35 +46,6 @@ template <class V>
 inline V to_layout(const V& nchw, const Dims& d, cuda::Layout l) { return convert(nchw, d, l, false); }
 template <class V>
 inline V from_layout(const V& stored, const Dims& d, cuda::Layout l) { return convert(stored, d, l, true); }
-
-// The pooling cases both pooling tests run, in either layout: max with padding, max, average
-// counting padding, global average; their PoolShape on input `xd` and the reference's attributes.
-struct PoolCase {
-  const char* name;
-  ops::OpKind kind;
-  int64_t k, stride, pad;
-};
-inline constexpr PoolCase kPoolCases[] = {{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, {"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
-                               {"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, {"global", ops::OpKind::global_avgpool, 0, 1, 0}};
-inline cuda::PoolShape pool_shape(const PoolCase& c, const Dims& xd, cuda::Layout layout, ops::OpAttrs& a) {
-  a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
-  const bool global = c.kind == ops::OpKind::global_avgpool;
-  cuda::PoolShape p;
-  p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3], p.channels = xd[1], p.layout = layout;
-  p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
-  p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
-  p.max = c.kind == ops::OpKind::maxpool2d;
-  return p;
-}
-// The float64 reference's output and input gradient for case `c`.
-inline void pool_reference(const PoolCase& c, const ref::Vec& x, const Dims& xd, const ops::OpAttrs& a, const ref::Vec& dy, ref::Vec& y,
-                    ref::Vec& dx) {
-  switch (c.kind) {
-    case ops::OpKind::maxpool2d: y = ref::maxpool_forward(x, xd, a), dx = ref::maxpool_backward(x, xd, a, dy); break;
-    case ops::OpKind::avgpool2d: y = ref::avgpool_forward(x, xd, a), dx = ref::avgpool_backward(xd, a, dy); break;
-    default: y = ref::global_avgpool_forward(x, xd), dx = ref::global_avgpool_backward(xd, dy); break;
-  }
-}
 
 inline std::vector<float> randn(size_t n, uint64_t seed) {
   Rng r(seed);

@@ -71,38 +71,6 @@ TEST(Layout, AutoPicksNhwcForHalfTypesAndWeightsRoundTrip) {
   EXPECT_EQ(back, kcrs);
 }
 
-// The pooling kernels' own per-element bodies (pool_index.h, compiled for the host here) against
-// the float64 reference, forward and backward, with the tensors stored NCHW and NHWC.
-TEST(PoolBodies, MatchTheReferenceInBothLayouts) {
-  const Dims xd{2, 3, 9, 7};
-  Rng rng(21);
-  std::vector<float> x(size_t(numel(xd)));
-  for (auto& v : x) v = float(rng.normal());
-  const ref::Vec x64(x.begin(), x.end());
-  for (const PoolCase& c : kPoolCases)
-    for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
-      SCOPED_TRACE(fmt::format("{} {}", c.name, cuda::to_string(layout)));
-      ops::OpAttrs a;
-      const cuda::PoolShape p = pool_shape(c, xd, layout, a);
-      const Dims yd{xd[0], xd[1], p.out_h, p.out_w};
-      std::vector<float> dy(size_t(numel(yd)));
-      for (auto& v : dy) v = float(rng.normal());
-      const ref::Vec dy64(dy.begin(), dy.end());
-      ref::Vec y_ref, dx_ref;
-      pool_reference(c, x64, xd, a, dy64, y_ref, dx_ref);
-      const std::vector<float> xs = to_layout(x, xd, layout), dys = to_layout(dy, yd, layout);
-      auto load_x = [&](int64_t i) { return xs[size_t(i)]; };
-      auto load_dy = [&](int64_t i) { return dys[size_t(i)]; };
-      std::vector<float> y(dy.size()), dx(x.size());
-      for (int64_t e = 0; e < int64_t(y.size()); ++e) y[size_t(e)] = cuda::pool_output(p, e, load_x);
-      for (int64_t e = 0; e < int64_t(dx.size()); ++e) dx[size_t(e)] = cuda::pool_input_grad(p, e, load_x, load_dy);
-      y = from_layout(y, yd, layout), dx = from_layout(dx, xd, layout);
-      ASSERT_EQ(y.size(), y_ref.size());
-      for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], y_ref[i], 1e-5) << i;
-      for (size_t i = 0; i < dx.size(); ++i) ASSERT_NEAR(dx[i], dx_ref[i], 1e-5) << i;
-    }
-}
-
 TEST(Cuda, DeviceQueriesNeverThrowAndDeviceFlagsAreChecked) {
   const int n = cuda::device_count();
   EXPECT_GE(n, 0);

@@ -18,9 +18,12 @@
 #include "backend/cuda/bn_split.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/loss_scale.h"
+#include "backend/cuda/pool_index.h"
+#include "backend/ref/ref_ops.h"
 #include "data/dataset.h"
 #include "data/loader.h"
 #include "nn/optimizer.h"
+#include "ops/op.h"
 
 namespace dlperf::test {
 namespace {
@@ -203,6 +206,35 @@ TEST(KERNEL_SUITE, NormalizeMatchesTheLoadersFormula) {
   for (size_t i = 0; i < o.size(); ++i) {
     const size_t ch = (i / size_t(hw)) % size_t(c);
     ASSERT_EQ(o[i], float(img[i]) * scale[ch] + shift[ch]);
+  }
+}
+
+// The pooling test's cases, in either layout: max with padding, max, average
+// counting padding, global average; their PoolShape on input `xd` and the reference's attributes.
+struct PoolCase {
+  const char* name;
+  ops::OpKind kind;
+  int64_t k, stride, pad;
+};
+const PoolCase kPoolCases[] = {{"max 3/2 pad 1", ops::OpKind::maxpool2d, 3, 2, 1}, {"max 2/2", ops::OpKind::maxpool2d, 2, 2, 0},
+                               {"avg 3/1 pad 1", ops::OpKind::avgpool2d, 3, 1, 1}, {"global", ops::OpKind::global_avgpool, 0, 1, 0}};
+cuda::PoolShape pool_shape(const PoolCase& c, const Dims& xd, cuda::Layout layout, ops::OpAttrs& a) {
+  a.kernel = c.k, a.stride = c.stride, a.padding = c.pad;
+  const bool global = c.kind == ops::OpKind::global_avgpool;
+  cuda::PoolShape p;
+  p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3], p.channels = xd[1], p.layout = layout;
+  p.out_h = global ? 1 : ops::window_out(xd[2], c.k, c.stride, c.pad), p.out_w = global ? 1 : ops::window_out(xd[3], c.k, c.stride, c.pad);
+  p.kh = global ? xd[2] : c.k, p.kw = global ? xd[3] : c.k, p.stride = c.stride, p.pad = c.pad;
+  p.max = c.kind == ops::OpKind::maxpool2d;
+  return p;
+}
+// The float64 reference's output and input gradient for case `c`.
+void pool_reference(const PoolCase& c, const ref::Vec& x, const Dims& xd, const ops::OpAttrs& a, const ref::Vec& dy, ref::Vec& y,
+                    ref::Vec& dx) {
+  switch (c.kind) {
+    case ops::OpKind::maxpool2d: y = ref::maxpool_forward(x, xd, a), dx = ref::maxpool_backward(x, xd, a, dy); break;
+    case ops::OpKind::avgpool2d: y = ref::avgpool_forward(x, xd, a), dx = ref::avgpool_backward(xd, a, dy); break;
+    default: y = ref::global_avgpool_forward(x, xd), dx = ref::global_avgpool_backward(xd, dy); break;
   }
 }
 
