@@ -27,12 +27,6 @@
 
 #include <cuda_runtime.h>  // dim3, uint3, float2 and friends, cudaStream_t (no runtime calls)
 
-// Under AddressSanitizer the fibers switch through ucontext with ASan's stack-switch
-// annotations (Boost's own support), so the emulated kernels' buffer accesses are checked too.
-#if defined(__SANITIZE_ADDRESS__) && !defined(BOOST_USE_ASAN)
-#define BOOST_USE_ASAN
-#define BOOST_USE_UCONTEXT
-#endif
 #include <boost/context/fiber.hpp>
 
 #include <algorithm>
