@@ -1,8 +1,8 @@
 // batchnorm2d kernels (see batchnorm.h). A layer small enough for one block a channel (NCHW) or
 // a 32-channel tile (NHWC) runs each pass in one launch. A larger one runs each loop over the
 // activation as a grid of (split, channel or tile) blocks walking their share (bn_split.h); sums
-// over a channel go through a workspace of per-block partials that one thread per channel adds
-// in order. The per-thread loops and the per-channel arithmetic are shared by both layouts.
+// over a channel go through a workspace of per-block partials that one warp per channel adds in
+// a fixed order. The per-thread loops and the per-channel arithmetic are shared by both layouts.
 //
 // Forward (training): partial sums of x - shift -> mean, variance, coefficients -> y = a x + b.
 // Subtracting the channel's first element before squaring keeps the one-pass variance from
@@ -41,10 +41,14 @@ Workspace split_workspace(void* w, const BatchnormShape& s) {
   return {part, reinterpret_cast<float*>(part + s.channels * bn_layer_splits(s.n, s.hw, s.layout == Layout::nhwc))};
 }
 
-// Channel c's sums from its blocks' partials, added in order (deterministic).
+// Channel c's sums from its blocks' partials, by one warp: lane l adds partials l, l + 32, ... in
+// order, then the lanes meet in a fixed shuffle tree, so the result is deterministic. One thread
+// a channel would wait out `splits` (up to 1024) dependent loads from L2 in a row: tens of
+// microseconds, more than a large layer's own passes. Lane 0 holds the sums.
 __device__ inline void add_partials(const double2* part, int64_t c, int64_t splits, double& a, double& b) {
   a = 0, b = 0;
-  for (int64_t k = 0; k < splits; ++k) a += part[c * splits + k].x, b += part[c * splits + k].y;
+  for (int64_t k = threadIdx.x % 32; k < splits; k += 32) a += part[c * splits + k].x, b += part[c * splits + k].y;
+  for (int o = 16; o > 0; o /= 2) a += __shfl_down_sync(0xffffffffu, a, o), b += __shfl_down_sync(0xffffffffu, b, o);
 }
 
 // This thread's walk over split `split` of channel c.
@@ -173,12 +177,16 @@ __global__ void stats_k(const T* x, BatchnormShape s, int64_t splits, double2* p
   if (threadIdx.x == 0) part[c * splits + blockIdx.x] = make_double2(a, b);
 }
 
+// A warp a channel (warp_blocks), which adds the channel's partials and finishes it.
+__device__ inline int64_t warp_channel() { return (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32; }
+
 template <class T>
 __global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p, float* coef) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= s.channels) return;
+  const int64_t c = warp_channel();
+  if (c >= s.channels) return;  // the whole warp: c is the warp's
   double a, b;
   add_partials(part, c, splits, a, b);
+  if (threadIdx.x % 32 != 0) return;
   const float2 ab = finish_stats(c, a, b, ld(x, s.first(c)), s, p);
   coef[c] = ab.x;
   coef[s.channels + c] = ab.y;
@@ -209,10 +217,11 @@ __global__ void grad_stats_k(const T* x, const T* y, const T* dy, BatchnormShape
 
 __global__ void finish_grad_k(BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p, float* dgamma, float* dbeta,
                               float* coef) {
-  const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= s.channels) return;
+  const int64_t c = warp_channel();
+  if (c >= s.channels) return;  // the whole warp
   double a, b;
   add_partials(part, c, splits, a, b);
+  if (threadIdx.x % 32 != 0) return;
   const float3 g = finish_grads(c, a, b, s, p, dgamma, dbeta);
   coef[c] = g.x, coef[s.channels + c] = g.y, coef[2 * s.channels + c] = g.z;
 }
@@ -312,7 +321,9 @@ dim3 walk_grid(const BatchnormShape& s) {
   return dim3(unsigned(splits_of(s)), unsigned(nhwc(s) ? bn_tiles(s.channels) : s.channels));
 }
 dim3 walk_block(const BatchnormShape& s) { return nhwc(s) ? dim3(kBnTileC, kBnTileRows) : dim3(kBnThreads); }
+// Blocks of 128 threads: one thread a channel, or one warp a channel.
 unsigned channel_blocks(const BatchnormShape& s) { return unsigned((s.channels + 127) / 128); }
+unsigned warp_blocks(const BatchnormShape& s) { return unsigned((s.channels * 32 + 127) / 128); }
 
 // y = scale x + shift with each channel's coefficients from `coef` (relu'd when fused), over the
 // layer's grid in its layout: the last pass of the training forward and the whole inference one.
@@ -340,7 +351,7 @@ void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormPa
     }
     if (nhwc(s)) LAUNCH(grid, block, 0, st, stats_tile_k<T>)(xt, s, splits, w.part);
     else LAUNCH(grid, block, 0, st, stats_k<T>)(xt, s, splits, w.part);
-    LAUNCH(channel_blocks(s), 128, 0, st, finish_stats_k<T>)(xt, s, splits, w.part, p, w.coef);
+    LAUNCH(warp_blocks(s), 128, 0, st, finish_stats_k<T>)(xt, s, splits, w.part, p, w.coef);
     apply_coefficients(xt, yt, s, w.coef, p.relu, st);
   })
 }
@@ -369,7 +380,7 @@ void batchnorm_backward(DType t, const BatchnormShape& s, const BatchnormParams&
     }
     if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_stats_tile_k<T>)(xt, yt, dyt, s, splits, p, w.part);
     else LAUNCH(grid, block, 0, st, grad_stats_k<T>)(xt, yt, dyt, s, splits, p, w.part);
-    LAUNCH(channel_blocks(s), 128, 0, st, finish_grad_k)(s, splits, w.part, p, dgamma, dbeta, w.coef);
+    LAUNCH(warp_blocks(s), 128, 0, st, finish_grad_k)(s, splits, w.part, p, dgamma, dbeta, w.coef);
     if (!dx) return;
     if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_input_tile_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.coef);
     else LAUNCH(grid, block, 0, st, grad_input_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.coef);

@@ -53,7 +53,7 @@ struct BnWalk {
 constexpr int kBnTileC = 32, kBnTileRows = 8;
 /// Rows a block takes: 32 elements a thread, as in NCHW.
 constexpr int64_t kBnRowsPerBlock = kBnElemsPerBlock / kBnTileC;
-/// At most this many splits, so the thread adding a channel's partials in order stays quick.
+/// At most this many splits, so the warp adding a channel's partials stays quick (32 a lane).
 constexpr int64_t kBnMaxRowSplits = 1024;
 
 DLPERF_HD inline int64_t bn_nhwc_splits(int64_t rows) {
