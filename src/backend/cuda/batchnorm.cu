@@ -2,7 +2,8 @@
 // a 32-channel tile (NHWC) runs each pass in one launch. A larger one runs each loop over the
 // activation as a grid of (split, channel or tile) blocks walking their share (bn_split.h); sums
 // over a channel go through a workspace of per-block partials that one warp per channel adds in
-// a fixed order. The per-thread loops and the per-channel arithmetic are shared by both layouts.
+// a fixed order: two launches a pass where every block of the second adds them itself (up to
+// kFoldSplits splits), three above that. The per-thread loops and the per-channel arithmetic are shared by both layouts.
 //
 // Forward (training): partial sums of x - shift -> mean, variance, coefficients -> y = a x + b.
 // Subtracting the channel's first element before squaring keeps the one-pass variance from
@@ -79,18 +80,21 @@ __device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, Walk
   }
 }
 
-// From a channel's sums of x - first and its square: the batch statistics (saved), the running
-// statistics, and y = scale x + shift's coefficients.
-__device__ float2 finish_stats(int64_t c, double a, double b, float first, const BatchnormShape& s, const BatchnormParams& p) {
+// From a channel's sums of x - first and its square: y = scale x + shift's coefficients, and,
+// when `record` (once a channel), the batch statistics (saved) and the running statistics.
+__device__ float2 finish_stats(int64_t c, double a, double b, float first, const BatchnormShape& s, const BatchnormParams& p,
+                               bool record = true) {
   const double m = double(s.n * s.hw), d = a / m;
   const double mean = double(first) + d;
   const double var = fmax(b / m - d * d, 0.0);
   const double inv = 1.0 / sqrt(var + double(p.eps));
-  p.batch_mean[c] = float(mean);
-  p.batch_inv_std[c] = float(inv);
-  const double unbias = m > 1 ? m / (m - 1) : 1.0;
-  p.running_mean[c] = (1 - p.momentum) * p.running_mean[c] + p.momentum * float(mean);
-  p.running_var[c] = (1 - p.momentum) * p.running_var[c] + p.momentum * float(var * unbias);
+  if (record) {
+    p.batch_mean[c] = float(mean);
+    p.batch_inv_std[c] = float(inv);
+    const double unbias = m > 1 ? m / (m - 1) : 1.0;
+    p.running_mean[c] = (1 - p.momentum) * p.running_mean[c] + p.momentum * float(mean);
+    p.running_var[c] = (1 - p.momentum) * p.running_var[c] + p.momentum * float(var * unbias);
+  }
   const double scale = double(p.gamma[c]) * inv;
   return make_float2(float(scale), float(double(p.beta[c]) - mean * scale));
 }
@@ -116,12 +120,15 @@ __device__ void sum_grads(const T* x, const T* y, const T* dy, const BatchnormSh
   sa = a, sb = b;
 }
 
-// dbeta = sum g, dgamma = sum g xhat; returns dx's coefficients (gamma inv, mean g, mean g xhat).
+// dbeta = sum g, dgamma = sum g xhat (written when `record`, once a channel); returns dx's
+// coefficients (gamma inv, mean g, mean g xhat).
 __device__ float3 finish_grads(int64_t c, double a, double b, const BatchnormShape& s, const BatchnormParams& p, float* dgamma,
-                               float* dbeta) {
+                               float* dbeta, bool record = true) {
   const double m = double(s.n * s.hw);
-  dbeta[c] = float(a);
-  dgamma[c] = float(b);
+  if (record) {
+    dbeta[c] = float(a);
+    dgamma[c] = float(b);
+  }
   return make_float3(p.gamma[c] * p.batch_inv_std[c], float(a / m), float(b / m));
 }
 
@@ -234,6 +241,38 @@ __global__ void grad_input_k(const T* x, const T* y, const T* dy, T* dx, Batchno
   grad_input(x, y, dy, dx, s, p, c, walk(s, splits, blockIdx.x), k);
 }
 
+// Layers of at most kFoldSplits splits skip the finishing launch: each block of the pass after
+// the partial sums adds its channel's partials itself (warp 0, in add_partials' fixed order, so
+// every block gets the same coefficients) and block 0 records what the finishing kernel would.
+constexpr int64_t kFoldSplits = 64;
+
+template <class T>
+__global__ void apply_fold_k(const T* x, T* y, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p) {
+  const int64_t c = blockIdx.y;
+  __shared__ float2 coef;
+  if (threadIdx.x < 32) {
+    double a, b;
+    add_partials(part, c, splits, a, b);
+    if (threadIdx.x == 0) coef = finish_stats(c, a, b, ld(x, s.first(c)), s, p, blockIdx.x == 0);
+  }
+  __syncthreads();
+  apply(x, y, s, c, walk(s, splits, blockIdx.x), coef.x, coef.y, p.relu);
+}
+
+template <class T>
+__global__ void grad_input_fold_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, int64_t splits, BatchnormParams p,
+                                  const double2* part, float* dgamma, float* dbeta) {
+  const int64_t c = blockIdx.y;
+  __shared__ float3 k;
+  if (threadIdx.x < 32) {
+    double a, b;
+    add_partials(part, c, splits, a, b);
+    if (threadIdx.x == 0) k = finish_grads(c, a, b, s, p, dgamma, dbeta, blockIdx.x == 0);
+  }
+  __syncthreads();
+  grad_input(x, y, dy, dx, s, p, c, walk(s, splits, blockIdx.x), k);
+}
+
 // NHWC layers (bn_split.h): blocks of kBnTileC x kBnTileRows threads over (row split, channel
 // tile); threadIdx.x picks the channel, threadIdx.y the rows. Threads past the last channel
 // take part in the block's reductions with zeros.
@@ -314,6 +353,40 @@ __global__ void grad_input_tile_k(const T* x, const T* y, const T* dy, T* dx, Ba
   grad_input(x, y, dy, dx, s, p, c, row_walk(s, splits, blockIdx.x), k);
 }
 
+// The folded passes for NHWC (kFoldSplits): thread (x, y) adds partials y, y + 8, ... of channel x,
+// and the block's rows meet in column_sum2's fixed order; row 0 finishes its channel.
+__device__ void add_tile_partials(const double2* part, int64_t c, bool mine, int64_t splits, double& a, double& b) {
+  a = 0, b = 0;
+  if (mine)
+    for (int64_t k = threadIdx.y; k < splits; k += blockDim.y) a += part[c * splits + k].x, b += part[c * splits + k].y;
+  column_sum2(a, b);
+}
+
+template <class T>
+__global__ void apply_tile_fold_k(const T* x, T* y, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p) {
+  const int64_t c = tile_channel();
+  const bool mine = c < s.channels;
+  double a, b;
+  add_tile_partials(part, c, mine, splits, a, b);
+  __shared__ float2 coef[kBnTileC];
+  if (threadIdx.y == 0 && mine) coef[threadIdx.x] = finish_stats(c, a, b, ld(x, s.first(c)), s, p, blockIdx.x == 0);
+  __syncthreads();
+  if (mine) apply(x, y, s, c, row_walk(s, splits, blockIdx.x), coef[threadIdx.x].x, coef[threadIdx.x].y, p.relu);
+}
+
+template <class T>
+__global__ void grad_input_tile_fold_k(const T* x, const T* y, const T* dy, T* dx, BatchnormShape s, int64_t splits, BatchnormParams p,
+                                       const double2* part, float* dgamma, float* dbeta) {
+  const int64_t c = tile_channel();
+  const bool mine = c < s.channels;
+  double a, b;
+  add_tile_partials(part, c, mine, splits, a, b);
+  __shared__ float3 k[kBnTileC];
+  if (threadIdx.y == 0 && mine) k[threadIdx.x] = finish_grads(c, a, b, s, p, dgamma, dbeta, blockIdx.x == 0);
+  __syncthreads();
+  if (mine) grad_input(x, y, dy, dx, s, p, c, row_walk(s, splits, blockIdx.x), k[threadIdx.x]);
+}
+
 bool nhwc(const BatchnormShape& s) { return s.layout == Layout::nhwc; }
 int64_t splits_of(const BatchnormShape& s) { return bn_layer_splits(s.n, s.hw, nhwc(s)); }
 // The grid over a layer's (split, channel) blocks in its layout, and its blocks' shape.
@@ -351,6 +424,11 @@ void batchnorm_forward_train(DType t, const BatchnormShape& s, const BatchnormPa
     }
     if (nhwc(s)) LAUNCH(grid, block, 0, st, stats_tile_k<T>)(xt, s, splits, w.part);
     else LAUNCH(grid, block, 0, st, stats_k<T>)(xt, s, splits, w.part);
+    if (splits <= kFoldSplits) {
+      if (nhwc(s)) LAUNCH(grid, block, 0, st, apply_tile_fold_k<T>)(xt, yt, s, splits, w.part, p);
+      else LAUNCH(grid, block, 0, st, apply_fold_k<T>)(xt, yt, s, splits, w.part, p);
+      return;
+    }
     LAUNCH(warp_blocks(s), 128, 0, st, finish_stats_k<T>)(xt, s, splits, w.part, p, w.coef);
     apply_coefficients(xt, yt, s, w.coef, p.relu, st);
   })
@@ -380,6 +458,11 @@ void batchnorm_backward(DType t, const BatchnormShape& s, const BatchnormParams&
     }
     if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_stats_tile_k<T>)(xt, yt, dyt, s, splits, p, w.part);
     else LAUNCH(grid, block, 0, st, grad_stats_k<T>)(xt, yt, dyt, s, splits, p, w.part);
+    if (dx && splits <= kFoldSplits) {
+      if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_input_tile_fold_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.part, dgamma, dbeta);
+      else LAUNCH(grid, block, 0, st, grad_input_fold_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.part, dgamma, dbeta);
+      return;
+    }
     LAUNCH(warp_blocks(s), 128, 0, st, finish_grad_k)(s, splits, w.part, p, dgamma, dbeta, w.coef);
     if (!dx) return;
     if (nhwc(s)) LAUNCH(grid, block, 0, st, grad_input_tile_k<T>)(xt, yt, dyt, dxt, s, splits, p, w.coef);
