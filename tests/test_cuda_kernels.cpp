@@ -437,9 +437,9 @@ TEST(KERNEL_SUITE, LayoutAndBiasKernelsMatchHostLoops) {
   cuda::change_layout(cuda::DType::f32, back.p, out.p, n, c, hw, cuda::Layout::nchw, nullptr);
   EXPECT_EQ(out.host(), to_layout(x, d, cuda::Layout::nhwc));
   // bf16: the cast rounds once, the transposes move bits.
-  Dev<uint16_t> h(count), h_back(count);
+  Dev<uint16_t> h(count), h_back(count), x_half(to_half(cuda::DType::bf16, x));
   cuda::cast_from_f32_to_nhwc(cuda::DType::bf16, dx.p, h.p, n, c, hw, nullptr);
-  const std::vector<float> rounded = from_device(cuda::DType::bf16, Dev<uint16_t>(to_half(cuda::DType::bf16, x)).p, count);
+  const std::vector<float> rounded = from_device(cuda::DType::bf16, x_half.p, count);
   EXPECT_EQ(from_device(cuda::DType::bf16, h.p, count), to_layout(rounded, d, cuda::Layout::nhwc));
   cuda::change_layout(cuda::DType::bf16, h.p, h_back.p, n, c, hw, cuda::Layout::nhwc, nullptr);
   EXPECT_EQ(from_device(cuda::DType::bf16, h_back.p, count), rounded);

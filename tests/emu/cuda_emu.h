@@ -7,10 +7,10 @@
 // little: our kernels use only blocks, threads, __syncthreads, __shfl_down_sync, __shared__
 // variables and atomicAdd.
 //
-// How: a block's threads are fibers (Boost.Context: a switch costs nanoseconds, where ucontext's
-// swapcontext makes a system call) on the calling thread, run in turn; each runs
-// until it finishes or waits at __syncthreads or a warp shuffle, and a barrier opens once every
-// thread still running has reached it (threads that returned are not waited for, as on Volta and
+// How: a block's threads are fibers on the calling thread (Boost.Context: a switch costs
+// nanoseconds, where ucontext's swapcontext makes a system call), run in turn. Each runs until it
+// finishes or waits at __syncthreads or a warp shuffle, and a barrier opens once every thread
+// still running has reached it (threads that returned are not waited for, as on Volta and
 // later). Blocks run one after another, so a kernel's __shared__ variables can be statics. A
 // barrier no thread can pass (a __syncthreads some threads skip) throws instead of hanging.
 // Not modelled: concurrency itself (races and memory ordering), timing, warp-synchronous code
