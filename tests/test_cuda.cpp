@@ -274,70 +274,6 @@ TEST(Cuda, GemmAddsTheBiasInsideTheGemm) {
   }
 }
 
-// A few training steps of the same model, data and initialization on the CPU engine and on the
-// GPU: losses and parameters agree to fp32 accuracy (dropout draws the same masks).
-TEST(Cuda, TrainingStepsAgreeWithTheCpuEngine) {
-  REQUIRE_GPU();
-  const std::string residual = R"({"name": "res", "layers": [
-      {"type": "conv2d", "name": "c1", "out_channels": 8, "kernel": 3, "padding": 1, "bias": false},
-      {"type": "batchnorm2d", "name": "b1"}, {"type": "relu", "name": "r1"},
-      {"type": "conv2d", "name": "c2", "out_channels": 8, "kernel": 3, "padding": 1, "bias": true},
-      {"type": "add", "name": "sum", "from": "r1"}, {"type": "relu", "name": "r2"},
-      {"type": "maxpool2d", "name": "p", "kernel": 2}, {"type": "global_avgpool", "name": "g"},
-      {"type": "flatten", "name": "f"}, {"type": "linear", "name": "fc", "out_features": "classes"}]})";
-  for (const std::string model : {"small", "medium", "res"})
-  for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
-    SCOPED_TRACE(model + " " + cuda::to_string(layout));
-    const nn::ModelSpec spec = model == "res" ? nn::parse_model_spec(nlohmann::json::parse(residual), "res") : nn::load_model(model);
-    // Three channels of 16x16: NHWC moves the input, and small's and medium's flatten (2x2 maps).
-    const int64_t batch = 8, channels = 3;
-    const nn::Graph g = nn::build_graph(spec, {channels, 16, 16}, 10, batch);
-    cpu::Network cpu_net(g, 5);
-    cuda::NetworkOptions o;
-    o.layout = layout;
-    cuda::Network gpu_net(g, 5, 0, o);
-    nn::OptimizerConfig cfg;
-    std::vector<nn::ParamRef> refs;
-    for (cpu::Param* p : cpu_net.params()) refs.push_back({p->value.f32(), p->grad.f32(), p->floats()});
-    nn::Optimizer opt(cfg, refs);
-    Rng rng(9);
-    for (int64_t step = 0; step < 3; ++step) {
-      std::vector<float> x(size_t(batch * channels * 256));
-      std::vector<int32_t> y(static_cast<size_t>(batch), 0);
-      for (auto& v : x) v = float(rng.normal());
-      for (auto& v : y) v = int32_t(rng.below(10));
-      std::memcpy(cpu_net.input(), x.data(), x.size() * 4);
-      ASSERT_EQ(cudaMemcpy(gpu_net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(gpu_net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      cpu::set_dropout_step(uint64_t(step));
-      cpu_net.forward(true);
-      const auto lc = cpu_net.loss(y.data(), batch, 0.0, true);
-      cpu_net.backward();
-      opt.step(0.05);
-      gpu_net.forward(true, uint64_t(step));
-      const auto lg = gpu_net.loss(batch, 0.0, true);
-      gpu_net.backward();
-      gpu_net.step(cfg, 0.05);
-      EXPECT_NEAR(lg.loss, lc.loss, 1e-4 * (1 + std::fabs(lc.loss))) << "step " << step;
-      EXPECT_EQ(lg.correct, lc.correct) << "step " << step;
-    }
-    std::vector<float> cpu_params;
-    for (cpu::Param* p : cpu_net.params()) {
-      const auto v = cpu::to_plain(p->layout, p->dims, p->value);
-      cpu_params.insert(cpu_params.end(), v.begin(), v.end());
-    }
-    const auto gpu_params = gpu_net.parameters();
-    ASSERT_EQ(gpu_params.size(), cpu_params.size());
-    double worst = 0;
-    for (size_t i = 0; i < cpu_params.size(); ++i)
-      worst = std::max(worst, std::fabs(double(gpu_params[i]) - cpu_params[i]) / (1e-3 + std::fabs(cpu_params[i])));
-    EXPECT_LT(worst, 1e-3);
-    const auto m = gpu_net.memory();
-    EXPECT_GT(m.peak[size_t(MemCategory::activations)], 0u);
-    EXPECT_GT(m.peak[size_t(MemCategory::parameters)], 0u);
-  }
-}
-
 // dlperf train on the GPU: learns the synthetic task as the CPU does, records the device.
 TEST(Cuda, TrainingOnTheGpuLearns) {
   REQUIRE_GPU();
@@ -357,51 +293,6 @@ TEST(Cuda, TrainingOnTheGpuLearns) {
   EXPECT_LT(r.epochs.back().train_loss, r.epochs.front().train_loss);
   EXPECT_EQ(r.record["config"]["device_used"], "cuda:0");
   EXPECT_GT(r.record["summary"]["peak_bytes"].get<double>(), 0);
-}
-
-// A GPU run interrupted after an epoch and resumed from its checkpoint ends where an
-// uninterrupted run ends; the checkpoint also resumes on the CPU (the same tensor names).
-// A network stored NHWC ([K, R, S, C] conv weights and states on the GPU) hands out and takes
-// tensors in the CPU engine's order: its snapshot restores into an NCHW network exactly, and the
-// two then take the same step.
-TEST(Cuda, SnapshotsMoveBetweenLayouts) {
-  REQUIRE_GPU();
-  const int64_t batch = 8;
-  const nn::Graph g = nn::build_graph(nn::load_model("small"), {3, 12, 12}, 10, batch);
-  nn::OptimizerConfig cfg;  // SGD with momentum: a state per parameter
-  cuda::NetworkOptions o_nhwc, o_nchw;
-  o_nhwc.layout = cuda::Layout::nhwc;
-  cuda::Network nhwc(g, 4, 0, o_nhwc), nchw(g, 4, 0, o_nchw);
-  EXPECT_EQ(nhwc.parameters(), nchw.parameters());  // the same initialization, whatever the layout
-  Rng rng(6);
-  std::vector<float> x(size_t(batch * 3 * 144));
-  std::vector<int32_t> y(static_cast<size_t>(batch), 0);
-  auto step = [&](cuda::Network& net, int64_t k) {
-    ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    net.forward(true, uint64_t(k));
-    net.loss(batch, 0.0, true);
-    net.backward();
-    net.step(cfg, 0.05);
-  };
-  for (int64_t k = 0; k < 3; ++k) {
-    for (auto& v : x) v = float(rng.normal());
-    for (auto& v : y) v = int32_t(rng.below(10));
-    step(nhwc, k);
-  }
-  const auto snap = nhwc.snapshot(cfg);
-  std::map<std::string, std::vector<float>> byname(snap.begin(), snap.end());
-  nchw.restore([&](const std::string& name, size_t count) -> const std::vector<float>& {
-    const auto& v = byname.at(name);
-    EXPECT_EQ(v.size(), count) << name;
-    return v;
-  }, cfg, nhwc.updates_done());
-  EXPECT_EQ(nchw.parameters(), nhwc.parameters());
-  for (const auto& [name, v] : nchw.snapshot(cfg)) EXPECT_EQ(v, byname.at(name)) << name;  // momentum included
-  step(nhwc, 3);
-  step(nchw, 3);
-  const auto a = nhwc.parameters(), b = nchw.parameters();
-  for (size_t i = 0; i < a.size(); ++i) ASSERT_NEAR(a[i], b[i], 1e-4 * (1 + std::fabs(b[i]))) << i;
 }
 
 TEST(Cuda, CheckpointsResumeOnTheGpuAndOnTheCpu) {
@@ -433,50 +324,6 @@ TEST(Cuda, CheckpointsResumeOnTheGpuAndOnTheCpu) {
     const auto cpu = train::train(on_cpu);  // must load without complaint, and go on learning
     EXPECT_EQ(cpu.epochs.size(), 2u);
     EXPECT_NEAR(cpu.epochs.back().test_acc, resumed.epochs.back().test_acc, 0.1);
-  }
-}
-
-// Mixed-precision steps track fp32 steps from the same start: the loss to the half type's
-// precision, the weights closely (they are fp32 masters).
-TEST(Cuda, MixedPrecisionStepsTrackFp32) {
-  REQUIRE_GPU();
-  const int64_t batch = 32;
-  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, batch);
-  nn::OptimizerConfig cfg;
-  Rng rng(12);
-  std::vector<float> x(size_t(batch * 784));
-  std::vector<int32_t> y(static_cast<size_t>(batch), 0);
-  for (auto& v : x) v = float(rng.normal());
-  for (auto& v : y) v = int32_t(rng.below(10));
-  auto run = [&](cuda::Precision p, std::vector<double>& losses, cuda::Layout layout = cuda::Layout::nchw) {
-    cuda::NetworkOptions o;
-    o.precision = p;
-    o.layout = layout;
-    cuda::Network net(g, 8, 0, o);
-    for (int64_t step = 0; step < 4; ++step) {
-      EXPECT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      net.forward(true, uint64_t(step));
-      losses.push_back(net.loss(batch, 0.0, true).loss);
-      net.backward();
-      net.step(cfg, 0.02);
-    }
-    EXPECT_EQ(net.loss_scale().skipped, 0);
-    return net.parameters();
-  };
-  std::vector<double> l32, lh;
-  const auto p32 = run(cuda::Precision::fp32, l32);
-  for (const auto& [p, layout] : {std::pair{cuda::Precision::bf16, cuda::Layout::nchw}, std::pair{cuda::Precision::fp16, cuda::Layout::nchw},
-                                  std::pair{cuda::Precision::bf16, cuda::Layout::nhwc}, std::pair{cuda::Precision::fp16, cuda::Layout::nhwc}}) {
-    SCOPED_TRACE(fmt::format("{} {}", cuda::to_string(p), cuda::to_string(layout)));
-    lh.clear();
-    const auto ph = run(p, lh, layout);
-    const double tol = p == cuda::Precision::bf16 ? 3e-2 : 5e-3;
-    for (size_t i = 0; i < l32.size(); ++i) EXPECT_NEAR(lh[i], l32[i], tol * l32[i]) << "step " << i;
-    ASSERT_EQ(ph.size(), p32.size());
-    double worst = 0;
-    for (size_t i = 0; i < p32.size(); ++i) worst = std::max(worst, std::fabs(double(ph[i]) - p32[i]));
-    EXPECT_LT(worst, 10 * tol) << "largest weight difference";
   }
 }
 
@@ -544,33 +391,6 @@ TEST(Cuda, GraphedStepsMatchEagerSteps) {
     ASSERT_EQ(pe.size(), pg.size());
     // cuDNN's backward algorithms may sum in any order; a wrong step value would differ by far more.
     for (size_t i = 0; i < pe.size(); ++i) ASSERT_NEAR(pg[i], pe[i], 1e-4 * (1 + std::fabs(pe[i]))) << i;
-  }
-}
-
-// The planner's account of the GPU executor's allocations (plan::gpu_engine_memory, used for the
-// out-of-memory advice and plan --against) matches what it allocates, up to the cuDNN workspaces.
-TEST(Cuda, PlannedBytesMatchTheAllocations) {
-  REQUIRE_GPU();
-  CachingAllocator& mem = cuda::device_allocator(0);
-  mem.trim();
-  const size_t before = mem.stats().current_total;
-  // Three 32x32 channels: in NHWC the input and the flatten (128 maps of 4x4) get buffers of their own.
-  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64);
-  for (const auto& [p, layout] : {std::pair{cuda::Precision::fp32, cuda::Layout::nchw}, std::pair{cuda::Precision::bf16, cuda::Layout::nchw},
-                                  std::pair{cuda::Precision::bf16, cuda::Layout::nhwc}, std::pair{cuda::Precision::fp32, cuda::Layout::nhwc}}) {
-    SCOPED_TRACE(fmt::format("{} {}", cuda::to_string(p), cuda::to_string(layout)));
-    cuda::NetworkOptions o;
-    o.precision = p;
-    o.layout = layout;
-    cuda::Network net(g, 1, 0, o);
-    const auto st = mem.stats();
-    const plan::MemoryEstimate planned = plan::gpu_engine_memory(g, "sgd", cuda::to_string(p), cuda::to_string(layout));
-    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
-                          MemCategory::data}) {
-      SCOPED_TRACE(std::string(to_string(c)));
-      EXPECT_NEAR(double(st.current[size_t(c)]), planned[c], 0.02 * planned[c] + 4096);
-    }
-    EXPECT_GE(double(st.current_total - before), 0.98 * planned.total());  // plus cuDNN's workspaces
   }
 }
 

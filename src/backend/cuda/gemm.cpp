@@ -31,30 +31,6 @@ cudaDataType_t out_type(Precision p) { return p == Precision::fp8 ? CUDA_R_16BF 
 
 }  // namespace
 
-const char* to_string(Precision p) {
-  switch (p) {
-    case Precision::fp32: return "fp32";
-    case Precision::tf32: return "tf32";
-    case Precision::bf16: return "bf16";
-    case Precision::fp16: return "fp16";
-    case Precision::fp8: return "fp8";
-  }
-  return "?";
-}
-
-size_t input_bytes(Precision p) { return p == Precision::fp8 ? 1 : (p == Precision::bf16 || p == Precision::fp16) ? 2 : 4; }
-size_t output_bytes(Precision p) { return p == Precision::fp8 ? 2 : 4; }
-
-bool supported(Precision p, int major, int minor) {
-  switch (p) {
-    case Precision::fp32: return true;
-    case Precision::fp16: return major >= 7;
-    case Precision::tf32: case Precision::bf16: return major >= 8;
-    case Precision::fp8: return major > 8 || (major == 8 && minor >= 9);
-  }
-  return false;
-}
-
 LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
                const float* bias)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {

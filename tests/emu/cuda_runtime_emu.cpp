@@ -1,0 +1,172 @@
+// The CUDA runtime calls dlperf's GPU executor makes (src/backend/cuda/network.cpp, runtime.cpp,
+// the device allocator), answered on the CPU, so the executor runs in dlperf_emu_tests around
+// the emulated kernels (cuda_emu.h) and CPU stand-ins for cuDNN and cuBLASLt (conv_emu.cpp,
+// gemm_emu.cpp). These definitions take the place of libcudart's for this test program.
+//
+// One emulated device. Memory is host memory; every queued operation runs before it returns,
+// so streams, events and synchronization have nothing to wait for. Events read a host clock.
+// Stream capture is refused (cudaErrorStreamCaptureUnsupported): the executor then runs its
+// steps eagerly and says why, which is the fallback its GPU tests cannot reach.
+#include <cuda_runtime_api.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+namespace {
+
+struct Event {
+  double ms = 0;
+};
+
+double now_ms() { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+cudaError_t last_error = cudaSuccess;
+
+cudaError_t fail(cudaError_t e) {
+  last_error = e;
+  return e;
+}
+
+void* allocate(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256); }
+
+}  // namespace
+
+extern "C" {
+
+cudaError_t CUDARTAPI cudaGetDeviceCount(int* count) {
+  *count = 1;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  std::memset(p, 0, sizeof(*p));
+  std::strncpy(p->name, "dlperf CUDA emulation (CPU)", sizeof(p->name) - 1);
+  p->totalGlobalMem = size_t(8) << 30;
+  p->multiProcessorCount = 1;
+  p->major = 9, p->minor = 0;
+  p->warpSize = 32;
+  p->maxThreadsPerBlock = 1024;
+  p->l2CacheSize = 1 << 20;
+  p->memoryBusWidth = 64;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0) return fail(cudaErrorInvalidDevice);
+  *value = attr == cudaDevAttrClockRate || attr == cudaDevAttrMemoryClockRate ? 1000000 : 0;  // kHz
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaRuntimeGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaDriverGetVersion(int* v) {
+  *v = CUDART_VERSION;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  *total = size_t(8) << 30;
+  *free_bytes = *total;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
+  *p = allocate(bytes);
+  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t CUDARTAPI cudaFree(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMalloc(p, bytes); }
+cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+cudaError_t CUDARTAPI cudaFreeHost(void* p) { return cudaFree(p); }
+
+cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  if (n) std::memmove(dst, src, n);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
+  return cudaMemcpy(dst, src, n, kind);
+}
+cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t n) {
+  if (n) std::memset(p, value, n);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+
+cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
+  *s = reinterpret_cast<cudaStream_t>(new char);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
+  delete reinterpret_cast<char*>(s);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) {
+  *e = reinterpret_cast<cudaEvent_t>(new Event);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int) { return cudaEventCreate(e); }
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
+  delete reinterpret_cast<Event*>(e);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t) {
+  reinterpret_cast<Event*>(e)->ms = now_ms();
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = float(reinterpret_cast<Event*>(b)->ms - reinterpret_cast<Event*>(a)->ms);
+  return cudaSuccess;
+}
+
+// No graphs: capture is refused, so nothing else here is ever reached with a graph.
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) { return fail(cudaErrorStreamCaptureUnsupported); }
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+  *g = nullptr;
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t*, cudaGraph_t, unsigned long long) {
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return fail(cudaErrorStreamCaptureUnsupported); }
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t*, size_t* n) {
+  *n = 0;
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphNodeGetType(cudaGraphNode_t, cudaGraphNodeType*) { return fail(cudaErrorInvalidValue); }
+cudaError_t CUDARTAPI cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t, cudaGraph_t*) { return fail(cudaErrorInvalidValue); }
+
+cudaError_t CUDARTAPI cudaGetLastError(void) {
+  const cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+cudaError_t CUDARTAPI cudaPeekAtLastError(void) { return last_error; }
+const char* CUDARTAPI cudaGetErrorName(cudaError_t e) { return e == cudaSuccess ? "cudaSuccess" : "cudaError (emulated)"; }
+const char* CUDARTAPI cudaGetErrorString(cudaError_t e) {
+  switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorStreamCaptureUnsupported: return "stream capture is not supported by the CPU emulation";
+    case cudaErrorMemoryAllocation: return "out of memory (emulated)";
+    case cudaErrorInvalidDevice: return "invalid device ordinal (emulated)";
+    default: return "error (emulated)";
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,73 @@
+// cuBLASLt's matrix multiply as plain loops, for the executor under the CPU emulation
+// (cuda_emu.h): LtGemm's interface (src/backend/cuda/gemm.h), column-major D = op(A) op(B) with
+// the bias epilogue, inputs in the precision's type, sums in fp32. A stand-in for testing what is
+// around the GEMMs; cuBLASLt itself is checked on a GPU.
+#include "emu/cuda_emu.h"
+
+#include <memory>
+
+#include "backend/cuda/gemm.h"
+#include "backend/cuda/kernel_util.cuh"
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+#include "core/memory.h"
+
+namespace dlperf::cuda {
+
+namespace {
+
+struct Problem {
+  bool transa, transb, half_out;
+  const float* bias;
+};
+
+template <class Tin, class Tout>
+void multiply(const Problem& q, int64_t m, int64_t n, int64_t k, const void* a, const void* b, void* d) {
+  const Tin* pa = static_cast<const Tin*>(a);
+  const Tin* pb = static_cast<const Tin*>(b);
+  Tout* pd = static_cast<Tout*>(d);
+  for (int64_t j = 0; j < n; ++j)
+    for (int64_t i = 0; i < m; ++i) {
+      float sum = q.bias ? q.bias[i] : 0.f;
+      for (int64_t l = 0; l < k; ++l) {
+        const float x = ld(pa, q.transa ? l + i * k : i + l * m), y = ld(pb, q.transb ? j + l * n : l + j * k);
+        sum += x * y;
+      }
+      st(pd, i + j * m, sum);
+    }
+}
+
+}  // namespace
+
+// Takes its workspace from the device allocator as cuBLASLt's LtGemm does, so the executor's
+// memory account is the GPU's.
+LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
+               const float* bias)
+    : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
+  check(p != Precision::fp8, "the CPU emulation has no fp8 GEMM");
+  desc_ = new Problem{transa, transb, half_out && (p == Precision::bf16 || p == Precision::fp16), bias};
+  fuses_bias_ = bias != nullptr;
+  cudaGetDevice(&device_);
+  workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
+}
+LtGemm::~LtGemm() {
+  if (workspace_) device_allocator(device_).release(workspace_);
+  delete static_cast<Problem*>(desc_);
+}
+
+void LtGemm::run(const void* a, const void* b, void* d, cudaStream_t) {
+  const Problem& q = *static_cast<const Problem*>(desc_);
+  switch (p_) {
+    case Precision::bf16:
+      if (q.half_out) multiply<__nv_bfloat16, __nv_bfloat16>(q, m_, n_, k_, a, b, d);
+      else multiply<__nv_bfloat16, float>(q, m_, n_, k_, a, b, d);
+      break;
+    case Precision::fp16:
+      if (q.half_out) multiply<__half, __half>(q, m_, n_, k_, a, b, d);
+      else multiply<__half, float>(q, m_, n_, k_, a, b, d);
+      break;
+    default: multiply<float, float>(q, m_, n_, k_, a, b, d); break;
+  }
+}
+
+}  // namespace dlperf::cuda
