@@ -51,4 +51,9 @@ inline train::TrainConfig quiet_run(const std::string& model, const std::string&
   return c;
 }
 
+// A quiet dlperf train run on GPU 0 that writes no run record.
+inline train::TrainConfig gpu_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs) {
+  return quiet_run(model, data, batch, epochs, "cuda");
+}
+
 }  // namespace dlperf::test

@@ -577,7 +577,12 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
                                       const nn::OptimizerConfig& opt, std::string& failed, GraphNodes* nodes) {
   cudaGraph_t g = nullptr;
   cudaGraphExec_t exec = nullptr;
-  ok(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  // A stream that cannot be captured at all is a capture that failed, not a failed run.
+  if (const cudaError_t begin = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal); begin != cudaSuccess) {
+    failed = cudaGetErrorString(begin);
+    cudaGetLastError();
+    return nullptr;
+  }
   capturing_ = true;
   try {
     if (load) load(stream_);
