@@ -1,9 +1,9 @@
 // dlperf's GPU executor (src/backend/cuda/network.cpp) against the CPU engine: training steps,
-// mixed precision, snapshots across layouts, the planner's byte count. Built twice
-// (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda), and in dlperf_emu_tests (suite
-// CudaEmu), where the executor runs on the CPU around the emulated kernels, a CPU stand-in for the
-// CUDA runtime (emu/cuda_runtime_emu.cpp) and loop stand-ins for cuDNN and cuBLASLt
-// (emu/conv_emu.cpp, emu/gemm_emu.cpp), with eager steps (the emulation has no graphs).
+// mixed precision, snapshots across layouts, graphed steps against eager ones, the planner's byte
+// count. Built twice (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda), and in
+// dlperf_emu_tests (suite CudaEmu), where the executor runs on the CPU around the emulated
+// kernels, a CPU stand-in for the CUDA runtime (emu/cuda_runtime_emu.cpp, which records and
+// replays graphs) and loop stand-ins for cuDNN and cuBLASLt (emu/conv_emu.cpp, emu/gemm_emu.cpp).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -206,6 +206,57 @@ TEST(KERNEL_SUITE, PlannedBytesMatchTheAllocations) {
       EXPECT_NEAR(double(st.current[size_t(c)]), planned[c], 0.02 * planned[c] + 4096);
     }
     EXPECT_GE(double(st.current_total - before), 0.98 * planned.total());  // plus cuDNN's workspaces
+  }
+}
+
+
+// A step replayed from a CUDA graph computes what the same step launched eagerly computes: the
+// learning rate, dropout step and AdamW corrections it reads change per step.
+TEST(KERNEL_SUITE, GraphedStepsMatchEagerSteps) {
+  REQUIRE_GPU();
+  for (const auto& [optimizer, layout] : {std::pair{"sgd", cuda::Layout::nchw}, std::pair{"adamw", cuda::Layout::nchw},
+                                         std::pair{"sgd", cuda::Layout::nhwc}}) {
+    SCOPED_TRACE(fmt::format("{} {}", optimizer, cuda::to_string(layout)));
+    const int64_t batch = 16;
+    // medium has dropout; three 16x16 channels make NHWC move the input and the flatten.
+    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 16, 16}, 10, batch);
+    nn::OptimizerConfig cfg;
+    cfg.name = optimizer;
+    cuda::NetworkOptions eager_opts, graph_opts;
+    eager_opts.optimizer = graph_opts.optimizer = optimizer;
+    eager_opts.layout = graph_opts.layout = layout;
+    graph_opts.graphs = true;
+    cuda::Network eager(g, 3, 0, eager_opts), graphed(g, 3, 0, graph_opts);
+    Rng rng(2);
+    for (int64_t step = 0; step < 6; ++step) {
+      std::vector<float> x(size_t(batch * 3 * 256));
+      std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+      for (auto& v : x) v = float(rng.normal());
+      for (auto& v : y) v = int32_t(rng.below(10));
+      for (cuda::Network* net : {&eager, &graphed}) {
+        ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        net->train_step(nullptr, batch, 0.1, cfg, {0.05 / double(step + 1), uint64_t(step), step, 0});
+      }
+    }
+    EXPECT_TRUE(graphed.graphed()) << graphed.why_not_graphed();
+    EXPECT_FALSE(eager.graphed());
+    // The graph's own count: at least a kernel for each pass of each conv, linear, batchnorm and
+    // pooling layer (forward and backward), the loss and the update; the eager network captured nothing.
+    int64_t passes = 2;
+    for (const nn::Node& n : g.nodes)
+      if (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear || n.kind == ops::OpKind::batchnorm2d ||
+          n.kind == ops::OpKind::maxpool2d)
+        passes += 2;
+    EXPECT_GE(graphed.step_nodes().kernels, passes) << "a step of " << g.nodes.size() << " layers";
+    EXPECT_EQ(eager.step_nodes().kernels, 0);
+    const auto te = eager.tally(true), tg = graphed.tally(true);
+    EXPECT_NEAR(tg.loss_sum, te.loss_sum, 1e-4 * std::fabs(te.loss_sum));
+    EXPECT_EQ(tg.correct, te.correct);
+    const auto pe = eager.parameters(), pg = graphed.parameters();
+    ASSERT_EQ(pe.size(), pg.size());
+    // cuDNN's backward algorithms may sum in any order; a wrong step value would differ by far more.
+    for (size_t i = 0; i < pe.size(); ++i) ASSERT_NEAR(pg[i], pe[i], 1e-4 * (1 + std::fabs(pe[i]))) << i;
   }
 }
 

@@ -1,16 +1,22 @@
 // dlperf train on the GPU (src/train/gpu_trainer.cpp): learning, mixed precision, tf32,
-// checkpoints that resume on either device. Built twice (cuda_kernel_util.h): on a GPU in
-// dlperf_tests (suite Cuda), and in dlperf_emu_tests (suite CudaEmu), where the trainer runs on
-// the CPU around the emulated executor (test_cuda_network.cpp says how), its steps eager.
+// checkpoints that resume on either device, feeds and graphs, and dlperf profile's device
+// timing. Built twice (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda), and in
+// dlperf_emu_tests (suite CudaEmu), where the trainer runs on the CPU around the emulated
+// executor (test_cuda_network.cpp says how).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <set>
 #include <string>
 
 #include "cuda_kernel_util.h"
 #include "test_util.h"
 
 #if defined(DLPERF_HAVE_CUDA) || defined(DLPERF_CUDA_EMULATION)
+#include <nlohmann/json.hpp>
+
+#include "nn/graph.h"
 #include "train/trainer.h"
 
 namespace dlperf::test {
@@ -95,6 +101,90 @@ TEST(KERNEL_SUITE, Tf32TrainingTracksFp32) {
   EXPECT_NEAR(tf32.epochs.back().train_loss, fp32.epochs.back().train_loss, 0.05 * (1 + fp32.epochs.back().train_loss));
   EXPECT_NEAR(tf32.epochs.back().test_acc, fp32.epochs.back().test_acc, 0.05);
   EXPECT_EQ(tf32.record["config"]["precision"], "tf32");
+}
+
+
+// The training options change how batches reach the GPU and how steps launch, never the result.
+TEST(KERNEL_SUITE, FeedsAndGraphsTrainTheSameModel) {
+  REQUIRE_GPU();
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:1024", 32, 2);
+  c.augment = true;
+  std::vector<train::TrainResult> runs;
+  for (int variant = 0; variant < 4; ++variant) {
+    train::TrainConfig v = c;
+    v.graphs = variant != 1;
+    v.pin_memory = variant != 2;
+    v.data_on_device = variant == 3;
+    runs.push_back(train::train(v));
+  }
+  for (size_t i = 1; i < runs.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(runs[i].epochs.size(), runs[0].epochs.size());
+    const auto &a = runs[0].epochs.back(), &b = runs[i].epochs.back();
+    EXPECT_NEAR(b.train_loss, a.train_loss, 1e-3 * (1 + a.train_loss));
+    EXPECT_NEAR(b.test_acc, a.test_acc, 0.01);
+  }
+  EXPECT_TRUE(runs[0].record["gpu_step"]["cuda_graph"].get<bool>()) << runs[0].record["gpu_step"].dump();
+  EXPECT_FALSE(runs[1].record["gpu_step"]["cuda_graph"].get<bool>());
+  EXPECT_EQ(runs[3].record["gpu_step"]["feed"], "data on the GPU");
+  // bf16 NHWC: the on-device loader writes the stored input (bf16, channels last) itself, the
+  // copy feeds hand over fp32 NCHW that the network casts; the same values either way.
+  train::TrainConfig h = gpu_run("small", "synthetic:3x12x12:512", 32, 2);
+  h.precision = "bf16";
+  std::vector<train::TrainResult> half_runs;
+  for (bool on_device : {false, true}) {
+    h.data_on_device = on_device;
+    half_runs.push_back(train::train(h));
+  }
+  EXPECT_EQ(half_runs[1].record["gpu_step"]["layout"], "nhwc");
+  EXPECT_NEAR(half_runs[1].epochs.back().train_loss, half_runs[0].epochs.back().train_loss,
+              1e-3 * (1 + half_runs[0].epochs.back().train_loss));
+}
+
+// dlperf profile on a GPU: every layer's forward and backward pass timed on the device (the GPU
+// track), FLOPs equal to the cost model's, shares adding up, and the GPU track in the trace.
+TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
+  REQUIRE_GPU();
+  TempDir dir;
+  // With graphs the recorded steps replay the step captured with its event records; without,
+  // they run eagerly. Both time every layer.
+  for (bool graphs : {true, false}) {
+    SCOPED_TRACE(graphs ? "graphs" : "eager");
+    train::TrainConfig c = gpu_run("medium", "synthetic:1x12x12:512", 16, 1);
+    c.graphs = graphs;
+    c.profile = c.profile_only = true;
+    c.profile_skip = 3;
+    c.profile_steps = 5;
+    c.profile_out = (dir.path / (graphs ? "prof-graph" : "prof-eager")).string();
+    const auto r = train::train(c);
+    const std::string how = r.record["gpu_step"]["profiled_steps"];
+    EXPECT_EQ(how.rfind(graphs ? "CUDA graph" : "eager", 0), 0u) << how;
+    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
+    const nlohmann::json& p = r.profile;
+    EXPECT_EQ(p["step"]["steps"], 5);
+    EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+    double share = 0;
+    std::set<std::string> layers;
+    for (const auto& row : p["rows"]) {
+      EXPECT_LE(row["self_s"].get<double>(), row["total_s"].get<double>() + 1e-12) << row.dump();
+      share += row["share"].get<double>();
+      if (row["phase"] == "forward") layers.insert(row["name"].get<std::string>());
+    }
+    EXPECT_NEAR(share, 1.0, 0.01);
+    EXPECT_TRUE(layers.count("conv1") && layers.count("fc1")) << p["rows"].dump();
+    EXPECT_GT(p["step"]["forward_s"].get<double>(), 0);
+    EXPECT_GT(p["step"]["backward_s"].get<double>(), 0);
+    EXPECT_GT(p["step"]["optimizer_s"].get<double>(), 0);
+    // With a graph the launch count is the graph's own, at least one kernel a layer pass.
+    EXPECT_EQ(p["step"]["launches_source"] == "counted in the step's CUDA graph", graphs) << p["step"].dump();
+    EXPECT_GE(p["step"]["launches_per_step"].get<double>(), double(g.nodes.size())) << p["step"].dump();
+    std::ifstream f(r.trace_path);
+    const auto trace = nlohmann::json::parse(f);
+    bool gpu_track = false;
+    for (const auto& e : trace["traceEvents"])
+      if (e["ph"] == "M" && e["args"].value("name", "") == "GPU (CUDA events)") gpu_track = true;
+    EXPECT_TRUE(gpu_track);
+  }
 }
 
 }  // namespace

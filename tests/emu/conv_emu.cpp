@@ -79,8 +79,10 @@ void run(const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b,
 
 DType dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32; }
 
+// Queued as one "kernel" of the emulation's stream (emu_stream.h): run now, or recorded into a
+// graph being captured.
 void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out) {
-  DISPATCH(dtype_of(p), run<T>(s, nhwc, pass, a, b, out))
+  emu::submit(emu::NodeKind::kernel, [=] { DISPATCH(dtype_of(p), run<T>(s, nhwc, pass, a, b, out)) });
 }
 
 }  // namespace

@@ -29,6 +29,8 @@
 
 #include <boost/context/fiber.hpp>
 
+#include "emu/emu_stream.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -170,14 +172,17 @@ class Scheduler {
   boost::context::fiber scheduler_;  // the scheduler, while a thread runs
 };
 
-/// What LAUNCH expands to in emulation: launcher(grid, block, kernel)(args...) runs the kernel.
+/// What LAUNCH expands to in emulation: launcher(grid, block, kernel)(args...) runs the kernel, or
+/// records it as a graph node while a stream capture is open (emu_stream.h).
 template <class Kernel>
 struct Launcher {
   dim3 grid, block;
   Kernel kernel;
   template <class... Args>
   void operator()(Args... args) const {
-    Scheduler::get().run(grid, block, [&] { kernel(args...); });
+    submit(NodeKind::kernel, [grid = grid, block = block, kernel = kernel, args...] {
+      Scheduler::get().run(grid, block, [&] { kernel(args...); });
+    });
   }
 };
 template <class Kernel>

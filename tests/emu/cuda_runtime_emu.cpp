@@ -4,14 +4,20 @@
 // gemm_emu.cpp). These definitions take the place of libcudart's for this test program.
 //
 // One emulated device. Memory is host memory; every queued operation runs before it returns,
-// so streams, events and synchronization have nothing to wait for. Events read a host clock.
-// Stream capture is refused (cudaErrorStreamCaptureUnsupported): the executor then runs its
-// steps eagerly and says why, which is the fallback its GPU tests cannot reach.
+// so streams and synchronization have nothing to wait for, and events read a host clock when
+// they run. Stream capture records the queued operations as a graph's nodes (emu_stream.h) and
+// a graph launch runs them in order, as a one-stream CUDA graph does; a synchronous call during a
+// capture breaks it, as on a GPU. DLPERF_EMU_NO_CAPTURE=1 refuses capture instead, for the
+// executor's eager fallback.
 #include <cuda_runtime_api.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
+#include <vector>
+
+#include "emu/emu_stream.h"
 
 namespace {
 
@@ -27,6 +33,18 @@ cudaError_t fail(cudaError_t e) {
   last_error = e;
   return e;
 }
+
+// A call that waits for the stream, or copies synchronously, may not come during a capture.
+cudaError_t synchronous() {
+  emu::Capture& c = emu::capture();
+  if (!c.open) return cudaSuccess;
+  c.broken = true;
+  return fail(cudaErrorStreamCaptureUnsupported);
+}
+
+struct Graph {
+  std::vector<emu::Node> nodes;
+};
 
 void* allocate(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256); }
 
@@ -88,17 +106,27 @@ cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return cudaMalloc
 cudaError_t CUDARTAPI cudaFreeHost(void* p) { return cudaFree(p); }
 
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
+  if (const cudaError_t e = synchronous()) return e;
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cudaStream_t) {
-  return cudaMemcpy(dst, src, n, kind);
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
+  emu::submit(emu::NodeKind::copy, [=] {
+    if (n) std::memmove(dst, src, n);
+  });
+  return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t n) {
+  if (const cudaError_t e = synchronous()) return e;
   if (n) std::memset(p, value, n);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) { return cudaMemset(p, value, n); }
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
+  emu::submit(emu::NodeKind::memset, [=] {
+    if (n) std::memset(p, value, n);
+  });
+  return cudaSuccess;
+}
 
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
   *s = reinterpret_cast<cudaStream_t>(new char);
@@ -108,8 +136,8 @@ cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
   delete reinterpret_cast<char*>(s);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return synchronous(); }
+cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return synchronous(); }
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
 
 cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) {
@@ -122,34 +150,68 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  reinterpret_cast<Event*>(e)->ms = now_ms();
+  emu::submit(emu::NodeKind::event, [e] { reinterpret_cast<Event*>(e)->ms = now_ms(); });
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
-cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) { return synchronous(); }
 cudaError_t CUDARTAPI cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
 cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = float(reinterpret_cast<Event*>(b)->ms - reinterpret_cast<Event*>(a)->ms);
   return cudaSuccess;
 }
 
-// No graphs: capture is refused, so nothing else here is ever reached with a graph.
-cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) { return fail(cudaErrorStreamCaptureUnsupported); }
-cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
-  *g = nullptr;
-  return fail(cudaErrorStreamCaptureUnsupported);
-}
-cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t*, cudaGraph_t, unsigned long long) {
-  return fail(cudaErrorStreamCaptureUnsupported);
-}
-cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t, cudaStream_t) { return fail(cudaErrorStreamCaptureUnsupported); }
-cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t) { return cudaSuccess; }
-cudaError_t CUDARTAPI cudaGraphGetNodes(cudaGraph_t, cudaGraphNode_t*, size_t* n) {
-  *n = 0;
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  const char* refuse = std::getenv("DLPERF_EMU_NO_CAPTURE");
+  if (refuse && *refuse == '1') return fail(cudaErrorStreamCaptureUnsupported);
+  emu::Capture& c = emu::capture();
+  if (c.open) return fail(cudaErrorIllegalState);
+  c = {true, false, {}};
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaGraphNodeGetType(cudaGraphNode_t, cudaGraphNodeType*) { return fail(cudaErrorInvalidValue); }
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+  emu::Capture& c = emu::capture();
+  *g = nullptr;
+  if (!c.open) return fail(cudaErrorIllegalState);
+  c.open = false;
+  if (c.broken) return fail(cudaErrorStreamCaptureInvalidated);
+  *g = reinterpret_cast<cudaGraph_t>(new Graph{std::move(c.nodes)});
+  c.nodes.clear();
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+  *exec = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph*>(g)));
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+  for (const emu::Node& n : reinterpret_cast<Graph*>(exec)->nodes) n.run();
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t g) {
+  delete reinterpret_cast<Graph*>(g);
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
+  delete reinterpret_cast<Graph*>(exec);
+  return cudaSuccess;
+}
+// A graph's nodes are its emu::Node entries.
+cudaError_t CUDARTAPI cudaGraphGetNodes(cudaGraph_t g, cudaGraphNode_t* nodes, size_t* n) {
+  auto& all = reinterpret_cast<Graph*>(g)->nodes;
+  if (nodes)
+    for (size_t i = 0; i < std::min(*n, all.size()); ++i) nodes[i] = reinterpret_cast<cudaGraphNode_t>(&all[i]);
+  *n = all.size();
+  return cudaSuccess;
+}
+cudaError_t CUDARTAPI cudaGraphNodeGetType(cudaGraphNode_t node, cudaGraphNodeType* type) {
+  switch (reinterpret_cast<const emu::Node*>(node)->kind) {
+    case emu::NodeKind::kernel: *type = cudaGraphNodeTypeKernel; break;
+    case emu::NodeKind::copy: *type = cudaGraphNodeTypeMemcpy; break;
+    case emu::NodeKind::memset: *type = cudaGraphNodeTypeMemset; break;
+    case emu::NodeKind::event: *type = cudaGraphNodeTypeEventRecord; break;
+  }
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaGraphChildGraphNodeGetGraph(cudaGraphNode_t, cudaGraph_t*) { return fail(cudaErrorInvalidValue); }
 
 cudaError_t CUDARTAPI cudaGetLastError(void) {

@@ -55,19 +55,21 @@ LtGemm::~LtGemm() {
   delete static_cast<Problem*>(desc_);
 }
 
+// Queued as one "kernel" of the emulation's stream (emu_stream.h).
 void LtGemm::run(const void* a, const void* b, void* d, cudaStream_t) {
-  const Problem& q = *static_cast<const Problem*>(desc_);
-  switch (p_) {
-    case Precision::bf16:
-      if (q.half_out) multiply<__nv_bfloat16, __nv_bfloat16>(q, m_, n_, k_, a, b, d);
-      else multiply<__nv_bfloat16, float>(q, m_, n_, k_, a, b, d);
-      break;
-    case Precision::fp16:
-      if (q.half_out) multiply<__half, __half>(q, m_, n_, k_, a, b, d);
-      else multiply<__half, float>(q, m_, n_, k_, a, b, d);
-      break;
-    default: multiply<float, float>(q, m_, n_, k_, a, b, d); break;
-  }
+  emu::submit(emu::NodeKind::kernel, [q = *static_cast<const Problem*>(desc_), p = p_, m = m_, n = n_, k = k_, a, b, d] {
+    switch (p) {
+      case Precision::bf16:
+        if (q.half_out) multiply<__nv_bfloat16, __nv_bfloat16>(q, m, n, k, a, b, d);
+        else multiply<__nv_bfloat16, float>(q, m, n, k, a, b, d);
+        break;
+      case Precision::fp16:
+        if (q.half_out) multiply<__half, __half>(q, m, n, k, a, b, d);
+        else multiply<__half, float>(q, m, n, k, a, b, d);
+        break;
+      default: multiply<float, float>(q, m, n, k, a, b, d); break;
+    }
+  });
 }
 
 }  // namespace dlperf::cuda
