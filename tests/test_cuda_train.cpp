@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <string>
@@ -186,6 +187,21 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
     EXPECT_TRUE(gpu_track);
   }
 }
+
+#ifdef DLPERF_CUDA_EMULATION
+// Where a stream cannot be captured at all (the emulated runtime refuses when told to), the run
+// goes on with eager steps and says why, rather than failing.
+TEST(KERNEL_SUITE, StepsRunEagerlyWhereCaptureIsRefused) {
+  ::setenv("DLPERF_EMU_NO_CAPTURE", "1", 1);
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:256", 32, 1);
+  const auto r = train::train(c);
+  ::unsetenv("DLPERF_EMU_NO_CAPTURE");
+  EXPECT_FALSE(r.record["gpu_step"]["cuda_graph"].get<bool>());
+  EXPECT_NE(r.record["gpu_step"]["why_not_graph"].get<std::string>().find("capture"), std::string::npos)
+      << r.record["gpu_step"].dump();
+  EXPECT_EQ(r.epochs.size(), 1u);
+}
+#endif
 
 }  // namespace
 }  // namespace dlperf::test
