@@ -1,14 +1,13 @@
-// The CUDA side: device queries and --device parsing everywhere; with the CUDA backend and a GPU,
-// every kernel against a float64 reference (or the CPU engine's own formula, bit for bit where
-// it must agree), and the GPU benchmarks' validation. Without a GPU they are reported as skipped.
+// The CUDA side: device queries and --device parsing everywhere; the CUDA-free pieces of the GPU
+// code (layouts, batchnorm's split, the loss-scale rule) on the CPU; with the CUDA backend and a
+// GPU, the GEMM's fused bias, the GPU benchmarks' validation and the out-of-memory advice. The
+// kernels, the executor and the trainer have their own files (test_cuda_kernels.cpp,
+// test_cuda_network.cpp, test_cuda_train.cpp), which also run under the CPU emulation.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <fstream>
-#include <map>
 #include <numeric>
-#include <set>
 #include <vector>
 
 #include "backend/cuda/bn_split.h"
@@ -16,7 +15,6 @@
 #include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
 #include "backend/cuda/runtime.h"
-#include "backend/ref/ref_ops.h"
 #include "bench/gpu_bench.h"
 #include "core/rng.h"
 #include "hw/nvml.h"
@@ -28,20 +26,9 @@
 #ifdef DLPERF_HAVE_CUDA
 #include <cuda_runtime.h>
 
-#include <cstring>
-
-#include "backend/cpu/network.h"
-#include "backend/cpu/ops.h"
-#include "backend/cuda/batchnorm.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
-#include "backend/cuda/network.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "nn/graph.h"
-#include "plan/memory.h"
 #include "train/trainer.h"
-#include "nn/optimizer.h"
 #endif
 
 namespace dlperf::test {

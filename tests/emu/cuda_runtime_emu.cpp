@@ -46,7 +46,8 @@ struct Graph {
   std::vector<emu::Node> nodes;
 };
 
-void* allocate(size_t bytes) { return std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256); }
+// cudaMalloc's 256-byte alignment; aligned_alloc wants a size that is a multiple of it.
+void* allocate(size_t bytes) { return std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256); }
 
 }  // namespace
 
