@@ -194,6 +194,9 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   auto obs = lab::observe(d);
   EXPECT_TRUE(says(obs, "medium at batch 64: the GPU trains 10.0x faster than the CPU"));
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU wins, 4.0x faster than the GPU"));
+  d.rows[3]["epoch_s"] = 0.052;  // 4% apart, within a 5% run-to-run noise
+  d.noise_pct = 5;
+  EXPECT_TRUE(says(lab::observe(d), "mlp at batch 16: the GPU and the CPU train about as fast"));
   d.rows[1]["status"] = "missing";
   d.rows[1]["note"] = "no GPU";
   obs = lab::observe(d);
@@ -211,6 +214,12 @@ TEST(Lab, PrecisionObservationsFollowTheData) {
   EXPECT_TRUE(says(obs, "skipped 3 steps whose gradients overflowed"));
   p.rows[2]["loss_scale_skips"] = 0;
   EXPECT_TRUE(says(lab::observe(p), "skipped no step"));
+  p.rows[1]["epoch_s"] = 10.8;  // 8% slower: a difference with 3% noise, none with 10%
+  p.rows[1]["peak_mb"] = 15.5;  // small models' memory keeps a decimal
+  p.noise_pct = 3;
+  EXPECT_TRUE(says(lab::observe(p), "bf16 trains 1.08x slower than fp32, peak memory 15.5 MB vs 400 MB"));
+  p.noise_pct = 10;
+  EXPECT_TRUE(says(lab::observe(p), "bf16 trains about as fast as fp32"));
   p.rows[1] = {{"precision", "bf16"}, {"device", "cpu"}, {"status", "missing"}, {"note", "bf16 training needs AVX512-BF16"}};
   EXPECT_TRUE(says(lab::observe(p), "AVX512-BF16"));
 }

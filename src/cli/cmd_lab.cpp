@@ -9,9 +9,9 @@ void add_lab(CLI::App& app, const Command& self) {
   auto* c = app.add_subcommand(self.name, self.summary);
   c->add_option("experiments", cfg->experiments, "which experiments to run (default: all): device batch model workers precision")
       ->check(CLI::IsMember(lab::experiment_names()));
-  auto quick_flag = std::make_shared<bool>(false);  // the default; the flag is there to say so
-  auto* quick = c->add_flag("--quick", *quick_flag, "a subset (20,000 training images) and 1 epoch per run: minutes on 2 CPU cores (the default without a GPU)");
-  c->add_flag("--full", cfg->full, "the whole dataset, 5 epochs per run")->excludes(quick);
+  auto* quick = c->add_flag_callback("--quick", [cfg] { cfg->full = false; },
+                                     "a subset (20,000 training images) and 1 epoch per run: minutes on 2 CPU cores (the default without a GPU)");
+  c->add_flag_callback("--full", [cfg] { cfg->full = true; }, "the whole dataset, 5 epochs per run (the default with a GPU)")->excludes(quick);
   c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
   c->add_option("--out,-o", cfg->out, "the report folder (README.md, CSV, JSON, plots, run records)")->capture_default_str();
   c->add_option("--model,-m", cfg->base_model, "the model of the device, batch, workers and precision experiments")->capture_default_str();
@@ -23,7 +23,7 @@ void add_lab(CLI::App& app, const Command& self) {
   c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)");
   c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str();
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
-  c->callback([cfg, quick_flag] { lab::run_lab(*cfg); });
+  c->callback([cfg] { lab::run_lab(*cfg); });
 }
 
 }  // namespace dlperf::cli

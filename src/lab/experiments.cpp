@@ -311,14 +311,24 @@ void print_experiment(const Experiment& e) {
   std::fflush(stdout);
 }
 
+// The report's GPU line: the GPU the lab's GPU rows ran on, or why there are none.
+json gpu_json() {
+  if (!gpu_available()) return {{"present", false}, {"reason", gpu_missing_reason()}};
+  json g = cuda::gpus_json().at(cuda::resolve_device("auto"));
+  g["present"] = true;
+  return g;
+}
+
 }  // namespace
 
-std::vector<Experiment> run_lab(const LabConfig& cfg) {
+std::vector<Experiment> run_lab(const LabConfig& asked) {
+  LabConfig cfg = asked;
+  if (!cfg.full) cfg.full = gpu_available();
   for (const auto& name : cfg.experiments)
     check(std::find(experiment_names().begin(), experiment_names().end(), name) != experiment_names().end(),
           fmt::format("there is no lab experiment '{}'", name), "choose from device, batch, model, workers, precision");
   check(!cfg.models.empty() && !cfg.batches.empty(), "the lab needs at least one model and one batch size");
-  const bool quick = !cfg.full;
+  const bool quick = !*cfg.full;
   const double t0 = now_s();
   Runner runner(cfg, quick);
   const auto& b = runner.base();
@@ -326,7 +336,8 @@ std::vector<Experiment> run_lab(const LabConfig& cfg) {
     std::printf("dlperf lab (%s): %s, %lld epoch%s per run, %s training images%s; report in %s\n\n",
                 quick ? "quick" : "full", cfg.data.c_str(), (long long)b.epochs, b.epochs == 1 ? "" : "s",
                 b.train_limit > 0 ? fmt::format("the first {}", b.train_limit).c_str() : "all",
-                quick ? " (--full runs the real thing)" : "", cfg.out.c_str());
+                quick ? " (--full runs the real thing)" : asked.full ? "" : " (the default with a GPU; --quick takes minutes)",
+                cfg.out.c_str());
   runner.warm_up();
   const double noise = runner.measure_noise();
   std::vector<Experiment> exps;
@@ -344,7 +355,7 @@ std::vector<Experiment> run_lab(const LabConfig& cfg) {
     exps.back().observations = observe(exps.back());
   }
   json machine = hw::machine_json();
-  machine["gpu"] = {{"present", false}, {"reason", gpu_missing_reason()}};
+  machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;
   write_report(exps, cfg, machine, seconds, noise);
   if (!cfg.quiet) {

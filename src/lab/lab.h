@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,7 +37,9 @@ struct Experiment {
 
 struct LabConfig {
   std::vector<std::string> experiments;  ///< empty = all five
-  bool full = false;                     ///< false = --quick
+  /// true = --full, false = --quick; unset = --full on a machine with a GPU, --quick without
+  /// (where --full would take hours). run_lab settles it before writing the report.
+  std::optional<bool> full;
   std::string data = "fashion-mnist";
   std::string out = "reports/lab";
   std::string base_model = "medium";                   ///< for device, batch, workers, precision

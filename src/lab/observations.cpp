@@ -29,7 +29,19 @@ std::string change(double from, double to) {
   return fmt::format("{} {:.1f} point{}", d < 0 ? "fell" : "rose", std::fabs(d), std::fabs(d) >= 0.95 && std::fabs(d) < 1.05 ? "" : "s");
 }
 
-std::string megabytes(double mb) { return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : fmt::format("{:.0f} MB", mb); }
+std::string megabytes(double mb) {
+  return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : mb >= 100 ? fmt::format("{:.0f} MB", mb) : fmt::format("{:.1f} MB", mb);
+}
+
+// Whether two speeds differ by no more than the run-to-run noise (at least 3%), so a sentence
+// claims no more than the measurement shows.
+bool within_noise(double speedup, double noise_pct) { return 100 * std::fabs(speedup - 1) <= std::max(3.0, noise_pct); }
+
+// "2.07x faster than", "1.15x slower than", or "about as fast as" within the noise.
+std::string relative_speed(double speedup, double noise_pct, int decimals) {
+  if (within_noise(speedup, noise_pct)) return "about as fast as";
+  return fmt::format("{:.{}f}x {} than", speedup >= 1 ? speedup : 1 / speedup, decimals, speedup >= 1 ? "faster" : "slower");
+}
 
 std::vector<std::string> missing_notes(const Experiment& e, const char* label_key) {
   std::vector<std::string> out;
@@ -59,7 +71,10 @@ std::vector<std::string> device(const Experiment& e) {
     }
     any_gpu = true;
     const double speedup = num(*cpu, "epoch_s") / num(*gpu, "epoch_s");
-    if (speedup >= 1)
+    if (within_noise(speedup, e.noise_pct))
+      out.push_back(fmt::format("{} at batch {}: the GPU and the CPU train about as fast ({:.2f} s vs {:.2f} s per epoch).", w,
+                                cpu->at("batch").get<int64_t>(), num(*gpu, "epoch_s"), num(*cpu, "epoch_s")));
+    else if (speedup >= 1)
       out.push_back(fmt::format("{} at batch {}: the GPU trains {:.1f}x faster than the CPU ({:.2f} s vs {:.2f} s per epoch).", w,
                                 cpu->at("batch").get<int64_t>(), speedup, num(*gpu, "epoch_s"), num(*cpu, "epoch_s")));
     else
@@ -90,9 +105,7 @@ std::vector<std::string> batch(const Experiment& e) {
   if (fixed.size() >= 2) {
     const json &lo = fixed.front(), &hi = fixed.back();
     const double speed = num(hi, "images_per_s") / num(lo, "images_per_s");
-    const std::string how = 100 * std::fabs(speed - 1) <= std::max(3.0, e.noise_pct)
-                                ? "about as fast as"
-                                : fmt::format("{:.1f}x {} than", speed >= 1 ? speed : 1 / speed, speed >= 1 ? "faster" : "slower");
+    const std::string how = relative_speed(speed, e.noise_pct, 1);
     out.push_back(fmt::format("Batch {} trains {} batch {} ({:.0f} vs {:.0f} img/s), and test accuracy {} "
                               "(fixed lr {:g}: {:.2f}% vs {:.2f}%).",
                               hi["batch"].get<int64_t>(), how, lo["batch"].get<int64_t>(), num(hi, "images_per_s"), num(lo, "images_per_s"),
@@ -159,7 +172,7 @@ std::vector<std::string> workers(const Experiment& e) {
   const double spread = num(fastest, "images_per_s") / num(slowest, "images_per_s");
   const double max_wait = num(*std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) {
     return x["data_wait_pct"] < y["data_wait_pct"]; }), "data_wait_pct");
-  if (100 * (spread - 1) <= std::max(3.0, e.noise_pct))
+  if (within_noise(spread, e.noise_pct))
     out.push_back(fmt::format("The worker count barely matters here: all within {:.1f}%{}.{}", 100 * (spread - 1),
                               e.noise_pct > 3 ? fmt::format(", no more than the run-to-run noise ({:.1f}%)", e.noise_pct) : "",
                               max_wait < 5 ? " Loading is cheap next to the compute, so the step is compute-bound." : ""));
@@ -176,8 +189,8 @@ std::vector<std::string> precision(const Experiment& e) {
   for (const auto& r : rows) {
     if (!fp32 || r["precision"] == "fp32") continue;
     const double s = num(*fp32, "epoch_s") / num(r, "epoch_s");
-    out.push_back(fmt::format("{} trains {:.2f}x {} than fp32, peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%).",
-                              r["precision"].get<std::string>(), s >= 1 ? s : 1 / s, s >= 1 ? "faster" : "slower",
+    out.push_back(fmt::format("{} trains {} fp32, peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%).",
+                              r["precision"].get<std::string>(), relative_speed(s, e.noise_pct, 2),
                               megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
                               change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc")));
     if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())

@@ -150,6 +150,14 @@ std::string markdown_table(const Experiment& e) {
   return s;
 }
 
+// "NVIDIA H100 80GB HBM3 (132 SMs, compute capability 9.0, 85.0 GB, driver 13.0, CUDA runtime 13.0)".
+std::string gpu_text(const json& g) {
+  if (!g.value("present", false)) return "none: " + g.value("reason", std::string("?"));
+  return fmt::format("{} ({} SMs, compute capability {}, {:.1f} GB, driver {}, CUDA runtime {})", g.value("name", "?"),
+                     g.value("sm_count", 0), g.value("compute_capability", "?"), g.value("memory_bytes", 0.0) / 1e9,
+                     g.value("driver_version", "?"), g.value("runtime_version", "?"));
+}
+
 std::string machine_text(const json& m) {
   const json& c = m["cpu"];
   return fmt::format(
@@ -157,7 +165,7 @@ std::string machine_text(const json& m) {
       "- **GPU:** {}\n- **Software:** dlperf {}, oneDNN {}\n",
       c.value("model", "?"), c.value("cores", 0), c.value("isa", "?"), c.value("caches", "?"), c.value("ghz", 0.0),
       c.value("memory_gb", 0.0), m.value("os", "?"),
-      m["gpu"].value("present", false) ? m["gpu"].value("name", "?") : "none: " + m["gpu"].value("reason", std::string("?")),
+      gpu_text(m["gpu"]),
       m.value("dlperf", "?"), m.value("onednn", "?"));
 }
 
@@ -194,7 +202,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
-  json j = {{"dlperf_version", DLPERF_VERSION}, {"command", "lab"}, {"mode", cfg.full ? "full" : "quick"},
+  json j = {{"dlperf_version", DLPERF_VERSION}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
             {"created", date}, {"seconds", lab_seconds}, {"noise_pct", noise_pct}, {"machine", machine}, {"data", cfg.data},
             {"experiments", json::array()}};
   for (const auto& e : exps) {
@@ -211,7 +219,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
       "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
       "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}\n\n",
-      cfg.full ? " --full" : " --quick", date, lab_seconds, machine_text(machine), cfg.data,
+      cfg.full.value_or(false) ? " --full" : " --quick", date, lab_seconds, machine_text(machine), cfg.data,
       run_size(exps),
       cfg.base_model, cfg.base_batch, cfg.base_lr,
       noise_pct > 0 ? fmt::format("\n\n**Run-to-run noise:** two identical runs of that base configuration differed by "
