@@ -203,6 +203,30 @@ TEST(KERNEL_SUITE, StepsRunEagerlyWhereCaptureIsRefused) {
 }
 #endif
 
+// What dlperf train prints on the GPU (the other tests run quiet): the device line, an epoch row
+// per epoch, the resumed epochs, fp16's loss-scale account, the graph's kernel count, the
+// summary and the run record's path. Printing reads run-record fields, so it must not throw.
+TEST(KERNEL_SUITE, TrainingOnTheGpuSaysWhatItDid) {
+  REQUIRE_GPU();
+  TempDir dir;
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:256", 32, 2);
+  c.precision = "fp16";
+  c.quiet = false;
+  c.runs_dir = (dir.path / "runs").string();
+  c.checkpoint_dir = (dir.path / "ckpt").string();
+  c.stop_after_epochs = 1;
+  testing::internal::CaptureStdout();
+  train::train(c);
+  c.stop_after_epochs = 0;
+  c.resume = true;
+  train::train(c);
+  const std::string out = testing::internal::GetCapturedStdout();
+  for (const char* line : {"dlperf train: model small", "device cuda:0 (", "fp16", "CUDA graphs on", "resumed from ",
+                           "fp16 loss scaling: ", "CUDA graph: a step is ", "done: 2 epochs in ", "peak GPU memory ",
+                           "run record: "})
+    EXPECT_NE(out.find(line), std::string::npos) << line << "\n" << out;
+}
+
 }  // namespace
 }  // namespace dlperf::test
 

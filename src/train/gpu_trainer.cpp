@@ -500,8 +500,8 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     std::printf("\nCUDA graph: a step is %lld kernels, %lld copies and %lld memsets\n", (long long)nodes.kernels,
                 (long long)nodes.copies, (long long)nodes.memsets);
   if (say && result.record.contains("summary"))
-    std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak GPU memory %s\n",
-                result.epochs.size(), result.record["summary"]["train_s"].get<double>(),
+    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak GPU memory %s\n",
+                result.epochs.size(), result.epochs.size() == 1 ? "" : "s", result.record["summary"]["train_s"].get<double>(),
                 result.record["summary"]["images_per_s"].get<double>(), 100 * result.record["summary"]["final_test_acc"].get<double>(),
                 format_bytes(result.record["summary"]["peak_bytes"].get<double>()).c_str());
   if (!cfg.runs_dir.empty()) {

@@ -572,8 +572,8 @@ TrainResult train(const TrainConfig& cfg) {
   result.record = run.record(result.epochs, threads);
   if (say && result.record.contains("summary")) {
     const json& s = result.record["summary"];
-    std::printf("\ndone: %zu epochs in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak tracked memory %s (process RSS %s)\n",
-                result.epochs.size(), s["train_s"].get<double>(), s["images_per_s"].get<double>(),
+    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak tracked memory %s (process RSS %s)\n",
+                result.epochs.size(), result.epochs.size() == 1 ? "" : "s", s["train_s"].get<double>(), s["images_per_s"].get<double>(),
                 100 * s["final_test_acc"].get<double>(), format_bytes(s["peak_bytes"]).c_str(),
                 format_bytes(s["max_rss_bytes"]).c_str());
   }
