@@ -136,7 +136,9 @@ TEST(Bench, BandwidthLevelsTakeThePlateauOfEachCache) {
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
+#include "bench/machine_profile.h"
 #include "bench/roofline.h"
 #include "report/plot.h"
 #include "hw/cpu_info.h"
@@ -161,7 +163,7 @@ TEST(Roofline, PointsRoofsAndFiles) {
   TempDir t;
   const std::string stem = (t.path / "roof").string();
   const bool draw = report::gnuplot_available();
-  const auto files = bench::write_roofline(points, 150, {{"L1", 200.0}, {"DRAM", 20.0}}, stem, "test", draw);
+  const auto files = bench::write_roofline(points, {{"FMA peak", 150}}, {{"L1", 200.0}, {"DRAM", 20.0}}, stem, "test", draw);
   EXPECT_EQ(files.size(), draw ? 3u : 2u);
   std::ifstream csv(stem + ".csv");
   std::string header;
@@ -174,7 +176,71 @@ TEST(Roofline, PointsRoofsAndFiles) {
     EXPECT_EQ(std::string(sig + 1, 3), "PNG");
     EXPECT_GT(std::filesystem::file_size(stem + ".png"), 1000u);
   }
-  EXPECT_THROW(bench::write_roofline({}, 150, {}, stem, "t", false), Error);
+  EXPECT_THROW(bench::write_roofline({}, {{"FMA peak", 150}}, {}, stem, "t", false), Error);
+  EXPECT_THROW(bench::write_roofline(points, {}, {}, stem, "t", false), Error);
+}
+
+// A GPU's roofline: the profiler's layer passes (backward split into data and weight), the run's
+// precision as the roof the HBM line bends into, the other precisions dashed above it.
+TEST(Roofline, GpuPassesFromTheProfileAndACeilingPerPrecision) {
+  const nlohmann::json profile = {
+      {"rows",
+       {{{"name", "conv1"}, {"op", "conv2d"}, {"phase", "forward"}, {"flops", 4e9}, {"bytes", 2e7}, {"self_s", 0.001}},
+        {{"name", "conv1"}, {"op", "conv2d"}, {"phase", "backward-weight"}, {"flops", 4e9}, {"bytes", 2e7}, {"self_s", 0.002}},
+        {{"name", "conv1"}, {"op", "conv2d"}, {"phase", "backward-data"}, {"flops", 4e9}, {"bytes", 2e7}, {"self_s", 0.002}},
+        {{"name", "optimizer"}, {"op", ""}, {"phase", "optimizer"}, {"flops", 1e6}, {"bytes", 1e7}, {"self_s", 0.001}},
+        {{"name", "relu1"}, {"op", "relu"}, {"phase", "forward"}, {"flops", 0.0}, {"bytes", 1e7}, {"self_s", 0.0005}}}}};
+  const auto points = bench::roofline_points_from_profile(profile);
+  ASSERT_EQ(points.size(), 3u);  // the optimizer is no layer; relu does no arithmetic
+  EXPECT_EQ(points[1].pass, "backward-weight");
+  EXPECT_DOUBLE_EQ(points[0].gflops(), 4000.0);
+  EXPECT_DOUBLE_EQ(points[0].intensity(), 200.0);
+  TempDir t;
+  const std::string stem = (t.path / "gpu").string();
+  const bool draw = report::gnuplot_available();  // gnuplot must accept the script
+  const auto files = bench::write_roofline(points, {{"fp32 peak", 51000}, {"bf16 (datasheet)", 989000}}, {{"HBM", 3350.0}}, stem,
+                                           "medium on a GPU", draw);
+  if (draw) {
+    ASSERT_EQ(files.size(), 3u);
+    EXPECT_GT(std::filesystem::file_size(stem + ".png"), 1000u);
+  }
+  std::ifstream gp(stem + ".gp");
+  std::stringstream script;
+  script << gp.rdbuf();
+  for (const char* s : {"peak = 51000", "x * 3350", "'HBM 3350 GB/s'", "989000 with lines", "bf16 (datasheet) 989000 GFLOP/s",
+                        "eq 'backward-data'", "eq 'backward-weight'", "[0.1:1.98e+06]"})
+    EXPECT_NE(script.str().find(s), std::string::npos) << s << "\n" << script.str();
+}
+
+// The machine profile keeps each GPU's measured ceilings: the best GEMM median per precision,
+// the best device-memory kernel; dlperf profile and bench roofline find them by the GPU's name.
+TEST(MachineProfile, GpuCeilingsFromTheBenchAndBack) {
+  const nlohmann::json gemm = {{{"precision", "fp32"}, {"median_tflops", 40.0}},
+                               {{"precision", "fp32"}, {"median_tflops", 51.5}},
+                               {{"precision", "bf16"}, {"median_tflops", 700.0}}};
+  const nlohmann::json memory = {{{"kernel", "copy"}, {"median_gbps", 2900.0}}, {{"kernel", "read"}, {"median_gbps", 3100.0}},
+                                 {{"kernel", "triad"}, {"median_gbps", 3000.0}}};
+  const auto g = bench::gpu_ceilings_from_bench("NVIDIA H100 80GB HBM3", gemm, memory);
+  EXPECT_DOUBLE_EQ(g.peak("fp32"), 51500.0);
+  EXPECT_DOUBLE_EQ(g.peak("bf16"), 7e5);
+  EXPECT_EQ(g.peak("fp16"), 0.0);
+  EXPECT_DOUBLE_EQ(g.hbm_gbps(), 3100.0);
+  EXPECT_EQ(g.bandwidth_kernel, "read");
+  EXPECT_TRUE(bench::gpu_ceilings_from_bench("x", {{"skipped", "no GPU"}}, nullptr).empty());
+
+  TempDir t;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(t.path);  // the profile lives at runs/machine-profile.json
+  EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA H100 80GB HBM3").empty());  // no file yet
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"gpus", {bench::to_json(g)}}});
+  const auto back = bench::load_gpu_ceilings("NVIDIA H100 80GB HBM3");
+  EXPECT_DOUBLE_EQ(back.peak("bf16"), 7e5);
+  EXPECT_DOUBLE_EQ(back.hbm_gbps(), 3100.0);
+  EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA A100-SXM4-80GB").empty());  // another GPU
+  EXPECT_DOUBLE_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 80.0);
+  std::ofstream(bench::kMachineProfile) << "{ damaged";
+  EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA H100 80GB HBM3").empty());
+  std::filesystem::current_path(cwd);
 }
 
 }  // namespace

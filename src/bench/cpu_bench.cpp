@@ -236,18 +236,6 @@ nlohmann::json bandwidth_levels(const std::vector<MemoryPoint>& points, int64_t 
   return out;
 }
 
-Ceilings load_ceilings(const std::string& cpu_model, int threads) {
-  std::ifstream f(kMachineProfile);
-  if (!f) return {};
-  try {
-    const auto p = nlohmann::json::parse(f);
-    if (p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
-      return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object())};
-  } catch (const std::exception&) {  // a damaged profile counts as none
-  }
-  return {};
-}
-
 nlohmann::json to_json(const MemoryPoint& p) {
   return {{"kernel", p.kernel}, {"working_set_bytes", p.working_set}, {"gbps_median", p.gbps.median},
           {"gbps_min", p.gbps.min}, {"gbps_max", p.gbps.max}, {"repeats", p.repeats}};

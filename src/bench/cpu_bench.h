@@ -57,18 +57,6 @@ FlopsResult bf16_peak(const Options& o, std::string* why_not);
 /// out, and all of them when the cache sizes are unknown (0).
 nlohmann::json bandwidth_levels(const std::vector<MemoryPoint>& points, int64_t l1, int64_t l2, int64_t l3, int threads);
 
-/// Where `dlperf bench all` leaves the measured ceilings, and `train --layer-times` finds them.
-inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
-
-/// The measured ceilings of this CPU model at this thread count.
-struct Ceilings {
-  double f32_gflops = 0;         ///< 0 = none measured
-  nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
-};
-/// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU or
-/// thread count.
-Ceilings load_ceilings(const std::string& cpu_model, int threads);
-
 nlohmann::json to_json(const MemoryPoint& p);
 nlohmann::json to_json(const FlopsResult& r);
 

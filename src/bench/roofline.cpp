@@ -1,12 +1,21 @@
 #include "bench/roofline.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <fstream>
+#include <set>
 
+#include "backend/cuda/runtime.h"
+#include "bench/cpu_bench.h"
+#include "bench/machine_profile.h"
 #include "core/error.h"
+#include "hw/cpu_info.h"
+#include "plan/catalog.h"
 #include "report/plot.h"
+#include "train/trainer.h"
 
 namespace dlperf::bench {
 
@@ -22,11 +31,23 @@ std::vector<RooflinePoint> roofline_points(const nlohmann::json& layer_times) {
   return out;
 }
 
+std::vector<RooflinePoint> roofline_points_from_profile(const nlohmann::json& profile) {
+  std::vector<RooflinePoint> out;
+  for (const auto& row : profile.value("rows", nlohmann::json::array())) {
+    if (row.value("op", "").empty()) continue;  // data, copy, loss, optimizer: not a layer pass
+    const double flops = row.value("flops", 0.0), bytes = row.value("bytes", 0.0), seconds = row.value("self_s", 0.0);
+    if (flops > 0 && bytes > 0 && seconds > 0) out.push_back({row.value("name", "?"), row.value("phase", "?"), flops, bytes, seconds});
+  }
+  return out;
+}
+
 double roof(double intensity, double peak_gflops, double level_gbps) { return std::min(peak_gflops, intensity * level_gbps); }
 
-std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points, double peak, const nlohmann::json& bw,
-                                        const std::string& stem, const std::string& title, bool draw) {
+std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points, const std::vector<ComputeCeiling>& peaks,
+                                        const nlohmann::json& bw, const std::string& stem, const std::string& title, bool draw) {
   check(!points.empty(), "no timed layers to place on the roofline");
+  check(!peaks.empty() && peaks[0].gflops > 0, "the roofline needs a compute peak");
+  const double peak = peaks[0].gflops;
   std::vector<std::string> written;
   const std::string csv = stem + ".csv", gp = stem + ".gp", png = stem + ".png";
   {
@@ -41,13 +62,28 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
   for (const auto& p : points) lo = std::min(lo, p.intensity()), hi = std::max(hi, p.intensity());
   std::string roofs, plots;
   int k = 0;
-  for (const char* level : {"L1", "L2", "L3", "DRAM"}) {
-    if (!bw.contains(level)) continue;
+  for (const char* level : {"L1", "L2", "L3", "DRAM", "HBM"}) {
+    if (!bw.contains(level) || bw[level].get<double>() <= 0) continue;
     const double gbps = bw[level];
     roofs += fmt::format("r{}(x) = (x * {:.6g} < peak) ? x * {:.6g} : peak\n", k, gbps, gbps);
     plots += fmt::format("r{}(x) with lines lw 2 title '{} {:.0f} GB/s', ", k, level, gbps);
     ++k;
   }
+  double top = peak;
+  for (size_t i = 1; i < peaks.size(); ++i) {  // the other precisions' roofs, dashed
+    if (peaks[i].gflops <= 0) continue;
+    plots += fmt::format("{:.6g} with lines lw 1 dt 3 title '{} {:.0f} GFLOP/s', ", peaks[i].gflops, peaks[i].label, peaks[i].gflops);
+    top = std::max(top, peaks[i].gflops);
+  }
+  std::set<std::string> passes;  // one point style per pass, in the order they first appear
+  std::vector<std::string> pass_order;
+  for (const auto& p : points)
+    if (passes.insert(p.pass).second) pass_order.push_back(p.pass);
+  std::string point_plots;
+  int style = 0;
+  for (const auto& pass : pass_order)
+    point_plots += fmt::format("'{}' using ((stringcolumn(2) eq '{}') ? $6 : 1/0):7 with points pt {} ps 1.3 title '{}', ", csv, pass,
+                               std::array{7, 5, 9, 13, 11}[size_t(style++ % 5)], pass);
   std::ofstream f(gp);
   f << fmt::format(
       "# Made by dlperf: the roofline of {title}. Rerun with: gnuplot {gp}\n"
@@ -60,13 +96,11 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
       "set grid\nset key bottom right\nset datafile separator ','\n"
       "set xrange [{xlo:.3g}:{xhi:.3g}]\nset yrange [0.1:{ymax:.3g}]\nset samples 400\n"
       "peak = {peak:.6g}\n{roofs}"
-      "plot peak with lines lw 2 dt 2 lc rgb 'black' title sprintf('FMA peak %.0f GFLOP/s', peak), {plots}"
-      "'{csv}' using ((stringcolumn(2) eq 'forward') ? $6 : 1/0):7 with points pt 7 ps 1.3 title 'forward', "
-      "'{csv}' using ((stringcolumn(2) eq 'backward') ? $6 : 1/0):7 with points pt 5 ps 1.3 title 'backward', "
+      "plot peak with lines lw 2 dt 2 lc rgb 'black' title sprintf('{label} %.0f GFLOP/s', peak), {plots}{point_plots}"
       "'{csv}' using 6:7:1 with labels offset 0.8,0.6 font ',8' notitle\n",
       fmt::arg("title", title), fmt::arg("gp", gp), fmt::arg("png", png), fmt::arg("xlo", std::max(lo / 4, 1e-3)),
-      fmt::arg("xhi", std::max(hi * 4, 100.0)), fmt::arg("ymax", peak * 2), fmt::arg("peak", peak), fmt::arg("roofs", roofs),
-      fmt::arg("plots", plots), fmt::arg("csv", csv));
+      fmt::arg("xhi", std::max(hi * 4, 100.0)), fmt::arg("ymax", top * 2), fmt::arg("peak", peak), fmt::arg("roofs", roofs),
+      fmt::arg("plots", plots), fmt::arg("csv", csv), fmt::arg("label", peaks[0].label), fmt::arg("point_plots", point_plots));
   f.close();
   check(bool(f), "cannot write " + gp);
   written.push_back(gp);
@@ -75,6 +109,88 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
     written.push_back(png);
   }
   return written;
+}
+
+namespace {
+
+// The CPU: --layer-times against the machine profile's ceilings for this CPU and thread count,
+// measured quickly now when it has none.
+Roofline cpu_roofline(const RooflineRequest& r) {
+  const hw::CpuInfo cpu = hw::cpu_info();
+  const int threads = r.threads > 0 ? r.threads : omp_get_max_threads();
+  Roofline out;
+  out.device = "cpu", out.processor = fmt::format("{} ({} threads)", cpu.model, threads);
+  const Ceilings known = load_ceilings(cpu.model, threads);
+  double peak = known.f32_gflops;
+  out.bandwidth_gbps = known.bandwidth_gbps;
+  out.ceilings_source = std::string("measured by 'dlperf bench all' (") + kMachineProfile + ")";
+  if (peak == 0) {
+    std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
+    Options q;
+    q.quick = true, q.threads = r.threads;
+    peak = fma_peak(q).gflops.median;
+    out.bandwidth_gbps = bandwidth_levels(memory_bandwidth(q), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
+    out.ceilings_source = "measured now (bench --quick)";
+  }
+  out.peaks = {{"FMA peak", peak}};
+  train::TrainConfig tc;
+  tc.model = r.model, tc.data = r.data, tc.batch = r.batch, tc.epochs = 1, tc.threads = r.threads, tc.device = "cpu";
+  tc.train_limit = r.batch * r.steps, tc.test_limit = r.batch, tc.layer_times = true, tc.quiet = true, tc.runs_dir = "";
+  std::printf("timing %lld training steps of %s at batch %lld on %s, on the CPU...\n", (long long)r.steps, r.model.c_str(),
+              (long long)r.batch, r.data.c_str());
+  const auto result = train::train(tc);
+  out.model = result.record["model"]["name"];
+  out.points = roofline_points(result.record["layer_times"]);
+  return out;
+}
+
+// A GPU: the profiler's device times per layer pass, against the ceilings the profile used (this
+// GPU's measured ones from `dlperf bench all`, else its datasheet's), with the other precisions'
+// roofs beside them.
+Roofline gpu_roofline(const RooflineRequest& r, int gpu) {
+  train::TrainConfig tc;
+  tc.model = r.model, tc.data = r.data, tc.batch = r.batch, tc.epochs = 1, tc.device = fmt::format("cuda:{}", gpu);
+  tc.precision = r.precision, tc.profile = true, tc.profile_only = true, tc.profile_skip = 3, tc.profile_steps = r.steps;
+  tc.train_limit = r.batch * (r.steps + tc.profile_skip + 1), tc.test_limit = r.batch, tc.quiet = true, tc.runs_dir = "";
+  tc.progress = false;
+  std::printf("profiling %lld training steps of %s at batch %lld on %s, on GPU %d in %s...\n", (long long)r.steps, r.model.c_str(),
+              (long long)r.batch, r.data.c_str(), gpu, r.precision.c_str());
+  const auto result = train::train(tc);
+  Roofline out;
+  out.device = tc.device;
+  out.model = result.record["model"]["name"];
+  out.processor = result.record["device"].value("name", "?");
+  const nlohmann::json& c = result.profile.at("ceilings");
+  out.ceilings_source = c.value("source", "?");
+  out.peaks = {{r.precision + " peak", c.value("peak_gflops", 0.0)}};
+  out.bandwidth_gbps = nlohmann::json::object();
+  if (c.value("dram_gbps", 0.0) > 0) out.bandwidth_gbps["HBM"] = c["dram_gbps"];
+  const GpuCeilings measured = load_gpu_ceilings(out.processor);
+  const std::string id = plan::catalog_id_for_gpu(out.processor);
+  for (const char* p : {"fp32", "tf32", "bf16", "fp16", "fp8"}) {
+    if (p == r.precision) continue;
+    if (measured.peak(p) > 0) {
+      out.peaks.push_back({fmt::format("{} GEMM (measured)", p), measured.peak(p)});
+    } else if (!id.empty()) {
+      const double sheet = 1e3 * plan::load_catalog().find(id).peak_tflops(p);
+      if (sheet > 0) out.peaks.push_back({fmt::format("{} (datasheet)", p), sheet});
+    }
+  }
+  out.points = roofline_points_from_profile(result.profile);
+  return out;
+}
+
+}  // namespace
+
+Roofline measure_roofline(const RooflineRequest& r) {
+  check(r.steps >= 3 && r.steps <= 100000, "--steps must be between 3 and 100000");
+  const int gpu = cuda::resolve_device(r.device);
+  if (gpu < 0) {
+    check(r.precision == "fp32", fmt::format("the CPU roofline is fp32; --precision {} needs a GPU", r.precision),
+          "leave --precision out, or use --device cuda");
+    return cpu_roofline(r);
+  }
+  return gpu_roofline(r, gpu);
 }
 
 }  // namespace dlperf::bench

@@ -14,6 +14,7 @@
 #include "bench/collective.h"
 #include "bench/gpu_bench.h"
 #include "bench/cpu_bench.h"
+#include "bench/machine_profile.h"
 #include "bench/ops_bench.h"
 #include "bench/roofline.h"
 #include "plan/catalog.h"
@@ -41,6 +42,8 @@ struct BenchArgs {
   int64_t steps = 30;
   int ranks = 2;  ///< allreduce
   int gpu = 0;    ///< copy, launch, gpu-memory
+  std::string device = "auto";     ///< roofline
+  std::string precision = "fp32";  ///< roofline on a GPU
 };
 
 // All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
@@ -77,47 +80,39 @@ nlohmann::json run_allreduce(const BenchArgs& a) {
   return r;
 }
 
-// The roofline of one model's training step, against the ceilings in the machine profile when it
-// fits this CPU and thread count, else measured now in quick mode.
-nlohmann::json run_roofline(const BenchArgs& a, const hw::CpuInfo& cpu, int threads) {
-  check(a.steps >= 3 && a.steps <= 100000, "--steps must be between 3 and 100000");
-  const bench::Ceilings known = bench::load_ceilings(cpu.model, threads);
-  double peak = known.f32_gflops;
-  nlohmann::json levels = known.bandwidth_gbps;
-  if (peak == 0) {
-    std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
-    bench::Options q = a.opt;
-    q.quick = true;
-    peak = bench::fma_peak(q).gflops.median;
-    levels = bench::bandwidth_levels(bench::memory_bandwidth(q), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
-  }
-  train::TrainConfig tc;
-  tc.model = a.model, tc.data = a.data, tc.batch = a.batch, tc.epochs = 1, tc.threads = a.opt.threads;
-  tc.train_limit = a.batch * a.steps, tc.test_limit = a.batch, tc.layer_times = true, tc.quiet = true, tc.runs_dir = "";
-  std::printf("timing %lld training steps of %s at batch %lld on %s...\n", (long long)a.steps, a.model.c_str(),
-              (long long)a.batch, a.data.c_str());
-  const auto result = train::train(tc);
-  const auto points = bench::roofline_points(result.record["layer_times"]);
+// The roofline of one model's training step on the CPU or a GPU (bench/roofline.h says against
+// which ceilings): a PNG, its data and script, and a table of every layer pass against its roof.
+nlohmann::json run_roofline(const BenchArgs& a) {
+  bench::RooflineRequest req;
+  req.model = a.model, req.data = a.data, req.batch = a.batch, req.steps = a.steps, req.device = a.device;
+  req.precision = a.precision, req.threads = a.opt.threads;
+  const bench::Roofline r = bench::measure_roofline(req);
   const bool draw = report::gnuplot_available();
   if (!draw) std::printf("gnuplot (with pngcairo) is not installed: writing the data and script only (apt-get install gnuplot-nox)\n");
   std::error_code ec;
   std::filesystem::create_directories("runs", ec);
-  const std::string stem = fmt::format("runs/roofline-{}-b{}", result.record["model"]["name"].get<std::string>(), a.batch);
-  const auto files = bench::write_roofline(points, peak, levels,
-                                           stem, fmt::format("{} at batch {} on {} ({} threads)",
-                                                             result.record["model"]["name"].get<std::string>(), a.batch, cpu.model, threads),
-                                           draw);
-  report::Table t({"layer", "pass", "FLOP/byte", "GFLOP/s", "roof (DRAM)", "of roof"});
-  const double dram = levels.value("DRAM", 0.0);
-  for (const auto& p : points) {
-    const double r = dram > 0 ? bench::roof(p.intensity(), peak, dram) : peak;
-    t.add({p.layer, p.pass, fmt::format("{:.2f}", p.intensity()), fmt::format("{:.1f}", p.gflops()),
-           fmt::format("{:.1f}", r), fmt::format("{:.0f}%", 100 * p.gflops() / r)});
+  const std::string where = r.device == "cpu" ? "cpu" : "cuda";
+  const std::string stem = fmt::format("runs/roofline-{}-b{}-{}{}", r.model, a.batch, where, where == "cpu" ? "" : "-" + a.precision);
+  const auto files = bench::write_roofline(r.points, r.peaks, r.bandwidth_gbps, stem,
+                                           fmt::format("{} at batch {} on {}", r.model, a.batch, r.processor), draw);
+  // Each pass against the roof of the slowest memory level (DRAM on a CPU, HBM on a GPU).
+  const double peak = r.peaks[0].gflops;
+  const double mem = r.bandwidth_gbps.value("DRAM", r.bandwidth_gbps.value("HBM", 0.0));
+  const std::string mem_name = r.bandwidth_gbps.contains("DRAM") ? "DRAM" : "HBM";
+  report::Table t({"layer", "pass", "FLOP/byte", "GFLOP/s", fmt::format("roof ({})", mem_name), "of roof"});
+  for (const auto& p : r.points) {
+    const double roof = mem > 0 ? bench::roof(p.intensity(), peak, mem) : peak;
+    t.add({p.layer, p.pass, fmt::format("{:.2f}", p.intensity()), fmt::format("{:.1f}", p.gflops()), fmt::format("{:.1f}", roof),
+           fmt::format("{:.0f}%", 100 * p.gflops() / roof)});
   }
-  std::printf("\nRoofline (peak %.1f GFLOP/s):\n", peak);
+  std::printf("\nRoofline on %s: %s %.1f GFLOP/s%s; ceilings %s\n", r.processor.c_str(), r.peaks[0].label.c_str(), peak,
+              mem > 0 ? fmt::format(", {} {:.0f} GB/s", mem_name, mem).c_str() : "", r.ceilings_source.c_str());
   t.print();
   for (const auto& f : files) std::printf("wrote %s\n", f.c_str());
-  return {{"peak_gflops", peak}, {"bandwidth_gbps", levels}, {"files", files}};
+  nlohmann::json peaks = nlohmann::json::array();
+  for (const auto& p : r.peaks) peaks.push_back({{"label", p.label}, {"gflops", p.gflops}});
+  return {{"device", r.device}, {"processor", r.processor}, {"peak_gflops", peak}, {"peaks", peaks},
+          {"bandwidth_gbps", r.bandwidth_gbps}, {"ceilings_source", r.ceilings_source}, {"files", files}};
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -361,6 +356,10 @@ void add_bench(CLI::App& app, const Command& self) {
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
   c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
   c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str();
+  c->add_option("--device", args->device, "roofline: auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
+  c->add_option("--precision", args->precision, "roofline on a GPU: fp32, tf32, bf16, fp16")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
+      ->capture_default_str();
   c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time")->capture_default_str();
   c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
   c->add_option("--batch-size,-b", args->batch, "conv: batch size")->capture_default_str();
@@ -394,7 +393,7 @@ void add_bench(CLI::App& app, const Command& self) {
     for (const char* g : {"copy", "launch", "gpu-memory"})
       if (args->what == g || args->what == "all") out[g] = run_gpu(g, *args);
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
-    if (args->what == "roofline") out["roofline"] = run_roofline(*args, cpu, threads);
+    if (args->what == "roofline") out["roofline"] = run_roofline(*args);
     if (args->what == "allreduce") {
       // NCCL across the GPUs when there are any; MPI across CPU processes when Open MPI is there.
       out["nccl_allreduce"] = run_nccl(*args);
@@ -407,15 +406,22 @@ void add_bench(CLI::App& app, const Command& self) {
     if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
-                                {"quick", args->opt.quick}, {"source", "dlperf bench all"}};
-      std::error_code ec;
-      std::filesystem::create_directories("runs", ec);
-      std::ofstream(std::string(bench::kMachineProfile) + ".tmp") << profile.dump(2) << "\n";
-      std::filesystem::rename(std::string(bench::kMachineProfile) + ".tmp", bench::kMachineProfile, ec);
-      check(!ec, std::string("cannot write ") + bench::kMachineProfile);
+                                {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
       std::printf("\nbandwidth plateaus (triad):");
       for (const char* level : {"L1", "L2", "L3", "DRAM"})
         if (levels.contains(level)) std::printf(" %s %.0f GB/s", level, levels[level].get<double>());
+      if (bench::gpu::available()) {  // the GPU's GEMM peak per precision and device bandwidth
+        bench::GpuCeilings g = bench::gpu_ceilings_from_bench(cuda::gpu_info(args->gpu).name, out["gpu_gemm"],
+                                                               out["gpu-memory"].value("points", nlohmann::json()));
+        g.quick = args->opt.quick;
+        if (!g.empty()) {
+          profile["gpus"].push_back(bench::to_json(g));
+          std::printf("\nGPU ceilings (%s):", g.name.c_str());
+          for (const auto& [p, v] : g.peak_gflops.items()) std::printf(" %s %.1f TFLOP/s", p.c_str(), v.get<double>() / 1e3);
+          if (g.hbm_gbps() > 0) std::printf(", device memory %.0f GB/s (%s)", g.hbm_gbps(), g.bandwidth_kernel.c_str());
+        }
+      }
+      bench::write_machine_profile(profile);
       std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
     }
     const std::string path = args->json_path.empty() ? default_json_path() : args->json_path;

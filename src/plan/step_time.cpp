@@ -4,6 +4,7 @@
 #include <array>
 
 #include "bench/cpu_bench.h"
+#include "bench/machine_profile.h"
 #include "hw/cpu_info.h"
 #include "plan/memory.h"
 

@@ -21,6 +21,7 @@
 #include "backend/cuda/check.h"
 #include "backend/cuda/network.h"
 #include "backend/cuda/runtime.h"
+#include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "hw/nvml.h"
@@ -206,17 +207,25 @@ GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataP
   return f;
 }
 
-// The profile's ceilings on a GPU: the catalog's datasheet figures for the precision where the
-// GPU is known, else peak FP32 from SMs x FP32 lanes x clock and bandwidth from the memory clock
-// and bus width.
+// The profile's ceilings on a GPU, the best known: measured by `dlperf bench all` on this GPU
+// model (runs/machine-profile.json), else the catalog's datasheet figures for the precision where
+// the GPU is known, else peak FP32 from SMs x FP32 lanes x clock and bandwidth from the memory
+// clock and bus width.
 plan::CpuCeilings gpu_ceilings(const cuda::GpuInfo& info, const std::string& precision) {
   plan::CpuCeilings c;
-  if (const std::string id = plan::catalog_id_for_gpu(info.name); !id.empty()) {
-    const plan::Device& d = plan::load_catalog().find(id);
-    c.peak_gflops = 1e3 * d.peak_tflops(precision);
-    c.dram_gbps = d.bandwidth_gbps;
-    c.source = fmt::format("{} datasheet, {} (catalog entry {})", d.name, precision, id);
+  if (const bench::GpuCeilings m = bench::load_gpu_ceilings(info.name); m.peak(precision) > 0) {
+    c.peak_gflops = m.peak(precision);
+    c.dram_gbps = m.hbm_gbps();
+    c.source = fmt::format("measured by 'dlperf bench all{}' ({}): {} GEMM peak{}", m.quick ? " --quick" : "", bench::kMachineProfile,
+                           precision, c.dram_gbps > 0 ? fmt::format(", device memory {}", m.bandwidth_kernel) : "");
   }
+  if (c.peak_gflops <= 0)
+    if (const std::string id = plan::catalog_id_for_gpu(info.name); !id.empty()) {
+      const plan::Device& d = plan::load_catalog().find(id);
+      c.peak_gflops = 1e3 * d.peak_tflops(precision);
+      if (c.dram_gbps <= 0) c.dram_gbps = d.bandwidth_gbps;
+      c.source = fmt::format("{} datasheet, {} (catalog entry {})", d.name, precision, id);
+    }
   if (c.peak_gflops <= 0) {
     const int lanes = info.cc_major == 8 && info.cc_minor == 0 ? 64 : info.cc_major >= 8 ? 128 : 64;
     c.peak_gflops = double(info.sm_count) * lanes * 2 * info.clock_mhz / 1e3;

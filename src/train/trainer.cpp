@@ -15,6 +15,7 @@
 #include "backend/cpu/network.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
+#include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/loader.h"

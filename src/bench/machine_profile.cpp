@@ -1,0 +1,89 @@
+#include "bench/machine_profile.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/error.h"
+
+namespace dlperf::bench {
+
+namespace {
+
+nlohmann::json read_profile() {
+  std::ifstream f(kMachineProfile);
+  if (!f) return {};
+  try {
+    return nlohmann::json::parse(f);
+  } catch (const std::exception&) {  // a damaged profile counts as none
+    return {};
+  }
+}
+
+}  // namespace
+
+Ceilings load_ceilings(const std::string& cpu_model, int threads) {
+  const auto p = read_profile();
+  if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
+    return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object())};
+  return {};
+}
+
+double GpuCeilings::peak(const std::string& precision) const {
+  return peak_gflops.is_object() ? peak_gflops.value(precision, 0.0) : 0.0;
+}
+
+GpuCeilings gpu_ceilings_from_bench(const std::string& gpu_name, const nlohmann::json& gemm, const nlohmann::json& memory) {
+  GpuCeilings g;
+  g.peak_gflops = nlohmann::json::object();
+  g.bandwidth_gbps = nlohmann::json::object();
+  if (gemm.is_array())
+    for (const auto& row : gemm) {
+      const std::string p = row.value("precision", "");
+      const double gflops = 1e3 * row.value("median_tflops", 0.0);
+      if (!p.empty() && gflops > g.peak(p)) g.peak_gflops[p] = gflops;
+    }
+  if (memory.is_array())
+    for (const auto& row : memory)
+      if (const double gbps = row.value("median_gbps", 0.0); gbps > g.hbm_gbps()) {
+        g.bandwidth_gbps["HBM"] = gbps;
+        g.bandwidth_kernel = row.value("kernel", "");
+      }
+  if (!g.peak_gflops.empty() || !g.bandwidth_gbps.empty()) g.name = gpu_name;
+  return g;
+}
+
+GpuCeilings load_gpu_ceilings(const std::string& gpu_name) {
+  const auto p = read_profile();
+  if (!p.is_object() || !p.contains("gpus") || !p["gpus"].is_array()) return {};
+  for (const auto& e : p["gpus"])
+    if (e.is_object() && e.value("name", "") == gpu_name && !gpu_name.empty()) {
+      GpuCeilings g;
+      g.name = gpu_name;
+      g.peak_gflops = e.value("peak_gflops", nlohmann::json::object());
+      g.bandwidth_gbps = e.value("bandwidth_gbps", nlohmann::json::object());
+      g.bandwidth_kernel = e.value("bandwidth_kernel", "");
+      g.quick = e.value("quick", false);
+      return g;
+    }
+  return {};
+}
+
+nlohmann::json to_json(const GpuCeilings& g) {
+  return {{"name", g.name}, {"peak_gflops", g.peak_gflops}, {"bandwidth_gbps", g.bandwidth_gbps},
+          {"bandwidth_kernel", g.bandwidth_kernel}, {"quick", g.quick}};
+}
+
+void write_machine_profile(const nlohmann::json& profile) {
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(kMachineProfile).parent_path(), ec);
+  const std::string tmp = std::string(kMachineProfile) + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << profile.dump(2) << "\n";
+    check(bool(f), std::string("cannot write ") + tmp, "check that runs/ is writable and the disk has room");
+  }
+  std::filesystem::rename(tmp, kMachineProfile, ec);
+  check(!ec, std::string("cannot write ") + kMachineProfile + ": " + ec.message(), "check that runs/ is writable");
+}
+
+}  // namespace dlperf::bench

@@ -1,0 +1,56 @@
+// The machine profile (runs/machine-profile.json): the ceilings `dlperf bench all` measured on
+// this machine. train --layer-times, dlperf profile, bench roofline and plan read them in place
+// of counted or datasheet figures, and say which they used.
+//
+//   {"cpu": "...", "threads": 2, "isa": "...", "f32_gflops": 81.2,
+//    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "quick": false, "source": "dlperf bench all",
+//    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
+//              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace dlperf::bench {
+
+inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
+
+/// The measured ceilings of this CPU model at this thread count.
+struct Ceilings {
+  double f32_gflops = 0;         ///< 0 = none measured
+  nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
+};
+/// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU or
+/// thread count.
+Ceilings load_ceilings(const std::string& cpu_model, int threads);
+
+/// The measured ceilings of one GPU model.
+struct GpuCeilings {
+  std::string name;                ///< as the driver reports it; empty = none measured
+  nlohmann::json peak_gflops;      ///< per precision: {"fp32": .., "tf32": .., "bf16": .., "fp16": .., "fp8": ..}
+  nlohmann::json bandwidth_gbps;   ///< {"HBM": ..}: device memory, the best of copy, triad and read
+  std::string bandwidth_kernel;    ///< which of them it was
+  bool quick = false;              ///< measured by bench --quick (fewer sizes and repeats)
+
+  bool empty() const { return name.empty(); }
+  /// GFLOP/s for `precision` ("fp32", "tf32", ...); 0 when it was not measured.
+  double peak(const std::string& precision) const;
+  double hbm_gbps() const { return bandwidth_gbps.value("HBM", 0.0); }
+};
+
+/// The ceilings a `dlperf bench` run measured: the best median TFLOP/s per precision over the
+/// GEMM sizes (`gemm`: the rows `bench gemm` records) and the best median device bandwidth
+/// (`memory`: the "points" `bench gpu-memory` records). Either may be missing or "skipped".
+GpuCeilings gpu_ceilings_from_bench(const std::string& gpu_name, const nlohmann::json& gemm, const nlohmann::json& memory);
+
+/// Reads kMachineProfile's entry for `gpu_name`; empty when there is none (or the file is
+/// missing or damaged).
+GpuCeilings load_gpu_ceilings(const std::string& gpu_name);
+
+nlohmann::json to_json(const GpuCeilings& g);
+
+/// Writes kMachineProfile atomically (a temporary file renamed over it), creating runs/.
+void write_machine_profile(const nlohmann::json& profile);
+
+}  // namespace dlperf::bench
