@@ -15,7 +15,7 @@
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
 #   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh)
 #   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
-#   bench       dlperf bench copy, launch, gpu-memory, gemm, conv, allreduce (--quick)
+#   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick) into out-gpu/lab
 # A session's plan (docs/gpu.md, "The GPU session's checklist"): here, scripts/gpu/fetch_debs.sh once;
@@ -126,10 +126,21 @@ for stage in "$@"; do
       tail -3 "$work/profile-overhead.txt" | tee -a "$work/summary.txt"
       ;;
     bench)
-      for kind in copy launch gpu-memory gemm conv allreduce; do
-        run_for 90 $bin bench "$kind" --quick --json "$work/bench-$kind.json" > "$work/bench-$kind.txt" 2>&1
+      # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the
+      # GPU's measured ceilings, which the rooflines after it read.
+      for kind in all allreduce; do
+        run_for $([ $kind = all ] && echo 240 || echo 90) $bin bench "$kind" --quick --json "$work/bench-$kind.json" \
+          > "$work/bench-$kind.txt" 2>&1
         say "  bench $kind: rc $?, $(wc -l < "$work/bench-$kind.txt") lines"
       done
+      cp runs/machine-profile.json "$work/" 2>/dev/null
+      grep -A1 "^GPU ceilings" "$work/bench-all.txt" | tee -a "$work/summary.txt"
+      for p in fp32 bf16; do
+        run_for 90 $bin bench roofline --device cuda --precision $p --data "$data" --steps 50 > "$work/roofline-$p.txt" 2>&1
+        say "  bench roofline $p: rc $?"
+        grep "^Roofline on" "$work/roofline-$p.txt" | tee -a "$work/summary.txt"
+      done
+      cp runs/roofline-*-cuda-* "$work/" 2>/dev/null
       ;;
     vs-torch)
       read -r -a vs_args <<< "${VS_TORCH_ARGS:-}"
