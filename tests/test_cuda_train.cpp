@@ -15,8 +15,10 @@
 #include "test_util.h"
 
 #if defined(DLPERF_HAVE_CUDA) || defined(DLPERF_CUDA_EMULATION)
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "backend/cuda/runtime.h"
 #include "nn/graph.h"
 #include "train/trainer.h"
 
@@ -201,7 +203,35 @@ TEST(KERNEL_SUITE, StepsRunEagerlyWhereCaptureIsRefused) {
       << r.record["gpu_step"].dump();
   EXPECT_EQ(r.epochs.size(), 1u);
 }
+
+// Where the check before starting passes but an allocation fails anyway (another process took
+// the memory in between; the emulated runtime does so when told to), the run stops with the
+// same clear message, not a bare allocator error, and leaves nothing allocated behind it.
+TEST(KERNEL_SUITE, AnAllocationThatFailsAnywaySaysWhatFits) {
+  ::setenv("DLPERF_EMU_ALLOC_LIMIT_MB", "64", 1);  // large at batch 64 needs about 280 MB
+  const train::TrainConfig c = gpu_run("large", "synthetic:3x32x32:64", 64, 1);
+  const std::string e = error_of([&] { train::train(c); });
+  ::unsetenv("DLPERF_EMU_ALLOC_LIMIT_MB");
+  EXPECT_NE(e.find("does not fit on GPU 0 (allocation failed)"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch-size"), std::string::npos) << e;
+  cuda::device_allocator(0).trim();
+  EXPECT_EQ(cuda::device_allocator(0).stats().current_total, 0u) << "the failed run left device memory allocated";
+  EXPECT_EQ(train::train(gpu_run("small", "synthetic:1x12x12:256", 32, 1)).epochs.size(), 1u);  // and the next run goes on
+}
 #endif
+
+// A batch far beyond the GPU's memory is refused before training, with the batch that fits.
+// `large` keeps about 4.3 MB of activations per 3x32x32 image in fp32, so the batch is chosen to
+// need several times the memory: 65536 on a GPU with more than 16 GB, 8192 on the emulation's
+// 8 GiB (whose cudaMalloc fails beyond it and whose cudaMemGetInfo counts what is allocated).
+TEST(KERNEL_SUITE, OutOfMemorySaysWhichBatchFits) {
+  REQUIRE_GPU();
+  const int64_t batch = cuda::gpu_info(0).memory_bytes > 16e9 ? 65536 : 8192;
+  const train::TrainConfig c = gpu_run("large", fmt::format("synthetic:3x32x32:{}", batch), batch, 1);
+  const std::string e = error_of([&] { train::train(c); });
+  EXPECT_NE(e.find("does not fit on GPU 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch-size"), std::string::npos) << e;
+}
 
 // What dlperf train prints on the GPU (the other tests run quiet): the device line, an epoch row
 // per epoch, the resumed epochs, fp16's loss-scale account, the graph's kernel count, the

@@ -1,6 +1,11 @@
 // The caching allocator: exact current and peak bytes per category, reuse of freed blocks.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <map>
+#include <string>
+
+#include "core/error.h"
 #include "core/memory.h"
 
 namespace dlperf::test {
@@ -33,6 +38,51 @@ TEST(HostAllocator, CountsPerCategoryAndReusesFreedBlocks) {
   EXPECT_EQ(a.stats().current[int(MemCategory::workspace)] - before.current[int(MemCategory::workspace)], size_t(1) << 20);
   a.reset_peaks();
   EXPECT_EQ(a.stats().peak[acts], a.stats().current[acts]);
+}
+
+// A small "device" of 3 MiB for the allocator below: its allocations fail beyond that.
+std::map<void*, size_t> small_device_blocks;
+size_t small_device_used = 0;
+void* small_device_alloc(size_t bytes) {
+  if (small_device_used + bytes > (size_t(3) << 20)) return nullptr;
+  void* p = std::malloc(bytes);
+  small_device_blocks[p] = bytes;
+  small_device_used += bytes;
+  return p;
+}
+void small_device_free(void* p) {
+  small_device_used -= small_device_blocks.at(p);
+  small_device_blocks.erase(p);
+  std::free(p);
+}
+
+// Freed blocks of other sizes are given back when memory runs out, and the allocation retried;
+// an allocation that cannot fit even then says so, with what to do.
+TEST(CachingAllocator, GivesBackCachedBlocksBeforeRunningOutOfMemory) {
+  CachingAllocator a(small_device_alloc, small_device_free, "test device");
+  void* p = a.allocate(size_t(1) << 20, MemCategory::activations);
+  void* q = a.allocate(size_t(1) << 20, MemCategory::activations);
+  a.release(p);
+  a.release(q);
+  EXPECT_EQ(a.stats().cached_bytes, size_t(2) << 20);
+  EXPECT_EQ(small_device_used, size_t(2) << 20);
+  // 3 MiB: more than the cache's blocks could serve (at most 2x), more than the device has left.
+  void* big = a.allocate(size_t(3) << 20, MemCategory::workspace);
+  EXPECT_NE(big, nullptr);
+  EXPECT_EQ(a.stats().cached_bytes, 0u);
+  const std::string e = [&] {
+    try {
+      a.allocate(size_t(1) << 20, MemCategory::activations);
+    } catch (const Error& err) {
+      return std::string(err.what()) + " / " + err.hint();
+    }
+    return std::string();
+  }();
+  EXPECT_NE(e.find("out of test device memory allocating 1.05 MB"), std::string::npos) << e;
+  EXPECT_NE(e.find("--batch-size"), std::string::npos) << e;
+  a.release(big);
+  a.trim();
+  EXPECT_EQ(small_device_used, 0u);
 }
 
 TEST(FormatBytes, ReadsLikeATable) {

@@ -66,6 +66,15 @@ void* CachingAllocator::allocate_locked(size_t bytes, MemCategory category) {
     stats_.current_total += got;
   } else {
     ptr = raw_alloc_(size);
+    if (!ptr && !cache_.empty()) {
+      // Out of memory while holding freed blocks of other sizes: give them back and try once
+      // more, as PyTorch's caching allocator does, so a cache of stale sizes never causes an
+      // out-of-memory error the memory itself would not.
+      for (auto& [bytes_cached, p] : cache_) raw_free_(p);
+      cache_.clear();
+      stats_.cached_bytes = 0;
+      ptr = raw_alloc_(size);
+    }
     if (!ptr)
       throw Error(fmt::format("out of {} memory allocating {} for {} ({} already in use)", what_, format_bytes(double(size)),
                               to_string(category), format_bytes(double(stats_.current_total))),

@@ -3,7 +3,11 @@
 // the emulated kernels (cuda_emu.h) and CPU stand-ins for cuDNN and cuBLASLt (conv_emu.cpp,
 // gemm_emu.cpp). These definitions take the place of libcudart's for this test program.
 //
-// One emulated device. Memory is host memory; every queued operation runs before it returns,
+// One emulated device with 8 GiB: cudaMalloc beyond that fails as on a full GPU, and
+// cudaMemGetInfo reports what is left, so the trainer's out-of-memory paths run here too.
+// DLPERF_EMU_ALLOC_LIMIT_MB=N makes cudaMalloc fail beyond N MB while cudaMemGetInfo still
+// reports the 8 GiB, as when another process takes the memory after the trainer's check.
+// Memory is host memory; every queued operation runs before it returns,
 // so streams and synchronization have nothing to wait for, and events read a host clock when
 // they run. Stream capture records the queued operations as a graph's nodes (emu_stream.h) and
 // a graph launch runs them in order, as a one-stream CUDA graph does; a synchronous call during a
@@ -15,6 +19,8 @@
 #include <cstdlib>
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "emu/emu_stream.h"
@@ -49,6 +55,18 @@ struct Graph {
 // cudaMalloc's 256-byte alignment; aligned_alloc wants a size that is a multiple of it.
 void* allocate(size_t bytes) { return std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256); }
 
+// The device's memory: its size, and the bytes of each live cudaMalloc block.
+constexpr size_t kDeviceBytes = size_t(8) << 30;
+struct DeviceMemory {
+  std::mutex m;
+  std::map<void*, size_t> blocks;
+  size_t used = 0;
+};
+DeviceMemory& device_memory() {
+  static DeviceMemory* d = new DeviceMemory;  // never destroyed: allocators free into it at exit
+  return *d;
+}
+
 }  // namespace
 
 extern "C" {
@@ -66,7 +84,7 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   if (device != 0) return fail(cudaErrorInvalidDevice);
   std::memset(p, 0, sizeof(*p));
   std::strncpy(p->name, "dlperf CUDA emulation (CPU)", sizeof(p->name) - 1);
-  p->totalGlobalMem = size_t(8) << 30;
+  p->totalGlobalMem = kDeviceBytes;
   p->multiProcessorCount = 1;
   p->major = 9, p->minor = 0;
   p->warpSize = 32;
@@ -89,22 +107,45 @@ cudaError_t CUDARTAPI cudaDriverGetVersion(int* v) {
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaMemGetInfo(size_t* free_bytes, size_t* total) {
-  *total = size_t(8) << 30;
-  *free_bytes = *total;
+  DeviceMemory& d = device_memory();
+  std::lock_guard lock(d.m);
+  *total = kDeviceBytes;
+  *free_bytes = kDeviceBytes - d.used;
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaMalloc(void** p, size_t bytes) {
+  DeviceMemory& d = device_memory();
+  std::lock_guard lock(d.m);
+  *p = nullptr;
+  size_t limit = kDeviceBytes;
+  if (const char* mb = std::getenv("DLPERF_EMU_ALLOC_LIMIT_MB")) limit = std::min(limit, size_t(std::atoll(mb)) << 20);
+  if (d.used > limit || bytes > limit - d.used) return fail(cudaErrorMemoryAllocation);
   *p = allocate(bytes);
-  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+  if (!*p) return fail(cudaErrorMemoryAllocation);
+  d.blocks[*p] = bytes;
+  d.used += bytes;
+  return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaFree(void* p) {
+  DeviceMemory& d = device_memory();
+  std::lock_guard lock(d.m);
+  if (auto it = d.blocks.find(p); it != d.blocks.end()) {
+    d.used -= it->second;
+    d.blocks.erase(it);
+  }
   std::free(p);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaHostAlloc(void** p, size_t bytes, unsigned int) { return cudaMalloc(p, bytes); }
-cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
-cudaError_t CUDARTAPI cudaFreeHost(void* p) { return cudaFree(p); }
+cudaError_t CUDARTAPI cudaHostAlloc(void** p, size_t bytes, unsigned int) {  // host memory: not the device's
+  *p = allocate(bytes);
+  return *p ? cudaSuccess : fail(cudaErrorMemoryAllocation);
+}
+cudaError_t CUDARTAPI cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+cudaError_t CUDARTAPI cudaFreeHost(void* p) {
+  std::free(p);
+  return cudaSuccess;
+}
 
 cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind) {
   if (const cudaError_t e = synchronous()) return e;
