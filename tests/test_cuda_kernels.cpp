@@ -462,6 +462,49 @@ TEST(KERNEL_SUITE, LayoutAndBiasKernelsMatchHostLoops) {
   }
 }
 
+// A linear layer's bias with the relu after it, forward (one launch) and backward (the relu's
+// backward in place, then the bias gradient, one launch), in fp32 and bf16, against host loops.
+TEST(KERNEL_SUITE, LinearBiasWithTheReluAfterIt) {
+  REQUIRE_GPU();
+  const int64_t rows = 37, features = 150;  // features not a multiple of the block: partial blocks
+  const size_t count = size_t(rows * features);
+  const auto x = randn(count, 81), dy = randn(count, 82), bias = randn(size_t(features), 83);
+  Dev<float> dbias(bias);
+  for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16}) {
+    SCOPED_TRACE(t == cuda::DType::f32 ? "f32" : "bf16");
+    // Forward: y = max(x + bias, 0), each sum rounded to the type once.
+    Dev<uint16_t> xh(to_half(cuda::DType::bf16, x));
+    Dev<float> xf(x);
+    void* y = t == cuda::DType::f32 ? static_cast<void*>(xf.p) : static_cast<void*>(xh.p);
+    const std::vector<float> xin = t == cuda::DType::f32 ? x : from_device(cuda::DType::bf16, xh.p, count);
+    cuda::add_bias(t, y, dbias.p, rows, features, 1, nullptr, true);
+    std::vector<float> want(count);
+    for (size_t i = 0; i < count; ++i) want[i] = std::max(xin[i] + bias[i % size_t(features)], 0.f);
+    if (t != cuda::DType::f32) {  // rounded to bf16 as the kernel's store rounds
+      Dev<uint16_t> w(to_half(t, want));
+      want = from_device(t, w.p, count);
+    }
+    const std::vector<float> got = t == cuda::DType::f32 ? xf.host() : from_device(t, y, count);
+    for (size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], want[i]) << i;
+    // Backward: dy masked where y is not positive (in place), db its column sums in fp32.
+    Dev<uint16_t> dyh(to_half(cuda::DType::bf16, dy));
+    Dev<float> dyf(dy), db(static_cast<size_t>(features));
+    void* g = t == cuda::DType::f32 ? static_cast<void*>(dyf.p) : static_cast<void*>(dyh.p);
+    const std::vector<float> gin = t == cuda::DType::f32 ? dy : from_device(cuda::DType::bf16, dyh.p, count);
+    cuda::relu_bias_grad(t, y, g, db.p, rows, features, nullptr);
+    const std::vector<float> masked = t == cuda::DType::f32 ? dyf.host() : from_device(t, g, count);
+    std::vector<double> sums(size_t(features), 0.0);
+    for (size_t i = 0; i < count; ++i) {
+      const float m = got[i] > 0 ? gin[i] : 0.f;
+      ASSERT_EQ(masked[i], m) << i;
+      sums[i % size_t(features)] += m;
+    }
+    const auto dbh = db.host();
+    for (int64_t f = 0; f < features; ++f)
+      EXPECT_NEAR(dbh[size_t(f)], sums[size_t(f)], 1e-5 * (1 + std::fabs(sums[size_t(f)]))) << f;
+  }
+}
+
 // The bandwidth benchmark's kernels compute what they claim to move.
 TEST(KERNEL_SUITE, StreamKernelsComputeWhatTheyMove) {
   REQUIRE_GPU();

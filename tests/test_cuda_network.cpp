@@ -260,6 +260,36 @@ TEST(KERNEL_SUITE, GraphedStepsMatchEagerSteps) {
   }
 }
 
+#ifdef DLPERF_CUDA_EMULATION
+// The relu after a linear layer runs in the GEMM's epilogue where cuBLASLt offers one, else in a
+// launch of its own after it; both give the same step, and the fallback costs one launch.
+TEST(KERNEL_SUITE, TheReluAfterALinearLayerRunsWithOrWithoutTheEpilogue) {
+  const int64_t batch = 8;
+  const nn::Graph g = nn::build_graph(nn::load_model("mlp"), {1, 8, 8}, 10, batch);
+  nn::OptimizerConfig cfg;
+  cuda::NetworkOptions opts;
+  opts.graphs = true;
+  cuda::Network fused(g, 3, 0, opts);
+  ::setenv("DLPERF_EMU_GEMM_NO_RELU", "1", 1);
+  cuda::Network separate(g, 3, 0, opts);
+  ::unsetenv("DLPERF_EMU_GEMM_NO_RELU");
+  Rng rng(4);
+  for (int64_t step = 0; step < 3; ++step) {
+    std::vector<float> x(size_t(batch * 64));
+    std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+    for (auto& v : x) v = float(rng.normal());
+    for (auto& v : y) v = int32_t(rng.below(10));
+    for (cuda::Network* net : {&fused, &separate}) {
+      ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      net->train_step(nullptr, batch, 0.1, cfg, {0.05, uint64_t(step), step, 0});
+    }
+  }
+  EXPECT_EQ(separate.step_nodes().kernels, fused.step_nodes().kernels + 1);
+  EXPECT_EQ(fused.parameters(), separate.parameters());  // the same arithmetic, bit for bit
+}
+#endif
+
 }  // namespace
 }  // namespace dlperf::test
 

@@ -14,6 +14,12 @@ bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i) {
          g.consumers(n.inputs[0]).size() == 1;
 }
 
+bool relu_fused_into_linear(const nn::Graph& g, size_t i) {
+  const nn::Node& n = g.nodes[i];
+  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::linear &&
+         g.consumers(n.inputs[0]).size() == 1;
+}
+
 double optimizer_states(const nn::OptimizerConfig& opt) {
   if (opt.name == "adamw") return 2;
   return opt.momentum != 0 ? 1 : 0;
@@ -103,8 +109,9 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
     // A value and its gradient; flatten is a view (unless NHWC moves its maps), and a relu fused
-    // into its batchnorm shares its batchnorm's.
-    const bool view = relu_fused_into_batchnorm(g, i) || (n.kind == ops::OpKind::flatten && !moves(n.in_dims[0]));
+    // into its batchnorm or linear layer shares that layer's.
+    const bool view = relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) ||
+                      (n.kind == ops::OpKind::flatten && !moves(n.in_dims[0]));
     if (!view) {
       add(MemCategory::activations, es * out);
       add(MemCategory::activations, es * out);

@@ -45,6 +45,10 @@ inline constexpr double kGpuStepArgsBytes = 40;
 /// Whether the engine runs relu node i inside the batchnorm before it (network.cpp's rule: a
 /// relu whose only input is a batchnorm that feeds nothing else).
 bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i);
+/// Whether the GPU executor runs relu node i inside the linear layer before it (in its GEMM's
+/// epilogue or its bias add, and its backward in the bias gradient's pass): a relu whose only
+/// input is a linear that feeds nothing else. The CPU engine runs such a relu on its own.
+bool relu_fused_into_linear(const nn::Graph& g, size_t i);
 
 /// Optimizer state floats per parameter: SGD with momentum 1, without 0; AdamW 2.
 double optimizer_states(const nn::OptimizerConfig& opt);

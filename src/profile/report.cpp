@@ -20,17 +20,19 @@ using nlohmann::json;
 namespace {
 
 // Graph nodes an event of node `n` runs: itself and a relu fused into it (both engines run a
-// relu that only a batchnorm feeds inside that batchnorm).
-std::vector<int> covered(const nn::Graph& g, int n) {
+// relu that only a batchnorm feeds inside that batchnorm; the GPU also one that only a linear
+// layer feeds inside that layer).
+std::vector<int> covered(const nn::Graph& g, int n, bool gpu) {
   std::vector<int> out = {n};
   for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
-    if (g.nodes[i].inputs[0] == n && plan::relu_fused_into_batchnorm(g, i)) out.push_back(int(i));
+    if (g.nodes[i].inputs[0] == n && (plan::relu_fused_into_batchnorm(g, i) || (gpu && plan::relu_fused_into_linear(g, i))))
+      out.push_back(int(i));
   return out;
 }
 
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p) {
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu) {
   ops::PassCost c;
-  for (int i : covered(g, n)) {
+  for (int i : covered(g, n, gpu)) {
     const ops::OpCost& k = g.nodes[size_t(i)].cost;
     const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
     c.flops += x.flops;
@@ -98,12 +100,15 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
-    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward);
-    if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight)) k = cost_of(g, e.node, e.phase);
+    const bool gpu = track == kGpuTrack;
+    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu);
+    if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
+      k = cost_of(g, e.node, e.phase, gpu);
     if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
       const auto s = split[{e.step, e.node}];
-      if (!s.first) k.flops += cost_of(g, e.node, Phase::backward_data).flops, k.bytes += cost_of(g, e.node, Phase::backward_data).bytes;
-      if (!s.second) k.flops += cost_of(g, e.node, Phase::backward_weight).flops, k.bytes += cost_of(g, e.node, Phase::backward_weight).bytes;
+      const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu), bw = cost_of(g, e.node, Phase::backward_weight, gpu);
+      if (!s.first) k.flops += bd.flops, k.bytes += bd.bytes;
+      if (!s.second) k.flops += bw.flops, k.bytes += bw.bytes;
     }
     if (e.phase == Phase::loss) {
       const ops::OpCost lc = ops::cost(ops::OpKind::softmax_cross_entropy, {}, {{g.batch(), g.classes}}, 4);

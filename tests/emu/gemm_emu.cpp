@@ -4,6 +4,8 @@
 // around the GEMMs; cuBLASLt itself is checked on a GPU.
 #include "emu/cuda_emu.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <memory>
 
 #include "backend/cuda/gemm.h"
@@ -19,6 +21,7 @@ namespace {
 struct Problem {
   bool transa, transb, half_out;
   const float* bias;
+  bool relu;
 };
 
 template <class Tin, class Tout>
@@ -33,7 +36,7 @@ void multiply(const Problem& q, int64_t m, int64_t n, int64_t k, const void* a, 
         const float x = ld(pa, q.transa ? l + i * k : i + l * m), y = ld(pb, q.transb ? j + l * n : l + j * k);
         sum += x * y;
       }
-      st(pd, i + j * m, sum);
+      st(pd, i + j * m, q.relu ? std::max(sum, 0.f) : sum);
     }
 }
 
@@ -42,11 +45,17 @@ void multiply(const Problem& q, int64_t m, int64_t n, int64_t k, const void* a, 
 // Takes its workspace from the device allocator as cuBLASLt's LtGemm does, so the executor's
 // memory account is the GPU's.
 LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
-               const float* bias)
+               const float* bias, bool relu)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   check(p != Precision::fp8, "the CPU emulation has no fp8 GEMM");
-  desc_ = new Problem{transa, transb, half_out && (p == Precision::bf16 || p == Precision::fp16), bias};
+  const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
+  check(!relu || !own_type, "a fused relu needs an fp32 output (as its bias does)");
+  // cuBLASLt may offer no algorithm with the relu epilogue; DLPERF_EMU_GEMM_NO_RELU=1 declines it
+  // here too, for the executor's fallback (its own relu launch after the GEMM).
+  relu = relu && std::getenv("DLPERF_EMU_GEMM_NO_RELU") == nullptr;
+  desc_ = new Problem{transa, transb, own_type, bias, relu};
   fuses_bias_ = bias != nullptr;
+  fuses_relu_ = relu;
   cudaGetDevice(&device_);
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstring>
+#include <vector>
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -32,7 +33,7 @@ cudaDataType_t out_type(Precision p) { return p == Precision::fp8 ? CUDA_R_16BF 
 }  // namespace
 
 LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
-               const float* bias)
+               const float* bias, bool relu)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   cudaGetDevice(&device_);
   check(p != Precision::fp8 || (transa && !transb), "fp8 GEMMs must be TN (A transposed, B not)");
@@ -60,6 +61,7 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
   const cudaDataType_t d_type = own_type ? in_type(p) : out_type(p);
   check(!bias || d_type == CUDA_R_32F, "a fused bias needs an fp32 output (cuBLASLt's bias has the output's type)");
+  check(!relu || d_type == CUDA_R_32F, "a fused relu needs an fp32 output (as its bias does)");
   ok(cublasLtMatrixLayoutCreate(&ld, d_type, uint64_t(m), uint64_t(n), m), "layout D");
   a_ = la, b_ = lb, d_ = ld;
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -69,21 +71,28 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
      "MAX_WORKSPACE_BYTES");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  // With a bias, first ask for the bias epilogue (its pointer set, since the heuristic reads its
-  // alignment); where no algorithm offers it, the plain GEMM and the caller's own add.
-  auto set_bias = [&](const float* b) {
-    const cublasLtEpilogue_t epi = b ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
-    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "EPILOGUE");
-    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b), "BIAS_POINTER");
+  // Ask for the most fused epilogue first (relu and bias, then bias alone, then none), each with
+  // its bias pointer set, since the heuristic reads its alignment; where no algorithm offers one,
+  // the next, and the caller does what the GEMM does not.
+  struct Epilogue {
+    bool bias, relu;
+    cublasLtEpilogue_t kind;
   };
+  std::vector<Epilogue> tries;
+  if (relu) tries.push_back({bias != nullptr, true, bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU});
+  if (bias) tries.push_back({true, false, CUBLASLT_EPILOGUE_BIAS});
+  tries.push_back({false, false, CUBLASLT_EPILOGUE_DEFAULT});
   cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
-  if (bias) {
-    set_bias(bias);
+  for (const Epilogue& e : tries) {
+    const float* b = e.bias ? bias : nullptr;
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.kind, sizeof e.kind), "EPILOGUE");
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b), "BIAS_POINTER");
     s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
-    fuses_bias_ = s == CUBLAS_STATUS_SUCCESS && found > 0;
-    if (!fuses_bias_) set_bias(nullptr);
+    if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
+      fuses_bias_ = e.bias, fuses_relu_ = e.relu;
+      break;
+    }
   }
-  if (!fuses_bias_) s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS || found == 0)
     throw Error(fmt::format("cuBLASLt has no {} algorithm for {}x{}x{} on this GPU", to_string(p), m, n, k));

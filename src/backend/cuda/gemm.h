@@ -30,8 +30,11 @@ class LtGemm {
   /// `bias` (fp32 D only: cuBLASLt's bias has D's type): m floats added to D's rows inside the
   /// GEMM (the bias epilogue), one launch fewer than a separate add, where cuBLASLt has an
   /// algorithm for it; fuses_bias() says whether it does (else the caller adds the bias).
+  /// `relu`: D = max(D + bias, 0), the relu after a linear layer, in the same epilogue where
+  /// cuBLASLt has an algorithm for it (fp32 D only, and with the bias fused when there is one);
+  /// fuses_relu() says whether it does (else the caller applies it).
   LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace = size_t(32) << 20,
-         bool half_out = false, const float* bias = nullptr);
+         bool half_out = false, const float* bias = nullptr, bool relu = false);
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -39,6 +42,7 @@ class LtGemm {
   void run(const void* a, const void* b, void* d, cudaStream_t s);
   double flops() const { return 2.0 * double(m_) * double(n_) * double(k_); }
   bool fuses_bias() const { return fuses_bias_; }
+  bool fuses_relu() const { return fuses_relu_; }
 
  private:
   Precision p_;
@@ -54,6 +58,7 @@ class LtGemm {
   int device_ = 0;
   float* one_ = nullptr;     // device scalars 1.0 for fp8's scale pointers
   bool fuses_bias_ = false;
+  bool fuses_relu_ = false;
 };
 
 }  // namespace dlperf::cuda

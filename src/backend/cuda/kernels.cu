@@ -107,20 +107,31 @@ __global__ void change_layout_k(const Tin* x, Tout* y, int64_t n, int64_t channe
   }
 }
 
-template <class T>
+// With `relu`, the relu after a linear layer too, in the same pass (max(half(v), 0) equals
+// half(max(v, 0)): rounding keeps the order, so the fused result is the two launches' bit for bit).
+template <class T, bool Relu>
 __global__ void add_bias_k(T* y, const float* bias, int64_t total, int64_t channels, int64_t inner) {
-  GRID_STRIDE(i, total) st(y, i, ld(y, i) + bias[(i / inner) % channels]);
+  GRID_STRIDE(i, total) {
+    const float v = ld(y, i) + bias[(i / inner) % channels];
+    st(y, i, Relu ? fmaxf(v, 0.f) : v);
+  }
 }
 
-// One block a channel: a tree reduction over its outer x inner elements, in double.
-template <class T>
-__global__ void bias_grad_k(const T* dy, float* db, int64_t outer, int64_t channels, int64_t inner) {
+// One block a channel: a tree reduction over its outer x inner elements, in double. With Relu,
+// the backward of the relu after the layer first, in place: dy = 0 where its output y is not
+// positive (each element belongs to one channel, so one thread reads and writes it).
+template <class T, bool Relu>
+__global__ void bias_grad_k(const T* y, T* dy, float* db, int64_t outer, int64_t channels, int64_t inner) {
   __shared__ double part[kThreads];
   const int64_t c = blockIdx.x;
   double sum = 0;
   for (int64_t j = threadIdx.x; j < outer * inner; j += blockDim.x) {
-    const int64_t o = j / inner, i = j % inner;
-    sum += ld(dy, (o * channels + c) * inner + i);
+    const int64_t o = j / inner, i = j % inner, e = (o * channels + c) * inner + i;
+    if (Relu && !(ld(y, e) > 0.f)) {
+      st(dy, e, 0.f);
+      continue;
+    }
+    sum += ld(dy, e);
   }
   part[threadIdx.x] = sum;
   __syncthreads();
@@ -324,13 +335,24 @@ void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, v
   DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool_backward_k<T>)(p, static_cast<const T*>(x), static_cast<const T*>(dy),
                                                                          static_cast<T*>(dx)))
 }
-void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
+void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s, bool relu) {
   const int64_t total = outer * channels * inner;
-  DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, add_bias_k<T>)(static_cast<T*>(y), bias, total, channels, inner))
+  if (relu) {
+    DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, add_bias_k<T, true>)(static_cast<T*>(y), bias, total, channels, inner))
+  } else {
+    DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, add_bias_k<T, false>)(static_cast<T*>(y), bias, total, channels, inner))
+  }
 }
 void bias_grad(DType t, const void* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
   if (channels <= 0) return;
-  DISPATCH(t, LAUNCH(unsigned(channels), kThreads, 0, s, bias_grad_k<T>)(static_cast<const T*>(dy), db, outer, channels, inner))
+  // Without the relu the kernel only reads dy.
+  DISPATCH(t, LAUNCH(unsigned(channels), kThreads, 0, s, bias_grad_k<T, false>)(nullptr, static_cast<T*>(const_cast<void*>(dy)), db,
+                                                                              outer, channels, inner))
+}
+void relu_bias_grad(DType t, const void* y, void* dy, float* db, int64_t rows, int64_t features, cudaStream_t s) {
+  if (features <= 0) return;
+  DISPATCH(t, LAUNCH(unsigned(features), kThreads, 0, s, bias_grad_k<T, true>)(static_cast<const T*>(y), static_cast<T*>(dy), db, rows,
+                                                                             features, 1))
 }
 void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s) {
   DISPATCH(t, LAUNCH(blocks_for(n), kThreads, 0, s, to_f32_k<T>)(static_cast<const T*>(x), out, n))

@@ -139,10 +139,15 @@ void gather_batch(const DeviceImages& d, const int32_t* order, int64_t first, in
                   Layout layout = Layout::nchw);
 
 /// y[(o * channels + c) * inner + i] += bias[c]: a linear layer's bias (inner 1) or a conv's (inner H*W).
-/// The bias is fp32 in every precision.
-void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+/// The bias is fp32 in every precision. With `relu`, y = max(y + bias, 0): the relu after a linear
+/// layer in the same launch.
+void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s,
+              bool relu = false);
 /// db[c] = sum over o, i of dy[(o * channels + c) * inner + i], in fp32.
 void bias_grad(DType t, const void* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s);
+/// The backward of a linear layer's bias and of the relu after it, in one launch: dy[r, f] = 0
+/// where the relu's output y[r, f] is not positive (in place), then db[f] = sum over r of dy[r, f].
+void relu_bias_grad(DType t, const void* y, void* dy, float* db, int64_t rows, int64_t features, cudaStream_t s);
 inline void add_bias(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
   add_bias(DType::f32, y, bias, outer, channels, inner, s);
 }

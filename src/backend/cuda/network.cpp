@@ -86,7 +86,8 @@ struct Network::Layer {
   std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
   BatchnormShape bn_shape;
   BatchnormParams bn;  // batchnorm: its parameters and statistics (bn.relu: the next relu runs inside it)
-  bool fused_away = false;  // a relu that runs inside the batchnorm before it
+  bool fused_away = false;  // a relu that runs inside the batchnorm or linear layer before it
+  bool relu_after = false;  // a linear layer that runs the relu after it (GEMM epilogue or bias add)
   bool view = false;        // a flatten that moves nothing (or a fused relu): shares its input's buffers
   PoolShape pool;
   uint8_t* mask = nullptr;
@@ -272,6 +273,13 @@ void Network::build(uint64_t seed, int device) {
       bn.name += "+" + n.name;
       l->fused_away = true;
     }
+    // Likewise a relu after a linear layer that feeds nothing else (plan::relu_fused_into_linear):
+    // the linear's GEMM epilogue or bias add applies it, and its bias gradient pass its backward.
+    if (plan::relu_fused_into_linear(graph_, i)) {
+      Layer& fc = *layers_[size_t(n.inputs[0])];
+      fc.name += "+" + n.name;
+      l->fused_away = true;
+    }
     if (!n.params.empty()) {
       const int64_t wo = plan.offset[t++];
       l->w = params_ + wo, l->dw = grads_ + wo;
@@ -306,10 +314,14 @@ void Network::build(uint64_t seed, int device) {
         const int64_t in_f = x[1], out_f = n.attrs.out_features;
         // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on. In
         // mixed precision the activations' GEMMs write their type and the weight gradient fp32.
-        // fp32 and tf32 add the bias inside the forward GEMM (cuBLASLt's bias takes the output's
-        // type, so the half types, whose activations are half, add the fp32 bias themselves).
+        // fp32 and tf32 add the bias inside the forward GEMM, and the relu after it when there is
+        // one to fuse (cuBLASLt's bias takes the output's type, so the half types, whose
+        // activations are half, add the fp32 bias, and the relu, in one launch of their own).
+        const std::vector<int> readers = graph_.consumers(int(i));
+        l->relu_after = readers.size() == 1 && plan::relu_fused_into_linear(graph_, size_t(readers[0]));
         constexpr size_t ws = size_t(4) << 20;
-        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, mixed ? nullptr : l->b);
+        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, mixed ? nullptr : l->b,
+                                          l->relu_after && !mixed);
         l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws, true);
         l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false);
         break;
@@ -433,7 +445,8 @@ void Network::forward_pass(bool training) {
         break;
       case ops::OpKind::linear:
         l.fwd->run(l.wh, x, y, stream_);
-        if (l.b && !l.fwd->fuses_bias()) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_);
+        if (l.b && !l.fwd->fuses_bias()) add_bias(dt_, y, l.b, n.out_dims[0], n.out_dims[1], 1, stream_, l.relu_after);
+        else if (l.relu_after && !l.fwd->fuses_relu()) relu_forward(dt_, y, y, count, stream_);
         break;
       case ops::OpKind::batchnorm2d:
         if (training) batchnorm_forward_train(dt_, l.bn_shape, l.bn, x, y, bn_workspace_, stream_);
@@ -674,8 +687,14 @@ void Network::backward() {
         if (dx) l.conv->backward_data(l.wh, dy, dx, stream_);
         break;
       case ops::OpKind::linear:
+        if (l.relu_after) {  // the relu's gradient becomes the linear's, in place, before the GEMMs read it
+          void* g = diff_[size_t(l.out)];
+          if (l.db) relu_bias_grad(dt_, y, g, l.db, n.out_dims[0], n.out_dims[1], stream_);
+          else relu_backward(dt_, y, g, g, count, stream_);
+        } else if (l.db) {
+          bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
+        }
         l.bwd_weight->run(x, dy, l.dw, stream_);
-        if (l.db) bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
         if (dx) l.bwd_data->run(l.wh, dy, dx, stream_);
         break;
       case ops::OpKind::batchnorm2d:
