@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -238,25 +239,28 @@ TEST(Cuda, GemmAddsTheBiasInsideTheGemm) {
   REQUIRE_GPU();
   const int64_t m = 10, n = 7, k = 33;
   const auto a = randn(size_t(k * m), 51), b = randn(size_t(k * n), 52), bias = randn(size_t(m), 53);
-  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32}) {
-    SCOPED_TRACE(cuda::to_string(p));
-    Dev<float> da(a), db(b), dbias(bias), dd(size_t(m * n));
-    cuda::LtGemm g(p, true, false, m, n, k, size_t(4) << 20, true, dbias.p);
-    EXPECT_TRUE(g.fuses_bias()) << "cuBLASLt offered no bias epilogue here; the layer adds the bias itself";
-    g.run(da.p, db.p, dd.p, nullptr);
-    if (!g.fuses_bias()) cuda::add_bias(dd.p, dbias.p, n, m, 1, nullptr);
-    const auto d = dd.host();
-    const double tol = p == cuda::Precision::tf32 ? 1e-2 : 1e-5;
-    for (int64_t j = 0; j < n; ++j)
-      for (int64_t i = 0; i < m; ++i) {
-        double want = bias[size_t(i)];
-        for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * double(b[size_t(j * k + q)]);
-        ASSERT_NEAR(d[size_t(j * m + i)], want, tol * (1 + std::sqrt(double(k)))) << i << "," << j;
-      }
-  }
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32})
+    for (bool relu : {false, true}) {  // relu: the RELU_BIAS epilogue of a linear layer with a relu after it
+      SCOPED_TRACE(fmt::format("{}{}", cuda::to_string(p), relu ? " + relu" : ""));
+      Dev<float> da(a), db(b), dbias(bias), dd(size_t(m * n));
+      cuda::LtGemm g(p, true, false, m, n, k, size_t(4) << 20, true, dbias.p, relu);
+      EXPECT_TRUE(g.fuses_bias()) << "cuBLASLt offered no bias epilogue here; the layer adds the bias itself";
+      EXPECT_TRUE(!relu || g.fuses_relu()) << "cuBLASLt offered no relu epilogue here; the layer launches its own relu";
+      g.run(da.p, db.p, dd.p, nullptr);
+      if (!g.fuses_bias()) cuda::add_bias(cuda::DType::f32, dd.p, dbias.p, n, m, 1, nullptr, relu);
+      else if (relu && !g.fuses_relu()) cuda::relu_forward(dd.p, dd.p, m * n, nullptr);
+      const auto d = dd.host();
+      const double tol = p == cuda::Precision::tf32 ? 1e-2 : 1e-5;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i) {
+          double want = bias[size_t(i)];
+          for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * double(b[size_t(j * k + q)]);
+          if (relu) want = std::max(want, 0.0);
+          ASSERT_NEAR(d[size_t(j * m + i)], want, tol * (1 + std::sqrt(double(k)))) << i << "," << j;
+        }
+    }
 }
 
-// A batch that cannot fit is refused up front, with the largest batch size that fits.
 #else
 
 TEST(Cuda, KernelsNeedTheCudaBackend) { GTEST_SKIP() << "built without the CUDA backend: " << cuda::why_no_device(); }
