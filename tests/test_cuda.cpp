@@ -1,8 +1,9 @@
 // The CUDA side: device queries and --device parsing everywhere; the CUDA-free pieces of the GPU
 // code (layouts, batchnorm's split, the loss-scale rule) on the CPU; with the CUDA backend and a
-// GPU, the GEMM's fused bias, the GPU benchmarks' validation and the out-of-memory advice. The
-// kernels, the executor and the trainer have their own files (test_cuda_kernels.cpp,
-// test_cuda_network.cpp, test_cuda_train.cpp), which also run under the CPU emulation.
+// GPU, the GPU benchmarks' validation. The kernels and the GEMM epilogues, the executor, the
+// trainer (out-of-memory advice included) and the commands on a GPU have their own files
+// (test_cuda_kernels.cpp, test_cuda_network.cpp, test_cuda_train.cpp, test_cuda_commands.cpp),
+// which also run under the CPU emulation.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -231,34 +232,6 @@ TEST(Cuda, GpuBenchmarksValidateTheirResults) {
   const auto info = cuda::gpu_info(0);
   EXPECT_GT(info.sm_count, 0);
   EXPECT_GT(info.memory_bytes, 1e9);
-}
-
-// The linear layer's forward GEMM with its bias inside (cuBLASLt's bias epilogue, fp32 and
-// tf32) against float64: D[m x n] = A^T B + bias per row.
-TEST(Cuda, GemmAddsTheBiasInsideTheGemm) {
-  REQUIRE_GPU();
-  const int64_t m = 10, n = 7, k = 33;
-  const auto a = randn(size_t(k * m), 51), b = randn(size_t(k * n), 52), bias = randn(size_t(m), 53);
-  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32})
-    for (bool relu : {false, true}) {  // relu: the RELU_BIAS epilogue of a linear layer with a relu after it
-      SCOPED_TRACE(fmt::format("{}{}", cuda::to_string(p), relu ? " + relu" : ""));
-      Dev<float> da(a), db(b), dbias(bias), dd(size_t(m * n));
-      cuda::LtGemm g(p, true, false, m, n, k, size_t(4) << 20, true, dbias.p, relu);
-      EXPECT_TRUE(g.fuses_bias()) << "cuBLASLt offered no bias epilogue here; the layer adds the bias itself";
-      EXPECT_TRUE(!relu || g.fuses_relu()) << "cuBLASLt offered no relu epilogue here; the layer launches its own relu";
-      g.run(da.p, db.p, dd.p, nullptr);
-      if (!g.fuses_bias()) cuda::add_bias(cuda::DType::f32, dd.p, dbias.p, n, m, 1, nullptr, relu);
-      else if (relu && !g.fuses_relu()) cuda::relu_forward(dd.p, dd.p, m * n, nullptr);
-      const auto d = dd.host();
-      const double tol = p == cuda::Precision::tf32 ? 1e-2 : 1e-5;
-      for (int64_t j = 0; j < n; ++j)
-        for (int64_t i = 0; i < m; ++i) {
-          double want = bias[size_t(i)];
-          for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * double(b[size_t(j * k + q)]);
-          if (relu) want = std::max(want, 0.0);
-          ASSERT_NEAR(d[size_t(j * m + i)], want, tol * (1 + std::sqrt(double(k)))) << i << "," << j;
-        }
-    }
 }
 
 #else

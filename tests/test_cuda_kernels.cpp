@@ -1,10 +1,11 @@
 // dlperf's own CUDA kernels (kernels.cu, batchnorm.cu) against the float64 reference and the
-// CPU engine, op by op. Built twice (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda),
+// CPU engine, op by op, and cuBLASLt's epilogues as the linear layer uses them. Built twice (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda),
 // and in dlperf_emu_tests (suite CudaEmu) under the CPU emulation, so every CI run executes the
 // kernels' code, GPU or not.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/batchnorm.h"
 #include "backend/cuda/bn_split.h"
+#include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
@@ -502,6 +504,76 @@ TEST(KERNEL_SUITE, LinearBiasWithTheReluAfterIt) {
     const auto dbh = db.host();
     for (int64_t f = 0; f < features; ++f)
       EXPECT_NEAR(dbh[size_t(f)], sums[size_t(f)], 1e-5 * (1 + std::fabs(sums[size_t(f)]))) << f;
+  }
+}
+
+// cuBLASLt's epilogues as the linear layer uses them: bias, bias + relu, and the bias gradient.
+// On a GPU these check cuBLASLt; under the emulation they check that its stand-in
+// (emu/gemm_emu.cpp) means by each epilogue what cuBLASLt does, so the executor's tests there
+// stand for the GPU.
+// The linear layer's forward GEMM with its bias inside (cuBLASLt's bias epilogue, fp32 and
+// tf32) against float64: D[m x n] = A^T B + bias per row.
+TEST(KERNEL_SUITE, GemmAddsTheBiasInsideTheGemm) {
+  REQUIRE_GPU();
+  const int64_t m = 10, n = 7, k = 33;
+  const auto a = randn(size_t(k * m), 51), b = randn(size_t(k * n), 52), bias = randn(size_t(m), 53);
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32})
+    for (bool relu : {false, true}) {  // relu: the RELU_BIAS epilogue of a linear layer with a relu after it
+      SCOPED_TRACE(fmt::format("{}{}", cuda::to_string(p), relu ? " + relu" : ""));
+      Dev<float> da(a), db(b), dbias(bias), dd(size_t(m * n));
+      cuda::LtGemm g(p, true, false, m, n, k, size_t(4) << 20, true, {dbias.p, relu});
+      EXPECT_TRUE(g.fuses_bias()) << "cuBLASLt offered no bias epilogue here; the layer adds the bias itself";
+      EXPECT_TRUE(!relu || g.fuses_relu()) << "cuBLASLt offered no relu epilogue here; the layer launches its own relu";
+      g.run(da.p, db.p, dd.p, nullptr);
+      if (!g.fuses_bias()) cuda::add_bias(cuda::DType::f32, dd.p, dbias.p, n, m, 1, nullptr, relu);
+      else if (relu && !g.fuses_relu()) cuda::relu_forward(dd.p, dd.p, m * n, nullptr);
+      const auto d = dd.host();
+      const double tol = p == cuda::Precision::tf32 ? 1e-2 : 1e-5;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t i = 0; i < m; ++i) {
+          double want = bias[size_t(i)];
+          for (int64_t q = 0; q < k; ++q) want += double(a[size_t(i * k + q)]) * double(b[size_t(j * k + q)]);
+          if (relu) want = std::max(want, 0.0);
+          ASSERT_NEAR(d[size_t(j * m + i)], want, tol * (1 + std::sqrt(double(k)))) << i << "," << j;
+        }
+    }
+}
+
+// A linear layer's weight gradient, dW[in x out] = x^T dy as the executor runs it (A stored in x
+// batch, B stored out x batch and transposed), with cuBLASLt's BGRADB epilogue summing dy over
+// the batch into the bias gradient: db[j] = sum over the batch of dy[j]. fp32 output, as the
+// executor's weight gradients are in every precision.
+TEST(KERNEL_SUITE, GemmSumsTheBiasGradient) {
+  REQUIRE_GPU();
+  const int64_t in = 12, out = 9, batch = 40;
+  const auto x = randn(size_t(in * batch), 54), dy = randn(size_t(out * batch), 55);
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16}) {
+    SCOPED_TRACE(cuda::to_string(p));
+    const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : cuda::DType::f32;
+    Dev<float> xf(x), dyf(dy), dw{size_t(in * out)}, db{size_t(out)};
+    Dev<uint16_t> xh(to_half(cuda::DType::bf16, x)), dyh(to_half(cuda::DType::bf16, dy));
+    const void* a = t == cuda::DType::f32 ? static_cast<const void*>(xf.p) : xh.p;
+    const void* b = t == cuda::DType::f32 ? static_cast<const void*>(dyf.p) : dyh.p;
+    cuda::GemmEpilogue e;
+    e.bias_grad = db.p;
+    cuda::LtGemm g(p, false, true, in, out, batch, size_t(4) << 20, false, e);
+    EXPECT_TRUE(g.fuses_bias_grad()) << "cuBLASLt offered no BGRADB epilogue here; the layer launches its own bias gradient";
+    g.run(a, b, dw.p, nullptr);
+    if (!g.fuses_bias_grad()) cuda::bias_grad(t, b, db.p, batch, out, 1, nullptr);
+    const std::vector<float> xs = t == cuda::DType::f32 ? x : from_device(t, xh.p, x.size());
+    const std::vector<float> ds = t == cuda::DType::f32 ? dy : from_device(t, dyh.p, dy.size());
+    const double tol = p == cuda::Precision::fp32 ? 1e-5 : 1e-2;
+    const auto w = dw.host(), bias = db.host();
+    for (int64_t j = 0; j < out; ++j) {
+      double sum = 0;
+      for (int64_t l = 0; l < batch; ++l) sum += ds[size_t(j + l * out)];
+      EXPECT_NEAR(bias[size_t(j)], sum, 1e-5 * (1 + std::fabs(sum))) << j;
+      for (int64_t i = 0; i < in; ++i) {
+        double want = 0;
+        for (int64_t l = 0; l < batch; ++l) want += double(xs[size_t(i + l * in)]) * double(ds[size_t(j + l * out)]);
+        ASSERT_NEAR(w[size_t(i + j * in)], want, tol * (1 + std::sqrt(double(batch)))) << i << "," << j;
+      }
+    }
   }
 }
 

@@ -74,9 +74,10 @@ for stage in "$@"; do
   say "== $stage"
   case "$stage" in
     tests)
-      # Batchnorm's and the layout's kernels are new and unrun: their tests run first (gtest keeps its
-      # own order within one run, whatever the filter's), so a failure there is read first.
-      first='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.TrainingSteps*'
+      # Batchnorm's and the layout's kernels and cuBLASLt's epilogues are new and unrun: their tests
+      # run first (gtest keeps its own order within one run, whatever the filter's), so a failure
+      # there is read first.
+      first='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.TrainingSteps*:Cuda.Gemm*:Cuda.LinearBias*'
       run_for 120 $tests --gtest_filter="$first" > "$work/tests-cuda-first.log" 2>&1
       gtest_summary "$work/tests-cuda-first.log"
       run_for 300 $tests --gtest_filter="Cuda.*:-$first" > "$work/tests-cuda.log" 2>&1

@@ -22,6 +22,7 @@ struct Problem {
   bool transa, transb, half_out;
   const float* bias;
   bool relu;
+  float* bias_grad;
 };
 
 template <class Tin, class Tout>
@@ -38,6 +39,12 @@ void multiply(const Problem& q, int64_t m, int64_t n, int64_t k, const void* a, 
       }
       st(pd, i + j * m, q.relu ? std::max(sum, 0.f) : sum);
     }
+  if (q.bias_grad)  // BGRADB: the sums of op(B) over k, one per column of D
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0;
+      for (int64_t l = 0; l < k; ++l) sum += ld(pb, q.transb ? j + l * n : l + j * k);
+      q.bias_grad[j] = float(sum);
+    }
 }
 
 }  // namespace
@@ -45,17 +52,19 @@ void multiply(const Problem& q, int64_t m, int64_t n, int64_t k, const void* a, 
 // Takes its workspace from the device allocator as cuBLASLt's LtGemm does, so the executor's
 // memory account is the GPU's.
 LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
-               const float* bias, bool relu)
+               GemmEpilogue e)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   check(p != Precision::fp8, "the CPU emulation has no fp8 GEMM");
   const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
-  check(!relu || !own_type, "a fused relu needs an fp32 output (as its bias does)");
-  // cuBLASLt may offer no algorithm with the relu epilogue; DLPERF_EMU_GEMM_NO_RELU=1 declines it
-  // here too, for the executor's fallback (its own relu launch after the GEMM).
-  relu = relu && std::getenv("DLPERF_EMU_GEMM_NO_RELU") == nullptr;
-  desc_ = new Problem{transa, transb, own_type, bias, relu};
-  fuses_bias_ = bias != nullptr;
-  fuses_relu_ = relu;
+  check((!e.bias && !e.relu && !e.bias_grad) || !own_type, "a fused epilogue needs an fp32 output");
+  check(!e.bias_grad || (!e.bias && !e.relu), "a GEMM's epilogue adds a bias or computes a bias gradient, not both");
+  // cuBLASLt may offer no algorithm with an epilogue; DLPERF_EMU_GEMM_PLAIN=1 declines the relu
+  // and the bias gradient here too, for the executor's fallbacks (launches of its own).
+  if (std::getenv("DLPERF_EMU_GEMM_PLAIN") != nullptr) e.relu = false, e.bias_grad = nullptr;
+  desc_ = new Problem{transa, transb, own_type, e.bias, e.relu, e.bias_grad};
+  fuses_bias_ = e.bias != nullptr;
+  fuses_relu_ = e.relu;
+  fuses_bias_grad_ = e.bias_grad != nullptr;
   cudaGetDevice(&device_);
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
 }

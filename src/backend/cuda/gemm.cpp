@@ -33,7 +33,7 @@ cudaDataType_t out_type(Precision p) { return p == Precision::fp8 ? CUDA_R_16BF 
 }  // namespace
 
 LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
-               const float* bias, bool relu)
+               GemmEpilogue epilogue)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   cudaGetDevice(&device_);
   check(p != Precision::fp8 || (transa && !transb), "fp8 GEMMs must be TN (A transposed, B not)");
@@ -60,8 +60,10 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(b_rows), uint64_t(b_cols), b_rows), "layout B");
   const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
   const cudaDataType_t d_type = own_type ? in_type(p) : out_type(p);
-  check(!bias || d_type == CUDA_R_32F, "a fused bias needs an fp32 output (cuBLASLt's bias has the output's type)");
-  check(!relu || d_type == CUDA_R_32F, "a fused relu needs an fp32 output (as its bias does)");
+  const GemmEpilogue& e0 = epilogue;
+  check((!e0.bias && !e0.relu && !e0.bias_grad) || d_type == CUDA_R_32F,
+        "a fused epilogue needs an fp32 output (cuBLASLt's bias and bias gradient have the output's type)");
+  check(!e0.bias_grad || (!e0.bias && !e0.relu), "a GEMM's epilogue adds a bias or computes a bias gradient, not both");
   ok(cublasLtMatrixLayoutCreate(&ld, d_type, uint64_t(m), uint64_t(n), m), "layout D");
   a_ = la, b_ = lb, d_ = ld;
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -71,25 +73,26 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
      "MAX_WORKSPACE_BYTES");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  // Ask for the most fused epilogue first (relu and bias, then bias alone, then none), each with
-  // its bias pointer set, since the heuristic reads its alignment; where no algorithm offers one,
-  // the next, and the caller does what the GEMM does not.
-  struct Epilogue {
-    bool bias, relu;
+  // Ask for the most fused epilogue first (relu and bias, then bias alone, then none; or the
+  // bias gradient, then none), each with its vector's pointer set, since the heuristic reads its
+  // alignment; where no algorithm offers one, the next, and the caller does what the GEMM does not.
+  struct Try {
+    bool bias, relu, bias_grad;
     cublasLtEpilogue_t kind;
   };
-  std::vector<Epilogue> tries;
-  if (relu) tries.push_back({bias != nullptr, true, bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU});
-  if (bias) tries.push_back({true, false, CUBLASLT_EPILOGUE_BIAS});
-  tries.push_back({false, false, CUBLASLT_EPILOGUE_DEFAULT});
+  std::vector<Try> tries;
+  if (e0.relu) tries.push_back({e0.bias != nullptr, true, false, e0.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU});
+  if (e0.bias) tries.push_back({true, false, false, CUBLASLT_EPILOGUE_BIAS});
+  if (e0.bias_grad) tries.push_back({false, false, true, CUBLASLT_EPILOGUE_BGRADB});
+  tries.push_back({false, false, false, CUBLASLT_EPILOGUE_DEFAULT});
   cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
-  for (const Epilogue& e : tries) {
-    const float* b = e.bias ? bias : nullptr;
-    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &e.kind, sizeof e.kind), "EPILOGUE");
-    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &b, sizeof b), "BIAS_POINTER");
+  for (const Try& t : tries) {
+    const void* v = t.bias ? static_cast<const void*>(e0.bias) : t.bias_grad ? static_cast<const void*>(e0.bias_grad) : nullptr;
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &t.kind, sizeof t.kind), "EPILOGUE");
+    ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &v, sizeof v), "BIAS_POINTER");
     s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);
     if (s == CUBLAS_STATUS_SUCCESS && found > 0) {
-      fuses_bias_ = e.bias, fuses_relu_ = e.relu;
+      fuses_bias_ = t.bias, fuses_relu_ = t.relu, fuses_bias_grad_ = t.bias_grad;
       break;
     }
   }

@@ -19,6 +19,15 @@ size_t output_bytes(Precision p);
 /// Whether a GPU of compute capability major.minor runs `p` on tensor cores (fp32 always runs).
 bool supported(Precision p, int cc_major, int cc_minor);
 
+/// What a GEMM does to its output besides D = op(A) op(B), inside cuBLASLt's epilogue where it
+/// offers an algorithm for it (fp32 D only: cuBLASLt's bias and bias gradient have D's type).
+/// LtGemm says what it took (fuses_bias, fuses_relu, fuses_bias_grad); the caller does the rest.
+struct GemmEpilogue {
+  const float* bias = nullptr;  ///< m floats added to D's rows (a linear layer's bias)
+  bool relu = false;            ///< then D = max(D, 0): the relu after a linear layer
+  float* bias_grad = nullptr;   ///< n floats: the sums of op(B) over k (a linear layer's bias gradient from its dy)
+};
+
 class LtGemm {
  public:
   /// The "TN" problem above.
@@ -27,14 +36,9 @@ class LtGemm {
   /// stored k x n (n x k when `transb`), leading dimensions the stored row counts. fp8 needs TN.
   /// `workspace` bytes come from the device allocator (category workspace).
   /// `half_out`: bf16 and fp16 write D in their own type (a layer's activations) instead of fp32.
-  /// `bias` (fp32 D only: cuBLASLt's bias has D's type): m floats added to D's rows inside the
-  /// GEMM (the bias epilogue), one launch fewer than a separate add, where cuBLASLt has an
-  /// algorithm for it; fuses_bias() says whether it does (else the caller adds the bias).
-  /// `relu`: D = max(D + bias, 0), the relu after a linear layer, in the same epilogue where
-  /// cuBLASLt has an algorithm for it (fp32 D only, and with the bias fused when there is one);
-  /// fuses_relu() says whether it does (else the caller applies it).
+  /// `epilogue`: see GemmEpilogue; each part taken saves the caller a launch.
   LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace = size_t(32) << 20,
-         bool half_out = false, const float* bias = nullptr, bool relu = false);
+         bool half_out = false, GemmEpilogue epilogue = {});
   ~LtGemm();
   LtGemm(const LtGemm&) = delete;
   LtGemm& operator=(const LtGemm&) = delete;
@@ -43,6 +47,7 @@ class LtGemm {
   double flops() const { return 2.0 * double(m_) * double(n_) * double(k_); }
   bool fuses_bias() const { return fuses_bias_; }
   bool fuses_relu() const { return fuses_relu_; }
+  bool fuses_bias_grad() const { return fuses_bias_grad_; }
 
  private:
   Precision p_;
@@ -59,6 +64,7 @@ class LtGemm {
   float* one_ = nullptr;     // device scalars 1.0 for fp8's scale pointers
   bool fuses_bias_ = false;
   bool fuses_relu_ = false;
+  bool fuses_bias_grad_ = false;
 };
 
 }  // namespace dlperf::cuda

@@ -320,10 +320,14 @@ void Network::build(uint64_t seed, int device) {
         const std::vector<int> readers = graph_.consumers(int(i));
         l->relu_after = readers.size() == 1 && plan::relu_fused_into_linear(graph_, size_t(readers[0]));
         constexpr size_t ws = size_t(4) << 20;
-        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, mixed ? nullptr : l->b,
-                                          l->relu_after && !mixed);
+        GemmEpilogue fwd_epi, weight_epi;
+        if (!mixed) fwd_epi.bias = l->b, fwd_epi.relu = l->relu_after;
+        // The weight gradient's GEMM (fp32 in every precision) also sums dy over the batch into
+        // the bias gradient, unless the relu's backward pass already does (relu_bias_grad).
+        if (l->db && !l->relu_after) weight_epi.bias_grad = l->db;
+        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, fwd_epi);
         l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws, true);
-        l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false);
+        l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false, weight_epi);
         break;
       }
       case ops::OpKind::batchnorm2d: {
@@ -691,7 +695,7 @@ void Network::backward() {
           void* g = diff_[size_t(l.out)];
           if (l.db) relu_bias_grad(dt_, y, g, l.db, n.out_dims[0], n.out_dims[1], stream_);
           else relu_backward(dt_, y, g, g, count, stream_);
-        } else if (l.db) {
+        } else if (l.db && !l.bwd_weight->fuses_bias_grad()) {
           bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
         }
         l.bwd_weight->run(x, dy, l.dw, stream_);
