@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <vector>
 
 #include "cuda_kernel_util.h"
@@ -261,6 +263,36 @@ TEST(KERNEL_SUITE, GraphedStepsMatchEagerSteps) {
 }
 
 #ifdef DLPERF_CUDA_EMULATION
+// The launch budget of a training step: the kernels in the captured CUDA graph, each cuDNN and
+// cuBLASLt call counted once (on a GPU a library call may launch more; `dlperf train` prints the
+// real count). These are the counts docs/gpu.md quotes; a change that adds or saves launches
+// changes them here, on purpose. For `small`, bf16 stored NCHW takes 31 (2 more than fp32: the
+// linear layer's bias add, since cuBLASLt's bias has the output's half type, and a cast); NHWC,
+// which `auto` picks for the half types, 6 more (the flatten's layout moves among them); fp16 2
+// more than bf16 for the loss scale.
+TEST(KERNEL_SUITE, LaunchesPerStep) {
+  const int64_t batch = 64;
+  const std::map<std::string, std::array<int64_t, 3>> want = {  // fp32, bf16, fp16
+      {"mlp", {8, 11, 13}}, {"small", {29, 37, 39}}, {"medium", {35, 44, 46}}};
+  for (const auto& [model, counts] : want)
+    for (size_t k = 0; k < 3; ++k) {
+      const cuda::Precision p = std::array{cuda::Precision::fp32, cuda::Precision::bf16, cuda::Precision::fp16}[k];
+      SCOPED_TRACE(fmt::format("{} {}", model, cuda::to_string(p)));
+      const nn::Graph g = nn::build_graph(nn::load_model(model), {1, 28, 28}, 10, batch);
+      cuda::NetworkOptions opts;
+      opts.graphs = true;
+      opts.precision = p;
+      opts.layout = cuda::resolve_layout("auto", cuda::to_string(p));
+      cuda::Network net(g, 3, 0, opts);
+      ASSERT_EQ(cudaMemset(net.input(), 0, size_t(batch * 28 * 28) * 4), cudaSuccess);
+      ASSERT_EQ(cudaMemset(net.labels(), 0, size_t(batch) * 4), cudaSuccess);
+      for (int64_t step = 0; step < 2; ++step) net.train_step(nullptr, batch, 0.1, {}, {0.05, uint64_t(step), step, 0});
+      ASSERT_TRUE(net.graphed()) << net.why_not_graphed();
+      EXPECT_EQ(net.step_nodes().kernels, counts[k]);
+      EXPECT_EQ(net.step_nodes().copies + net.step_nodes().memsets, 0);
+    }
+}
+
 // The relu after a linear layer runs in the GEMM's epilogue where cuBLASLt offers one, else in a
 // launch of its own after it; the last layer's bias gradient likewise in its weight-gradient
 // GEMM, else in a launch of its own. Both give the same step; the fallbacks cost two launches.
