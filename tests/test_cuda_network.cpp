@@ -30,6 +30,20 @@
 namespace dlperf::test {
 namespace {
 
+// One training step of each network on the same random batch of `image`-float inputs.
+void step_alike(std::initializer_list<cuda::Network*> nets, Rng& rng, int64_t batch, size_t image, int64_t step, double lr,
+                const nn::OptimizerConfig& cfg) {
+  std::vector<float> x(size_t(batch) * image);
+  std::vector<int32_t> y(static_cast<size_t>(batch), 0);
+  for (auto& v : x) v = float(rng.normal());
+  for (auto& v : y) v = int32_t(rng.below(10));
+  for (cuda::Network* net : nets) {
+    ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    net->train_step(nullptr, batch, 0.1, cfg, {lr, uint64_t(step), step, 0});
+  }
+}
+
 // A few training steps of the same model, data and initialization on the CPU engine and on the
 // GPU: losses and parameters agree to fp32 accuracy (dropout draws the same masks).
 TEST(KERNEL_SUITE, TrainingStepsAgreeWithTheCpuEngine) {
@@ -230,17 +244,7 @@ TEST(KERNEL_SUITE, GraphedStepsMatchEagerSteps) {
     graph_opts.graphs = true;
     cuda::Network eager(g, 3, 0, eager_opts), graphed(g, 3, 0, graph_opts);
     Rng rng(2);
-    for (int64_t step = 0; step < 6; ++step) {
-      std::vector<float> x(size_t(batch * 3 * 256));
-      std::vector<int32_t> y(static_cast<size_t>(batch), 0);
-      for (auto& v : x) v = float(rng.normal());
-      for (auto& v : y) v = int32_t(rng.below(10));
-      for (cuda::Network* net : {&eager, &graphed}) {
-        ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-        net->train_step(nullptr, batch, 0.1, cfg, {0.05 / double(step + 1), uint64_t(step), step, 0});
-      }
-    }
+    for (int64_t step = 0; step < 6; ++step) step_alike({&eager, &graphed}, rng, batch, 3 * 256, step, 0.05 / double(step + 1), cfg);
     EXPECT_TRUE(graphed.graphed()) << graphed.why_not_graphed();
     EXPECT_FALSE(eager.graphed());
     // The graph's own count: at least a kernel for each pass of each conv, linear, batchnorm and
@@ -307,17 +311,7 @@ TEST(KERNEL_SUITE, LinearLayersRunWithOrWithoutTheGemmEpilogues) {
   cuda::Network separate(g, 3, 0, opts);
   ::unsetenv("DLPERF_EMU_GEMM_PLAIN");
   Rng rng(4);
-  for (int64_t step = 0; step < 3; ++step) {
-    std::vector<float> x(size_t(batch * 64));
-    std::vector<int32_t> y(static_cast<size_t>(batch), 0);
-    for (auto& v : x) v = float(rng.normal());
-    for (auto& v : y) v = int32_t(rng.below(10));
-    for (cuda::Network* net : {&fused, &separate}) {
-      ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      net->train_step(nullptr, batch, 0.1, cfg, {0.05, uint64_t(step), step, 0});
-    }
-  }
+  for (int64_t step = 0; step < 3; ++step) step_alike({&fused, &separate}, rng, batch, 64, step, 0.05, cfg);
   EXPECT_EQ(separate.step_nodes().kernels, fused.step_nodes().kernels + 2);
   const auto a = fused.parameters(), b = separate.parameters();
   ASSERT_EQ(a.size(), b.size());
