@@ -70,9 +70,7 @@ void* CachingAllocator::allocate_locked(size_t bytes, MemCategory category) {
       // Out of memory while holding freed blocks of other sizes: give them back and try once
       // more, as PyTorch's caching allocator does, so a cache of stale sizes never causes an
       // out-of-memory error the memory itself would not.
-      for (auto& [bytes_cached, p] : cache_) raw_free_(p);
-      cache_.clear();
-      stats_.cached_bytes = 0;
+      release_cache_locked();
       ptr = raw_alloc_(size);
     }
     if (!ptr)
@@ -117,6 +115,10 @@ void CachingAllocator::reset_peaks() {
 
 void CachingAllocator::trim() {
   std::lock_guard lock(mutex_);
+  release_cache_locked();
+}
+
+void CachingAllocator::release_cache_locked() {
   for (auto& [size, ptr] : cache_) raw_free_(ptr);
   cache_.clear();
   stats_.cached_bytes = 0;

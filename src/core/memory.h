@@ -70,6 +70,7 @@ class CachingAllocator {
   std::atomic<Observer> observer_{nullptr};
   void notify();
   void* allocate_locked(size_t bytes, MemCategory category);
+  void release_cache_locked();  ///< gives every cached block back (the caller holds mutex_)
 };
 
 /// The process's host allocator: 64-byte aligned blocks.

@@ -33,7 +33,7 @@ cudaDataType_t out_type(Precision p) { return p == Precision::fp8 ? CUDA_R_16BF 
 }  // namespace
 
 LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int64_t k, size_t workspace, bool half_out,
-               GemmEpilogue epilogue)
+               GemmEpilogue epi)
     : p_(p), m_(m), n_(n), k_(k), workspace_bytes_(workspace) {
   cudaGetDevice(&device_);
   check(p != Precision::fp8 || (transa && !transb), "fp8 GEMMs must be TN (A transposed, B not)");
@@ -60,10 +60,9 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   ok(cublasLtMatrixLayoutCreate(&lb, in_type(p), uint64_t(b_rows), uint64_t(b_cols), b_rows), "layout B");
   const bool own_type = half_out && (p == Precision::bf16 || p == Precision::fp16);
   const cudaDataType_t d_type = own_type ? in_type(p) : out_type(p);
-  const GemmEpilogue& e0 = epilogue;
-  check((!e0.bias && !e0.relu && !e0.bias_grad) || d_type == CUDA_R_32F,
+  check((!epi.bias && !epi.relu && !epi.bias_grad) || d_type == CUDA_R_32F,
         "a fused epilogue needs an fp32 output (cuBLASLt's bias and bias gradient have the output's type)");
-  check(!e0.bias_grad || (!e0.bias && !e0.relu), "a GEMM's epilogue adds a bias or computes a bias gradient, not both");
+  check(!epi.bias_grad || (!epi.bias && !epi.relu), "a GEMM's epilogue adds a bias or computes a bias gradient, not both");
   ok(cublasLtMatrixLayoutCreate(&ld, d_type, uint64_t(m), uint64_t(n), m), "layout D");
   a_ = la, b_ = lb, d_ = ld;
   workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -81,13 +80,13 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
     cublasLtEpilogue_t kind;
   };
   std::vector<Try> tries;
-  if (e0.relu) tries.push_back({e0.bias != nullptr, true, false, e0.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU});
-  if (e0.bias) tries.push_back({true, false, false, CUBLASLT_EPILOGUE_BIAS});
-  if (e0.bias_grad) tries.push_back({false, false, true, CUBLASLT_EPILOGUE_BGRADB});
+  if (epi.relu) tries.push_back({epi.bias != nullptr, true, false, epi.bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU});
+  if (epi.bias) tries.push_back({true, false, false, CUBLASLT_EPILOGUE_BIAS});
+  if (epi.bias_grad) tries.push_back({false, false, true, CUBLASLT_EPILOGUE_BGRADB});
   tries.push_back({false, false, false, CUBLASLT_EPILOGUE_DEFAULT});
   cublasStatus_t s = CUBLAS_STATUS_NOT_SUPPORTED;
   for (const Try& t : tries) {
-    const void* v = t.bias ? static_cast<const void*>(e0.bias) : t.bias_grad ? static_cast<const void*>(e0.bias_grad) : nullptr;
+    const void* v = t.bias ? static_cast<const void*>(epi.bias) : t.bias_grad ? static_cast<const void*>(epi.bias_grad) : nullptr;
     ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &t.kind, sizeof t.kind), "EPILOGUE");
     ok(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &v, sizeof v), "BIAS_POINTER");
     s = cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, ld, ld, pref, 1, &result, &found);

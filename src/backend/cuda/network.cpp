@@ -274,7 +274,7 @@ void Network::build(uint64_t seed, int device) {
       l->fused_away = true;
     }
     // Likewise a relu after a linear layer that feeds nothing else (plan::relu_fused_into_linear):
-    // the linear's GEMM epilogue or bias add applies it, and its bias gradient pass its backward.
+    // the linear's GEMM epilogue or bias add applies it, and its bias-gradient pass its backward.
     if (plan::relu_fused_into_linear(graph_, i)) {
       Layer& fc = *layers_[size_t(n.inputs[0])];
       fc.name += "+" + n.name;
