@@ -121,6 +121,8 @@ TEST(KERNEL_SUITE, RooflineOfAGpuStep) {
   const bench::Roofline measured = bench::measure_roofline(req);
   std::filesystem::current_path(cwd);
   EXPECT_DOUBLE_EQ(measured.peaks[0].gflops, 12500.0);
+  EXPECT_EQ(measured.peaks[0].label, "fp32 GEMM (measured)");
+  EXPECT_EQ(plain.peaks[0].label, "fp32 (estimated from the clock)");  // the emulated GPU is in no catalog
   EXPECT_DOUBLE_EQ(measured.bandwidth_gbps.value("HBM", 0.0), 1234.0);
   EXPECT_NE(measured.ceilings_source.find("measured by 'dlperf bench all'"), std::string::npos) << measured.ceilings_source;
   bool bf16 = false;

@@ -162,7 +162,11 @@ Roofline gpu_roofline(const RooflineRequest& r, int gpu) {
   out.processor = result.record["device"].value("name", "?");
   const nlohmann::json& c = result.profile.at("ceilings");
   out.ceilings_source = c.value("source", "?");
-  out.peaks = {{r.precision + " peak", c.value("peak_gflops", 0.0)}};
+  // The run's own roof, labelled like the others by where it comes from (gpu_ceilings' order).
+  const std::string kind = out.ceilings_source.rfind("measured", 0) == 0 ? "GEMM (measured)"
+                           : out.ceilings_source.find("datasheet") != std::string::npos ? "(datasheet)"
+                                                                                        : "(estimated from the clock)";
+  out.peaks = {{fmt::format("{} {}", r.precision, kind), c.value("peak_gflops", 0.0)}};
   out.bandwidth_gbps = nlohmann::json::object();
   if (c.value("dram_gbps", 0.0) > 0) out.bandwidth_gbps["HBM"] = c["dram_gbps"];
   const GpuCeilings measured = load_gpu_ceilings(out.processor);
