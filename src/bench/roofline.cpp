@@ -162,24 +162,23 @@ Roofline gpu_roofline(const RooflineRequest& r, int gpu) {
   out.processor = result.record["device"].value("name", "?");
   const nlohmann::json& c = result.profile.at("ceilings");
   out.ceilings_source = c.value("source", "?");
-  // The run's own roof, labelled like the others by where it comes from (gpu_ceilings' order).
-  const std::string kind = out.ceilings_source.rfind("measured", 0) == 0 ? "GEMM (measured)"
-                           : out.ceilings_source.find("datasheet") != std::string::npos ? "(datasheet)"
-                                                                                        : "(estimated from the clock)";
-  out.peaks = {{fmt::format("{} {}", r.precision, kind), c.value("peak_gflops", 0.0)}};
   out.bandwidth_gbps = nlohmann::json::object();
   if (c.value("dram_gbps", 0.0) > 0) out.bandwidth_gbps["HBM"] = c["dram_gbps"];
+  // A precision's roof as the profile picks it (gpu_trainer's gpu_ceilings): measured by bench
+  // all, else the datasheet's; none where neither knows it.
   const GpuCeilings measured = load_gpu_ceilings(out.processor);
   const std::string id = plan::catalog_id_for_gpu(out.processor);
-  for (const char* p : {"fp32", "tf32", "bf16", "fp16", "fp8"}) {
-    if (p == r.precision) continue;
-    if (measured.peak(p) > 0) {
-      out.peaks.push_back({fmt::format("{} GEMM (measured)", p), measured.peak(p)});
-    } else if (!id.empty()) {
-      const double sheet = 1e3 * plan::load_catalog().find(id).peak_tflops(p);
-      if (sheet > 0) out.peaks.push_back({fmt::format("{} (datasheet)", p), sheet});
-    }
-  }
+  auto known_roof = [&](const std::string& p) -> ComputeCeiling {
+    if (measured.peak(p) > 0) return {p + " GEMM (measured)", measured.peak(p)};
+    const double sheet = id.empty() ? 0 : 1e3 * plan::load_catalog().find(id).peak_tflops(p);
+    return {p + " (datasheet)", sheet};
+  };
+  // The run's own roof is the profile's, labelled by where it came from.
+  const ComputeCeiling own = known_roof(r.precision);
+  out.peaks = {{own.gflops > 0 ? own.label : r.precision + " (estimated from the clock)", c.value("peak_gflops", 0.0)}};
+  for (const char* p : {"fp32", "tf32", "bf16", "fp16", "fp8"})
+    if (p != r.precision)
+      if (const ComputeCeiling other = known_roof(p); other.gflops > 0) out.peaks.push_back(other);
   out.points = roofline_points_from_profile(result.profile);
   return out;
 }

@@ -118,17 +118,18 @@ __global__ void add_bias_k(T* y, const float* bias, int64_t total, int64_t chann
 }
 
 // One block a channel: a tree reduction over its outer x inner elements, in double. With Relu,
-// the backward of the relu after the layer first, in place: dy = 0 where its output y is not
-// positive (each element belongs to one channel, so one thread reads and writes it).
+// the backward of the relu after the layer first, in place: masked (dy itself) = 0 where the
+// relu's output y is not positive (each element belongs to one channel, so one thread reads and
+// writes it).
 template <class T, bool Relu>
-__global__ void bias_grad_k(const T* y, T* dy, float* db, int64_t outer, int64_t channels, int64_t inner) {
+__global__ void bias_grad_k(const T* y, const T* dy, T* masked, float* db, int64_t outer, int64_t channels, int64_t inner) {
   __shared__ double part[kThreads];
   const int64_t c = blockIdx.x;
   double sum = 0;
   for (int64_t j = threadIdx.x; j < outer * inner; j += blockDim.x) {
     const int64_t o = j / inner, i = j % inner, e = (o * channels + c) * inner + i;
     if (Relu && !(ld(y, e) > 0.f)) {
-      st(dy, e, 0.f);
+      st(masked, e, 0.f);
       continue;
     }
     sum += ld(dy, e);
@@ -345,13 +346,12 @@ void add_bias(DType t, void* y, const float* bias, int64_t outer, int64_t channe
 }
 void bias_grad(DType t, const void* dy, float* db, int64_t outer, int64_t channels, int64_t inner, cudaStream_t s) {
   if (channels <= 0) return;
-  // Without the relu the kernel only reads dy.
-  DISPATCH(t, LAUNCH(unsigned(channels), kThreads, 0, s, bias_grad_k<T, false>)(nullptr, static_cast<T*>(const_cast<void*>(dy)), db,
+  DISPATCH(t, LAUNCH(unsigned(channels), kThreads, 0, s, bias_grad_k<T, false>)(nullptr, static_cast<const T*>(dy), nullptr, db,
                                                                               outer, channels, inner))
 }
 void relu_bias_grad(DType t, const void* y, void* dy, float* db, int64_t rows, int64_t features, cudaStream_t s) {
   if (features <= 0) return;
-  DISPATCH(t, LAUNCH(unsigned(features), kThreads, 0, s, bias_grad_k<T, true>)(static_cast<const T*>(y), static_cast<T*>(dy), db, rows,
+  DISPATCH(t, LAUNCH(unsigned(features), kThreads, 0, s, bias_grad_k<T, true>)(static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dy), db, rows,
                                                                              features, 1))
 }
 void cast_to_f32(DType t, const void* x, float* out, int64_t n, cudaStream_t s) {
