@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -20,6 +21,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "nn/graph.h"
+#include "profile/recorder.h"
 #include "train/trainer.h"
 
 namespace dlperf::test {
@@ -188,6 +190,75 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
       if (e["ph"] == "M" && e["args"].value("name", "") == "GPU (CUDA events)") gpu_track = true;
     EXPECT_TRUE(gpu_track);
   }
+}
+
+// Profiled steps run back to back on the GPU (their events are read two steps later, from two
+// sets used in turn): on the GPU track each step follows the one before, holds all its spans,
+// and every step has the same passes. With graphs and eagerly, with the data on the GPU and
+// copied from the host; 7 steps, so the last read of each set is at the profile's end.
+TEST(KERNEL_SUITE, ProfiledStepsLineUpOnTheGpuTrack) {
+  REQUIRE_GPU();
+  TempDir dir;
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 12, 12}, 10, 32);
+  for (bool graphs : {true, false})
+    for (bool on_device : {true, false}) {
+      SCOPED_TRACE(fmt::format("graphs {}, data on the GPU {}", graphs, on_device));
+      train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:512", 32, 1);  // 16 steps
+      c.graphs = graphs;
+      c.data_on_device = on_device;
+      c.profile = c.profile_only = true;
+      c.profile_skip = 2;
+      c.profile_steps = 7;
+      c.profile_out = (dir.path / "prof").string();
+      const auto r = train::train(c);
+      EXPECT_EQ(r.profile["step"]["steps"], 7);
+      std::map<int64_t, std::vector<profile::Event>> steps;
+      for (const auto& e : profile::Recorder::get().events())
+        if (e.track == profile::kGpuTrack) steps[e.step].push_back(e);
+      ASSERT_EQ(steps.size(), 7u);
+      double before = -1;
+      size_t passes = 0;
+      for (const auto& [k, events] : steps) {
+        SCOPED_TRACE(fmt::format("step {}", k));
+        std::vector<const profile::Event*> whole;
+        for (const auto& e : events)
+          if (e.phase == profile::Phase::step) whole.push_back(&e);
+        ASSERT_EQ(whole.size(), 1u);
+        const profile::Event& step = *whole[0];
+        EXPECT_GE(step.t0, before);
+        before = step.t1;
+        size_t n = 0;
+        for (const auto& e : events) {
+          if (&e == &step) continue;
+          EXPECT_LE(step.t0, e.t0) << e.name;
+          EXPECT_LE(e.t0, e.t1) << e.name;
+          EXPECT_LE(e.t1, step.t1) << e.name;
+          n += e.phase != profile::Phase::data;
+        }
+        if (k == 0) passes = n;
+        EXPECT_EQ(n, passes);
+      }
+      EXPECT_GT(passes, g.nodes.size());  // a forward and a backward pass a layer, the loss, the update
+    }
+}
+
+// The window counts the run's steps: it may start in the second epoch, past the first epoch's
+// eager step and graph capture, and record to that epoch's end (what the overhead benchmark does).
+TEST(KERNEL_SUITE, ProfileWindowInALaterEpoch) {
+  REQUIRE_GPU();
+  TempDir dir;
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:256", 32, 3);  // 8 steps an epoch
+  c.profile = c.profile_only = true;
+  c.profile_skip = 8 + 2;
+  c.profile_steps = 0;
+  c.profile_out = (dir.path / "prof").string();
+  const auto r = train::train(c);
+  EXPECT_EQ(r.epochs.size(), 2u);
+  EXPECT_EQ(r.profile["step"]["steps"], 8 - 2);
+  EXPECT_EQ(r.record["gpu_step"]["profiled_steps"].get<std::string>().rfind("CUDA graph", 0), 0u) << r.record["gpu_step"].dump();
+  c.profile_skip = 3 * 8;
+  const std::string e = error_of([&] { train::train(c); });
+  EXPECT_NE(e.find("this run trains 24 steps (3 epochs of 8)"), std::string::npos) << e;
 }
 
 #ifdef DLPERF_CUDA_EMULATION

@@ -164,5 +164,21 @@ TEST(Profile, NothingIsRecordedWithProfilingOffAndBadWindowsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(bad); }).find("leaves no step to record"), std::string::npos);
 }
 
+// The window counts the steps of the whole run, so it may start in a later epoch (the overhead
+// benchmark records a whole epoch after the first); one starting past the run's end is refused.
+TEST(Profile, AWindowMayStartInALaterEpoch) {
+  TempDir dir;
+  auto c = profiled("small", dir.path);  // 256 images at batch 16: 16 steps an epoch
+  c.epochs = 3;
+  c.profile_skip = 16 + 3;
+  c.profile_steps = 0;  // to the end of the epoch it starts in
+  const auto r = train::train(c);
+  EXPECT_EQ(r.epochs.size(), 2u);  // dlperf profile stops after its window
+  EXPECT_EQ(r.profile["step"]["steps"], 16 - 3);
+  c.profile_skip = 3 * 16;
+  const std::string e = error_of([&] { train::train(c); });
+  EXPECT_NE(e.find("this run trains 48 steps (3 epochs of 16)"), std::string::npos) << e;
+}
+
 }  // namespace
 }  // namespace dlperf::test

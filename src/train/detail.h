@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <string>
 
+#include "core/error.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -69,6 +70,24 @@ struct EpochTally {
     st.train_loss = loss_sum / double(seen);
     st.train_acc = double(correct) / double(seen);
   }
+};
+/// The profile's window (--profile-skip, --profile-steps): steps [skip, skip + steps) counted from
+/// the first step this run trains, so a window may start in any epoch (a benchmark of what
+/// profiling costs records a whole later epoch, past the GPU's warm-up). steps 0 = to the end of
+/// the epoch the window starts in. Refuses a window that starts after the run's last step.
+struct ProfileWindow {
+  int64_t skip, steps;
+  ProfileWindow(const TrainConfig& cfg, int64_t per_epoch, int64_t epochs_to_train) : skip(cfg.profile_skip), steps(cfg.profile_steps) {
+    const int64_t run_steps = per_epoch * epochs_to_train;
+    check(skip >= 0 && steps >= 0, "--profile-skip and --profile-steps count steps: they cannot be negative");
+    check(skip < run_steps,
+          fmt::format("--profile-skip {} leaves no step to record: this run trains {} steps ({} epoch{} of {})", skip, run_steps,
+                      epochs_to_train, epochs_to_train == 1 ? "" : "s", per_epoch),
+          "lower --profile-skip, or use more data, more --epochs or a smaller --batch-size");
+  }
+  /// `k`: steps this run trained before the one about to start.
+  bool starts_at(int64_t k) const { return k == skip; }
+  bool ends_at(int64_t k) const { return steps > 0 && k == skip + steps; }
 };
 /// The allocator's peaks (all categories at once, and each) into an epoch's stats.
 inline void record_peaks(EpochStats& st, const MemoryStats& ms) {

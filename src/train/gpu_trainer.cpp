@@ -15,8 +15,12 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
+#include <limits>
+#include <optional>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/network.h"
@@ -235,22 +239,32 @@ plan::CpuCeilings gpu_ceilings(const cuda::GpuInfo& info, const std::string& pre
   return c;
 }
 
-// Puts a profiled step on the GPU track: the step from its data wait to its last kernel, the
-// data wait (host time), and each span (device time since the step's start event, which
-// completed at host time `t_base`).
-void add_gpu_step(const std::vector<cuda::GpuSpan>& spans, double t_step0, double t_wait1, double t_base) {
+// What the host knew of a profiled step when it queued it: the step's index in the recording
+// and when its data wait ended (recorder time).
+struct HostStep {
+  int64_t step = 0;
+  double wait_end = 0;
+};
+
+// Puts a profiled step on the GPU track (device times from its events, placed on the recorder's
+// clock by `origin`, the recorder time of the profile's time origin): the step from when the GPU
+// reached it to its last kernel; within it the time the GPU waited for the step's data (the part
+// of the host's data wait after the GPU reached the step), and each span.
+void add_gpu_step(const cuda::ProfiledStep& p, const HostStep& h, double origin) {
   profile::Recorder& rec = profile::Recorder::get();
-  double end = t_base;
-  for (const auto& s : spans) end = std::max(end, t_base + s.t1);
+  const double start = origin + p.start;
+  double end = start, first = std::numeric_limits<double>::infinity();
+  for (const auto& s : p.spans) end = std::max(end, origin + s.t1), first = std::min(first, origin + s.t0);
   auto event = [&](std::string name, std::string op, profile::Phase phase, int node, double t0, double t1, int depth) {
     profile::Event e;
     e.name = std::move(name), e.op = std::move(op), e.phase = phase, e.node = node;
-    e.t0 = t0, e.t1 = t1, e.track = profile::kGpuTrack, e.depth = depth, e.step = rec.step();
+    e.t0 = t0, e.t1 = t1, e.track = profile::kGpuTrack, e.depth = depth, e.step = h.step;
     rec.add(std::move(e));
   };
-  event("step", "", profile::Phase::step, -1, t_step0, end, 0);
-  event("data wait", "", profile::Phase::data, -1, t_step0, t_wait1, 1);
-  for (const auto& s : spans) event(s.name, s.op, s.phase, s.node, t_base + s.t0, t_base + s.t1, 1);
+  event("step", "", profile::Phase::step, -1, start, end, 0);
+  const double waited = std::clamp(h.wait_end, start, std::min(first, end));
+  if (waited > start) event("data wait", "", profile::Phase::data, -1, start, waited, 1);
+  for (const auto& s : p.spans) event(s.name, s.op, s.phase, s.node, origin + s.t0, origin + s.t1, 1);
 }
 
 [[noreturn]] void out_of_memory(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, const std::string& what,
@@ -354,16 +368,26 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     }
   }
   int64_t step = start_epoch * per_epoch;
-  if (cfg.profile)
-    check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0 && cfg.profile_skip < per_epoch,
-          fmt::format("--profile-skip {} leaves no step to record: an epoch has {} steps", cfg.profile_skip, per_epoch),
-          "lower --profile-skip, or use more data or a smaller --batch-size");
+  const int64_t first_step = step;  // the profile's window counts the steps this run trains
+  std::optional<ProfileWindow> window;
+  if (cfg.profile) window.emplace(cfg, per_epoch, cfg.epochs - start_epoch);
   bool profiled = !cfg.profile;
   profile::Recorder& rec = profile::Recorder::get();
+  // Profiled steps reach the GPU track as their events are read, two steps after they were
+  // queued (Network::begin_profile); `queued` holds what the host knew of each until then.
+  std::deque<HostStep> queued;
+  double origin = 0;
+  auto add_read_steps = [&] {
+    for (const cuda::ProfiledStep& p : net.take_profiled()) {
+      add_gpu_step(p, queued.front(), origin);
+      queued.pop_front();
+    }
+  };
   auto stop_profile = [&] {
+    net.end_profile();
+    add_read_steps();
     rec.stop();
     mem.set_observer(nullptr);
-    net.set_profiling(false);
     profiled = true;
   };
   const bool bar = cfg.progress && isatty(STDERR_FILENO);
@@ -385,26 +409,27 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(net, -1) : nullptr;
     int64_t seen = 0;
     for (int64_t i = 0; i < per_epoch; ++i) {
-      if (!profiled) {  // the profile's window: steps [skip, skip + steps) of the first epoch trained
-        const int64_t first = cfg.profile_skip, end = cfg.profile_steps > 0 ? first + cfg.profile_steps : per_epoch;
-        if (i == first) {
+      if (!profiled) {  // the profile's window (ProfileWindow)
+        const int64_t k = step - first_step;
+        if (window->starts_at(k)) {
           ok(cudaStreamSynchronize(net.stream()), "starting the profile");
           rec.start();
           HostAllocator::instance().set_observer(nullptr);  // the timeline is the GPU's memory
           mem.set_observer([](const MemoryStats& m) { profile::Recorder::get().sample_memory(m); });
           rec.sample_memory(mem.stats());
-          net.set_profiling(true);
+          net.begin_profile();
+          origin = rec.now();
         }
-        if (i == end) {
+        if (rec.on() && window->ends_at(k)) {
           stop_profile();
           if (cfg.profile_only) break;
         }
-        if (rec.on()) rec.set_step(i - first);
+        if (rec.on()) rec.set_step(k - window->skip);
       }
       const bool timing = rec.on();
       const profile::Scope step_scope("step", profile::Phase::step);
-      const double t_step0 = timing ? rec.now() : 0;
-      double t_wait1 = t_step0;
+      if (timing) net.begin_profiled_step();
+      double t_wait1 = -std::numeric_limits<double>::infinity();  // when the step's data wait ended; none on the GPU
       int64_t valid = cfg.batch;
       if (!cfg.data_on_device) {
         const double t0 = now_s();
@@ -420,14 +445,13 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
         const profile::Scope copy("input copy", profile::Phase::copy);
         upload(*b);
       }
-      double t_base = 0;
-      if (timing) {  // a profiled step starts on an idle GPU, so its start event's time is now
-        net.mark_step_start();
-        t_base = rec.now();
-      }
       st.lr = nn::learning_rate(cfg.schedule, cfg.lr, step, total_steps, per_epoch);
       net.train_step(gather, valid, cfg.label_smoothing, cfg.optimizer, {st.lr, uint64_t(step), i, epoch});
-      if (timing) add_gpu_step(net.take_spans(), t_step0, t_wait1, t_base);
+      if (timing) {
+        net.end_profiled_step();
+        queued.push_back({rec.step(), t_wait1});
+        add_read_steps();
+      }
       ++step;
       seen += valid;
       if (progress.due()) {  // reading the tally waits for the GPU: only when the bar redraws

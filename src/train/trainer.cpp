@@ -11,6 +11,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "backend/cpu/network.h"
 #include "backend/cuda/runtime.h"
@@ -390,6 +391,8 @@ struct Run {
   int64_t per_epoch, total_steps;
   hw::EnergyMeter energy;
   bool profiling_ = false, profiled_ = false;
+  std::optional<detail::ProfileWindow> window;  ///< set when profiling
+  int64_t steps_run = 0;                        ///< steps this run has trained (the window counts them)
 
   Run(const TrainConfig& c, data::DataPair d, nn::Graph g)
       : cfg(c), data(std::move(d)), norm(data.train),
@@ -419,15 +422,14 @@ struct Run {
     const double t_start = now_s(), j_start = energy.available() ? energy.joules() : 0;
     profile::Recorder& rec = profile::Recorder::get();
     for (int64_t i = 0;; ++i) {
-      if (profiling_ && !profiled_) {
-        const int64_t first = cfg.profile_skip, end = cfg.profile_steps > 0 ? first + cfg.profile_steps : per_epoch;
-        if (i == first) rec.start();
-        if (i == end || (i >= first && i >= per_epoch)) {
+      if (profiling_ && !profiled_) {  // i < per_epoch: a step follows (the loader's end is no step)
+        if (i < per_epoch && window->starts_at(steps_run)) rec.start();
+        if (rec.on() && (window->ends_at(steps_run) || i == per_epoch)) {
           rec.stop();
           profiled_ = true;
           if (cfg.profile_only) break;
         }
-        if (rec.on()) rec.set_step(i - first);
+        if (rec.on()) rec.set_step(steps_run - window->skip);
       }
       const profile::Scope step_scope("step", profile::Phase::step);
       const double t0 = now_s();
@@ -462,6 +464,7 @@ struct Run {
         opt.step(st.lr);
       }
       st.compute_s += now_s() - t1;
+      ++steps_run;
       tally.add(r.loss, r.correct, b->valid);
       progress.update(i + 1, tally.seen, tally.loss_sum / double(tally.seen));
     }
@@ -553,10 +556,7 @@ TrainResult train(const TrainConfig& cfg) {
 
   run.net.set_timing(cfg.layer_times);
   run.profiling_ = cfg.profile;
-  if (cfg.profile)
-    check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0 && cfg.profile_skip < run.per_epoch,
-          fmt::format("--profile-skip {} leaves no step to record: an epoch has {} steps", cfg.profile_skip, run.per_epoch),
-          "lower --profile-skip, or use more data or a smaller --batch-size");
+  if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
   const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;

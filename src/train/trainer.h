@@ -41,11 +41,11 @@ struct TrainConfig {
   bool progress = true;       ///< progress bar when stderr is a terminal
   bool layer_times = false;   ///< time every layer (adds a clock read per layer)
   int64_t stop_after_epochs = 0;  ///< tests: stop early as if interrupted (0 = never)
-  // Profiling (docs/profile.md): record steps [profile_skip, profile_skip + profile_steps) of the
-  // first epoch trained, then report them.
+  // Profiling (docs/profile.md): record steps [profile_skip, profile_skip + profile_steps),
+  // counted from the first step this run trains (in any epoch), then report them.
   bool profile = false;
   int64_t profile_skip = 5;
-  int64_t profile_steps = 20;   ///< 0 = to the end of the epoch
+  int64_t profile_steps = 20;   ///< 0 = to the end of the epoch the recording starts in
   bool profile_only = false;    ///< dlperf profile: stop once the steps are recorded
   std::string profile_group = "layer";  ///< layer | op
   std::string profile_out;      ///< report files' path prefix; empty = in runs_dir

@@ -119,45 +119,88 @@ class Network::Span {
   size_t index_ = kNone;
 };
 
+namespace {
+std::pair<cudaEvent_t, cudaEvent_t> event_pair() {
+  cudaEvent_t a, b;
+  ok(cudaEventCreate(&a), "cudaEventCreate");
+  ok(cudaEventCreate(&b), "cudaEventCreate");
+  return {a, b};
+}
+}  // namespace
+
 size_t Network::begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node) {
-  const size_t i = spans_.size();
-  if (events_.size() <= i) {
-    cudaEvent_t a, b;
-    ok(cudaEventCreate(&a), "cudaEventCreate");
-    ok(cudaEventCreate(&b), "cudaEventCreate");
-    events_.push_back({a, b});
-  }
-  spans_.push_back({name, op, phase, node, 0, 0});
-  ok(cudaEventRecordWithFlags(events_[i].first, stream_, record_flags()), "cudaEventRecord");
+  ProfileSlot& s = slots_[slot_];
+  const size_t i = s.spans.size();
+  if (s.events.size() <= i) s.events.push_back(event_pair());
+  s.spans.push_back({name, op, phase, node, 0, 0});
+  ok(cudaEventRecordWithFlags(s.events[i].first, stream_, record_flags()), "cudaEventRecord");
   return i;
 }
 
-// Called from a destructor, so it must not throw: a failed record surfaces in take_spans(),
-// whose elapsed-time query on the unrecorded event fails with a message.
-void Network::end_span(size_t i) noexcept { cudaEventRecordWithFlags(events_[i].second, stream_, record_flags()); }
+// Called from a destructor, so it must not throw: a failed record surfaces when the step is read,
+// as the elapsed-time query on the unrecorded event fails with a message.
+void Network::end_span(size_t i) noexcept { cudaEventRecordWithFlags(slots_[slot_].events[i].second, stream_, record_flags()); }
 
 // While capturing, an event record must become a node of the graph that records the event at
 // each replay (cudaEventRecordExternal); a plain record would only order the capture.
 unsigned Network::record_flags() const { return capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault; }
 
-void Network::mark_step_start() {
-  if (!step_start_) ok(cudaEventCreate(&step_start_), "cudaEventCreate");
-  spans_.clear();
-  ok(cudaEventRecord(step_start_, stream_), "cudaEventRecord");
-  ok(cudaEventSynchronize(step_start_), "cudaEventSynchronize");
+void Network::begin_profile() {
+  if (!origin_) ok(cudaEventCreate(&origin_), "cudaEventCreate");
+  for (ProfileSlot& s : slots_) s.pending = false;
+  profiled_.clear();
+  slot_ = 0;
+  ok(cudaEventRecord(origin_, stream_), "cudaEventRecord");
+  ok(cudaEventSynchronize(origin_), "starting the profile");  // the GPU is idle: the origin is now
+  profiling_ = true;
 }
 
-std::vector<GpuSpan> Network::take_spans() {
-  ok(cudaStreamSynchronize(stream_), "profiling");
-  std::vector<GpuSpan> out;
-  out.swap(spans_);
-  for (size_t i = 0; i < out.size(); ++i) {
+void Network::begin_profiled_step() {
+  ProfileSlot& s = slots_[slot_];
+  if (s.pending) read_profiled(s);  // the step two before this one: the GPU is busy with the last
+  if (!s.start) std::tie(s.start, s.end) = event_pair();
+  s.spans.clear();
+  ok(cudaEventRecord(s.start, stream_), "cudaEventRecord");
+}
+
+void Network::end_profiled_step() {
+  ProfileSlot& s = slots_[slot_];
+  ok(cudaEventRecord(s.end, stream_), "cudaEventRecord");
+  s.pending = true;
+  slot_ ^= 1;
+}
+
+// Span times as seconds since the origin: the step's start from the origin, each span from the
+// step's start (a float of milliseconds keeps its precision over a step, if not over a long
+// profile, so the spans are measured from the nearer event).
+void Network::read_profiled(ProfileSlot& s) {
+  ok(cudaEventSynchronize(s.end), "reading a profiled step's events");
+  float start = 0;
+  ok(cudaEventElapsedTime(&start, origin_, s.start), "cudaEventElapsedTime");
+  ProfiledStep p;
+  p.start = start / 1e3;
+  p.spans = s.spans;
+  for (size_t i = 0; i < p.spans.size(); ++i) {
     float a = 0, b = 0;
-    ok(cudaEventElapsedTime(&a, step_start_, events_[i].first), "cudaEventElapsedTime");
-    ok(cudaEventElapsedTime(&b, step_start_, events_[i].second), "cudaEventElapsedTime");
-    out[i].t0 = a / 1e3, out[i].t1 = b / 1e3;
+    ok(cudaEventElapsedTime(&a, s.start, s.events[i].first), "cudaEventElapsedTime");
+    ok(cudaEventElapsedTime(&b, s.start, s.events[i].second), "cudaEventElapsedTime");
+    p.spans[i].t0 = p.start + a / 1e3, p.spans[i].t1 = p.start + b / 1e3;
   }
+  profiled_.push_back(std::move(p));
+  s.pending = false;
+}
+
+std::vector<ProfiledStep> Network::take_profiled() {
+  std::vector<ProfiledStep> out;
+  out.swap(profiled_);
   return out;
+}
+
+void Network::end_profile() {
+  // After end_profiled_step() the older pending step is in slot_, the newer in the other.
+  for (int i = 0; i < 2; ++i)
+    if (ProfileSlot& s = slots_[slot_ ^ i]; s.pending) read_profiled(s);
+  profiling_ = false;
 }
 
 void* Network::alloc_bytes(size_t bytes, MemCategory c) {
@@ -385,12 +428,15 @@ Network::~Network() { release(); }
 
 void Network::release() {
   if (stream_) cudaStreamSynchronize(stream_);
-  for (auto& [a, b] : events_) cudaEventDestroy(a), cudaEventDestroy(b);
-  events_.clear();
-  if (step_start_) cudaEventDestroy(step_start_);
+  for (ProfileSlot& s : slots_) {
+    for (auto& [a, b] : s.events) cudaEventDestroy(a), cudaEventDestroy(b);
+    if (s.start) cudaEventDestroy(s.start), cudaEventDestroy(s.end);
+    if (s.exec) cudaGraphExecDestroy(s.exec);
+    s = ProfileSlot{};
+  }
+  if (origin_) cudaEventDestroy(origin_);
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-  if (profiled_exec_) cudaGraphExecDestroy(profiled_exec_);
-  step_start_ = nullptr, graph_exec_ = nullptr, profiled_exec_ = nullptr;
+  origin_ = nullptr, graph_exec_ = nullptr;
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
   owned_.clear();
@@ -522,28 +568,26 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
     ok(cudaGraphLaunch(graph_exec_, stream_), "replaying the training step's CUDA graph");
     return;
   }
-  // A profiled step replays a second graph, the step captured with its spans' event records, so
+  // A profiled step replays its slot's graph, the step captured with the slot's event records, so
   // the profile times the kernels as training runs them; eagerly where that graph cannot be had.
   if (profiling_ && graph_exec_ && valid == graph_valid_) {
-    if (!profiled_exec_ && why_not_profiled_graph_.empty()) {
+    ProfileSlot& s = slots_[slot_];
+    if (!s.exec && why_not_profiled_graph_.empty()) {
       // Every event the step's spans use exists before the capture: a pass and a backward pass
       // per layer, the loss and the update.
-      while (events_.size() < 2 * layers_.size() + 2) {
-        cudaEvent_t a, b;
-        ok(cudaEventCreate(&a), "cudaEventCreate");
-        ok(cudaEventCreate(&b), "cudaEventCreate");
-        events_.push_back({a, b});
-      }
-      spans_.clear();
+      while (s.events.size() < 2 * layers_.size() + 2) s.events.push_back(event_pair());
+      s.spans.clear();
       std::string failed;
-      profiled_exec_ = capture_step(load, valid, smoothing, opt, failed);
-      profiled_spans_ = spans_;
-      spans_.clear();
-      if (!profiled_exec_) why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
+      s.exec = capture_step(load, valid, smoothing, opt, failed);
+      s.captured_spans = s.spans;
+      if (!s.exec) {
+        why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
+        s.spans.clear();  // the failed capture's; the eager step records its own
+      }
     }
-    if (profiled_exec_) {
-      spans_ = profiled_spans_;
-      ok(cudaGraphLaunch(profiled_exec_, stream_), "replaying the profiled step's CUDA graph");
+    if (s.exec) {
+      s.spans = s.captured_spans;
+      ok(cudaGraphLaunch(s.exec, stream_), "replaying the profiled step's CUDA graph");
       return;
     }
   }

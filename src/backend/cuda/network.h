@@ -58,6 +58,12 @@ struct GpuSpan {
   double t0 = 0, t1 = 0;
 };
 
+/// One profiled step, read once the GPU ran it. Times are seconds since begin_profile().
+struct ProfiledStep {
+  double start = 0;            ///< when the GPU reached the step (its start event)
+  std::vector<GpuSpan> spans;  ///< each layer pass, the loss and the update
+};
+
 struct NetworkOptions {
   Precision precision = Precision::fp32;  ///< fp32, tf32, bf16 or fp16
   std::string optimizer = "sgd";          ///< sgd | adamw: AdamW's second state is allocated up front
@@ -119,11 +125,19 @@ class Network {
   /// Profiling (dlperf profile on a GPU): while on, every layer pass, the loss and the update are
   /// bracketed by CUDA events. With graphs, a profiled step replays the step captured once more
   /// with those event records as graph nodes, so kernels run as in training; else eagerly.
-  /// mark_step_start() records the step's start; take_spans() waits for the GPU and returns the
-  /// step's spans.
-  void set_profiling(bool on) { profiling_ = on; }
-  void mark_step_start();
-  std::vector<GpuSpan> take_spans();
+  /// Nothing waits for the GPU between profiled steps: two sets of events (and graphs) are used
+  /// in turn, and a step's events are read when its set comes round again, two steps later, so
+  /// the GPU runs profiled steps back to back as it runs training.
+  ///   begin_profile()        waits for the GPU once; its time is the profile's time origin
+  ///   begin_profiled_step()  before a profiled step's work is queued (its data included)
+  ///   end_profiled_step()    after it
+  ///   take_profiled()        the steps read so far, oldest first
+  ///   end_profile()          waits for the steps not yet read (take_profiled() returns them)
+  void begin_profile();
+  void begin_profiled_step();
+  void end_profiled_step();
+  std::vector<ProfiledStep> take_profiled();
+  void end_profile();
 
   /// fp16's loss scale and skipped steps (waits for the GPU); the initial values otherwise.
   LossScale loss_scale() const;
@@ -135,7 +149,7 @@ class Network {
   /// How profiled steps ran: "CUDA graph" (the step's graph with event records), or "eager"
   /// with the reason.
   std::string profiled_steps() const {
-    if (profiled_exec_) return "CUDA graph";
+    if (slots_[0].exec) return "CUDA graph";
     return "eager: " + (why_not_profiled_graph_.empty() ? why_not_graphed_ : why_not_profiled_graph_);
   }
 
@@ -167,6 +181,8 @@ class Network {
   class Span;  // brackets GPU work with CUDA events while profiling
   size_t begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node);
   void end_span(size_t index) noexcept;
+  struct ProfileSlot;
+  void read_profiled(ProfileSlot& slot);  // waits for the slot's step and reads its events
   void build(uint64_t seed, int device);  // the constructor's work
   void release();                          // gives back every resource (destructor, failed build)
   float* alloc(size_t floats, MemCategory c);
@@ -227,16 +243,23 @@ class Network {
   GraphNodes step_nodes_;
   int64_t eager_steps_ = 0;
   std::string why_not_graphed_ = "--no-graphs";
-  // Profiling: event pairs reused step after step, and what each of this step's spans is; the
-  // step captured with its event records, and what its spans are.
+  // Profiling: two slots used by profiled steps in turn. A slot's events are reused step after
+  // step once read; its graph is the step captured with those events' records.
+  struct ProfileSlot {
+    cudaEvent_t start = nullptr, end = nullptr;              // around the step's queued work
+    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;  // a span's begin and end
+    std::vector<GpuSpan> spans;                               // what the step's spans are
+    cudaGraphExec_t exec = nullptr;                           // the step with these event records
+    std::vector<GpuSpan> captured_spans;                      // what that graph's spans are
+    bool pending = false;                                     // queued, not yet read
+  };
   bool profiling_ = false;
   bool capturing_ = false;
-  cudaGraphExec_t profiled_exec_ = nullptr;
-  std::vector<GpuSpan> profiled_spans_;
+  ProfileSlot slots_[2];
+  int slot_ = 0;  // the slot of the step being queued
+  cudaEvent_t origin_ = nullptr;
+  std::vector<ProfiledStep> profiled_;  // read, not yet taken
   std::string why_not_profiled_graph_;
-  cudaEvent_t step_start_ = nullptr;
-  std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events_;
-  std::vector<GpuSpan> spans_;
 };
 
 }  // namespace dlperf::cuda
