@@ -155,6 +155,9 @@ TEST(Lab, BatchObservationsFollowTheData) {
   EXPECT_TRUE(says(obs, "test accuracy fell 1.3 points")) << obs[0];
   EXPECT_TRUE(says(obs, "Peak memory grows from 215 MB at batch 16 to 555 MB at batch 1024: 2.6x for 64x the batch"));
   EXPECT_TRUE(says(obs, "linear scaling rule (lr 6.4 at batch 1024), test accuracy rose 0.8 points"));
+  EXPECT_FALSE(says(obs, "weight updates"));  // rows without their image and epoch counts
+  for (auto& r : e.rows) r["train_images"] = 60000, r["epochs"] = 5;
+  EXPECT_TRUE(says(lab::observe(e), "Over the same 5 epochs of 60000 images, batch 1024 makes 290 weight updates to batch 16's 18750."));
 
   e.rows[1]["test_acc"] = 93.0;   // now the big batch generalizes better
   e.rows[1]["images_per_s"] = 500;  // and is slower
