@@ -7,6 +7,7 @@
 // minutes on them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -20,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/runtime.h"
+#include "bench/gpu_bench.h"
 #include "bench/machine_profile.h"
 #include "bench/roofline.h"
 #include "lab/lab.h"
@@ -28,6 +30,59 @@ namespace dlperf::test {
 namespace {
 
 using nlohmann::json;
+
+// dlperf bench's GPU half: each benchmark runs and validates its own results (under the
+// emulation too, on sizes it can afford, so a GPU session's bench stage has run before).
+TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
+  REQUIRE_GPU();
+#ifdef DLPERF_CUDA_EMULATION
+  constexpr double kStreamBytes = 1e6, kMinGbps = 0;  // emulated kernels crawl
+#else
+  constexpr double kStreamBytes = 64e6, kMinGbps = 1;
+#endif
+  const auto copies = bench::gpu::copies(0, 1 << 20, 3);
+  ASSERT_FALSE(copies.empty());
+  for (const auto& c : copies) EXPECT_GT(c.median_gbps, 0);
+  const auto l = bench::gpu::launch_latency(0, 100, 3);
+  EXPECT_GT(l.plain_us, 0);
+  EXPECT_GT(l.graph_us, 0);
+  const auto bw = bench::gpu::device_bandwidth(0, kStreamBytes, 3);
+  ASSERT_EQ(bw.size(), 3u);
+  for (const auto& b : bw) EXPECT_GT(b.median_gbps, kMinGbps) << b.kernel;
+  const auto gemms = bench::gpu::gemm(0, {256}, 2);  // validates every precision's results itself
+  ASSERT_GE(gemms.size(), 4u);                     // fp32, tf32, bf16, fp16 (and fp8 on Hopper)
+  for (const auto& g : gemms) {
+#ifdef DLPERF_CUDA_EMULATION
+    if (g.precision == "fp8") {  // the stand-in has none: the point says so, the others are measured
+      EXPECT_NE(g.failed.find("no fp8"), std::string::npos) << g.failed;
+      continue;
+    }
+#endif
+    EXPECT_TRUE(g.failed.empty()) << g.precision << ": " << g.failed;
+    EXPECT_GT(g.median_tflops, 0) << g.precision;
+  }
+  const auto convs = bench::gpu::conv(0, {"small"}, {3, 32, 32}, 8, 2);  // validates forward outputs itself
+  ASSERT_GE(convs.size(), 3u);
+  for (const auto& c : convs) {
+    EXPECT_TRUE(c.failed.empty()) << c.layer << " " << c.precision << ": " << c.failed;
+    EXPECT_GT(c.backward_filter_tflops, 0) << c.layer << " " << c.precision;
+  }
+  EXPECT_EQ(bench::gpu::to_json(gemms).dump().find("\"failed\"") != std::string::npos,
+            std::any_of(gemms.begin(), gemms.end(), [](const auto& g) { return !g.failed.empty(); }));
+  int gpus = 0;
+  std::string why;
+  const auto ar = bench::gpu::nccl_allreduce(4e6, 2, gpus, why);  // validates the sums itself
+  if (ar.empty()) {
+    EXPECT_FALSE(why.empty());
+  } else {
+    EXPECT_EQ(gpus, cuda::device_count());
+    for (const auto& p : ar) EXPECT_GT(p.algbw_gbps, 0);
+  }
+  const auto info = cuda::gpu_info(0);
+  EXPECT_GT(info.sm_count, 0);
+  EXPECT_GT(info.memory_bytes, 1e9);
+}
+
 
 TEST(KERNEL_SUITE, LabMeasuresTheGpuRows) {
   REQUIRE_GPU();

@@ -43,8 +43,10 @@ struct GemmPoint {
   double median_tflops = 0, min_tflops = 0, max_tflops = 0;
   double max_rel_error = 0;  ///< sampled outputs against a float64 dot product of the same inputs
   int rotated_sets = 1;      ///< input copies rotated between calls (2x the L2)
+  std::string failed;        ///< why this point has no figure (cuBLASLt refused, wrong results); empty when measured
 };
-/// cuBLASLt GEMM for every precision the GPU supports, square sizes `sizes`.
+/// cuBLASLt GEMM for every precision the GPU supports, square sizes `sizes`. A point that fails
+/// (no algorithm, wrong results) says so in `failed` and the others are still measured.
 std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int repeats);
 
 struct ConvPoint {
@@ -53,9 +55,11 @@ struct ConvPoint {
   int64_t out_channels = 0, kernel = 0, stride = 1, padding = 0;
   double forward_tflops = 0, backward_data_tflops = 0, backward_filter_tflops = 0;  ///< medians
   double max_rel_error = 0;  ///< sampled forward outputs against float64
+  std::string failed;        ///< why this point has no figure (cuDNN refused, wrong results); empty when measured
 };
 /// cuDNN forward, backward-data and backward-filter of every distinct conv layer of `models` on
 /// input `chw` at `batch`, in fp32, and in tf32 and bf16 where the GPU has tensor cores for them.
+/// A point that fails says so in `failed`, as gemm()'s do.
 std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, const std::vector<int64_t>& chw, int64_t batch,
                             int repeats);
 

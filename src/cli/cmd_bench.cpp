@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "backend/cuda/runtime.h"
@@ -44,7 +45,31 @@ struct BenchArgs {
   int gpu = 0;    ///< copy, launch, gpu-memory
   std::string device = "auto";     ///< roofline
   std::string precision = "fp32";  ///< roofline on a GPU
+  mutable std::vector<std::string> failures;  ///< benchmarks that failed, said again at the end (non-zero exit)
 };
+
+// Runs one GPU benchmark; a failure (a library refusing, wrong results) is printed and recorded
+// in the JSON and `a.failures`, and the other benchmarks still run and are written: on a first
+// run on a new GPU, one refusing part must not lose the rest.
+nlohmann::json guarded(const BenchArgs& a, const std::string& what, const std::function<nlohmann::json()>& run) {
+  try {
+    return run();
+  } catch (const Error& e) {
+    std::printf("\n%s: failed: %s\n", what.c_str(), e.what());
+    a.failures.push_back(what + ": " + e.what());
+    return {{"failed", e.what()}};
+  }
+}
+
+// The points of a GPU benchmark that failed, under its table, and into `a.failures`.
+template <class Point>
+void say_failed_points(const BenchArgs& a, const std::string& what, const std::vector<Point>& pts, const std::function<std::string(const Point&)>& label) {
+  for (const auto& p : pts)
+    if (!p.failed.empty()) {
+      std::printf("  %s failed: %s\n", label(p).c_str(), p.failed.c_str());
+      a.failures.push_back(what + " " + label(p) + ": " + p.failed);
+    }
+}
 
 // All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
 // is installed) under mpirun and reads the JSON it prints.
@@ -280,6 +305,7 @@ nlohmann::json run_gpu_gemm(const BenchArgs& a) {
   nlohmann::json rows = bench::gpu::to_json(pts);
   for (size_t i = 0; i < pts.size(); ++i) {
     const auto& p = pts[i];
+    if (!p.failed.empty()) continue;  // listed under the table
     const double spec = id.empty() ? 0 : cat.find(id).peak_tflops(p.precision);
     if (spec > 0) rows[i]["datasheet_tflops"] = spec;
     t.add({p.precision, std::to_string(p.m), fmt::format("{:.1f}", p.median_tflops), fmt::format("{:.1f}-{:.1f}", p.min_tflops, p.max_tflops),
@@ -287,6 +313,7 @@ nlohmann::json run_gpu_gemm(const BenchArgs& a) {
            fmt::format("{:.1e}", p.max_rel_error)});
   }
   t.print();
+  say_failed_points<bench::gpu::GemmPoint>(a, "GPU GEMM", pts, [](const auto& p) { return fmt::format("{} {}x{}x{}", p.precision, p.m, p.n, p.k); });
   if (id.empty()) std::printf("(no catalog entry for %s: no datasheet column)\n", info.name.c_str());
   return rows;
 }
@@ -304,10 +331,12 @@ nlohmann::json run_gpu_conv(const BenchArgs& a) {
               a.input.c_str());
   report::Table t({"model", "layer", "precision", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
   for (const auto& p : pts)
-    t.add({p.model, p.layer, p.precision, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
+    if (p.failed.empty())
+      t.add({p.model, p.layer, p.precision, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
            fmt::format("{:.1f}", p.forward_tflops), fmt::format("{:.1f}", p.backward_data_tflops),
-           fmt::format("{:.1f}", p.backward_filter_tflops), p.algorithms});
+             fmt::format("{:.1f}", p.backward_filter_tflops), p.algorithms});
   t.print();
+  say_failed_points<bench::gpu::ConvPoint>(a, "GPU conv", pts, [](const auto& p) { return fmt::format("{} {} {}", p.model, p.layer, p.precision); });
   return bench::gpu::to_json(pts);
 }
 
@@ -388,10 +417,10 @@ void add_bench(CLI::App& app, const Command& self) {
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' measures it)\n", peak);
     else if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
-    if (args->what == "gemm" || args->what == "all") out["gpu_gemm"] = run_gpu_gemm(*args);
-    if (args->what == "conv" || args->what == "all") out["gpu_conv"] = run_gpu_conv(*args);
+    if (args->what == "gemm" || args->what == "all") out["gpu_gemm"] = guarded(*args, "GPU GEMM", [&] { return run_gpu_gemm(*args); });
+    if (args->what == "conv" || args->what == "all") out["gpu_conv"] = guarded(*args, "GPU conv", [&] { return run_gpu_conv(*args); });
     for (const char* g : {"copy", "launch", "gpu-memory"})
-      if (args->what == g || args->what == "all") out[g] = run_gpu(g, *args);
+      if (args->what == g || args->what == "all") out[g] = guarded(*args, std::string("GPU ") + g, [&] { return run_gpu(g, *args); });
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
     if (args->what == "roofline") out["roofline"] = run_roofline(*args);
     if (args->what == "allreduce") {
@@ -431,6 +460,13 @@ void add_bench(CLI::App& app, const Command& self) {
     f << out.dump(2) << "\n";
     check(bool(f), "cannot write " + path, "pick another --json path");
     std::printf("\nresults: %s\n", path.c_str());
+    if (!args->failures.empty()) {
+      std::string list;
+      for (const auto& f : args->failures) list += "\n  " + f;
+      throw Error(fmt::format("{} GPU benchmark{} failed (the others' results are written):{}", args->failures.size(),
+                              args->failures.size() == 1 ? "" : "s", list),
+                  "the messages say what refused; the JSON records each failure under \"failed\"");
+    }
   });
 }
 
