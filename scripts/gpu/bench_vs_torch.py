@@ -16,7 +16,8 @@ Fairness, as the issue states it:
   - PyTorch eager with cudnn.benchmark and channels_last for the conv models; fp32 means fp32
     for both (TF32 off), tf32 turns it on for both, bf16/fp16 use torch.autocast (fp16 with a
     GradScaler) and dlperf --precision;
-  - with --compile, also torch.compile(mode="max-autotune") where it runs.
+  - with --compile, also torch.compile(mode="max-autotune") where it runs: compiled once per row
+    (autotuning takes minutes), warmed up for an epoch, then timed over --repeats epochs.
 
 Run on the GPU machine after scripts/gpu/build.sh:
   python3 scripts/gpu/bench_vs_torch.py --data .deb/fashion-mnist --markdown $OUT/vs-torch.md --json $OUT/vs-torch.json
@@ -49,8 +50,9 @@ def target_ratio(model, batch):
     return 1.0
 
 
-def torch_run(spec, x, y, batch, lr, precision, device, compiled):
-    """Images/s of the second of two epochs over (x, y), which are already on `device`."""
+def torch_run(spec, x, y, batch, lr, precision, device, compiled, timed_epochs=1):
+    """Images/s of each of `timed_epochs` epochs over (x, y), which are already on `device`, after
+    one warm-up epoch; a list, one figure an epoch."""
     torch.manual_seed(0)
     if device == "cuda":  # fp32 means fp32 (PyTorch lets cuDNN use TF32 by default); tf32 allows it in both libraries
         torch.backends.cudnn.allow_tf32 = precision == "tf32"
@@ -85,13 +87,16 @@ def torch_run(spec, x, y, batch, lr, precision, device, compiled):
                 opt.step()
 
     epoch(1)  # warm-up: cudnn.benchmark's search, torch.compile's autotuning
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    epoch(2)
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return n / (time.perf_counter() - start)
+    rates = []
+    for e in range(timed_epochs):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        epoch(2 + e)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        rates.append(n / (time.perf_counter() - start))
+    return rates
 
 
 def dlperf_run(dlperf, data, model, batch, images, lr, precision, device, extra=()):
@@ -205,6 +210,11 @@ def main():
         for precision in args.precisions.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 ours, theirs, compiled, note = [], [], [], ""
+                if args.compile:  # compiled once (max-autotune takes minutes), then timed over --repeats epochs
+                    try:
+                        compiled = torch_run(spec, x, y, batch, args.lr, precision, args.device, True, args.repeats)
+                    except Exception as e:  # noqa: BLE001  (compile fails on some set-ups; say so)
+                        note = f"torch.compile failed: {type(e).__name__}"
                 for _ in range(args.repeats):
                     r, extra = dlperf_run(args.dlperf, args.data, model, batch, len(x), args.lr, precision, args.device,
                                           args.dlperf_arg)
@@ -214,12 +224,7 @@ def main():
                         ours.append(r)
                         if isinstance(extra, dict) and extra and not extra.get("cuda_graph", True):
                             note = "eager steps: " + extra.get("why_not_graph", "")
-                    theirs.append(torch_run(spec, x, y, batch, args.lr, precision, args.device, False))
-                    if args.compile:
-                        try:
-                            compiled.append(torch_run(spec, x, y, batch, args.lr, precision, args.device, True))
-                        except Exception as e:  # noqa: BLE001  (compile fails on some set-ups; say so)
-                            note = f"torch.compile failed: {type(e).__name__}"
+                    theirs += torch_run(spec, x, y, batch, args.lr, precision, args.device, False)
                 a = statistics.median(ours) if ours else None
                 b = statistics.median(theirs)
                 c = statistics.median(compiled) if compiled else None
