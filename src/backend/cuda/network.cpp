@@ -120,26 +120,43 @@ class Network::Span {
 };
 
 namespace {
-std::pair<cudaEvent_t, cudaEvent_t> event_pair() {
-  cudaEvent_t a, b;
-  ok(cudaEventCreate(&a), "cudaEventCreate");
-  ok(cudaEventCreate(&b), "cudaEventCreate");
-  return {a, b};
+cudaEvent_t new_event() {
+  cudaEvent_t e;
+  ok(cudaEventCreate(&e), "cudaEventCreate");
+  return e;
 }
 }  // namespace
 
+// Records the slot's next mark (creating it if the slot has none spare) and returns its index.
+size_t Network::record_mark(ProfileSlot& s) {
+  if (s.marks.size() <= s.marks_used) s.marks.push_back(new_event());
+  const size_t m = s.marks_used++;
+  ok(cudaEventRecordWithFlags(s.marks[m], stream_, record_flags()), "cudaEventRecord");
+  return m;
+}
+
+// Spans are never nested on the GPU and all of a step's work after its load and input cast runs
+// inside one, so a span that begins right after another ended begins at that end's mark.
 size_t Network::begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node) {
   ProfileSlot& s = slots_[slot_];
-  const size_t i = s.spans.size();
-  if (s.events.size() <= i) s.events.push_back(event_pair());
+  const size_t begin = chained_ ? s.marks_used - 1 : record_mark(s);
+  chained_ = false;
   s.spans.push_back({name, op, phase, node, 0, 0});
-  ok(cudaEventRecordWithFlags(s.events[i].first, stream_, record_flags()), "cudaEventRecord");
-  return i;
+  s.span_marks.push_back({begin, begin});
+  return s.spans.size() - 1;
 }
 
 // Called from a destructor, so it must not throw: a failed record surfaces when the step is read,
 // as the elapsed-time query on the unrecorded event fails with a message.
-void Network::end_span(size_t i) noexcept { cudaEventRecordWithFlags(slots_[slot_].events[i].second, stream_, record_flags()); }
+void Network::end_span(size_t i) noexcept {
+  try {
+    ProfileSlot& s = slots_[slot_];
+    s.span_marks[i].second = record_mark(s);
+    chained_ = true;
+  } catch (...) {
+    chained_ = false;
+  }
+}
 
 // While capturing, an event record must become a node of the graph that records the event at
 // each replay (cudaEventRecordExternal); a plain record would only order the capture.
@@ -158,8 +175,9 @@ void Network::begin_profile() {
 void Network::begin_profiled_step() {
   ProfileSlot& s = slots_[slot_];
   if (s.pending) read_profiled(s);  // the step two before this one: the GPU is busy with the last
-  if (!s.start) std::tie(s.start, s.end) = event_pair();
-  s.spans.clear();
+  if (!s.start) s.start = new_event(), s.end = new_event();
+  s.spans.clear(), s.span_marks.clear(), s.marks_used = 0;
+  chained_ = false;  // the step's load comes next, outside any span
   ok(cudaEventRecord(s.start, stream_), "cudaEventRecord");
 }
 
@@ -180,12 +198,13 @@ void Network::read_profiled(ProfileSlot& s) {
   ProfiledStep p;
   p.start = start / 1e3;
   p.spans = s.spans;
-  for (size_t i = 0; i < p.spans.size(); ++i) {
-    float a = 0, b = 0;
-    ok(cudaEventElapsedTime(&a, s.start, s.events[i].first), "cudaEventElapsedTime");
-    ok(cudaEventElapsedTime(&b, s.start, s.events[i].second), "cudaEventElapsedTime");
-    p.spans[i].t0 = p.start + a / 1e3, p.spans[i].t1 = p.start + b / 1e3;
+  std::vector<double> at(s.marks_used);  // each mark's time
+  for (size_t m = 0; m < s.marks_used; ++m) {
+    float ms = 0;
+    ok(cudaEventElapsedTime(&ms, s.start, s.marks[m]), "cudaEventElapsedTime");
+    at[m] = p.start + ms / 1e3;
   }
+  for (size_t i = 0; i < p.spans.size(); ++i) p.spans[i].t0 = at[s.span_marks[i].first], p.spans[i].t1 = at[s.span_marks[i].second];
   profiled_.push_back(std::move(p));
   s.pending = false;
 }
@@ -429,7 +448,7 @@ Network::~Network() { release(); }
 void Network::release() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (ProfileSlot& s : slots_) {
-    for (auto& [a, b] : s.events) cudaEventDestroy(a), cudaEventDestroy(b);
+    for (cudaEvent_t e : s.marks) cudaEventDestroy(e);
     if (s.start) cudaEventDestroy(s.start), cudaEventDestroy(s.end);
     if (s.exec) cudaGraphExecDestroy(s.exec);
     s = ProfileSlot{};
@@ -474,6 +493,7 @@ void Network::forward(bool training, uint64_t dropout_step) {
 }
 
 void Network::forward_pass(bool training) {
+  chained_ = false;  // the input cast below runs outside any span
   const Dims& in = graph_.input;
   if (act_[0] != input32_ && !opts_.input_as_stored) {
     if (stored_differently(opts_.layout, in)) cast_from_f32_to_nhwc(dt_, input32_, act_[0], in[0], in[1], in[2] * in[3], stream_);
@@ -573,20 +593,21 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
   if (profiling_ && graph_exec_ && valid == graph_valid_) {
     ProfileSlot& s = slots_[slot_];
     if (!s.exec && why_not_profiled_graph_.empty()) {
-      // Every event the step's spans use exists before the capture: a pass and a backward pass
-      // per layer, the loss and the update.
-      while (s.events.size() < 2 * layers_.size() + 2) s.events.push_back(event_pair());
-      s.spans.clear();
+      // Every event the step's spans use exists before the capture: at most two marks for each
+      // of a forward and a backward pass per layer, the loss and the update.
+      while (s.marks.size() < 2 * (2 * layers_.size() + 2)) s.marks.push_back(new_event());
+      s.spans.clear(), s.span_marks.clear(), s.marks_used = 0;
       std::string failed;
       s.exec = capture_step(load, valid, smoothing, opt, failed);
-      s.captured_spans = s.spans;
+      s.captured_spans = s.spans, s.captured_marks = s.span_marks;
+      s.captured_marks_used = s.marks_used;
       if (!s.exec) {
         why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
-        s.spans.clear();  // the failed capture's; the eager step records its own
+        s.spans.clear(), s.span_marks.clear(), s.marks_used = 0;  // the failed capture's; the eager step records its own
       }
     }
     if (s.exec) {
-      s.spans = s.captured_spans;
+      s.spans = s.captured_spans, s.span_marks = s.captured_marks, s.marks_used = s.captured_marks_used;
       ok(cudaGraphLaunch(s.exec, stream_), "replaying the profiled step's CUDA graph");
       return;
     }

@@ -246,15 +246,24 @@ class Network {
   // Profiling: two slots used by profiled steps in turn. A slot's events are reused step after
   // step once read; its graph is the step captured with those events' records.
   struct ProfileSlot {
-    cudaEvent_t start = nullptr, end = nullptr;              // around the step's queued work
-    std::vector<std::pair<cudaEvent_t, cudaEvent_t>> events;  // a span's begin and end
-    std::vector<GpuSpan> spans;                               // what the step's spans are
-    cudaGraphExec_t exec = nullptr;                           // the step with these event records
-    std::vector<GpuSpan> captured_spans;                      // what that graph's spans are
-    bool pending = false;                                     // queued, not yet read
+    cudaEvent_t start = nullptr, end = nullptr;  // around the step's queued work
+    std::vector<cudaEvent_t> marks;               // the step's span boundaries, in order (grown as needed)
+    size_t marks_used = 0;
+    std::vector<GpuSpan> spans;                              // what the step's spans are
+    std::vector<std::pair<size_t, size_t>> span_marks;       // each span's begin and end mark
+    cudaGraphExec_t exec = nullptr;                          // the step with these event records
+    std::vector<GpuSpan> captured_spans;                     // what that graph's spans are
+    std::vector<std::pair<size_t, size_t>> captured_marks;
+    size_t captured_marks_used = 0;
+    bool pending = false;                                    // queued, not yet read
   };
   bool profiling_ = false;
   bool capturing_ = false;
+  // Whether the last thing queued was a span's end: the next span then begins at that mark, one
+  // event record instead of two. Work queued outside spans (the step's load, the input cast)
+  // clears it, so that work is never counted in a span.
+  bool chained_ = false;
+  size_t record_mark(ProfileSlot& s);
   ProfileSlot slots_[2];
   int slot_ = 0;  // the slot of the step being queued
   cudaEvent_t origin_ = nullptr;
