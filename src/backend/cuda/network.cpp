@@ -129,8 +129,8 @@ cudaEvent_t new_event() {
 
 // Records the slot's next mark (creating it if the slot has none spare) and returns its index.
 size_t Network::record_mark(ProfileSlot& s) {
-  if (s.marks.size() <= s.marks_used) s.marks.push_back(new_event());
-  const size_t m = s.marks_used++;
+  if (s.marks.size() <= s.step.marks_used) s.marks.push_back(new_event());
+  const size_t m = s.step.marks_used++;
   ok(cudaEventRecordWithFlags(s.marks[m], stream_, record_flags()), "cudaEventRecord");
   return m;
 }
@@ -139,11 +139,11 @@ size_t Network::record_mark(ProfileSlot& s) {
 // inside one, so a span that begins right after another ended begins at that end's mark.
 size_t Network::begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node) {
   ProfileSlot& s = slots_[slot_];
-  const size_t begin = chained_ ? s.marks_used - 1 : record_mark(s);
+  const size_t begin = chained_ ? s.step.marks_used - 1 : record_mark(s);
   chained_ = false;
-  s.spans.push_back({name, op, phase, node, 0, 0});
-  s.span_marks.push_back({begin, begin});
-  return s.spans.size() - 1;
+  s.step.spans.push_back({name, op, phase, node, 0, 0});
+  s.step.marks.push_back({begin, begin});
+  return s.step.spans.size() - 1;
 }
 
 // Called from a destructor, so it must not throw: a failed record surfaces when the step is read,
@@ -151,7 +151,7 @@ size_t Network::begin_span(const std::string& name, const std::string& op, profi
 void Network::end_span(size_t i) noexcept {
   try {
     ProfileSlot& s = slots_[slot_];
-    s.span_marks[i].second = record_mark(s);
+    s.step.marks[i].second = record_mark(s);
     chained_ = true;
   } catch (...) {
     chained_ = false;
@@ -176,7 +176,7 @@ void Network::begin_profiled_step() {
   ProfileSlot& s = slots_[slot_];
   if (s.pending) read_profiled(s);  // the step two before this one: the GPU is busy with the last
   if (!s.start) s.start = new_event(), s.end = new_event();
-  s.spans.clear(), s.span_marks.clear(), s.marks_used = 0;
+  s.step = {};
   chained_ = false;  // the step's load comes next, outside any span
   ok(cudaEventRecord(s.start, stream_), "cudaEventRecord");
 }
@@ -197,14 +197,14 @@ void Network::read_profiled(ProfileSlot& s) {
   ok(cudaEventElapsedTime(&start, origin_, s.start), "cudaEventElapsedTime");
   ProfiledStep p;
   p.start = start / 1e3;
-  p.spans = s.spans;
-  std::vector<double> at(s.marks_used);  // each mark's time
-  for (size_t m = 0; m < s.marks_used; ++m) {
+  p.spans = s.step.spans;
+  std::vector<double> at(s.step.marks_used);  // each mark's time
+  for (size_t m = 0; m < s.step.marks_used; ++m) {
     float ms = 0;
     ok(cudaEventElapsedTime(&ms, s.start, s.marks[m]), "cudaEventElapsedTime");
     at[m] = p.start + ms / 1e3;
   }
-  for (size_t i = 0; i < p.spans.size(); ++i) p.spans[i].t0 = at[s.span_marks[i].first], p.spans[i].t1 = at[s.span_marks[i].second];
+  for (size_t i = 0; i < p.spans.size(); ++i) p.spans[i].t0 = at[s.step.marks[i].first], p.spans[i].t1 = at[s.step.marks[i].second];
   profiled_.push_back(std::move(p));
   s.pending = false;
 }
@@ -596,18 +596,15 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
       // Every event the step's spans use exists before the capture: at most two marks for each
       // of a forward and a backward pass per layer, the loss and the update.
       while (s.marks.size() < 2 * (2 * layers_.size() + 2)) s.marks.push_back(new_event());
-      s.spans.clear(), s.span_marks.clear(), s.marks_used = 0;
+      s.step = {};
       std::string failed;
       s.exec = capture_step(load, valid, smoothing, opt, failed);
-      s.captured_spans = s.spans, s.captured_marks = s.span_marks;
-      s.captured_marks_used = s.marks_used;
-      if (!s.exec) {
-        why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
-        s.spans.clear(), s.span_marks.clear(), s.marks_used = 0;  // the failed capture's; the eager step records its own
-      }
+      s.captured = s.step;
+      s.step = {};  // a failed capture's records are no step's; an eager step records its own
+      if (!s.exec) why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
     }
     if (s.exec) {
-      s.spans = s.captured_spans, s.span_marks = s.captured_marks, s.marks_used = s.captured_marks_used;
+      s.step = s.captured;
       ok(cudaGraphLaunch(s.exec, stream_), "replaying the profiled step's CUDA graph");
       return;
     }

@@ -245,17 +245,18 @@ class Network {
   std::string why_not_graphed_ = "--no-graphs";
   // Profiling: two slots used by profiled steps in turn. A slot's events are reused step after
   // step once read; its graph is the step captured with those events' records.
+  struct SpanRecords {  // a step's spans and which of the slot's marks bound each
+    std::vector<GpuSpan> spans;
+    std::vector<std::pair<size_t, size_t>> marks;  // each span's begin and end mark
+    size_t marks_used = 0;
+  };
   struct ProfileSlot {
     cudaEvent_t start = nullptr, end = nullptr;  // around the step's queued work
-    std::vector<cudaEvent_t> marks;               // the step's span boundaries, in order (grown as needed)
-    size_t marks_used = 0;
-    std::vector<GpuSpan> spans;                              // what the step's spans are
-    std::vector<std::pair<size_t, size_t>> span_marks;       // each span's begin and end mark
-    cudaGraphExec_t exec = nullptr;                          // the step with these event records
-    std::vector<GpuSpan> captured_spans;                     // what that graph's spans are
-    std::vector<std::pair<size_t, size_t>> captured_marks;
-    size_t captured_marks_used = 0;
-    bool pending = false;                                    // queued, not yet read
+    std::vector<cudaEvent_t> marks;               // span boundaries, used in order (grown as needed)
+    SpanRecords step;                             // the step queued with this slot
+    cudaGraphExec_t exec = nullptr;               // the step captured with these event records
+    SpanRecords captured;                         // what that graph records
+    bool pending = false;                         // queued, not yet read
   };
   bool profiling_ = false;
   bool capturing_ = false;
