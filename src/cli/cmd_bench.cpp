@@ -63,7 +63,8 @@ nlohmann::json guarded(const BenchArgs& a, const std::string& what, const std::f
 
 // The points of a GPU benchmark that failed, under its table, and into `a.failures`.
 template <class Point>
-void say_failed_points(const BenchArgs& a, const std::string& what, const std::vector<Point>& pts, const std::function<std::string(const Point&)>& label) {
+void say_failed_points(const BenchArgs& a, const std::string& what, const std::vector<Point>& pts,
+                       const std::function<std::string(const Point&)>& label) {
   for (const auto& p : pts)
     if (!p.failed.empty()) {
       std::printf("  %s failed: %s\n", label(p).c_str(), p.failed.c_str());
@@ -313,7 +314,8 @@ nlohmann::json run_gpu_gemm(const BenchArgs& a) {
            fmt::format("{:.1e}", p.max_rel_error)});
   }
   t.print();
-  say_failed_points<bench::gpu::GemmPoint>(a, "GPU GEMM", pts, [](const auto& p) { return fmt::format("{} {}x{}x{}", p.precision, p.m, p.n, p.k); });
+  say_failed_points<bench::gpu::GemmPoint>(a, "GPU GEMM", pts,
+                                           [](const auto& p) { return fmt::format("{} {}x{}x{}", p.precision, p.m, p.n, p.k); });
   if (id.empty()) std::printf("(no catalog entry for %s: no datasheet column)\n", info.name.c_str());
   return rows;
 }
@@ -331,12 +333,13 @@ nlohmann::json run_gpu_conv(const BenchArgs& a) {
               a.input.c_str());
   report::Table t({"model", "layer", "precision", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
   for (const auto& p : pts)
-    if (p.failed.empty())
+    if (p.failed.empty())  // failed points are listed under the table
       t.add({p.model, p.layer, p.precision, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
-           fmt::format("{:.1f}", p.forward_tflops), fmt::format("{:.1f}", p.backward_data_tflops),
+             fmt::format("{:.1f}", p.forward_tflops), fmt::format("{:.1f}", p.backward_data_tflops),
              fmt::format("{:.1f}", p.backward_filter_tflops), p.algorithms});
   t.print();
-  say_failed_points<bench::gpu::ConvPoint>(a, "GPU conv", pts, [](const auto& p) { return fmt::format("{} {} {}", p.model, p.layer, p.precision); });
+  say_failed_points<bench::gpu::ConvPoint>(a, "GPU conv", pts,
+                                           [](const auto& p) { return fmt::format("{} {} {}", p.model, p.layer, p.precision); });
   return bench::gpu::to_json(pts);
 }
 
