@@ -94,7 +94,8 @@ std::vector<CopyPoint> copies(int device, double max_bytes, int repeats) {
   for (size_t i = 0; i < biggest; ++i) pageable[i] = static_cast<unsigned char>(i * 131 + 7);
   std::memcpy(pinned, pageable.data(), biggest);
   std::vector<CopyPoint> out;
-  for (double bytes = 4096; bytes <= max_bytes; bytes *= 4) {
+  for (size_t size = 4096; size <= biggest; size *= 4) {
+    const double bytes = double(size);
     for (bool pin : {true, false})
       for (const char* dir : {"h2d", "d2h"}) {
         void* host = pin ? pinned : static_cast<void*>(pageable.data());
@@ -102,7 +103,7 @@ std::vector<CopyPoint> copies(int device, double max_bytes, int repeats) {
         std::vector<double> rates;
         for (int r = -2; r < repeats; ++r) {  // two warm-up copies
           const double s = t.time([&] {
-            ok(cudaMemcpyAsync(h2d ? dev.p : host, h2d ? host : dev.p, size_t(bytes), h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+            ok(cudaMemcpyAsync(h2d ? dev.p : host, h2d ? host : dev.p, size, h2d ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
                                t.stream),
                "cudaMemcpyAsync");
           });
@@ -476,8 +477,9 @@ std::vector<AllReducePoint> nccl_allreduce(double max_bytes, int repeats, int& g
     }
   };
   std::vector<AllReducePoint> out;
-  for (double bytes = 1024; bytes <= max_bytes; bytes *= 4) {
-    const size_t count = size_t(bytes / 4);
+  for (size_t size = 1024; double(size) <= max_bytes; size *= 4) {
+    const double bytes = double(size);
+    const size_t count = size / 4;
     std::vector<double> us;
     for (int r = -3; r < repeats; ++r) {  // timed on the host around the synchronized group
       const auto t0 = std::chrono::steady_clock::now();
