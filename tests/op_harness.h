@@ -51,11 +51,11 @@ struct CpuRun {
 inline CpuRun run_cpu(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<Dims>& in_dims,
                       const std::vector<Vec>& inputs, const std::vector<Vec>& params, const Vec& dy,
                       bool training = true, bool fuse_relu = false, bool want_dx = true,
-                      cpu::tag input_layout = cpu::tag::undef) {
+                      cpu::tag input_layout = cpu::tag::undef, cpu::Compute compute = cpu::Compute::fp32) {
   std::vector<cpu::md> mds;
   for (const auto& d : in_dims)
     mds.push_back(input_layout == cpu::tag::undef ? cpu::plain_md(d) : cpu::md(cpu::to_dnnl(d), cpu::dt::f32, input_layout));
-  auto op = cpu::make_op(kind, a, mds, in_dims, "t", fuse_relu, 7, want_dx);
+  auto op = cpu::make_op(kind, a, mds, in_dims, "t", fuse_relu, 7, want_dx, compute);
   EXPECT_EQ(op->params().size(), params.size());
   for (size_t i = 0; i < params.size() && i < op->params().size(); ++i) {
     auto& p = *op->params()[i];

@@ -7,6 +7,9 @@
 #include <map>
 
 #include "backend/cpu/network.h"
+#include "core/error.h"
+#include "hw/cpu_info.h"
+#include "nn/optimizer.h"
 #include "op_harness.h"
 
 namespace dlperf::test {
@@ -87,9 +90,13 @@ struct RefNet {
   }
 };
 
-void check_network(const json& spec, const Dims& chw, int64_t batch) {
+// fp32 (and f32-copies, the bf16 path's conversions in f32) matches the float64 graph to
+// rounding; bf16 (conv and linear from bf16 copies) to bf16's precision carried through the layers.
+void check_network(const json& spec, const Dims& chw, int64_t batch, const std::string& precision = "fp32") {
+  const bool bf16 = precision == "bf16";
+  const double loss_tol = bf16 ? 2e-2 : 1e-5, logits_tol = bf16 ? 3e-2 : 1e-4, grad_tol = bf16 ? 5e-2 : 2e-4;
   const auto graph = nn::build_graph(nn::parse_model_spec(spec, "test"), chw, 10, batch);
-  cpu::Network net(graph, 123);
+  cpu::Network net(graph, 123, /*fuse=*/true, precision);
   RefNet ref{graph, {}, {}, {}, {}, {}, {}};
   for (cpu::Param* p : net.params()) {
     auto v = cpu::to_plain(p->layout, p->dims, p->value);
@@ -103,16 +110,16 @@ void check_network(const json& spec, const Dims& chw, int64_t batch) {
   const auto r = net.loss(labels.data(), batch, 0.1, true);
   net.backward();
   const double ref_loss = ref.run(input, labels);
-  EXPECT_NEAR(r.loss, ref_loss, 1e-5 * std::abs(ref_loss));
+  EXPECT_NEAR(r.loss, ref_loss, loss_tol * std::abs(ref_loss));
   std::vector<float> logits(net.logits(), net.logits() + batch * 10);
-  EXPECT_LT(rel_err(logits, ref.vals.back()), 1e-4);
+  EXPECT_LT(rel_err(logits, ref.vals.back()), logits_tol);
   ASSERT_EQ(ref.grads.size(), net.params().size());
   for (cpu::Param* p : net.params())
-    EXPECT_LT(rel_err(cpu::to_plain(p->layout, p->dims, p->grad), ref.grads[p->name]), 2e-4) << p->name;
+    EXPECT_LT(rel_err(cpu::to_plain(p->layout, p->dims, p->grad), ref.grads[p->name]), grad_tol) << p->name;
 }
 
-TEST(Network, ResidualCnnMatchesReferenceGraph) {
-  json spec = {{"layers",
+json residual_cnn() {
+  return {{"layers",
                 {{{"type", "conv2d"}, {"name", "stem"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
                  {{"type", "batchnorm2d"}, {"name", "bn0"}},
                  {{"type", "relu"}, {"name", "r0"}},
@@ -128,8 +135,56 @@ TEST(Network, ResidualCnnMatchesReferenceGraph) {
                  {{"type", "linear"}, {"name", "fc1"}, {"out_features", 16}},
                  {{"type", "relu"}, {"name", "r3"}},
                  {{"type", "linear"}, {"name", "fc2"}, {"out_features", "classes"}}}}};
-  check_network(spec, {3, 12, 12}, 4);
-  check_network(spec, {1, 12, 12}, 3);  // a 1-channel input takes other layouts
+}
+
+TEST(Network, ResidualCnnMatchesReferenceGraph) {
+  check_network(residual_cnn(), {3, 12, 12}, 4);
+  check_network(residual_cnn(), {1, 12, 12}, 3);  // a 1-channel input takes other layouts
+}
+
+TEST(Network, Bf16ResidualCnnTracksTheReferenceGraph) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  check_network(residual_cnn(), {3, 12, 12}, 4, "bf16");
+  check_network(residual_cnn(), {1, 12, 12}, 3, "bf16");
+}
+
+TEST(Network, F32CopiesResidualCnnMatchesReferenceGraph) {
+  check_network(residual_cnn(), {3, 12, 12}, 4, "f32-copies");
+  check_network(residual_cnn(), {1, 12, 12}, 3, "f32-copies");
+}
+
+// Weights after `steps` SGD steps on fixed random batches, as plain floats by parameter name.
+std::map<std::string, std::vector<float>> weights_after_training(const std::string& precision, int steps) {
+  const auto graph = nn::build_graph(nn::parse_model_spec(residual_cnn(), "test"), {3, 12, 12}, 10, 8);
+  cpu::Network net(graph, 7, /*fuse=*/true, precision);
+  std::vector<nn::ParamRef> refs;
+  for (cpu::Param* p : net.params()) refs.push_back({p->value.f32(), p->grad.f32(), p->floats()});
+  nn::Optimizer opt(nn::OptimizerConfig{}, refs);
+  std::vector<int32_t> labels(8);
+  for (int s = 0; s < steps; ++s) {
+    const Vec x = random_vec(size_t(numel(graph.input)), 1000 + uint64_t(s), -2, 2);
+    std::copy(x.begin(), x.end(), net.input());
+    for (size_t i = 0; i < labels.size(); ++i) labels[i] = int32_t((i * 3 + size_t(s)) % 10);
+    net.forward(true);
+    net.loss(labels.data(), 8, 0, true);
+    net.backward();
+    opt.step(0.05);
+  }
+  std::map<std::string, std::vector<float>> out;
+  for (cpu::Param* p : net.params()) out[p->name] = cpu::to_plain(p->layout, p->dims, p->value);
+  return out;
+}
+
+// The bf16 path's master weights, refreshed copies and converted gradients, run with f32
+// copies, train the weights fp32 trains: the copies follow every update.
+TEST(Network, F32CopiesTrainAsFp32Does) {
+  const auto fp32 = weights_after_training("fp32", 10), copies = weights_after_training("f32-copies", 10);
+  ASSERT_EQ(fp32.size(), copies.size());
+  for (const auto& [name, w] : fp32) {
+    ASSERT_TRUE(copies.count(name)) << name;
+    EXPECT_LT(rel_err(copies.at(name), Vec(w.begin(), w.end())), 1e-4) << name;
+  }
+  EXPECT_THROW(cpu::Network(nn::build_graph(nn::parse_model_spec(residual_cnn(), "t"), {3, 12, 12}, 10, 2), 1, true, "fp16"), Error);
 }
 
 TEST(Network, GlobalPoolHeadMatchesReferenceGraph) {

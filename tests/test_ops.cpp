@@ -3,6 +3,7 @@
 // r, so dL/dy = r.
 #include <gtest/gtest.h>
 
+#include "hw/cpu_info.h"
 #include "op_harness.h"
 
 namespace dlperf::test {
@@ -202,6 +203,74 @@ TEST(RefGradients, PoolingFiniteDifferences) {
   Vec rg = random_vec(2, 73);
   expect_grad_matches([&](const Vec& v) { return dot(ref::global_avgpool_forward(v, xd), rg); }, x,
                       ref::global_avgpool_backward(xd, rg), "global_avgpool");
+}
+
+// bf16 (CPUs with AVX512-BF16): conv2d and linear compute from bf16 copies of their input,
+// weights and output gradient with fp32 accumulation, so they match float64 to bf16's precision,
+// and differ from it by more than fp32 would (the bf16 path really ran). The same copies and
+// conversions in f32 (Compute::f32_copies) run on every CPU and match to fp32's precision.
+constexpr double kBf16Tol = 1e-2;
+
+void expect_close(const std::vector<float>& got, const Vec& want, cpu::Compute compute, const char* what) {
+  const double e = rel_err(got, want);
+  if (compute == cpu::Compute::f32_copies) {
+    EXPECT_LT(e, kF32Tol) << what;
+    return;
+  }
+  EXPECT_LT(e, kBf16Tol) << what;
+  EXPECT_GT(e, 1e-5) << what << ": as close as fp32, so the bf16 path did not run";
+}
+
+void check_conv_copies(cpu::Compute compute) {
+  for (const ConvCase& c : {ConvCase{{4, 16, 8, 8}, conv_attrs(32, 3, 1, 1, true)}, ConvCase{{2, 1, 12, 12}, conv_attrs(8, 3, 1, 1, false)},
+                            ConvCase{{2, 8, 9, 9}, conv_attrs(16, 3, 2, 1, true)}}) {
+    const auto& [xd, a] = c;
+    SCOPED_TRACE(dims_str(xd));
+    const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel};
+    const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
+    Vec x = random_vec(size_t(numel(xd)), 101), w = random_vec(size_t(numel(wd)), 102, -0.5, 0.5);
+    Vec b = a.bias ? random_vec(size_t(a.out_channels), 103) : Vec{}, dy = random_vec(size_t(numel(yd)), 104);
+    std::vector<Vec> params{w};
+    if (a.bias) params.push_back(b);
+    auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy, true, false, true, cpu::tag::undef, compute);
+    Vec dx, dw, db;
+    ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+    expect_close(r.y, ref::conv2d_forward(x, xd, w, b, a), compute, "y");
+    expect_close(r.dx[0], dx, compute, "dx");
+    expect_close(r.dparams[0], dw, compute, "dw");
+    if (a.bias) {
+      EXPECT_LT(rel_err(r.dparams[1], db), compute == cpu::Compute::bf16 ? kBf16Tol : kF32Tol);
+    }
+  }
+}
+
+void check_linear_copies(cpu::Compute compute) {
+  const Dims xd = {6, 40};
+  OpAttrs a;
+  a.out_features = 24;
+  Vec x = random_vec(240, 111), w = random_vec(24 * 40, 112), b = random_vec(24, 113), dy = random_vec(6 * 24, 114);
+  auto r = run_cpu(OpKind::linear, a, {xd}, {x}, {w, b}, dy, true, false, true, cpu::tag::undef, compute);
+  Vec dx, dw, db;
+  ref::linear_backward(x, xd, w, 24, dy, dx, dw, db);
+  expect_close(r.y, ref::linear_forward(x, xd, w, b, 24), compute, "y");
+  expect_close(r.dx[0], dx, compute, "dx");
+  expect_close(r.dparams[0], dw, compute, "dw");
+  EXPECT_LT(rel_err(r.dparams[1], db), compute == cpu::Compute::bf16 ? kBf16Tol : kF32Tol);
+}
+
+TEST(CpuBf16, ConvMatchesTheReference) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  check_conv_copies(cpu::Compute::bf16);
+}
+
+TEST(CpuBf16, LinearMatchesTheReference) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  check_linear_copies(cpu::Compute::bf16);
+}
+
+TEST(CpuF32Copies, ConvAndLinearMatchTheReference) {
+  check_conv_copies(cpu::Compute::f32_copies);
+  check_linear_copies(cpu::Compute::f32_copies);
 }
 
 TEST(LinearTest, MatchesReference) {

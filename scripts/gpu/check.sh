@@ -82,6 +82,11 @@ for stage in "$@"; do
       gtest_summary "$work/tests-cuda-first.log"
       run_for 300 $tests --gtest_filter="Cuda.*:-$first" > "$work/tests-cuda.log" 2>&1
       gtest_summary "$work/tests-cuda.log"
+      # The CPU engine's bf16 path: never run yet (the development CPU has no AVX512-BF16; they
+      # skip here too unless this host's CPU has it).
+      say "  host CPU bf16: $(grep -o -m1 -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
+      run_for 120 $tests --gtest_filter='CpuBf16.*:Network.Bf16*:Train.Bf16*:CpuF32Copies.*' > "$work/tests-cpu-bf16.log" 2>&1
+      gtest_summary "$work/tests-cpu-bf16.log"
       ;;
     sanitize)
       if command -v compute-sanitizer > /dev/null; then

@@ -97,8 +97,11 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       out.push_back(cmp);
       continue;
     }
+    // A bf16 run's step is predicted with the fp32 ceilings (an upper bound on its time).
+    const std::string precision = cfg.value("precision", "fp32");
+    if (precision != "fp32") cmp.run += " " + precision;
     cmp.predicted_step_s = predict_step(g, opt, c).step_s;
-    cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0)).total();
+    cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0), precision).total();
     // Energy of the last epoch's training loop, where the record measured it.
     if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
     cmp.energy_source = r.value("energy_source", "the record has no energy measurement");

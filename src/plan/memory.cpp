@@ -131,15 +131,17 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
 }
 
 // The rules mirror backend/cpu/network.cpp and the ops' constructors; keep them in step.
-MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers) {
+MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
   MemoryEstimate m;
   const double f = 4;  // f32
+  const bool bf16 = precision == "bf16";
   const double params = double(g.param_count());
   m[MemCategory::parameters] = params * f;
   m[MemCategory::gradients] = params * f;
   m[MemCategory::optimizer_state] = params * f * optimizer_states(opt);
 
-  const std::vector<bool> first_layer = first_layer_layout(g);
+  // In bf16 every conv converts its input, so no layout carries over from the first conv.
+  const std::vector<bool> first_layer = bf16 ? std::vector<bool>(g.nodes.size(), false) : first_layer_layout(g);
   double act = double(numel(g.input)) * f;  // the network's input buffer
   double workspace = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
@@ -159,10 +161,16 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
       }
       case ops::OpKind::maxpool2d: act += out; break;            // argmax, a byte an output
       case ops::OpKind::dropout: act += out; break;              // the mask, a byte an element
-      case ops::OpKind::conv2d: workspace += double(n.params[0].dims[0] * n.params[0].dims[1] * n.params[0].dims[2] *
-                                                    n.params[0].dims[3]) * f;  // weights reordered for backward-data
+      case ops::OpKind::conv2d: workspace += double(numel(n.params[0].dims)) * (bf16 ? 2 : f);  // weights reordered for backward-data
         break;
       default: break;
+    }
+    // bf16: conv and linear read bf16 copies of their weights, input and output gradient, and
+    // write their input's gradient in bf16 before it is converted back.
+    if (bf16 && (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear)) {
+      m[MemCategory::parameters] += 2 * double(numel(n.params[0].dims));
+      act += 2 * out;
+      act += 2 * padded_elems(n.in_dims[0]) * (n.inputs[0] < 0 ? 1 : 2);
     }
     // A layer other than conv/linear reading the model input writes its input gradient into a
     // scratch buffer nobody reads.

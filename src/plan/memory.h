@@ -29,8 +29,11 @@ struct MemoryEstimate {
   double operator[](MemCategory c) const { return bytes[size_t(c)]; }
 };
 
-/// dlperf's CPU engine training `g` (at its batch size) with `opt` and `workers` loader threads.
-MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers);
+/// dlperf's CPU engine training `g` (at its batch size) with `opt` and `workers` loader threads,
+/// in `precision` fp32 or bf16 (conv2d.cpp's bf16 copies; checked against a run only on a CPU
+/// with AVX512-BF16).
+MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
+                             const std::string& precision = "fp32");
 
 /// dlperf's GPU executor (cuda::Network) training `g` with `optimizer` ("sgd" | "adamw") in
 /// `precision` (fp32, tf32, bf16, fp16) and activation `layout` (auto, nchw, nhwc: --layout):

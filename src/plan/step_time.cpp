@@ -12,7 +12,7 @@ namespace dlperf::plan {
 
 using nlohmann::json;
 
-CpuCeilings host_ceilings(int threads) {
+CpuCeilings host_ceilings(int threads, const std::string& precision) {
   const hw::CpuInfo cpu = hw::cpu_info();
   CpuCeilings c;
   c.threads = threads;
@@ -38,6 +38,10 @@ CpuCeilings host_ceilings(int threads) {
   if (c.l2_gbps <= 0) c.l2_gbps = 40.0 * threads;
   if (c.l3_gbps <= 0) c.l3_gbps = 25.0 * threads;
   if (c.dram_gbps <= 0) c.dram_gbps = std::min(12.0 * threads, 100.0);
+  if (precision == "bf16") {
+    c.peak_gflops *= 2;
+    c.source += "; bf16: twice the fp32 peak (AVX512-BF16 dot products)";
+  }
   return c;
 }
 

@@ -16,13 +16,16 @@ namespace dlperf::plan {
 /// What the CPU can do: measured by `dlperf bench` when runs/machine-profile.json is there,
 /// otherwise counted (FMA peak) and assumed (bandwidths). `source` says which.
 struct CpuCeilings {
-  double peak_gflops = 0;              ///< f32 FMA peak of the threads used
+  double peak_gflops = 0;              ///< FMA peak of the threads used, in the run's precision
   double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
   int threads = 1;
   std::string source;
 };
-CpuCeilings host_ceilings(int threads);
+/// This CPU's ceilings for `threads`: measured (runs/machine-profile.json) or counted. For
+/// "bf16" the compute peak is twice fp32's: an AVX512-BF16 dot product does two multiply-adds
+/// per fp32 lane in an FMA's time (AMX tiles, where oneDNN uses them, go beyond it).
+CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
 
 
 /// How close dlperf's CPU engine gets to the roofline, by op kind. Documented, with how each

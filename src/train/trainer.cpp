@@ -279,7 +279,8 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
   report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd GFLOP/s", "bwd GFLOP/s", "% of peak"});
   const double counted = cpu.peak_gflops() * double(threads) / double(cpu.cores);
   const double measured = bench::load_ceilings(cpu.model, threads).f32_gflops;
-  const double peak = measured > 0 ? measured : counted;
+  // bf16's peak is twice fp32's (plan::host_ceilings says why).
+  const double peak = (measured > 0 ? measured : counted) * (net.bf16() ? 2 : 1);
   json rows = json::array();
   const auto& g = net.graph();
   double best = 0;
@@ -303,8 +304,9 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
   }
   record["layer_times"] = rows;
   record["layer_times_peak_gflops"] = peak;
-  record["layer_times_peak_source"] = measured > 0 ? "measured" : "counted";
+  record["layer_times_peak_source"] = std::string(measured > 0 ? "measured" : "counted") + (net.bf16() ? ", doubled for bf16" : "");
   if (!say) return;
+  if (net.bf16()) std::printf("\nbf16: the peak below is twice the fp32 FMA peak (AVX512-BF16 dot products).");
   if (measured > 0)
     std::printf("\nPer-layer time per training step (%lld steps timed), against the FMA peak of %.1f GFLOP/s\n"
                 "measured by 'dlperf bench all' (%s):\n", (long long)steps, peak, bench::kMachineProfile);
@@ -325,20 +327,19 @@ std::string cpu_precision_refusal(const std::string& p) {
   if (p == "tf32") return "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); CPUs have none";
   const hw::CpuInfo cpu = hw::cpu_info();
   if (p == "bf16")
-    return cpu.avx512_bf16 ? "this CPU has AVX512-BF16, but dlperf's CPU engine trains in fp32 only so far"
-                           : fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
+    return cpu.avx512_bf16 ? "" : fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
   return "fp16 training needs a GPU: x86 CPUs have no fp16 FMA before AVX512-FP16, and dlperf's CPU engine has no fp16 path";
 }
 
-double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers) {
-  return plan::engine_memory(g, opt, workers).total();
+double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
+  return plan::engine_memory(g, opt, workers, precision).total();
 }
 
-void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers) {
-  const double need = estimate_train_bytes(g, opt, workers);
+void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers, const std::string& precision) {
+  const double need = estimate_train_bytes(g, opt, workers, precision);
   if (need <= 0.9 * available) return;
   // Everything but the parameters' share grows linearly with the batch.
-  plan::MemoryEstimate m = plan::engine_memory(g, opt, workers);
+  plan::MemoryEstimate m = plan::engine_memory(g, opt, workers, precision);
   const double fixed = m[MemCategory::parameters] + m[MemCategory::gradients] + m[MemCategory::optimizer_state];
   const double per_image = (need - fixed) / double(g.batch());
   const int64_t fits = int64_t((0.9 * available - fixed) / per_image);
@@ -399,7 +400,7 @@ struct Run {
         train_loader(data.train, loader_config(c, true), norm.mean, norm.stddev),
         test_loader(data.test, loader_config(c, false), norm.mean, norm.stddev),
         graph(std::move(g)),
-        net(graph, c.seed), opt(c.optimizer, param_refs(net)),
+        net(graph, c.seed, /*fuse=*/true, c.precision), opt(c.optimizer, param_refs(net)),
         per_epoch(train_loader.batches_per_epoch()), total_steps(per_epoch * c.epochs) {}
 
   /// Restores weights, optimizer state and history; returns the epochs already done.
@@ -531,7 +532,7 @@ TrainResult train(const TrainConfig& cfg) {
   check(cfg.layout == "auto", fmt::format("--layout {} sets how the GPU stores activations, and this run is on the CPU", cfg.layout),
         "drop --layout (the CPU engine lets oneDNN pick its layouts), or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
-  if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers);
+  if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab
   // runs many) would be reused for smaller requests and counted at their larger size.
   HostAllocator::instance().trim();
@@ -547,8 +548,9 @@ TrainResult train(const TrainConfig& cfg) {
     std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
                 run.graph.model.c_str(), double(run.graph.param_count()) / 1e6, run.graph.forward_flops() / double(cfg.batch) / 1e6,
                 t.name.c_str(), dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)run.data.test.size());
-    std::printf("device cpu (%s, %d threads, %s), batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n%s",
-                cpu.model.c_str(), threads, cpu.isa.c_str(), (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
+    std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n%s",
+                cpu.model.c_str(), threads, cpu.isa.c_str(),
+                run.net.bf16() ? "bf16 convolutions and linear layers (fp32 elsewhere)" : "fp32", (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
                 cfg.schedule.name.c_str(), cfg.workers, (unsigned long long)cfg.seed, kEpochHeader);
     for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
@@ -579,7 +581,7 @@ TrainResult train(const TrainConfig& cfg) {
                 format_bytes(s["max_rss_bytes"]).c_str());
   }
   if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
-  if (cfg.profile) finish_profile(cfg, run.graph, plan::host_ceilings(threads), HostAllocator::instance().stats(), result);
+  if (cfg.profile) finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));

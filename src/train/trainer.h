@@ -84,10 +84,12 @@ std::string cpu_precision_refusal(const std::string& precision);
 
 /// Host memory a training run at the graph's batch size needs: plan::engine_memory, the engine's
 /// allocation rules applied to the op costs (docs/plan.md; within 2% of measured on the presets).
-double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers = 1);
+double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers = 1,
+                            const std::string& precision = "fp32");
 /// Throws Error when the run needs more than 90% of `available` bytes, naming the largest batch
 /// size that fits.
-void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers = 1);
+void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers = 1,
+                const std::string& precision = "fp32");
 
 nlohmann::json to_json(const TrainConfig& c);
 nlohmann::json to_json(const EpochStats& e);

@@ -29,6 +29,19 @@ md plain_md(const Dims& d) {
 
 md any_md(const Dims& d) { return md(to_dnnl(d), dt::f32, tag::any); }
 
+Compute compute_for(const std::string& precision) {
+  if (precision == "fp32") return Compute::fp32;
+  if (precision == "bf16") return Compute::bf16;
+  check(precision == "f32-copies", fmt::format("the CPU engine computes in fp32 or bf16, not {}", precision));
+  return Compute::f32_copies;
+}
+
+md with_type(const md& m, dt type) {
+  dnnl_memory_desc_t d = m.data;
+  d.data_type = memory::convert_to_c(type);
+  return md(d);
+}
+
 Mem::Mem(const md& desc, MemCategory category)
     : buffer(make_buffer(std::max<size_t>(desc.get_size(), 1), category)), mem_desc_(desc) {
   mem = memory(desc, engine(), buffer->data());

@@ -33,8 +33,20 @@ memory::dims to_dnnl(const Dims& d);
 md plain_md(const Dims& d);
 /// "Let the primitive choose".
 md any_md(const Dims& d);
+/// The same dims and layout holding another data type (a bf16 copy of an f32 tensor).
+md with_type(const md& m, dt type);
 /// Number of floats a layout occupies, padding included.
 inline size_t floats_in(const md& m) { return m.get_size() / sizeof(float); }
+
+/// What conv2d and linear compute from. fp32: their fp32 inputs and weights as stored. bf16 (CPUs
+/// with AVX512-BF16): bf16 copies of their input, weights and output gradient. f32_copies: the
+/// bf16 path's copies and conversions with f32 copies, so tests run that path on CPUs where oneDNN
+/// has no bf16 (precision "f32-copies", which no command offers).
+enum class Compute { fp32, bf16, f32_copies };
+inline bool makes_copies(Compute c) { return c != Compute::fp32; }
+inline dt copy_type(Compute c) { return c == Compute::bf16 ? dt::bf16 : dt::f32; }
+/// "fp32", "bf16" or "f32-copies"; anything else throws.
+Compute compute_for(const std::string& precision);
 
 /// A oneDNN memory over a buffer from the tracked allocator.
 struct Mem {

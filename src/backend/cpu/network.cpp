@@ -34,7 +34,8 @@ struct Network::Step {
 
 Network::~Network() = default;
 
-Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse) : graph_(graph) {
+Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::string& precision)
+    : graph_(graph), compute_(compute_for(precision)) {
   const auto& nodes = graph_.nodes;
   input_ = Mem(plain_md(graph_.input), MemCategory::activations);
   act_.push_back(input_);
@@ -62,10 +63,10 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse) : graph_(grap
                            plan::relu_fused_into_batchnorm(graph_, size_t(readers[0]));
     try {
       s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name, fuse_relu, hash_coords(seed, 0xD20, i),
-                     /*need_dx=*/n.inputs[0] >= 0);
+                     /*need_dx=*/n.inputs[0] >= 0, compute_);
     } catch (const dnnl::error& e) {
-      throw Error(fmt::format("oneDNN cannot build layer '{}' ({}) for input {}: {}", n.name,
-                              ops::to_string(n.kind), dims_str(n.in_dims[0]), e.what()));
+      throw Error(fmt::format("oneDNN cannot build layer '{}' ({}) for input {}{}: {}", n.name, ops::to_string(n.kind),
+                              dims_str(n.in_dims[0]), bf16() ? " in bf16" : "", e.what()));
     }
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       Link l;

@@ -3,6 +3,8 @@
 //
 // Built once for one batch size (the training batch); evaluation reuses it and pads a last,
 // partial batch. Where a batchnorm2d feeds only a relu, the relu runs inside the batchnorm.
+// In bf16 (`precision`, on CPUs with AVX512-BF16) convolutions and linear layers compute from
+// bf16 copies, as PyTorch's CPU autocast does; everything else, and what they write, is fp32.
 #pragma once
 
 #include <memory>
@@ -23,11 +25,13 @@ struct NodeTime {
 
 class Network {
  public:
-  /// `seed` drives parameter init and dropout masks.
-  Network(const nn::Graph& graph, uint64_t seed, bool fuse = true);
+  /// `seed` drives parameter init and dropout masks; `precision` is "fp32" or "bf16" (or, in
+  /// tests, "f32-copies": see Compute).
+  Network(const nn::Graph& graph, uint64_t seed, bool fuse = true, const std::string& precision = "fp32");
   ~Network();
 
   const nn::Graph& graph() const { return graph_; }
+  bool bf16() const { return compute_ == Compute::bf16; }
   int64_t batch() const { return graph_.batch(); }
   /// The plain NCHW input the caller fills before forward().
   float* input() { return input_.f32(); }
@@ -57,6 +61,7 @@ class Network {
   std::vector<int> value_of_;  // node -> value index (0 = model input)
   std::vector<Mem> act_, diff_;
   Mem input_;
+  Compute compute_ = Compute::fp32;
   bool timing_ = false;
   std::vector<NodeTime> times_;
 };

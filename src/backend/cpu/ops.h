@@ -13,10 +13,12 @@ namespace dlperf::cpu {
 /// Makes the op for `kind`. `in` are the producer layouts, `dims` the logical input shapes.
 /// `fuse_relu` is only valid for batchnorm2d (a following relu runs inside it).
 /// `seed` drives dropout masks. Without `need_dx` an op may skip computing its input's
-/// gradient (the first layer: nothing needs the gradient of the data).
+/// gradient (the first layer: nothing needs the gradient of the data). `compute` says what conv2d
+/// and linear compute from (common.h); other ops ignore it.
 std::unique_ptr<Op> make_op(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in,
                             const std::vector<Dims>& dims, const std::string& name,
-                            bool fuse_relu = false, uint64_t seed = 0, bool need_dx = true);
+                            bool fuse_relu = false, uint64_t seed = 0, bool need_dx = true,
+                            Compute compute = Compute::fp32);
 
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);
