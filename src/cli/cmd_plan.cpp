@@ -194,7 +194,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers);
   const plan::StepPrediction p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
-  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader workers, on this CPU (%d threads)\n\n", g.model.c_str(),
+  // This CPU's section is dlperf's engine in fp32; --precision applies to the targets below.
+  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader workers, on this CPU (%d threads, fp32)\n\n", g.model.c_str(),
               a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, omp_get_max_threads());
   std::printf("parameters        %lld (%s as f32)\n", (long long)g.param_count(), format_bytes(double(g.param_count()) * 4).c_str());
   std::printf("FLOPs per step    %.3g forward + %.3g backward = %.3g\n", g.forward_flops(), g.backward_flops(),
