@@ -45,13 +45,13 @@ struct BenchArgs {
   int gpu = 0;    ///< copy, launch, gpu-memory
   std::string device = "auto";     ///< roofline
   std::string precision = "fp32";  ///< roofline on a GPU
-  mutable std::vector<std::string> failures;  ///< benchmarks that failed, said again at the end (non-zero exit)
+  std::vector<std::string> failures;  ///< benchmarks that failed, said again at the end (non-zero exit)
 };
 
 // Runs one GPU benchmark; a failure (a library refusing, wrong results) is printed and recorded
 // in the JSON and `a.failures`, and the other benchmarks still run and are written: on a first
 // run on a new GPU, one refusing part must not lose the rest.
-nlohmann::json guarded(const BenchArgs& a, const std::string& what, const std::function<nlohmann::json()>& run) {
+nlohmann::json guarded(BenchArgs& a, const std::string& what, const std::function<nlohmann::json()>& run) {
   try {
     return run();
   } catch (const Error& e) {
@@ -63,7 +63,7 @@ nlohmann::json guarded(const BenchArgs& a, const std::string& what, const std::f
 
 // The points of a GPU benchmark that failed, under its table, and into `a.failures`.
 template <class Point>
-void say_failed_points(const BenchArgs& a, const std::string& what, const std::vector<Point>& pts,
+void say_failed_points(BenchArgs& a, const std::string& what, const std::vector<Point>& pts,
                        const std::function<std::string(const Point&)>& label) {
   for (const auto& p : pts)
     if (!p.failed.empty()) {
@@ -290,7 +290,7 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
 }
 
 // cuBLASLt GEMM per precision on the GPU, beside the datasheet's peak where the catalog knows it.
-nlohmann::json run_gpu_gemm(const BenchArgs& a) {
+nlohmann::json run_gpu_gemm(BenchArgs& a) {
   if (!bench::gpu::available()) {
     std::printf("\nGPU GEMM: skipped: %s\n", bench::gpu::why_not().c_str());
     return {{"skipped", bench::gpu::why_not()}};
@@ -321,7 +321,7 @@ nlohmann::json run_gpu_gemm(const BenchArgs& a) {
 }
 
 // cuDNN convolutions of the presets' layers on the GPU, per precision.
-nlohmann::json run_gpu_conv(const BenchArgs& a) {
+nlohmann::json run_gpu_conv(BenchArgs& a) {
   if (!bench::gpu::available()) {
     std::printf("\nGPU conv: skipped: %s\n", bench::gpu::why_not().c_str());
     return {{"skipped", bench::gpu::why_not()}};

@@ -23,6 +23,7 @@
 #include "hw/cpu_info.h"
 #include "hw/energy.h"
 #include "plan/memory.h"
+#include "plan/step_time.h"
 #include "profile/recorder.h"
 #include "profile/report.h"
 #include "report/table.h"
@@ -277,10 +278,9 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
   int64_t steps = 0;
   for (const auto& x : net.node_times()) steps = std::max(steps, x.backward_calls);
   report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd GFLOP/s", "bwd GFLOP/s", "% of peak"});
-  const double counted = cpu.peak_gflops() * double(threads) / double(cpu.cores);
-  const double measured = bench::load_ceilings(cpu.model, threads).f32_gflops;
-  // bf16's peak is twice fp32's (plan::host_ceilings says why).
-  const double peak = (measured > 0 ? measured : counted) * (net.bf16() ? 2 : 1);
+  // The peak profile and plan use: measured, else counted; twice fp32's for bf16.
+  const double peak = plan::host_ceilings(threads, net.bf16() ? "bf16" : "fp32").peak_gflops;
+  const bool measured = bench::load_ceilings(cpu.model, threads).f32_gflops > 0;
   json rows = json::array();
   const auto& g = net.graph();
   double best = 0;
@@ -304,10 +304,10 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
   }
   record["layer_times"] = rows;
   record["layer_times_peak_gflops"] = peak;
-  record["layer_times_peak_source"] = std::string(measured > 0 ? "measured" : "counted") + (net.bf16() ? ", doubled for bf16" : "");
+  record["layer_times_peak_source"] = std::string(measured ? "measured" : "counted") + (net.bf16() ? ", doubled for bf16" : "");
   if (!say) return;
   if (net.bf16()) std::printf("\nbf16: the peak below is twice the fp32 FMA peak (AVX512-BF16 dot products).");
-  if (measured > 0)
+  if (measured)
     std::printf("\nPer-layer time per training step (%lld steps timed), against the FMA peak of %.1f GFLOP/s\n"
                 "measured by 'dlperf bench all' (%s):\n", (long long)steps, peak, bench::kMachineProfile);
   else
@@ -315,7 +315,7 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
                 "(%d threads x %d FMA units x %d f32 lanes x 2 flops x %.2f GHz, the clock the OS reports):\n",
                 (long long)steps, peak, threads, cpu.fma_units, cpu.lanes_f32, cpu.ghz);
   t.print();
-  if (best > 100 && measured == 0)
+  if (best > 100 && !measured)
     std::printf("Above 100%%: the cores run faster than the %.2f GHz the OS reports (boost clocks), so that\n"
                 "peak understates the real one; 'dlperf bench flops' measures it.\n", cpu.ghz);
 }
@@ -336,10 +336,10 @@ double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, 
 }
 
 void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers, const std::string& precision) {
-  const double need = estimate_train_bytes(g, opt, workers, precision);
+  const plan::MemoryEstimate m = plan::engine_memory(g, opt, workers, precision);
+  const double need = m.total();
   if (need <= 0.9 * available) return;
   // Everything but the parameters' share grows linearly with the batch.
-  plan::MemoryEstimate m = plan::engine_memory(g, opt, workers, precision);
   const double fixed = m[MemCategory::parameters] + m[MemCategory::gradients] + m[MemCategory::optimizer_state];
   const double per_image = (need - fixed) / double(g.batch());
   const int64_t fits = int64_t((0.9 * available - fixed) / per_image);
