@@ -30,19 +30,24 @@ cudnnDataType_t data_type(Precision p) {
 using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
 struct Algos {
   int fwd = -1, bwd_data = -1, bwd_filter = -1;
+  // Each pass's math type as cuDNN reported it with the algorithm: since cuDNN 7.4 the pair
+  // (algorithm, math type) names the kernel, and the workspace it needs, so a pass runs under
+  // the math type it was timed with (PyTorch's Conv_v7.cpp does the same).
+  cudnnMathType_t fwd_math = CUDNN_DEFAULT_MATH, bwd_data_math = CUDNN_DEFAULT_MATH, bwd_filter_math = CUDNN_DEFAULT_MATH;
   size_t workspace = 0;
   bool timed = true;  ///< all three from the timed search
 };
 
-// The first (fastest, for a timed search) algorithm that ran and fits the workspace limit; -1
-// when none does. Raises `workspace` to its need. The search runs under the descriptor's math
-// type (FMA only for fp32), and so does every later call.
+// The index of the first (fastest, for a timed search) result that ran and fits the workspace
+// limit; -1 when none does. Raises `workspace` to its need. The search runs under the
+// descriptor's math type (FMA only for fp32); `fma_only` also passes over any result that came
+// back with another math type, so fp32 never runs as tf32.
 template <class Perf>
-int pick(const Perf* perf, int n, size_t& workspace) {
+int pick(const Perf* perf, int n, size_t& workspace, bool fma_only) {
   for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit && (!fma_only || perf[i].mathType == CUDNN_FMA_MATH)) {
       workspace = std::max(workspace, perf[i].memory);
-      return int(perf[i].algo);
+      return i;
     }
   return -1;
 }
@@ -99,30 +104,34 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     constexpr int kMax = 16;
     // First a timed search (cuDNN runs each candidate, as PyTorch's cudnn.benchmark does); then,
     // for a pass it could not time (its buffers did not fit, say), cuDNN's heuristics.
-    // Each pass: `find` and `guess` fill perf results of one cuDNN perf type.
-    auto choose = [&](auto* perf, auto find, auto guess, const char* what) {
+    // Each pass: `find` and `guess` fill perf results of one cuDNN perf type; the chosen
+    // algorithm and its math type land in `algo` and `math` (-1 when none fits).
+    const bool fma_only = p == Precision::fp32;
+    auto choose = [&](auto* perf, auto find, auto guess, const char* what, int& algo, cudnnMathType_t& math) {
       int got = 0;
-      int algo = find(perf, &got) == CUDNN_STATUS_SUCCESS ? pick(perf, got, a.workspace) : -1;
-      if (algo < 0) {
+      int i = find(perf, &got) == CUDNN_STATUS_SUCCESS ? pick(perf, got, a.workspace, fma_only) : -1;
+      if (i < 0) {
         ok(guess(perf, &got), what);
-        algo = pick(perf, got, a.workspace), a.timed = false;
+        i = pick(perf, got, a.workspace, fma_only), a.timed = false;
       }
-      return algo;
+      algo = i < 0 ? -1 : int(perf[i].algo);
+      if (i >= 0) math = perf[i].mathType;
     };
     cudnnConvolutionFwdAlgoPerf_t fp[kMax];
-    a.fwd = choose(
+    choose(
         fp, [&](auto* p, int* n) { return cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, kMax, n, p); },
-        [&](auto* p, int* n) { return cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, n, p); }, "forward heuristics");
+        [&](auto* p, int* n) { return cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, n, p); }, "forward heuristics",
+        a.fwd, a.fwd_math);
     cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
-    a.bwd_data = choose(
+    choose(
         dp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, n, p); },
-        "backward-data heuristics");
+        "backward-data heuristics", a.bwd_data, a.bwd_data_math);
     cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
-    a.bwd_filter = choose(
+    choose(
         wp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, n, p); },
-        "backward-filter heuristics");
+        "backward-filter heuristics", a.bwd_filter, a.bwd_filter_math);
     cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
           fmt::format("cuDNN has no {} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
@@ -130,10 +139,16 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     it = algo_cache.emplace(key, a).first;
   }
   fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
+  fwd_math_ = int(it->second.fwd_math), bwd_data_math_ = int(it->second.bwd_data_math), bwd_filter_math_ = int(it->second.bwd_filter_math);
   timed_ = it->second.timed;
   workspace_bytes_ = it->second.workspace;
   cudaGetDevice(&device_);
   if (own_workspace_ && workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
+}
+
+// The descriptor is shared by the three passes; each runs under the math type it was timed with.
+void CudnnConv::set_math(int math) {
+  ok(cudnnSetConvolutionMathType(static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnMathType_t(math)), "cudnnSetConvolutionMathType");
 }
 
 void CudnnConv::set_workspace(void* w) {
@@ -152,6 +167,7 @@ CudnnConv::~CudnnConv() {
 void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t s) {
   auto h = static_cast<cudnnHandle_t>(handle_);
   ok(cudnnSetStream(h, s), "cudnnSetStream");
+  set_math(fwd_math_);
   const float alpha = 1, beta = 0;
   ok(cudnnConvolutionForward(h, &alpha, static_cast<cudnnTensorDescriptor_t>(x_), x, static_cast<cudnnFilterDescriptor_t>(w_), w,
                              static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionFwdAlgo_t(fwd_algo_), workspace_,
@@ -162,6 +178,7 @@ void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t s) {
 void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t s) {
   auto h = static_cast<cudnnHandle_t>(handle_);
   ok(cudnnSetStream(h, s), "cudnnSetStream");
+  set_math(bwd_data_math_);
   const float alpha = 1, beta = 0;
   ok(cudnnConvolutionBackwardData(h, &alpha, static_cast<cudnnFilterDescriptor_t>(w_), w, static_cast<cudnnTensorDescriptor_t>(y_), dy,
                                   static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionBwdDataAlgo_t(bwd_data_algo_),
@@ -172,6 +189,7 @@ void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStrea
 void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStream_t s) {
   auto h = static_cast<cudnnHandle_t>(handle_);
   ok(cudnnSetStream(h, s), "cudnnSetStream");
+  set_math(bwd_filter_math_);
   const float alpha = 1, beta = 0;
   ok(cudnnConvolutionBackwardFilter(h, &alpha, static_cast<cudnnTensorDescriptor_t>(x_), x, static_cast<cudnnTensorDescriptor_t>(y_), dy,
                                     static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionBwdFilterAlgo_t(bwd_filter_algo_),

@@ -55,11 +55,13 @@ class CudnnConv {
   void* handle_ = nullptr;  // this thread's cuDNN handle for the device (shared, not owned)
   void *x_ = nullptr, *y_ = nullptr, *w_ = nullptr, *conv_ = nullptr;  // cuDNN descriptors
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
+  int fwd_math_ = 0, bwd_data_math_ = 0, bwd_filter_math_ = 0;  // cudnnMathType_t of each pass's algorithm
   bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool own_workspace_ = true;
   int device_ = 0;
+  void set_math(int math);
 };
 
 }  // namespace dlperf::cuda
