@@ -148,6 +148,23 @@ TEST(Train, MemoryEstimateIsCloseToTheMeasuredPeakAndGuardsRuns) {
   EXPECT_NE(e.find("use --batch-size"), std::string::npos) << e;
 }
 
+// The lab trains many runs in one process: each run's peak is its own, not inflated by memory a
+// bigger run before it left behind (cached blocks, oneDNN's shared scratchpad).
+TEST(Train, PeakMemoryIsTheRunsOwnAfterABiggerRunInTheSameProcess) {
+  auto c = tiny();
+  c.epochs = 1;
+  c.augment = false;
+  const double alone = train::train(c).epochs[0].peak_bytes;
+  auto big = tiny();
+  big.model = "medium";
+  big.data = "synthetic:3x32x32:256";
+  big.epochs = 1;
+  big.batch = 256;
+  const double big_peak = train::train(big).epochs[0].peak_bytes;
+  ASSERT_GT(big_peak, 4 * alone);
+  EXPECT_EQ(train::train(c).epochs[0].peak_bytes, alone);
+}
+
 TEST(Train, ImpossibleSettingsAreRefused) {
   auto c = tiny();
   c.batch = 0;

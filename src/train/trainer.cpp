@@ -534,7 +534,9 @@ TrainResult train(const TrainConfig& cfg) {
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab
-  // runs many) would be reused for smaller requests and counted at their larger size.
+  // runs many) would be reused for smaller requests and counted at their larger size. Likewise
+  // oneDNN's shared scratchpad, which is live and sized by the largest primitive run so far.
+  cpu::release_scratchpad();
   HostAllocator::instance().trim();
   HostAllocator::instance().reset_peaks();
   Run run(cfg, std::move(d), std::move(graph));

@@ -72,10 +72,15 @@ struct Scratchpad {
   }
 };
 Scratchpad& scratchpad() {
+  // The allocator first: statics are destroyed in reverse order, so the scratchpad gives its
+  // block back before the allocator it came from is gone.
+  HostAllocator::instance();
   static Scratchpad s;
   return s;
 }
 }  // namespace
+
+void release_scratchpad() { scratchpad().buffer.reset(); }
 
 void run(const Prim& p, std::unordered_map<int, memory> args) {
   const auto scope = profile::Scope::launch(p.phase);

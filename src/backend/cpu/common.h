@@ -86,6 +86,11 @@ dnnl::primitive_attr default_attr();
 /// Runs `p` on the stream with `args` plus the shared scratchpad, then waits.
 void run(const Prim& p, std::unordered_map<int, memory> args);
 void reorder(const memory& src, const memory& dst);
+/// Gives the shared scratchpad back to the allocator. It only grows, and it is live memory, so a
+/// run that follows a bigger one in the same process (the lab runs many; the tests run the
+/// benchmarks' large shapes) would count the bigger run's scratchpad in its peak. Safe between
+/// any two run() calls: the next one allocates what it needs.
+void release_scratchpad();
 
 /// How a parameter starts.
 enum class Init { uniform_fan_in, ones, zeros };
