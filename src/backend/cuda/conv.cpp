@@ -197,9 +197,21 @@ void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStr
      "cudnnConvolutionBackwardFilter");
 }
 
+namespace {
+const char* math_name(int m) {
+  switch (cudnnMathType_t(m)) {
+    case CUDNN_DEFAULT_MATH: return "default";
+    case CUDNN_TENSOR_OP_MATH: return "tensor-op";
+    case CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION: return "tensor-op-conversion";
+    case CUDNN_FMA_MATH: return "fma";
+  }
+  return "?";
+}
+}  // namespace
+
 std::string CudnnConv::algorithms() const {
-  return fmt::format("fwd {}, bwd-data {}, bwd-filter {} ({})", fwd_algo_, bwd_data_algo_, bwd_filter_algo_,
-                     timed_ ? "timed search" : "heuristics");
+  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
+                     math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics");
 }
 
 }  // namespace dlperf::cuda

@@ -45,7 +45,8 @@ class CudnnConv {
   size_t workspace_bytes() const { return workspace_bytes_; }
   /// Where the passes find their workspace (built without one of its own).
   void set_workspace(void* w);
-  /// The algorithms chosen, for reports ("fwd 1, bwd-data 1, bwd-filter 3").
+  /// The algorithms chosen and their math types, for reports
+  /// ("fwd 1/tensor-op, bwd-data 1/tensor-op, bwd-filter 3/default (timed search)").
   std::string algorithms() const;
 
  private:
