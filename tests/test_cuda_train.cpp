@@ -165,6 +165,9 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
     const auto r = train::train(c);
     const std::string how = r.record["gpu_step"]["profiled_steps"];
     EXPECT_EQ(how.rfind(graphs ? "CUDA graph" : "eager", 0), 0u) << how;
+    // Stopped after its steps: accuracy not measured (not 0%), the GPU memory it measured kept.
+    EXPECT_TRUE(r.record["summary"]["final_test_acc"].is_null()) << r.record["summary"].dump();
+    EXPECT_GT(r.record["summary"]["peak_bytes"].get<double>(), 0);
     const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
     const nlohmann::json& p = r.profile;
     EXPECT_EQ(p["step"]["steps"], 5);

@@ -44,6 +44,12 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
     const nn::Graph g = nn::build_graph(nn::load_model(model), {1, 12, 12}, 10, 16);
     const json& p = r.profile;
     EXPECT_EQ(p["step"]["steps"], 4);
+    // It stopped after its steps: the record says the accuracy was not measured (not 0%), and
+    // still has the memory it measured.
+    EXPECT_FALSE(r.epochs.back().evaluated);
+    EXPECT_TRUE(r.record["summary"]["final_test_acc"].is_null()) << r.record["summary"].dump();
+    EXPECT_TRUE(r.record["epochs"].back()["test_acc"].is_null());
+    EXPECT_GT(r.record["summary"]["peak_bytes"].get<double>(), 0);
     // The layer rows carry exactly the graph's forward and backward FLOPs for each step.
     EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
     double share = 0;

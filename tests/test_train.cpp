@@ -165,6 +165,24 @@ TEST(Train, PeakMemoryIsTheRunsOwnAfterABiggerRunInTheSameProcess) {
   EXPECT_EQ(train::train(c).epochs[0].peak_bytes, alone);
 }
 
+// An epoch's record round-trips (checkpoints keep the history), an unevaluated one as null
+// accuracy rather than a 0% that was never measured.
+TEST(Train, EpochRecordsRoundTripEvaluatedOrNot) {
+  train::EpochStats e;
+  e.epoch = 2, e.train_s = 1.5, e.images_per_s = 100, e.train_loss = 0.5, e.train_acc = 0.8, e.test_loss = 0.6, e.test_acc = 0.75;
+  e.peak_bytes = 1e6;
+  const auto back = train::epoch_from_json(train::to_json(e));
+  EXPECT_TRUE(back.evaluated);
+  EXPECT_EQ(back.test_acc, 0.75);
+  EXPECT_EQ(back.test_loss, 0.6);
+  e.evaluated = false;
+  const nlohmann::json j = train::to_json(e);
+  EXPECT_TRUE(j["test_acc"].is_null());
+  EXPECT_TRUE(j["test_loss"].is_null());
+  EXPECT_FALSE(train::epoch_from_json(j).evaluated);
+  EXPECT_EQ(train::epoch_from_json(j).train_acc, 0.8);
+}
+
 TEST(Train, ImpossibleSettingsAreRefused) {
   auto c = tiny();
   c.batch = 0;

@@ -54,6 +54,8 @@ std::string timestamp();
 /// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).
 extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);
+/// "final test accuracy 93.10%", or why there is none, from a run record's summary.
+std::string final_accuracy(const nlohmann::json& summary);
 data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);
 /// Running totals of an epoch's training steps, and what they make of its EpochStats.
 struct EpochTally {

@@ -474,8 +474,11 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     tally.finish(st);
 
     const double e0 = now_s();
-    if (cfg.profile_only && profiled) {  // dlperf profile stops after its steps
+    if (cfg.profile_only && profiled) {  // dlperf profile stops after its steps, unevaluated
+      st.evaluated = false;
+      record_peaks(st, mem.stats());
       result.epochs.push_back(st);
+      if (say) std::fputs(epoch_row(st).c_str(), stdout);
       break;
     }
     if (cfg.data_on_device) {
@@ -533,9 +536,9 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     std::printf("\nCUDA graph: a step is %lld kernels, %lld copies and %lld memsets\n", (long long)nodes.kernels,
                 (long long)nodes.copies, (long long)nodes.memsets);
   if (say && result.record.contains("summary"))
-    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak GPU memory %s\n",
-                result.epochs.size(), result.epochs.size() == 1 ? "" : "s", result.record["summary"]["train_s"].get<double>(),
-                result.record["summary"]["images_per_s"].get<double>(), 100 * result.record["summary"]["final_test_acc"].get<double>(),
+    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), %s, peak GPU memory %s\n", result.epochs.size(),
+                result.epochs.size() == 1 ? "" : "s", result.record["summary"]["train_s"].get<double>(),
+                result.record["summary"]["images_per_s"].get<double>(), final_accuracy(result.record["summary"]).c_str(),
                 format_bytes(result.record["summary"]["peak_bytes"].get<double>()).c_str());
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,

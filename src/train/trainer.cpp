@@ -50,9 +50,16 @@ const char* const kEpochHeader =
     "-----  -------  -------  ----------  ---------  --------  ----------  ---------  -------\n";
 
 std::string epoch_row(const EpochStats& e) {
-  return fmt::format("{:>5}  {:>7.2f}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>7.2f}%  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
-                     e.train_s, e.images_per_s, e.train_loss, 100 * e.train_acc, 100 * e.test_acc,
-                     format_bytes(e.peak_bytes), 100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
+  return fmt::format("{:>5}  {:>7.2f}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>8}  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
+                     e.train_s, e.images_per_s, e.train_loss, 100 * e.train_acc,
+                     e.evaluated ? fmt::format("{:.2f}%", 100 * e.test_acc) : "-", format_bytes(e.peak_bytes),
+                     100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
+}
+
+std::string final_accuracy(const json& summary) {
+  const json& acc = summary.at("final_test_acc");
+  if (acc.is_null()) return "test accuracy not measured (dlperf profile stops after its recorded steps)";
+  return fmt::format("final test accuracy {:.2f}%", 100 * acc.get<double>());
 }
 
 data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
@@ -145,7 +152,8 @@ json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::Da
   getrusage(RUSAGE_SELF, &ru);
   if (!epochs.empty())
     r["summary"] = {{"epochs_run", epochs.size()}, {"train_s", train_s}, {"images_per_s", images / train_s},
-                    {"final_test_acc", epochs.back().test_acc}, {"final_train_loss", epochs.back().train_loss},
+                    {"final_test_acc", epochs.back().evaluated ? json(epochs.back().test_acc) : json()},
+                    {"final_train_loss", epochs.back().train_loss},
                     {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
                     {"data_wait_share", wait / train_s}};
   // Energy and CO2 where measured (RAPL: CPU packages only; NVML: the GPU board).
@@ -193,8 +201,10 @@ json to_json(const EpochStats& e) {
     by_cat[std::string(to_string(MemCategory(i)))] = e.peak_by_category[size_t(i)];
   return {{"epoch", e.epoch},         {"train_s", e.train_s},       {"eval_s", e.eval_s},
           {"images_per_s", e.images_per_s}, {"data_wait_s", e.data_wait_s}, {"compute_s", e.compute_s},
-          {"train_loss", e.train_loss}, {"train_acc", e.train_acc},   {"test_loss", e.test_loss},
-          {"test_acc", e.test_acc},   {"lr", e.lr},                 {"peak_bytes", e.peak_bytes},
+          {"train_loss", e.train_loss}, {"train_acc", e.train_acc},
+          {"test_loss", e.evaluated ? json(e.test_loss) : json()},
+          {"test_acc", e.evaluated ? json(e.test_acc) : json()},
+          {"lr", e.lr},               {"peak_bytes", e.peak_bytes},
           {"energy_j", e.energy_j >= 0 ? json(e.energy_j) : json()},
           {"peak_bytes_by_category", by_cat}};
 }
@@ -209,8 +219,8 @@ EpochStats epoch_from_json(const json& j) {
   e.compute_s = j.at("compute_s");
   e.train_loss = j.at("train_loss");
   e.train_acc = j.at("train_acc");
-  e.test_loss = j.at("test_loss");
-  e.test_acc = j.at("test_acc");
+  e.evaluated = !j.at("test_acc").is_null();
+  if (e.evaluated) e.test_loss = j.at("test_loss"), e.test_acc = j.at("test_acc");
   e.lr = j.at("lr");
   e.peak_bytes = j.at("peak_bytes");
   e.energy_j = j.value("energy_j", json()).is_number() ? j["energy_j"].get<double>() : -1;
@@ -484,6 +494,8 @@ struct Run {
       net.set_timing(cfg.layer_times);
       st.test_loss = ev.loss;
       st.test_acc = ev.acc;
+    } else {
+      st.evaluated = false;
     }
     st.eval_s = now_s() - e0;
     record_peaks(st, HostAllocator::instance().stats());
@@ -577,10 +589,9 @@ TrainResult train(const TrainConfig& cfg) {
   result.record = run.record(result.epochs, threads);
   if (say && result.record.contains("summary")) {
     const json& s = result.record["summary"];
-    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), final test accuracy %.2f%%, peak tracked memory %s (process RSS %s)\n",
+    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), %s, peak tracked memory %s (process RSS %s)\n",
                 result.epochs.size(), result.epochs.size() == 1 ? "" : "s", s["train_s"].get<double>(), s["images_per_s"].get<double>(),
-                100 * s["final_test_acc"].get<double>(), format_bytes(s["peak_bytes"]).c_str(),
-                format_bytes(s["max_rss_bytes"]).c_str());
+                final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
   }
   if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
   if (cfg.profile) finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);

@@ -62,6 +62,7 @@ struct EpochStats {
   double compute_s = 0;       ///< forward + loss + backward + update
   double train_loss = 0, train_acc = 0;
   double test_loss = 0, test_acc = 0;
+  bool evaluated = true;      ///< false: the epoch stopped before evaluation (dlperf profile); test_* are not measured
   double lr = 0;              ///< at the end of the epoch
   double energy_j = -1;       ///< CPU package energy of the training loop (RAPL); < 0 = not measured
   double peak_bytes = 0;      ///< tracked by the allocator, all categories at once
