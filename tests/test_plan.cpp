@@ -247,6 +247,27 @@ TEST(PlanMemory, NhwcCountsTheMapsItMoves) {
     EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(gray, "sgd", p, "nhwc").total(), plan::gpu_engine_memory(gray, "sgd", p, "nchw").total()) << p;
 }
 
+// A dlperf profile record's one epoch is a few steps, warm-up included: its measured step is the
+// profile's mean over the recorded steps, not the epoch's time over a whole epoch's steps.
+TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:1024", 32, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  c.profile = c.profile_only = true;
+  c.profile_skip = 2;
+  c.profile_steps = 4;
+  c.profile_out = (dir.path / "prof").string();
+  const auto r = train::train(c);
+  std::vector<std::string> skipped;
+  const auto cmp = plan::compare_with_records({r.record_path}, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(cmp.size(), 1u) << (skipped.empty() ? "" : skipped[0]);
+  EXPECT_DOUBLE_EQ(cmp[0].measured_step_s, r.profile["step"]["step_s"].get<double>());
+  EXPECT_NE(cmp[0].run.find("(profile)"), std::string::npos) << cmp[0].run;
+  EXPECT_LT(cmp[0].measured_energy_j, 0);  // a few steps' energy is no epoch's
+  // Over the 32 steps an epoch has, the old reading was about 5x too short.
+  EXPECT_GT(cmp[0].measured_step_s, r.epochs[0].train_s / 32);
+}
+
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {
   const auto s = plan::summarize({0.1, -0.3, 0.05, -0.02});
   EXPECT_DOUBLE_EQ(s.median, 0.075);

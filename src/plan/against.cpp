@@ -59,8 +59,17 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     cmp.run = fmt::format("{} b{} w{}", g.model, batch, cfg.value("workers", 0));
     const json& last = r["epochs"].back();
     const double steps = std::floor(d["train_images"].get<double>() / double(batch));
-    cmp.measured_step_s = last["train_s"].get<double>() / steps;
+    // dlperf profile stops after its recorded steps: its one epoch is a few steps, warm-up
+    // included, so the measured step is the profile's (the recorded steps' mean) and its energy
+    // is not an epoch's. (Told by the images it trained; older records put 0 for its accuracy.)
+    const double images_trained = last["images_per_s"].get<double>() * last["train_s"].get<double>();
+    const bool profile_run = r.contains("profile") && images_trained < 0.99 * steps * double(batch);
+    cmp.measured_step_s = profile_run ? r["profile"]["step"]["step_s"].get<double>() : last["train_s"].get<double>() / steps;
     cmp.measured_peak = r["summary"]["peak_bytes"];
+    if (!profile_run && last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
+    cmp.energy_source = profile_run ? "a dlperf profile run: its energy covers a few steps, not an epoch"
+                                    : r.value("energy_source", "the record has no energy measurement");
+    const std::string tag = profile_run ? " (profile)" : "";
     const std::string device = cfg.value("device_used", "cpu");
     if (device.rfind("cuda", 0) == 0) {
       // A GPU run: the datasheet roofline the targets table uses, for the GPU it ran on.
@@ -81,7 +90,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
         skipped.push_back(fmt::format("{}: {}", file, t.unsupported));
         continue;
       }
-      cmp.run = fmt::format("{} b{} {} on {}", g.model, batch, job.precision, id);
+      cmp.run = fmt::format("{} b{} {} on {}{}", g.model, batch, job.precision, id, tag);
       cmp.predicted_step_s = t.step_s;
       // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
       cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, cfg.value("layout", "auto")).total();
@@ -90,8 +99,6 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
         // Each sample: its bytes, a label byte and a 4-byte place in the epoch's order.
         cmp.predicted_peak += (image + 5) * (d["train_images"].get<double>() + d["test_images"].get<double>());
       }
-      if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
-      cmp.energy_source = r.value("energy_source", "the record has no energy measurement");
       const Device& d = load_catalog().find(id);
       if (d.tdp_w > 0) cmp.predicted_energy_j = d.tdp_w * cmp.predicted_step_s * steps;
       out.push_back(cmp);
@@ -100,11 +107,9 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     // A bf16 run's step is predicted with the fp32 ceilings (an upper bound on its time).
     const std::string precision = cfg.value("precision", "fp32");
     if (precision != "fp32") cmp.run += " " + precision;
+    cmp.run += tag;
     cmp.predicted_step_s = predict_step(g, opt, c).step_s;
     cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0), precision).total();
-    // Energy of the last epoch's training loop, where the record measured it.
-    if (last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
-    cmp.energy_source = r.value("energy_source", "the record has no energy measurement");
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
   }
