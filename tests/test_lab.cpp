@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/cuda/runtime.h"
 #include "lab/lab.h"
 #include "report/plot.h"
 #include "test_util.h"
@@ -105,6 +106,20 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   size_t records = 0;
   for (const auto& f : fs::directory_iterator(dir.path / "runs")) records += f.path().extension() == ".json";
   EXPECT_GE(records, 7u);  // distinct runs: 2 devices' workloads, 4 batch rows less the shared one, 2 models ...
+  // One configuration, one run: the device experiment's CPU row of the base model and batch is
+  // the base run the batch experiment shows (--device auto is the CPU here), not a second
+  // measurement of it.
+  auto base_row = [&](const lab::Experiment& e, const char* key, const json& value) {
+    for (const auto& r : e.rows)
+      if (r[key] == value) return r;
+    return json();
+  };
+  if (!cuda::built() || cuda::device_count() == 0) {
+    const json cpu = base_row(exps[0], "workload", "small"), fixed = base_row(exps[1], "batch", 32);
+    ASSERT_FALSE(cpu.is_null());
+    ASSERT_FALSE(fixed.is_null());
+    EXPECT_EQ(cpu["images_per_s"], fixed["images_per_s"]);
+  }
   for (const auto& r : exps[0].rows)
     if (r["device"] == "cuda") {
       EXPECT_EQ(r["status"], "missing");

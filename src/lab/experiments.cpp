@@ -98,13 +98,27 @@ class Runner {
     return 100 * std::fabs(x - y) / std::min(x, y);
   }
 
+  /// One run per configuration: a configuration that an earlier experiment ran (the base run,
+  /// say) is reused, so the report shows one measurement of it, not two that differ by noise.
   const Outcome& run(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
-    const std::string key = train::to_json(c).dump();
+    const std::string key = run_key(c);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     return cache_.emplace(key, execute(experiment, label, c)).first->second;
   }
 
  private:
+  // The configuration as it runs: --device auto and the device it resolves to ("cpu" on a
+  // machine without a GPU, "cuda:0" with one) are the same run.
+  static std::string run_key(train::TrainConfig c) {
+    try {
+      const int gpu = cuda::resolve_device(c.device);
+      c.device = gpu >= 0 ? fmt::format("cuda:{}", gpu) : "cpu";
+    } catch (const Error&) {
+      // Kept as given: running it reports the problem.
+    }
+    return train::to_json(c).dump();
+  }
+
   Outcome execute(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
     if (!lab_.quiet) {
       std::printf("  [%6.1f s] %-9s %s ... ", now_s() - start_, experiment.c_str(), label.c_str());
