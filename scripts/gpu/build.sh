@@ -9,6 +9,14 @@ if [ ! -d "$root/usr" ]; then
   for f in .deb/*.deb; do dpkg -x "$f" "$root"; done
 fi
 lib=$root/usr/lib/x86_64-linux-gnu
+# zlib1g-dev's libz.so is an absolute link to Debian 12's runtime (/lib/x86_64-linux-gnu/libz.so.1.2.13),
+# which another distribution names otherwise: point it at this machine's libz.so.1 (zlib's ABI is
+# stable), or the link is dangling and CMake falls back to the static libz.a.
+if [ -L "$lib/libz.so" ] && [ ! -e "$lib/libz.so" ]; then
+  for z in /lib/x86_64-linux-gnu/libz.so.1 /usr/lib/x86_64-linux-gnu/libz.so.1 /usr/lib64/libz.so.1; do
+    if [ -e "$z" ]; then ln -sf "$z" "$lib/libz.so"; break; fi
+  done
+fi
 arch=${CUDA_ARCH:-native}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DCMAKE_PREFIX_PATH="$root/usr;$lib/cmake" -DCMAKE_INCLUDE_PATH="$root/usr/include" -DCMAKE_LIBRARY_PATH="$lib"
