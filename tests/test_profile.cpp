@@ -64,6 +64,10 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
     const double parts = s["data_s"].get<double>() + s["copy_s"].get<double>() + s["forward_s"].get<double>() +
                          s["backward_s"].get<double>() + s["optimizer_s"].get<double>() + s["idle_s"].get<double>();
     EXPECT_NEAR(parts, s["step_s"].get<double>(), 1e-9);
+    // The loaders' busy time is summed over the run's workers: at most one each.
+    EXPECT_EQ(s["loader_workers"], 2);
+    EXPECT_GT(s["loader_busy"].get<double>(), 0);
+    EXPECT_LE(s["loader_busy"].get<double>(), 2.0 + 1e-9);
     EXPECT_GT(s["forward_s"].get<double>(), 0);
     EXPECT_GT(s["backward_s"].get<double>(), 0);
     EXPECT_GT(s["launches_per_step"].get<double>(), double(g.nodes.size()));

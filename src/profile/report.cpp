@@ -181,9 +181,14 @@ void print_report(const Report& r, size_t max_rows) {
   auto pct = [&](double x) { return fmt::format("{:.1f}%", 100 * x / std::max(s.step_s, 1e-12)); };
   std::printf("\nProfile of %lld training steps: %.2f ms a step, %.0f kernel launches a step (%s)\n", (long long)s.steps,
               1e3 * s.step_s, s.launches, s.launches_source.c_str());
-  std::printf("  data wait %s | input copy %s | forward %s | backward %s | optimizer %s | idle/loop %s   (loader workers busy %.0f%% of the time)\n",
-              pct(s.data_s).c_str(), pct(s.copy_s).c_str(), pct(s.forward_s).c_str(), pct(s.backward_s).c_str(),
-              pct(s.optimizer_s).c_str(), pct(s.idle_s).c_str(), 100 * s.loader_busy);
+  // loader_busy sums the workers' busy time, so 2 workers can be busy 150% of the time: the
+  // console shows the mean per worker, which reads as a share.
+  const std::string loader = s.loader_workers > 0 ? fmt::format("{} loader worker{}, each busy {:.1f}% of the time on average", s.loader_workers,
+                                                                s.loader_workers == 1 ? "" : "s", 100 * s.loader_busy / double(s.loader_workers))
+                                                  : std::string("no loader workers");
+  std::printf("  data wait %s | input copy %s | forward %s | backward %s | optimizer %s | idle/loop %s   (%s)\n", pct(s.data_s).c_str(),
+              pct(s.copy_s).c_str(), pct(s.forward_s).c_str(), pct(s.backward_s).c_str(), pct(s.optimizer_s).c_str(),
+              pct(s.idle_s).c_str(), loader.c_str());
   report::Table t({"name", "phase", "calls", "self ms", "total ms", "share", "GFLOP", "MB", "GFLOP/s", "GB/s", "FLOP/B", "bound"});
   size_t shown = 0;
   double rest = 0;
@@ -215,7 +220,7 @@ json to_json(const Report& r) {
   return {{"rows", rows},
           {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
                     {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
-                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}}},
+                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers}}},
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
           {"ceilings", plan::to_json(r.ceilings)}};

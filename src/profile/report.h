@@ -37,6 +37,7 @@ struct StepSummary {
   /// a library call may launch several kernels), or the exact count in the step's CUDA graph.
   std::string launches_source = "one per primitive and layer pass";
   double loader_busy = 0;  ///< loader workers' busy time / recorded time, summed over workers
+  int64_t loader_workers = 0;  ///< the run's loader workers (0: batches load in the training thread or on the GPU)
 };
 
 struct Report {
