@@ -12,6 +12,7 @@
 #include "nn/graph.h"
 #include "plan/memory.h"
 #include "train/checkpoint.h"
+#include "train/detail.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -104,6 +105,9 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
   ASSERT_EQ(resumed.epochs.size(), 3u);  // history carried over
   EXPECT_EQ(resumed.epochs[0].train_loss, whole.epochs[0].train_loss);
   EXPECT_EQ(resumed.epochs[2].test_acc, whole.epochs[2].test_acc);
+  // What resuming says: the epochs it trains, or that --epochs leaves none.
+  EXPECT_NE(train::detail::resumed_line(c, 1).find("training epochs 2 to 3"), std::string::npos) << train::detail::resumed_line(c, 1);
+  EXPECT_NE(train::detail::resumed_line(c, 3).find("nothing to train (raise --epochs"), std::string::npos) << train::detail::resumed_line(c, 3);
 }
 
 TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {

@@ -54,6 +54,8 @@ std::string timestamp();
 /// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).
 extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);
+/// "resumed from DIR/checkpoint.dlperf after epoch 3", and what is left of --epochs.
+std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done);
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.
 std::string final_accuracy(const nlohmann::json& summary);
 data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);

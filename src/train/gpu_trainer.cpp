@@ -363,7 +363,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     for (const auto& e : ck.meta.at("history")) result.epochs.push_back(epoch_from_json(e));
     start_epoch = ck.meta.at("epoch_done").get<int64_t>();
     if (say) {
-      std::printf("resumed from %s after epoch %lld\n", checkpoint_path(cfg.checkpoint_dir).c_str(), (long long)start_epoch);
+      std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
       for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
     }
   }

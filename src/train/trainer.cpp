@@ -56,6 +56,13 @@ std::string epoch_row(const EpochStats& e) {
                      100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
 }
 
+std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done) {
+  const std::string left = epochs_done >= cfg.epochs
+                               ? fmt::format(", and --epochs is {}: nothing to train (raise --epochs to train further)", cfg.epochs)
+                               : fmt::format(", training epochs {} to {}", epochs_done + 1, cfg.epochs);
+  return fmt::format("resumed from {} after epoch {}{}\n", checkpoint_path(cfg.checkpoint_dir), epochs_done, left);
+}
+
 std::string final_accuracy(const json& summary) {
   const json& acc = summary.at("final_test_acc");
   if (acc.is_null()) return "test accuracy not measured (dlperf profile stops after its recorded steps)";
@@ -559,7 +566,7 @@ TrainResult train(const TrainConfig& cfg) {
   const hw::CpuInfo cpu = hw::cpu_info();
   if (say) {
     const auto& t = run.data.train;
-    if (cfg.resume) std::printf("resumed from %s after epoch %lld\n", checkpoint_path(cfg.checkpoint_dir).c_str(), (long long)start_epoch);
+    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
     std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
                 run.graph.model.c_str(), double(run.graph.param_count()) / 1e6, run.graph.forward_flops() / double(cfg.batch) / 1e6,
                 t.name.c_str(), dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)run.data.test.size());
