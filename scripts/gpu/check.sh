@@ -10,6 +10,7 @@
 # Stages:
 #   tests       the CUDA tests (Cuda.*), batchnorm and the CPU-vs-GPU steps first
 #   sanitize    the kernel tests under compute-sanitizer memcheck (out-of-bounds and misaligned accesses)
+#   races       batchnorm's and pooling's tests under racecheck and synccheck (shared memory, barriers)
 #   suite       the rest of the test suite on the GPU build
 #   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW; then
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
@@ -99,6 +100,15 @@ for stage in "$@"; do
       else
         say "  compute-sanitizer not on PATH"
       fi
+      ;;
+    races)
+      # The own kernels' shared memory and barriers: racecheck (shared-memory hazards between
+      # threads) and synccheck (a __syncthreads or a full-mask shuffle that some threads miss).
+      for tool in racecheck synccheck; do
+        run_for 150 compute-sanitizer --tool $tool --error-exitcode 9 $tests --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*' \
+          > "$work/sanitize-$tool.log" 2>&1
+        say "  compute-sanitizer $tool rc $?: $(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$work/sanitize-$tool.log")"
+      done
       ;;
     suite)
       run_for 300 $tests --gtest_filter='-Cuda.*:Lab.*' > "$work/tests-rest.log" 2>&1
