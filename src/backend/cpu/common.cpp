@@ -72,10 +72,12 @@ struct Scratchpad {
   }
 };
 Scratchpad& scratchpad() {
-  // The allocator first: statics are destroyed in reverse order, so the scratchpad gives its
-  // block back before the allocator it came from is gone.
-  HostAllocator::instance();
-  static Scratchpad s;
+  // The allocator is constructed first, once: statics are destroyed in reverse order, so the
+  // scratchpad gives its block back before the allocator it came from is gone.
+  static Scratchpad s = [] {
+    HostAllocator::instance();
+    return Scratchpad{};
+  }();
   return s;
 }
 }  // namespace
