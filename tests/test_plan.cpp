@@ -115,7 +115,8 @@ TEST(PlanCatalog, CpuDatasheetsMatchTheOsModelNames) {
   const std::string mine = (dir.path / "mine.json").string();
   std::ofstream(mine) << R"({"devices": [], "cpus": [{"id": "my-epyc", "match": "EPYC 9654", "cores": 96, "base_ghz": 2.0,
                             "fp32_flops_per_cycle": 32, "dram_gbps": 400}]})";
-  EXPECT_EQ(plan::cpu_sheet_for(plan::load_catalog(mine), "AMD EPYC 9654 96-Core Processor")->id, "my-epyc");
+  const plan::Catalog with_mine = plan::load_catalog(mine);
+  EXPECT_EQ(plan::cpu_sheet_for(with_mine, "AMD EPYC 9654 96-Core Processor")->id, "my-epyc");
   EXPECT_NE(error_of([] { plan::parse_catalog(json{{"cpus", {{{"id", "x"}, {"match", "y"}}}}}, "x.json"); }).find("malformed"),
             std::string::npos);
 }

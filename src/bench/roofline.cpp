@@ -168,9 +168,10 @@ Roofline gpu_roofline(const RooflineRequest& r, int gpu) {
   // all, else the datasheet's; none where neither knows it.
   const GpuCeilings measured = load_gpu_ceilings(out.processor);
   const std::string id = plan::catalog_id_for_gpu(out.processor);
+  const plan::Catalog catalog = plan::load_catalog();
   auto known_roof = [&](const std::string& p) -> ComputeCeiling {
     if (measured.peak(p) > 0) return {p + " GEMM (measured)", measured.peak(p)};
-    const double sheet = id.empty() ? 0 : 1e3 * plan::load_catalog().find(id).peak_tflops(p);
+    const double sheet = id.empty() ? 0 : 1e3 * catalog.find(id).peak_tflops(p);
     return {p + " (datasheet)", sheet};
   };
   // The run's own roof is the profile's, labelled by where it came from.

@@ -199,7 +199,8 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
   t.print();
   // DRAM against the datasheet where the catalog knows the CPU: the figure is a whole socket's,
   // which a slice of its cores (a VM) cannot be expected to reach.
-  if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(plan::load_catalog(), cpu.model); sheet && levels.contains("DRAM"))
+  const plan::Catalog catalog = plan::load_catalog();  // the sheet points into it
+  if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(catalog, cpu.model); sheet && levels.contains("DRAM"))
     std::printf("DRAM: %.1f GB/s measured with %d threads, %.0f%% of the %.1f GB/s datasheet figure for a whole %s socket (%d cores)\n",
                 levels["DRAM"].get<double>(), threads, 100 * levels["DRAM"].get<double>() / sheet->dram_gbps, sheet->dram_gbps,
                 sheet->name.c_str(), sheet->cores);
@@ -217,7 +218,8 @@ nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
   t.print();
   auto j = bench::to_json(r);
   j["counted_peak_gflops"] = counted;
-  if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(plan::load_catalog(), cpu.model)) {
+  const plan::Catalog catalog = plan::load_catalog();  // the sheet points into it
+  if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(catalog, cpu.model)) {
     const double spec = sheet->fp32_gflops(r.threads);
     std::printf("datasheet (%s): %.1f GFLOP/s for %d of its %d cores at the %.2f GHz base clock; measured %.0f%% of it "
                 "(turbo clocks go above 100%%)\n",
@@ -273,7 +275,8 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
   // The datasheet's bandwidth where the catalog knows the GPU, beside the clock-and-bus figure.
   double sheet = 0;
   std::string sheet_id = plan::catalog_id_for_gpu(info.name);
-  if (!sheet_id.empty()) sheet = plan::load_catalog().find(sheet_id).bandwidth_gbps;
+  const plan::Catalog catalog = plan::load_catalog();
+  if (!sheet_id.empty()) sheet = catalog.find(sheet_id).bandwidth_gbps;
   std::printf("\nDevice memory bandwidth on GPU %d, %s (median GB/s; %% of the %.0f GB/s the clock and bus imply%s):\n", device,
               info.name.c_str(), info.peak_bandwidth_gbps,
               sheet > 0 ? fmt::format(", and of the datasheet's {:.0f} GB/s ({})", sheet, sheet_id).c_str() : "; no datasheet entry");

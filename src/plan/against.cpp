@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "core/error.h"
 #include "plan/catalog.h"
@@ -27,6 +28,7 @@ ErrorSummary summarize(std::vector<double> errors) {
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
                                              std::vector<std::string>& skipped, double cpu_watts) {
   std::vector<Comparison> out;
+  std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
   for (const auto& file : files) {
     json r;
     try {
@@ -85,7 +87,9 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       job.steps = steps;
       job.precision = cfg.value("precision", "fp32");
       job.optimizer = opt.name;
-      const TargetEstimate t = estimate(job, load_catalog().find(id), 0, 1);
+      if (!catalog) catalog = load_catalog();
+      const Device& gpu_spec = catalog->find(id);
+      const TargetEstimate t = estimate(job, gpu_spec, 0, 1);
       if (!t.unsupported.empty()) {
         skipped.push_back(fmt::format("{}: {}", file, t.unsupported));
         continue;
@@ -99,8 +103,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
         // Each sample: its bytes, a label byte and a 4-byte place in the epoch's order.
         cmp.predicted_peak += (image + 5) * (d["train_images"].get<double>() + d["test_images"].get<double>());
       }
-      const Device& d = load_catalog().find(id);
-      if (d.tdp_w > 0) cmp.predicted_energy_j = d.tdp_w * cmp.predicted_step_s * steps;
+      if (gpu_spec.tdp_w > 0) cmp.predicted_energy_j = gpu_spec.tdp_w * cmp.predicted_step_s * steps;
       out.push_back(cmp);
       continue;
     }

@@ -18,7 +18,7 @@ double Device::peak_tflops(const std::string& precision) const {
   return it == tflops.end() ? 0 : it->second;
 }
 
-const Device& Catalog::find(const std::string& id) const {
+const Device& Catalog::find(const std::string& id) const& {
   std::string ids;
   for (const auto& d : devices) {
     if (d.id == id) return d;

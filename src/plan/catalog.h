@@ -42,8 +42,11 @@ struct Catalog {
   std::map<std::string, double> grid;  ///< gCO2e per kWh by region
   double pue = 1.1;
   nlohmann::json about;
-  /// Throws Error naming the known ids when `id` is not there.
-  const Device& find(const std::string& id) const;
+  /// Throws Error naming the known ids when `id` is not there. Only on a catalog that outlives
+  /// the reference: on a temporary (load_catalog().find(...)) it would dangle, so that does not
+  /// compile.
+  const Device& find(const std::string& id) const&;
+  const Device& find(const std::string& id) const&& = delete;
 };
 
 /// The catalog id of a GPU from the name the CUDA driver reports ("NVIDIA H100 80GB HBM3" ->
@@ -53,6 +56,7 @@ std::string catalog_id_for_gpu(const std::string& name);
 /// The catalog's datasheet for the CPU the OS names `model` ("AMD EPYC 9654 96-Core
 /// Processor"), or null when it has none.
 const CpuSheet* cpu_sheet_for(const Catalog& c, const std::string& model);
+const CpuSheet* cpu_sheet_for(const Catalog&& c, const std::string& model) = delete;  // it would point into a temporary
 
 /// The built-in catalog, with the entries of `extra_file` (same format) added or replacing.
 Catalog load_catalog(const std::string& extra_file = "");

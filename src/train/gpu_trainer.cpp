@@ -225,7 +225,8 @@ plan::CpuCeilings gpu_ceilings(const cuda::GpuInfo& info, const std::string& pre
   }
   if (c.peak_gflops <= 0)
     if (const std::string id = plan::catalog_id_for_gpu(info.name); !id.empty()) {
-      const plan::Device& d = plan::load_catalog().find(id);
+      const plan::Catalog catalog = plan::load_catalog();
+      const plan::Device& d = catalog.find(id);
       c.peak_gflops = 1e3 * d.peak_tflops(precision);
       if (c.dram_gbps <= 0) c.dram_gbps = d.bandwidth_gbps;
       c.source = fmt::format("{} datasheet, {} (catalog entry {})", d.name, precision, id);
