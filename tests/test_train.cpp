@@ -211,6 +211,20 @@ TEST(Train, ImpossibleSettingsAreRefused) {
   c = tiny();
   c.precision = "fp8";
   EXPECT_NE(error_of([&] { train::train(c); }).find("not one of fp32, tf32, bf16, fp16"), std::string::npos);
+  // Outputs that cannot be written are refused before training, not after an epoch's work.
+  const std::string file = (fs::temp_directory_path() / "dlperf-test-not-a-dir").string();
+  std::ofstream(file) << "x";
+  c = tiny();
+  c.checkpoint_dir = file + "/ckpt";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("cannot write checkpoints to"), std::string::npos);
+  c = tiny();
+  c.runs_dir = file + "/runs";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("cannot write run records to"), std::string::npos);
+  c = tiny();
+  c.profile = true;
+  c.profile_out = file + "/prof/p";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("cannot write the profile to"), std::string::npos);
+  fs::remove(file);
 }
 
 // On the CPU: fp32 trains; tf32 and fp16 are refused with the reason, bf16 unless the CPU has

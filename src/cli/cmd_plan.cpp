@@ -188,7 +188,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
   check(a.batch >= 1, "--batch-size must be at least 1");
-  check(a.dataset >= a.batch, "--dataset-size must be at least one batch");
+  check(a.dataset >= a.batch, fmt::format("--batch-size {} is larger than --dataset-size {}", a.batch, a.dataset),
+        "lower --batch-size, or give the training set's real size with --dataset-size");
   const nn::ModelSpec spec = nn::load_model(a.model);
   const nn::Graph g = nn::build_graph(spec, parse_chw(a.input), a.classes, a.batch);
   const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers);

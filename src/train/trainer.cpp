@@ -380,11 +380,18 @@ void validate(const TrainConfig& cfg) {
   check(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16" || cfg.precision == "fp16",
         fmt::format("--precision {} is not one of fp32, tf32, bf16, fp16", cfg.precision));
   check(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint DIR", "name the directory the checkpoint is in");
-  if (!cfg.runs_dir.empty()) {  // fail now, not after a long run
+  // Every place a run writes to is checked now, not after the epochs that would then be lost.
+  auto writable_dir = [](const std::string& dir, const std::string& what, const std::string& flag) {
     std::error_code ec;
-    fs::create_directories(cfg.runs_dir, ec);
-    check(!ec && ::access(cfg.runs_dir.c_str(), W_OK) == 0,
-          fmt::format("cannot write run records to {}", cfg.runs_dir), "pick a writable --runs-dir");
+    fs::create_directories(dir, ec);
+    if (!ec && ::access(dir.c_str(), W_OK) != 0) ec = std::error_code(errno, std::generic_category());
+    check(!ec, fmt::format("cannot write {} to {}: {}", what, dir, ec.message()), fmt::format("pick a writable {}", flag));
+  };
+  if (!cfg.runs_dir.empty()) writable_dir(cfg.runs_dir, "run records", "--runs-dir");
+  if (!cfg.checkpoint_dir.empty()) writable_dir(cfg.checkpoint_dir, "checkpoints", "--checkpoint");
+  if (cfg.profile && !cfg.profile_out.empty()) {
+    const std::string dir = fs::path(cfg.profile_out).parent_path().string();
+    writable_dir(dir.empty() ? "." : dir, "the profile", "--out");
   }
 }
 
