@@ -128,6 +128,82 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   EXPECT_NE(readme.find("## Machine"), std::string::npos);
 }
 
+size_t records_in(const fs::path& runs) {
+  size_t n = 0;
+  for (const auto& f : fs::directory_iterator(runs)) n += f.path().extension() == ".json";
+  return n;
+}
+
+// An interrupted lab (here: one that ran the batch experiment only) leaves its finished runs;
+// --resume reuses exactly those whose settings, machine and dlperf version match.
+TEST(Lab, ResumeReusesTheFinishedRunsOfAnInterruptedLab) {
+  TempDir dir;
+  lab::LabConfig c = tiny_lab(dir.path);
+  c.experiments = {"batch"};
+  const auto first = lab::run_lab(c);
+  const fs::path runs = dir.path / "runs";
+  const size_t batch_runs = records_in(runs);  // the base run (batch 32) and batch 8 at both lrs
+  ASSERT_EQ(batch_runs, 3u);
+
+  // A record another dlperf version made is not reused: that run is made again.
+  const json& row = first[0].rows[2];
+  ASSERT_EQ(row["batch"], 8);
+  ASSERT_EQ(row["lr_rule"], "linear");
+  const std::string stale = row["record"];
+  json rec = json::parse(slurp(stale));
+  rec["dlperf_version"] = "0.0.0";
+  std::ofstream(stale) << rec.dump();
+
+  c.experiments = {"batch", "model"};
+  c.resume = true;
+  const auto second = lab::run_lab(c);
+  const json j = json::parse(slurp(dir.path / "lab.json"));
+  EXPECT_EQ(j["reused_runs"], 2);
+  EXPECT_NE(slurp(dir.path / "README.md").find("resumed: 2 runs reused"), std::string::npos);
+  // New runs: batch 8 linear again, and the model experiment's mlp (its small row is the base run).
+  EXPECT_EQ(records_in(runs), batch_runs + 2);
+  ASSERT_EQ(second[0].name, "batch");
+  for (size_t i = 0; i < second[0].rows.size(); ++i) {
+    SCOPED_TRACE(i);
+    const json &a = first[0].rows[i], &b = second[0].rows[i];
+    if (a["record"] == stale) {
+      EXPECT_NE(b["record"], stale);
+    } else {  // the very measurement of the first lab
+      EXPECT_EQ(b["record"], a["record"]);
+      EXPECT_EQ(b["images_per_s"], a["images_per_s"]);
+    }
+  }
+}
+
+TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {
+  const json machine = {{"hostname", "h"}, {"cpu", {{"model", "EPYC"}, {"cores", 2}}}, {"gpus", json::array()}};
+  const json config = {{"model", "small"}, {"device", "auto"}, {"batch_size", 32}, {"threads", 0}};
+  json rec = {{"command", "train"}, {"dlperf_version", DLPERF_VERSION}, {"summary", json::object()},
+              {"config", config}, {"machine", machine}};
+  rec["config"]["threads_used"] = 2;
+  json cpu_config = config;
+  cpu_config["device"] = "cpu";
+  // "auto" that ran on the CPU is the --device cpu run; the threads it used are not a setting.
+  EXPECT_EQ(lab::resumable_run_key(rec, machine), lab::run_key_of_config(cpu_config));
+  json gpu = rec;
+  gpu["config"]["device_used"] = "cuda:0";
+  json cuda_config = config;
+  cuda_config["device"] = "cuda:0";
+  EXPECT_EQ(lab::resumable_run_key(gpu, machine), lab::run_key_of_config(cuda_config));
+  json other = machine;
+  other["hostname"] = "elsewhere";
+  EXPECT_EQ(lab::resumable_run_key(rec, other), "");
+  other = machine;
+  other["gpus"] = {{{"name", "NVIDIA H100"}}};
+  EXPECT_EQ(lab::resumable_run_key(rec, other), "");
+  json profiled = rec;
+  profiled["profile"] = json::object();  // stopped after a few steps: not a finished run
+  EXPECT_EQ(lab::resumable_run_key(profiled, machine), "");
+  json unfinished = rec;
+  unfinished.erase("summary");
+  EXPECT_EQ(lab::resumable_run_key(unfinished, machine), "");
+}
+
 TEST(Lab, RefusesUnknownExperiments) {
   TempDir dir;
   lab::LabConfig c = tiny_lab(dir.path);

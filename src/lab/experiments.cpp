@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 
 #include "backend/cuda/runtime.h"
@@ -33,6 +35,34 @@ std::vector<int> worker_counts(int cores, int max_workers) {
     if (n <= bound) w.push_back(n);
   if (w.size() < 3 && bound >= 1) w.insert(w.begin() + 1, 1);  // 0, 1, 2 on two cores
   return w;
+}
+
+// What must match for a measurement to stand for this machine: the host, its CPU and its GPUs.
+static json machine_identity(const json& m) {
+  json gpus = json::array();
+  for (const auto& g : m.value("gpus", json::array())) gpus.push_back(g.value("name", ""));
+  const json cpu = m.value("cpu", json::object());
+  return {{"hostname", m.value("hostname", "")}, {"cpu", cpu.value("model", "")}, {"cores", cpu.value("cores", 0)},
+          {"gpus", gpus}};
+}
+
+std::string run_key_of_config(json config) {
+  // The device a run used, not the flag: "auto" on a machine without a GPU ran on the CPU.
+  const std::string used = config.value("device_used", "");
+  if (!used.empty()) config["device"] = used;
+  else if (config.value("device", "") == "auto") config["device"] = "cpu";
+  config.erase("device_used");
+  config.erase("threads_used");
+  return config.dump();
+}
+
+std::string resumable_run_key(const json& record, const json& machine) {
+  if (!record.is_object() || record.value("command", "") != "train" || !record.contains("summary") ||
+      !record.contains("config") || record.contains("profile"))
+    return "";
+  if (record.value("dlperf_version", "") != DLPERF_VERSION) return "";  // another engine measured it
+  if (machine_identity(record.value("machine", json::object())) != machine_identity(machine)) return "";
+  return run_key_of_config(record["config"]);
 }
 
 namespace {
@@ -100,11 +130,39 @@ class Runner {
 
   /// One run per configuration: a configuration that an earlier experiment ran (the base run,
   /// say) is reused, so the report shows one measurement of it, not two that differ by noise.
+  /// With --resume, so is a finished run of an earlier lab that was interrupted.
   const Outcome& run(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
     const std::string key = run_key(c);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    if (auto it = earlier_.find(key); it != earlier_.end()) return cache_.emplace(key, reuse(experiment, label, it->second)).first->second;
     return cache_.emplace(key, execute(experiment, label, c)).first->second;
   }
+
+  /// --resume: indexes the run records in the report's runs/ folder that this machine and this
+  /// dlperf version measured, by configuration. Returns how many there are.
+  size_t load_earlier_runs() {
+    const json machine = hw::machine_json();
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(base_.runs_dir, ec)) {
+      if (f.path().extension() != ".json") continue;
+      std::ifstream in(f.path());
+      json rec = json::parse(in, nullptr, /*allow_exceptions=*/false);
+      const std::string key = resumable_run_key(rec, machine);
+      if (key.empty()) continue;
+      rec["record_path"] = f.path().string();
+      earlier_.emplace(key, std::move(rec));  // of two records of one configuration, either will do
+    }
+    return earlier_.size();
+  }
+
+  /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
+  size_t records_in_runs_dir() const {
+    size_t n = 0;
+    std::error_code ec;
+    for (const auto& f : std::filesystem::directory_iterator(base_.runs_dir, ec)) n += f.path().extension() == ".json";
+    return n;
+  }
+  size_t reused() const { return reused_; }
 
  private:
   // The configuration as it runs: --device auto and the device it resolves to ("cpu" on a
@@ -116,7 +174,15 @@ class Runner {
     } catch (const Error&) {
       // Kept as given: running it reports the problem.
     }
-    return train::to_json(c).dump();
+    return run_key_of_config(train::to_json(c));
+  }
+
+  Outcome reuse(const std::string& experiment, const std::string& label, const json& record) {
+    ++reused_;
+    if (!lab_.quiet)
+      std::printf("  [%6.1f s] %-9s %s ... reused %s\n", now_s() - start_, experiment.c_str(), label.c_str(),
+                  record["record_path"].get<std::string>().c_str());
+    return {true, "", record};
   }
 
   Outcome execute(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
@@ -148,6 +214,8 @@ class Runner {
   train::TrainConfig base_;
   double start_;
   std::map<std::string, Outcome> cache_;
+  std::map<std::string, json> earlier_;  ///< --resume: finished runs of an earlier lab, by configuration
+  size_t reused_ = 0;
 };
 
 // The measurements every experiment reports, from a run record.
@@ -352,6 +420,15 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
                 b.train_limit > 0 ? fmt::format("the first {}", b.train_limit).c_str() : "all",
                 quick ? " (--full runs the real thing)" : asked.full ? "" : " (the default with a GPU; --quick takes minutes)",
                 cfg.out.c_str());
+  if (cfg.resume) {
+    const size_t n = runner.load_earlier_runs();
+    if (!cfg.quiet)
+      std::printf("resuming: %zu finished run%s of this machine and dlperf version in %s/runs can be reused\n\n", n,
+                  n == 1 ? "" : "s", cfg.out.c_str());
+  } else if (const size_t n = runner.records_in_runs_dir(); n > 0 && !cfg.quiet) {
+    std::printf("note: %s/runs already holds %zu run record%s; this lab adds its own beside them (--resume reuses "
+                "the finished runs of an interrupted lab)\n\n", cfg.out.c_str(), n, n == 1 ? "" : "s");
+  }
   runner.warm_up();
   const double noise = runner.measure_noise();
   std::vector<Experiment> exps;
@@ -371,7 +448,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   json machine = hw::machine_json();
   machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;
-  write_report(exps, cfg, machine, seconds, noise);
+  write_report(exps, cfg, machine, seconds, noise, runner.reused());
   if (!cfg.quiet) {
     for (const auto& e : exps) print_experiment(e);
     if (noise > 0)

@@ -55,6 +55,9 @@ struct LabConfig {
   int max_workers = 0;                                 ///< 0 = bounded by the core count
   bool progress = true;
   bool quiet = false;                                  ///< tests
+  /// Reuse the finished runs an interrupted lab left in <out>/runs (same configuration, machine
+  /// and dlperf version) instead of running them again.
+  bool resume = false;
 };
 
 inline const std::vector<std::string>& experiment_names() {
@@ -69,9 +72,16 @@ std::vector<Experiment> run_lab(const LabConfig& cfg);
 std::vector<std::string> observe(const Experiment& e);
 
 /// Writes <out>/<name>.csv for each experiment, <out>/lab.json, <out>/plots/*.png (when
-/// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`.
+/// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`. `reused_runs`:
+/// how many runs came from an earlier, interrupted lab (--resume).
 void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlohmann::json& machine,
-                  double lab_seconds, double noise_pct);
+                  double lab_seconds, double noise_pct, size_t reused_runs = 0);
+
+/// The key under which --resume finds a run: its configuration as it ran (the device it used,
+/// not the flag). For a run record: empty unless the record is a finished training run that
+/// this dlperf version measured on this `machine` (hw::machine_json()).
+std::string run_key_of_config(nlohmann::json config);
+std::string resumable_run_key(const nlohmann::json& record, const nlohmann::json& machine);
 
 /// The worker counts the workers experiment tries on a machine with `cores` cores: 0, 2, 4, 8
 /// bounded by the core count (and 0, 1, 2 on two cores, so there is more than one to compare).

@@ -181,7 +181,7 @@ std::string run_size(const std::vector<Experiment>& exps) {
 }  // namespace
 
 void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const json& machine, double lab_seconds,
-                  double noise_pct) {
+                  double noise_pct, size_t reused_runs) {
   const fs::path out(cfg.out);
   std::error_code ec;
   fs::create_directories(out / "plots", ec);
@@ -203,7 +203,8 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
   json j = {{"dlperf_version", DLPERF_VERSION}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
-            {"created", date}, {"seconds", lab_seconds}, {"noise_pct", noise_pct}, {"machine", machine}, {"data", cfg.data},
+            {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise_pct},
+            {"machine", machine}, {"data", cfg.data},
             {"experiments", json::array()}};
   for (const auto& e : exps) {
     json cols = json::array();
@@ -215,11 +216,15 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   write_file(out / "lab.json", j.dump(2) + "\n");
 
   std::string md = fmt::format(
-      "# dlperf lab report\n\nMade by `dlperf lab{}` on {} in {:.0f} s. Every number below was measured by a training run "
+      "# dlperf lab report\n\nMade by `dlperf lab{}` on {} in {:.0f} s{}. Every number below was measured by a training run "
       "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
       "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
       "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}\n\n",
-      cfg.full.value_or(false) ? " --full" : " --quick", date, lab_seconds, machine_text(machine), cfg.data,
+      cfg.full.value_or(false) ? " --full" : " --quick", date, lab_seconds,
+      reused_runs > 0 ? fmt::format(" (resumed: {} run{} reused from the interrupted lab before it)", reused_runs,
+                                    reused_runs == 1 ? "" : "s")
+                      : "",
+      machine_text(machine), cfg.data,
       run_size(exps),
       cfg.base_model, cfg.base_batch, cfg.base_lr,
       noise_pct > 0 ? fmt::format("\n\n**Run-to-run noise:** two identical runs of that base configuration differed by "
