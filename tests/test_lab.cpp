@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "backend/cuda/runtime.h"
+#include "core/version.h"
 #include "lab/lab.h"
 #include "report/plot.h"
 #include "test_util.h"
@@ -178,8 +179,8 @@ TEST(Lab, ResumeReusesTheFinishedRunsOfAnInterruptedLab) {
 TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {
   const json machine = {{"hostname", "h"}, {"cpu", {{"model", "EPYC"}, {"cores", 2}}}, {"gpus", json::array()}};
   const json config = {{"model", "small"}, {"device", "auto"}, {"batch_size", 32}, {"threads", 0}};
-  json rec = {{"command", "train"}, {"dlperf_version", DLPERF_VERSION}, {"summary", json::object()},
-              {"config", config}, {"machine", machine}};
+  json rec = {{"command", "train"}, {"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()},
+              {"summary", json::object()}, {"config", config}, {"machine", machine}};
   rec["config"]["threads_used"] = 2;
   json cpu_config = config;
   cpu_config["device"] = "cpu";
@@ -196,6 +197,9 @@ TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {
   other = machine;
   other["gpus"] = {{{"name", "NVIDIA H100"}}};
   EXPECT_EQ(lab::resumable_run_key(rec, other), "");
+  json rebuilt = rec;
+  rebuilt["dlperf_commit"] = "0123456789ab";  // another build's numbers
+  EXPECT_EQ(lab::resumable_run_key(rebuilt, machine), "");
   json profiled = rec;
   profiled["profile"] = json::object();  // stopped after a few steps: not a finished run
   EXPECT_EQ(lab::resumable_run_key(profiled, machine), "");

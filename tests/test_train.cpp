@@ -8,6 +8,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
+#include "core/version.h"
 #include "hw/cpu_info.h"
 #include "nn/graph.h"
 #include "plan/memory.h"
@@ -50,6 +51,8 @@ TEST(Train, LearnsTheSyntheticTaskAndWritesARunRecord) {
   ASSERT_TRUE(fs::exists(r.record_path));
   auto j = nlohmann::json::parse(std::ifstream(r.record_path));
   EXPECT_EQ(j["config"]["model"], "small");
+  EXPECT_EQ(j["dlperf_commit"], dlperf_commit());  // the code behind the numbers
+  EXPECT_FALSE(j["dlperf_commit"].get<std::string>().empty());
   EXPECT_EQ(j["epochs"].size(), 3u);
   EXPECT_GT(j["machine"]["cpu"]["peak_gflops_f32"].get<double>(), 0);
   EXPECT_GT(j["epochs"][0]["peak_bytes_by_category"]["parameters"].get<double>(), 0);

@@ -18,14 +18,15 @@
 #   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
 #   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
-#   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick) into out-gpu/lab
+#   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
+#               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md, "The GPU session's checklist"): here, scripts/gpu/fetch_debs.sh once;
 # there, with carry [".deb"]:  check.sh tests sanitize train recipe profile,  then  check.sh bench vs-torch.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 budget=570
 if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
-[ $# -gt 0 ] || { sed -n 2,23p "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n 2,24p "$0"; exit 2; }
 start=$SECONDS
 work=out-gpu
 rm -rf "$work"
@@ -166,12 +167,15 @@ for stage in "$@"; do
       ;;
     lab)
       read -r -a lab_args <<< "${LAB_ARGS:---quick}"
-      run_for 500 $bin lab --data "$data" --out "$work/lab" --no-progress "${lab_args[@]}" > "$work/lab.txt" 2>&1
-      say "  lab rc $?"
+      # Outside $work, which every call clears, and with --resume: a lab cut short by the call's
+      # time limit goes on in the next call (while the machine is warm) from the runs it finished.
+      run_for 500 $bin lab --data "$data" --out lab-gpu --resume --no-progress "${lab_args[@]}" > "$work/lab.txt" 2>&1
+      say "  lab rc $? (rerun the stage to finish a lab that was cut short)"
+      cp -r lab-gpu "$work/lab" 2>/dev/null
       grep -E "^## |^- " "$work/lab/README.md" 2>/dev/null | head -60 | tee -a "$work/summary.txt"  # sections and observations
       ;;
     *)
-      say "unknown stage $stage"; sed -n 10,21p "$0"
+      say "unknown stage $stage"; sed -n 10,22p "$0"
       ;;
   esac
   say "  ($stage: $((SECONDS - t0)) s)"

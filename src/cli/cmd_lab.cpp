@@ -24,7 +24,7 @@ void add_lab(CLI::App& app, const Command& self) {
   c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str();
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
   c->add_flag("--resume", cfg->resume,
-              "reuse the finished runs an interrupted lab left in --out's runs/ (same settings, machine and dlperf version)");
+              "reuse the finished runs an interrupted lab left in --out's runs/ (same settings, machine and dlperf build)");
   c->callback([cfg] { lab::run_lab(*cfg); });
 }
 

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/version.h"
 
 namespace {
 const dlperf::cli::Command kCommands[] = {
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   }
   CLI::App app{"dlperf: a deep-learning performance lab. Trains real networks with its own engine and\n"
                "measures time, throughput, memory and accuracy."};
-  app.set_version_flag("--version", std::string("dlperf ") + DLPERF_VERSION);
+  app.set_version_flag("--version", fmt::format("dlperf {} (commit {})", dlperf::dlperf_version(), dlperf::dlperf_commit()));
   app.require_subcommand(1);
   for (const auto& c : kCommands)
     if (c.add) c.add(app, c);

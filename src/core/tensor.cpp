@@ -40,7 +40,10 @@ int64_t numel(const Dims& d) {
 
 std::string dims_str(const Dims& d) {
   std::string s;
-  for (size_t i = 0; i < d.size(); ++i) s += (i ? "x" : "") + std::to_string(d[i]);
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += 'x';  // not ("x" + to_string(...)): GCC 12 warns falsely on that (-Wrestrict, bug 105651)
+    s += std::to_string(d[i]);
+  }
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend/cuda/runtime.h"
+#include "core/version.h"
 
 namespace dlperf::hw {
 
@@ -94,7 +95,8 @@ nlohmann::json machine_json() {
           {"os", fmt::format("{} {}", u.sysname, u.release)},
           {"hostname", u.nodename},
           {"onednn", fmt::format("{}.{}.{}", v->major, v->minor, v->patch)},
-          {"dlperf", DLPERF_VERSION},
+          {"dlperf", dlperf_version()},
+          {"dlperf_commit", dlperf_commit()},
           {"cuda_backend", cuda::built()},
           {"gpus", cuda::gpus_json()}};
 }

@@ -12,6 +12,7 @@
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/version.h"
 #include "hw/cpu_info.h"
 #include "lab/lab.h"
 #include "report/table.h"
@@ -60,7 +61,8 @@ std::string resumable_run_key(const json& record, const json& machine) {
   if (!record.is_object() || record.value("command", "") != "train" || !record.contains("summary") ||
       !record.contains("config") || record.contains("profile"))
     return "";
-  if (record.value("dlperf_version", "") != DLPERF_VERSION) return "";  // another engine measured it
+  // Another build measured it: its numbers may not be this code's.
+  if (record.value("dlperf_version", "") != dlperf_version() || record.value("dlperf_commit", "") != dlperf_commit()) return "";
   if (machine_identity(record.value("machine", json::object())) != machine_identity(machine)) return "";
   return run_key_of_config(record["config"]);
 }
@@ -139,7 +141,7 @@ class Runner {
   }
 
   /// --resume: indexes the run records in the report's runs/ folder that this machine and this
-  /// dlperf version measured, by configuration. Returns how many there are.
+  /// build of dlperf measured, by configuration. Returns how many there are.
   size_t load_earlier_runs() {
     const json machine = hw::machine_json();
     std::error_code ec;
@@ -417,13 +419,13 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   if (!cfg.quiet)
     std::printf("dlperf lab (%s): %s, %lld epoch%s per run, %s training images%s; report in %s\n\n",
                 quick ? "quick" : "full", cfg.data.c_str(), (long long)b.epochs, b.epochs == 1 ? "" : "s",
-                b.train_limit > 0 ? fmt::format("the first {}", b.train_limit).c_str() : "all",
+                b.train_limit > 0 ? fmt::format("up to the first {}", b.train_limit).c_str() : "all",
                 quick ? " (--full runs the real thing)" : asked.full ? "" : " (the default with a GPU; --quick takes minutes)",
                 cfg.out.c_str());
   if (cfg.resume) {
     const size_t n = runner.load_earlier_runs();
     if (!cfg.quiet)
-      std::printf("resuming: %zu finished run%s of this machine and dlperf version in %s/runs can be reused\n\n", n,
+      std::printf("resuming: %zu finished run%s of this machine and this build of dlperf in %s/runs can be reused\n\n", n,
                   n == 1 ? "" : "s", cfg.out.c_str());
   } else if (const size_t n = runner.records_in_runs_dir(); n > 0 && !cfg.quiet) {
     std::printf("note: %s/runs already holds %zu run record%s; this lab adds its own beside them (--resume reuses "

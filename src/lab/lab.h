@@ -56,7 +56,7 @@ struct LabConfig {
   bool progress = true;
   bool quiet = false;                                  ///< tests
   /// Reuse the finished runs an interrupted lab left in <out>/runs (same configuration, machine
-  /// and dlperf version) instead of running them again.
+  /// and dlperf build: version and git commit) instead of running them again.
   bool resume = false;
 };
 
@@ -79,7 +79,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlo
 
 /// The key under which --resume finds a run: its configuration as it ran (the device it used,
 /// not the flag). For a run record: empty unless the record is a finished training run that
-/// this dlperf version measured on this `machine` (hw::machine_json()).
+/// this build of dlperf (version and commit) measured on this `machine` (hw::machine_json()).
 std::string run_key_of_config(nlohmann::json config);
 std::string resumable_run_key(const nlohmann::json& record, const nlohmann::json& machine);
 

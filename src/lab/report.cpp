@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/version.h"
 #include "lab/lab.h"
 #include "report/plot.h"
 
@@ -162,11 +163,11 @@ std::string machine_text(const json& m) {
   const json& c = m["cpu"];
   return fmt::format(
       "- **CPU:** {} ({} cores usable, {}, {}, {:.2f} GHz reported)\n- **Memory:** {:.1f} GB\n- **OS:** {}\n"
-      "- **GPU:** {}\n- **Software:** dlperf {}, oneDNN {}\n",
+      "- **GPU:** {}\n- **Software:** dlperf {} (commit {}), oneDNN {}\n",
       c.value("model", "?"), c.value("cores", 0), c.value("isa", "?"), c.value("caches", "?"), c.value("ghz", 0.0),
       c.value("memory_gb", 0.0), m.value("os", "?"),
       gpu_text(m["gpu"]),
-      m.value("dlperf", "?"), m.value("onednn", "?"));
+      m.value("dlperf", "?"), m.value("dlperf_commit", "unknown"), m.value("onednn", "?"));
 }
 
 // "20000 training and 5000 test images, 1 epoch", from the first measured row.
@@ -202,7 +203,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   const std::time_t now = std::time(nullptr);
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
-  json j = {{"dlperf_version", DLPERF_VERSION}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
+  json j = {{"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
             {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise_pct},
             {"machine", machine}, {"data", cfg.data},
             {"experiments", json::array()}};

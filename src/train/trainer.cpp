@@ -19,6 +19,7 @@
 #include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/timer.h"
+#include "core/version.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "hw/energy.h"
@@ -140,7 +141,8 @@ std::string write_record(const json& record, const std::string& dir, const std::
 json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& data,
                 const std::vector<EpochStats>& epochs, int threads, const std::string& energy_source) {
   json r;
-  r["dlperf_version"] = DLPERF_VERSION;
+  r["dlperf_version"] = dlperf_version();
+  r["dlperf_commit"] = dlperf_commit();
   r["command"] = "train";
   r["config"] = to_json(cfg);
   r["config"]["threads_used"] = threads;
