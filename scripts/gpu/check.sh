@@ -26,7 +26,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 budget=570
 if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
-[ $# -gt 0 ] || { sed -n 2,24p "$0"; exit 2; }
+usage() { sed -n '2,/^set /{/^#/p}' "$0"; }  # the comment above
+[ $# -gt 0 ] || { usage; exit 2; }
 start=$SECONDS
 work=out-gpu
 rm -rf "$work"
@@ -175,7 +176,7 @@ for stage in "$@"; do
       grep -E "^## |^- " "$work/lab/README.md" 2>/dev/null | head -60 | tee -a "$work/summary.txt"  # sections and observations
       ;;
     *)
-      say "unknown stage $stage"; sed -n 10,22p "$0"
+      say "unknown stage $stage"; sed -n '/^# Stages:/,/^# A session/{/^# A session/!p}' "$0"
       ;;
   esac
   say "  ($stage: $((SECONDS - t0)) s)"

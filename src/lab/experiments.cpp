@@ -38,14 +38,25 @@ std::vector<int> worker_counts(int cores, int max_workers) {
   return w;
 }
 
+namespace {
 // What must match for a measurement to stand for this machine: the host, its CPU and its GPUs.
-static json machine_identity(const json& m) {
+json machine_identity(const json& m) {
   json gpus = json::array();
   for (const auto& g : m.value("gpus", json::array())) gpus.push_back(g.value("name", ""));
   const json cpu = m.value("cpu", json::object());
   return {{"hostname", m.value("hostname", "")}, {"cpu", cpu.value("model", "")}, {"cores", cpu.value("cores", 0)},
           {"gpus", gpus}};
 }
+
+// The run records in a lab's runs/ folder (none when it does not exist yet).
+std::vector<std::filesystem::path> record_files(const std::string& dir) {
+  std::vector<std::filesystem::path> out;
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec))
+    if (f.path().extension() == ".json") out.push_back(f.path());
+  return out;
+}
+}  // namespace
 
 std::string run_key_of_config(json config) {
   // The device a run used, not the flag: "auto" on a machine without a GPU ran on the CPU.
@@ -144,26 +155,19 @@ class Runner {
   /// build of dlperf measured, by configuration. Returns how many there are.
   size_t load_earlier_runs() {
     const json machine = hw::machine_json();
-    std::error_code ec;
-    for (const auto& f : std::filesystem::directory_iterator(base_.runs_dir, ec)) {
-      if (f.path().extension() != ".json") continue;
-      std::ifstream in(f.path());
+    for (const auto& path : record_files(base_.runs_dir)) {
+      std::ifstream in(path);
       json rec = json::parse(in, nullptr, /*allow_exceptions=*/false);
       const std::string key = resumable_run_key(rec, machine);
       if (key.empty()) continue;
-      rec["record_path"] = f.path().string();
+      rec["record_path"] = path.string();
       earlier_.emplace(key, std::move(rec));  // of two records of one configuration, either will do
     }
     return earlier_.size();
   }
 
   /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
-  size_t records_in_runs_dir() const {
-    size_t n = 0;
-    std::error_code ec;
-    for (const auto& f : std::filesystem::directory_iterator(base_.runs_dir, ec)) n += f.path().extension() == ".json";
-    return n;
-  }
+  size_t records_in_runs_dir() const { return record_files(base_.runs_dir).size(); }
   size_t reused() const { return reused_; }
 
  private:
