@@ -26,6 +26,7 @@
 #include "nn/graph.h"
 #include "nn/optimizer.h"
 #include "plan/memory.h"
+#include "pytorch_golden.h"
 
 namespace dlperf::test {
 namespace {
@@ -105,6 +106,67 @@ TEST(KERNEL_SUITE, TrainingStepsAgreeWithTheCpuEngine) {
     const auto m = gpu_net.memory();
     EXPECT_GT(m.peak[size_t(MemCategory::activations)], 0u);
     EXPECT_GT(m.peak[size_t(MemCategory::parameters)], 0u);
+  }
+}
+
+// PyTorch's golden steps (pytorch_golden.h) on the GPU executor, fp32 in both layouts, from
+// PyTorch's weights: each step's loss, the first step's logits, and after three steps the
+// weights, batchnorm statistics and eval logits. The tolerances are looser than the CPU engine's
+// (test_pytorch_golden.cpp): cuDNN's timed search may pick Winograd or FFT convolutions, whose
+// fp32 rounding differs more from a direct convolution's.
+TEST(KERNEL_SUITE, TrainingStepsMatchPyTorch) {
+  REQUIRE_GPU();
+  const nlohmann::json golden = load_pytorch_golden();
+  const int64_t batch = golden.at("batch");
+  const double smoothing = golden.at("label_smoothing");
+  for (const nlohmann::json& c : golden.at("cases"))
+  for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+    SCOPED_TRACE(c.at("name").get<std::string>() + " " + cuda::to_string(layout));
+    const nn::Graph g = golden_graph(golden, c);
+    const nn::OptimizerConfig cfg = golden_optimizer(c.at("optimizer"));
+    cuda::NetworkOptions o;
+    o.layout = layout;
+    o.optimizer = cfg.name;
+    cuda::Network net(g, 1, 0, o);
+    // PyTorch's weights; fresh optimizer states and batchnorm statistics (zeros, variance one).
+    std::map<std::string, std::vector<float>> start;
+    for (const auto& [name, v] : c.at("initial_params").items()) start[name] = v.get<std::vector<float>>();
+    net.restore(
+        [&](const std::string& name, size_t n) -> const std::vector<float>& {
+          auto [it, fresh] = start.try_emplace(name, n, name.ends_with(".running_var") ? 1.0f : 0.0f);
+          EXPECT_EQ(it->second.size(), n) << name;
+          return it->second;
+        },
+        cfg, 0);
+    const auto& steps = c.at("steps");
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const auto x = steps[i].at("input").get<std::vector<float>>();
+      const auto y = steps[i].at("labels").get<std::vector<int32_t>>();
+      ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      net.forward(true, i);
+      const auto l = net.loss(batch, smoothing, true);
+      if (i == 0) {
+        EXPECT_LT(golden_error(net.logits(), c.at("first_logits")), 1e-4);
+      }
+      net.backward();
+      net.step(cfg, steps[i].at("lr").get<double>());
+      EXPECT_NEAR(l.loss, steps[i].at("loss").get<double>(), 2e-5) << "step " << i;
+    }
+    size_t compared = 0;
+    for (const auto& [name, v] : net.snapshot(cfg)) {
+      const nlohmann::json* want = c.at("params_after").contains(name)          ? &c.at("params_after").at(name)
+                                   : c.at("running_stats_after").contains(name) ? &c.at("running_stats_after").at(name)
+                                                                                : nullptr;
+      if (!want) continue;  // optimizer states
+      ++compared;
+      EXPECT_LT(golden_error(v, *want), 1e-4) << name;
+    }
+    EXPECT_EQ(compared, c.at("params_after").size() + c.at("running_stats_after").size());
+    const auto x = c.at("eval").at("input").get<std::vector<float>>();
+    ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    net.forward(false);
+    EXPECT_LT(golden_error(net.logits(), c.at("eval").at("logits")), 1e-4);
   }
 }
 

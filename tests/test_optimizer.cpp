@@ -73,8 +73,10 @@ TEST(Schedule, Landmarks) {
   EXPECT_NEAR(nn::learning_rate(s, lr, 4, 100, 10), lr * 0.5 * (1 + std::cos(M_PI * 0.04)) * 0.5, 1e-12);
   s.name = "onecycle";
   EXPECT_NEAR(nn::learning_rate(s, lr, 0, 100, 10), lr / 25, 1e-12);
-  EXPECT_NEAR(nn::learning_rate(s, lr, 30, 100, 10), lr, 1e-12);
+  EXPECT_NEAR(nn::learning_rate(s, lr, 29, 100, 10), lr, 1e-12);  // PyTorch's peak: 0.3 * total - 1
+  EXPECT_NEAR(nn::learning_rate(s, lr, 99, 100, 10), lr / 25 / 1e4, 1e-12);
   EXPECT_NEAR(nn::learning_rate(s, lr, 100, 100, 10), lr / 25 / 1e4, 1e-12);
+  EXPECT_NEAR(nn::learning_rate(s, lr, 0, 1, 1), lr / 25 / 1e4, 1e-12);  // one step: PyTorch's too
   s.name = "nope";
   EXPECT_THROW(nn::learning_rate(s, lr, 0, 1, 1), Error);
 }

@@ -1,5 +1,6 @@
 #include "nn/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -70,11 +71,13 @@ double learning_rate(const ScheduleConfig& s, double lr, int64_t step, int64_t t
   const double pi = 3.14159265358979323846;
   total = std::max<int64_t>(total, 1);
   if (s.name == "onecycle") {
-    const double up = std::max(1.0, s.warmup_fraction * double(total));
+    // As torch.optim.lr_scheduler.OneCycleLR: the rate peaks at step warmup_fraction * total - 1
+    // and reaches its end at the last step, total - 1 (PyTorchGolden.SchedulesSetPyTorchsLearningRates).
+    const double peak = s.warmup_fraction * double(total) - 1;
     const double lo = lr / 25.0, end = lo / 1e4;
     const double x = double(step);
-    if (x < up) return lo + (lr - lo) * 0.5 * (1 - std::cos(pi * x / up));
-    const double f = std::min(1.0, (x - up) / std::max(1.0, double(total) - up));
+    if (peak > 0 && x <= peak) return lo + (lr - lo) * 0.5 * (1 - std::cos(pi * x / peak));
+    const double f = std::clamp((x - peak) / std::max(1e-9, double(total) - 1 - peak), 0.0, 1.0);
     return end + (lr - end) * 0.5 * (1 + std::cos(pi * f));
   }
   const double warm = s.warmup_epochs * double(per_epoch);
