@@ -137,13 +137,14 @@ def write_results(args, info, images, rows):
         with open(args.markdown, "w") as f:
             f.write(f"Training images/s, second epoch of {images} Fashion-MNIST images, median of {args.repeats}; "
                     + ", ".join(f"{k} {v}" for k, v in info.items()) + ".\n\n")
-            f.write("| model | batch | precision | dlperf img/s | PyTorch eager img/s | ratio | target |"
+            f.write("| model | batch | precision | dlperf img/s | PyTorch eager img/s | ratio | target | met |"
                     + (" torch.compile img/s | ratio |" if args.compile else "") + "\n")
-            f.write("|---|---:|---|---:|---:|---:|---:|" + ("---:|---:|" if args.compile else "") + "\n")
+            f.write("|---|---:|---|---:|---:|---:|---:|---|" + ("---:|---:|" if args.compile else "") + "\n")
             for r in rows:
                 a = f"{r['dlperf_images_per_s']:.0f}" if r["dlperf_images_per_s"] else r["note"] or "-"
                 ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
-                line = f"| {r['model']} | {r['batch']} | {r['precision']} | {a} | {r['torch_images_per_s']:.0f} | {ratio} | {r['target']:.1f}x |"
+                line = (f"| {r['model']} | {r['batch']} | {r['precision']} | {a} | {r['torch_images_per_s']:.0f} | {ratio} "
+                        f"| {r['target']:.1f}x | {meets(r)} |")
                 if args.compile:
                     c = r["torch_compile_images_per_s"]
                     line += f" {c:.0f} |" if c else " - |"
@@ -151,6 +152,11 @@ def write_results(args, info, images, rows):
                 f.write(line + "\n")
             if speedups:
                 f.write("\ndlperf bf16 vs fp32 on large: " + ", ".join(f"batch {b}: {x:.2f}x" for b, x in speedups) + "\n")
+
+
+def meets(row):
+    """Whether a row meets its target, from the unrounded ratio (a printed 3.00x may be 2.996)."""
+    return "-" if row["ratio"] is None else "yes" if row["ratio"] >= row["target"] else "no"
 
 
 def versions(device):
@@ -199,7 +205,7 @@ def main():
         info["dlperf_args"] = " ".join(args.dlperf_arg)
     print("dlperf vs PyTorch, training images/s (second epoch of %d images, median of %d): %s\n"
           % (len(x), args.repeats, ", ".join(f"{k} {v}" for k, v in info.items())), flush=True)
-    cols = f"{'model':8} {'batch':>5} {'prec':>4} {'dlperf':>9} {'torch':>9} {'ratio':>6} {'target':>6}"
+    cols = f"{'model':8} {'batch':>5} {'prec':>4} {'dlperf':>9} {'torch':>9} {'ratio':>6} {'target':>6} {'met':>3}"
     if args.compile:
         cols += f" {'compiled':>9} {'ratio':>6}"
     print(cols + "  note\n" + "-" * (len(cols) + 6), flush=True)
@@ -235,7 +241,7 @@ def main():
                 rows.append(row)
                 fa = f"{a:9.0f}" if a else f"{'-':>9}"
                 fr = f"{a / b:5.2f}x" if a else f"{'-':>6}"
-                line = f"{model:8} {batch:5d} {precision:>4} {fa} {b:9.0f} {fr} {row['target']:5.1f}x"
+                line = f"{model:8} {batch:5d} {precision:>4} {fa} {b:9.0f} {fr} {row['target']:5.1f}x {meets(row):>3}"
                 if args.compile:
                     line += f" {c:9.0f} {a / c:5.2f}x" if a and c else f" {'-':>9} {'-':>6}"
                 print(line + ("  " + note if note else ""), flush=True)
