@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cuda_kernel_util.h"
@@ -17,6 +18,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/batchnorm.h"
 #include "backend/cuda/bn_split.h"
+#include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/loss_scale.h"
@@ -547,11 +549,12 @@ TEST(KERNEL_SUITE, GemmSumsTheBiasGradient) {
   REQUIRE_GPU();
   const int64_t in = 12, out = 9, batch = 40;
   const auto x = randn(size_t(in * batch), 54), dy = randn(size_t(out * batch), 55);
-  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16}) {
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16, cuda::Precision::fp16}) {
     SCOPED_TRACE(cuda::to_string(p));
-    const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : cuda::DType::f32;
+    const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : p == cuda::Precision::fp16 ? cuda::DType::f16 : cuda::DType::f32;
     Dev<float> xf(x), dyf(dy), dw{size_t(in * out)}, db{size_t(out)};
-    Dev<uint16_t> xh(to_half(cuda::DType::bf16, x)), dyh(to_half(cuda::DType::bf16, dy));
+    const cuda::DType half = t == cuda::DType::f32 ? cuda::DType::bf16 : t;  // unused in fp32 and tf32
+    Dev<uint16_t> xh(to_half(half, x)), dyh(to_half(half, dy));
     const void* a = t == cuda::DType::f32 ? static_cast<const void*>(xf.p) : xh.p;
     const void* b = t == cuda::DType::f32 ? static_cast<const void*>(dyf.p) : dyh.p;
     cuda::GemmEpilogue e;
@@ -575,6 +578,92 @@ TEST(KERNEL_SUITE, GemmSumsTheBiasGradient) {
       }
     }
   }
+}
+
+// [A, B, C, D] stored as [A, C, D, B] and back: NCHW activations to NHWC, and [K, C, R, S]
+// filters to the [K, R, S, C] that cuDNN's NHWC convolutions take.
+std::vector<float> channels_last(const std::vector<float>& v, const Dims& d, bool back = false) {
+  std::vector<float> out(v.size());
+  for (int64_t a = 0; a < d[0]; ++a)
+    for (int64_t b = 0; b < d[1]; ++b)
+      for (int64_t y = 0; y < d[2] * d[3]; ++y) {
+        const size_t first = size_t((a * d[1] + b) * d[2] * d[3] + y), last = size_t((a * d[2] * d[3] + y) * d[1] + b);
+        (back ? out[first] : out[last]) = back ? v[last] : v[first];
+      }
+  return out;
+}
+
+// cuDNN's convolution as the executor calls it (CudnnConv: forward, backward-data,
+// backward-filter) against the float64 reference, in every precision and both layouts, over
+// shapes with padding, stride 2, 1x1 kernels, no padding and odd sizes. The inputs are rounded to
+// the precision first, so what is left is the accumulation and the output's rounding, measured
+// against the sum of the products' magnitudes (the reference run on |x|, |w|, |dy|): fp32 2e-5
+// (cuDNN may pick Winograd or FFT), tf32 5e-3 (its inputs keep 10 mantissa bits), fp16 2e-3 and
+// bf16 1e-2 (the output's rounding).
+TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
+  using ref::Vec;
+  REQUIRE_GPU();
+  const std::vector<cuda::ConvShape> shapes = {
+      {2, 3, 9, 7, 5, 3, 1, 1}, {2, 8, 8, 8, 16, 3, 2, 1}, {3, 6, 5, 5, 4, 1, 1, 0}, {2, 16, 6, 6, 8, 3, 1, 0}};
+  for (const cuda::ConvShape& s : shapes)
+    for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16, cuda::Precision::fp16})
+      for (bool nhwc : {false, true}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} to {} channels, kernel {} stride {} padding {}, {} {}", s.n, s.c, s.h, s.w, s.k, s.r,
+                                 s.stride, s.pad, cuda::to_string(p), nhwc ? "nhwc" : "nchw"));
+        const bool half = p == cuda::Precision::bf16 || p == cuda::Precision::fp16;
+        const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : p == cuda::Precision::fp16 ? cuda::DType::f16 : cuda::DType::f32;
+        const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
+        // Device copies in the precision's type and layout; `values` gets what the device holds, in NCHW.
+        auto upload = [&](const std::vector<float>& v, const Dims& d, std::vector<float>& values) {
+          const std::vector<float> stored = nhwc ? channels_last(v, d) : v;
+          auto dev = std::make_unique<Dev<float>>(stored.size());
+          if (half) {
+            const auto h = to_half(t, stored);
+            EXPECT_EQ(cudaMemcpy(dev->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+            values = from_device(t, dev->p, stored.size());
+          } else {
+            values = stored;
+            EXPECT_EQ(cudaMemcpy(dev->p, stored.data(), stored.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          }
+          if (nhwc) values = channels_last(values, d, true);
+          return dev;
+        };
+        auto download = [&](const Dev<float>& dev, const Dims& d) {
+          const std::vector<float> stored = half ? from_device(t, dev.p, size_t(numel(d))) : dev.host();
+          return nhwc ? channels_last(stored, d, true) : stored;
+        };
+        std::vector<float> xs, ws, dys;
+        const auto x = upload(randn(size_t(numel(xd)), 61), xd, xs);
+        const auto w = upload(randn(size_t(numel(wd)), 62), wd, ws);
+        const auto dy = upload(randn(size_t(numel(yd)), 63), yd, dys);
+        Dev<float> y(size_t(numel(yd))), dx(size_t(numel(xd))), dw(size_t(numel(wd)));
+        cuda::CudnnConv conv(s, p, nhwc);
+        conv.forward(x->p, w->p, y.p, nullptr);
+        conv.backward_data(w->p, dy->p, dx.p, nullptr);
+        conv.backward_filter(x->p, dy->p, dw.p, nullptr);
+
+        ops::OpAttrs a;
+        a.out_channels = s.k, a.kernel = s.r, a.stride = s.stride, a.padding = s.pad, a.bias = false;
+        const Vec X(xs.begin(), xs.end()), W(ws.begin(), ws.end()), DY(dys.begin(), dys.end());
+        auto abs_of = [](Vec v) {
+          for (double& e : v) e = std::fabs(e);
+          return v;
+        };
+        const Vec want_y = ref::conv2d_forward(X, xd, W, {}, a), scale_y = ref::conv2d_forward(abs_of(X), xd, abs_of(W), {}, a);
+        Vec want_dx, want_dw, db, scale_dx, scale_dw;
+        ref::conv2d_backward(X, xd, W, a, DY, want_dx, want_dw, db);
+        ref::conv2d_backward(abs_of(X), xd, abs_of(W), a, abs_of(DY), scale_dx, scale_dw, db);
+        const double tol = p == cuda::Precision::fp32 ? 2e-5 : p == cuda::Precision::tf32 ? 5e-3 : p == cuda::Precision::fp16 ? 2e-3 : 1e-2;
+        auto expect_near = [&](const std::vector<float>& got, const Vec& want, const Vec& scale, const char* pass) {
+          ASSERT_EQ(got.size(), want.size()) << pass;
+          double worst = 0;
+          for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / (scale[i] + 1e-6));
+          EXPECT_LT(worst, tol) << pass << " (" << conv.algorithms() << ")";
+        };
+        expect_near(download(y, yd), want_y, scale_y, "forward");
+        expect_near(download(dx, xd), want_dx, scale_dx, "backward-data");
+        expect_near(download(dw, wd), want_dw, scale_dw, "backward-filter");
+      }
 }
 
 // The bandwidth benchmark's kernels compute what they claim to move.

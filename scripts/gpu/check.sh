@@ -80,7 +80,7 @@ for stage in "$@"; do
       # Batchnorm's and the layout's kernels and cuBLASLt's epilogues are new and unrun: their tests
       # run first (gtest keeps its own order within one run, whatever the filter's), so a failure
       # there is read first.
-      first='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.TrainingSteps*:Cuda.Gemm*:Cuda.LinearBias*'
+      first='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.Convolution*:Cuda.TrainingSteps*:Cuda.Gemm*:Cuda.LinearBias*'
       run_for 120 $tests --gtest_filter="$first" > "$work/tests-cuda-first.log" 2>&1
       gtest_summary "$work/tests-cuda-first.log"
       run_for 300 $tests --gtest_filter="Cuda.*:-$first" > "$work/tests-cuda.log" 2>&1
@@ -94,7 +94,7 @@ for stage in "$@"; do
     sanitize)
       if command -v compute-sanitizer > /dev/null; then
         run_for 300 compute-sanitizer --tool memcheck --error-exitcode 9 $tests \
-          --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.TrainingSteps*:Cuda.Snapshots*:Cuda.Gemm*' \
+          --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.Convolution*:Cuda.TrainingSteps*:Cuda.Snapshots*:Cuda.Gemm*' \
           > "$work/sanitize.log" 2>&1
         say "  compute-sanitizer rc $?"
         grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned" "$work/sanitize.log" | sort | uniq -c | head -20 |
