@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "cuda_kernel_util.h"
@@ -539,6 +540,42 @@ TEST(KERNEL_SUITE, GemmAddsTheBiasInsideTheGemm) {
           ASSERT_NEAR(d[size_t(j * m + i)], want, tol * (1 + std::sqrt(double(k)))) << i << "," << j;
         }
     }
+}
+
+// cuBLASLt's plain GEMM in the three layouts the linear layer uses (TN forward, NN backward-data,
+// NT backward-weight), every precision, fp32 or the half type's own output, against float64 on
+// the rounded inputs; tolerances relative to the sum of the products' magnitudes, as the
+// convolutions' (fp32 output 2e-5, tf32 5e-3, fp16 output 2e-3, bf16 output 1e-2).
+TEST(KERNEL_SUITE, GemmMatchesTheReferenceInEveryLayoutAndPrecision) {
+  REQUIRE_GPU();
+  const int64_t m = 12, n = 9, k = 40;
+  const auto a = randn(size_t(m * k), 71), b = randn(size_t(k * n), 72);
+  for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16, cuda::Precision::fp16})
+    for (auto [transa, transb] : {std::pair{true, false}, std::pair{false, false}, std::pair{false, true}})
+      for (bool half_out : {false, true}) {
+        const bool half = p == cuda::Precision::bf16 || p == cuda::Precision::fp16;
+        if (half_out && !half) continue;
+        SCOPED_TRACE(fmt::format("{} {}{}{}", cuda::to_string(p), transa ? "T" : "N", transb ? "T" : "N", half_out ? ", half output" : ""));
+        const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : cuda::DType::f16;
+        Dev<float> af(a), bf(b), d(size_t(m * n));
+        Dev<uint16_t> ah(to_half(t, a)), bh(to_half(t, b));
+        const std::vector<float> as = half ? from_device(t, ah.p, a.size()) : a, bs = half ? from_device(t, bh.p, b.size()) : b;
+        cuda::LtGemm g(p, transa, transb, m, n, k, size_t(4) << 20, half_out);
+        g.run(half ? static_cast<const void*>(ah.p) : af.p, half ? static_cast<const void*>(bh.p) : bf.p, d.p, nullptr);
+        const std::vector<float> got = half_out ? from_device(t, d.p, size_t(m * n)) : d.host();
+        const double tol = p == cuda::Precision::tf32 ? 5e-3 : !half_out ? 2e-5 : p == cuda::Precision::fp16 ? 2e-3 : 1e-2;
+        double worst = 0;
+        for (int64_t j = 0; j < n; ++j)
+          for (int64_t i = 0; i < m; ++i) {
+            double want = 0, scale = 0;
+            for (int64_t q = 0; q < k; ++q) {  // op(A)(i, q) op(B)(q, j), column-major storage
+              const double v = double(as[size_t(transa ? q + i * k : i + q * m)]) * double(bs[size_t(transb ? j + q * n : q + j * k)]);
+              want += v, scale += std::fabs(v);
+            }
+            worst = std::max(worst, std::fabs(got[size_t(i + j * m)] - want) / scale);
+          }
+        EXPECT_LT(worst, tol);
+      }
 }
 
 // A linear layer's weight gradient, dW[in x out] = x^T dy as the executor runs it (A stored in x
