@@ -212,6 +212,15 @@ TEST(Train, ImpossibleSettingsAreRefused) {
   c.lr = -1;
   EXPECT_NE(error_of([&] { train::train(c); }).find("--lr"), std::string::npos);
   c = tiny();
+  c.schedule.warmup_epochs = 1;  // onecycle (the default) has its own warm-up
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--warmup-epochs does not apply"), std::string::npos);
+  c.schedule.name = "cosine";
+  c.epochs = 1;
+  EXPECT_EQ(error_of([&] { train::train(c); }), "");
+  c = tiny();
+  c.schedule.step_epochs = 0;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--step-epochs"), std::string::npos);
+  c = tiny();
   c.precision = "fp8";
   EXPECT_NE(error_of([&] { train::train(c); }).find("not one of fp32, tf32, bf16, fp16"), std::string::npos);
   // Outputs that cannot be written are refused before training, not after an epoch's work.

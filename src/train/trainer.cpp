@@ -385,6 +385,12 @@ void validate(const TrainConfig& cfg) {
   check(cfg.batch >= 1 && cfg.batch <= 65536, "--batch-size must be between 1 and 65536");
   check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");
   check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  // onecycle, the default schedule, warms up on its own: a --warmup-epochs it ignored would look applied.
+  check(cfg.schedule.warmup_epochs >= 0 && std::isfinite(cfg.schedule.warmup_epochs), "--warmup-epochs must be 0 or more");
+  check(cfg.schedule.warmup_epochs == 0 || cfg.schedule.name != "onecycle",
+        "--warmup-epochs does not apply to --schedule onecycle (the default), which warms up over its first 30% of steps",
+        "drop --warmup-epochs, or pick --schedule constant, step or cosine");
+  check(cfg.schedule.step_epochs > 0 && std::isfinite(cfg.schedule.step_epochs), "--step-epochs must be more than 0");
   check(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be between 0 and 1024");
   check(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16" || cfg.precision == "fp16",
         fmt::format("--precision {} is not one of fp32, tf32, bf16, fp16", cfg.precision));
