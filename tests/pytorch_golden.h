@@ -6,16 +6,14 @@
 
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "nn/graph.h"
 #include "nn/optimizer.h"
+#include "op_harness.h"
 
 namespace dlperf::test {
 
@@ -47,16 +45,8 @@ inline nn::OptimizerConfig golden_optimizer(const nlohmann::json& o) {
 }
 
 /// The largest difference between `got` and PyTorch's `want`, relative to want's largest
-/// magnitude: fp32 results that differ only in summation order come out near 1e-6.
-inline double golden_error(const std::vector<float>& got, const nlohmann::json& want) {
-  const auto w = want.get<std::vector<double>>();
-  if (got.size() != w.size()) {
-    ADD_FAILURE() << "size " << got.size() << " against PyTorch's " << w.size();
-    return INFINITY;
-  }
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < w.size(); ++i) diff = std::max(diff, std::fabs(double(got[i]) - w[i])), scale = std::max(scale, std::fabs(w[i]));
-  return diff / std::max(scale, 1e-30);
-}
+/// magnitude (op_harness.h's rel_err): fp32 results that differ only in summation order come out
+/// near 1e-6.
+inline double golden_error(const std::vector<float>& got, const nlohmann::json& want) { return rel_err(got, want.get<Vec>()); }
 
 }  // namespace dlperf::test

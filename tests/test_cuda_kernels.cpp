@@ -617,26 +617,14 @@ TEST(KERNEL_SUITE, GemmSumsTheBiasGradient) {
   }
 }
 
-// [A, B, C, D] stored as [A, C, D, B] and back: NCHW activations to NHWC, and [K, C, R, S]
-// filters to the [K, R, S, C] that cuDNN's NHWC convolutions take.
-std::vector<float> channels_last(const std::vector<float>& v, const Dims& d, bool back = false) {
-  std::vector<float> out(v.size());
-  for (int64_t a = 0; a < d[0]; ++a)
-    for (int64_t b = 0; b < d[1]; ++b)
-      for (int64_t y = 0; y < d[2] * d[3]; ++y) {
-        const size_t first = size_t((a * d[1] + b) * d[2] * d[3] + y), last = size_t((a * d[2] * d[3] + y) * d[1] + b);
-        (back ? out[first] : out[last]) = back ? v[last] : v[first];
-      }
-  return out;
-}
-
 // cuDNN's convolution as the executor calls it (CudnnConv: forward, backward-data,
 // backward-filter) against the float64 reference, in every precision and both layouts, over
 // shapes with padding, stride 2, 1x1 kernels, no padding and odd sizes. The inputs are rounded to
 // the precision first, so what is left is the accumulation and the output's rounding, measured
 // against the sum of the products' magnitudes (the reference run on |x|, |w|, |dy|): fp32 2e-5
 // (cuDNN may pick Winograd or FFT), tf32 5e-3 (its inputs keep 10 mantissa bits), fp16 2e-3 and
-// bf16 1e-2 (the output's rounding).
+// bf16 1e-2 (the output's rounding). In NHWC the filters are [K, R, S, C]: the same move as the
+// activations', with K for N.
 TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
   using ref::Vec;
   REQUIRE_GPU();
@@ -644,15 +632,15 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
       {2, 3, 9, 7, 5, 3, 1, 1}, {2, 8, 8, 8, 16, 3, 2, 1}, {3, 6, 5, 5, 4, 1, 1, 0}, {2, 16, 6, 6, 8, 3, 1, 0}};
   for (const cuda::ConvShape& s : shapes)
     for (cuda::Precision p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16, cuda::Precision::fp16})
-      for (bool nhwc : {false, true}) {
+      for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
         SCOPED_TRACE(fmt::format("{}x{}x{}x{} to {} channels, kernel {} stride {} padding {}, {} {}", s.n, s.c, s.h, s.w, s.k, s.r,
-                                 s.stride, s.pad, cuda::to_string(p), nhwc ? "nhwc" : "nchw"));
+                                 s.stride, s.pad, cuda::to_string(p), cuda::to_string(layout)));
         const bool half = p == cuda::Precision::bf16 || p == cuda::Precision::fp16;
         const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : p == cuda::Precision::fp16 ? cuda::DType::f16 : cuda::DType::f32;
         const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
         // Device copies in the precision's type and layout; `values` gets what the device holds, in NCHW.
         auto upload = [&](const std::vector<float>& v, const Dims& d, std::vector<float>& values) {
-          const std::vector<float> stored = nhwc ? channels_last(v, d) : v;
+          const std::vector<float> stored = to_layout(v, d, layout);
           auto dev = std::make_unique<Dev<float>>(stored.size());
           if (half) {
             const auto h = to_half(t, stored);
@@ -662,19 +650,19 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
             values = stored;
             EXPECT_EQ(cudaMemcpy(dev->p, stored.data(), stored.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
           }
-          if (nhwc) values = channels_last(values, d, true);
+          values = from_layout(values, d, layout);
           return dev;
         };
         auto download = [&](const Dev<float>& dev, const Dims& d) {
           const std::vector<float> stored = half ? from_device(t, dev.p, size_t(numel(d))) : dev.host();
-          return nhwc ? channels_last(stored, d, true) : stored;
+          return from_layout(stored, d, layout);
         };
         std::vector<float> xs, ws, dys;
         const auto x = upload(randn(size_t(numel(xd)), 61), xd, xs);
         const auto w = upload(randn(size_t(numel(wd)), 62), wd, ws);
         const auto dy = upload(randn(size_t(numel(yd)), 63), yd, dys);
         Dev<float> y(size_t(numel(yd))), dx(size_t(numel(xd))), dw(size_t(numel(wd)));
-        cuda::CudnnConv conv(s, p, nhwc);
+        cuda::CudnnConv conv(s, p, layout == cuda::Layout::nhwc);
         conv.forward(x->p, w->p, y.p, nullptr);
         conv.backward_data(w->p, dy->p, dx.p, nullptr);
         conv.backward_filter(x->p, dy->p, dw.p, nullptr);
