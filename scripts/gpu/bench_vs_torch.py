@@ -13,9 +13,12 @@ Fairness, as the issue states it:
     no augmentation, the last partial batch dropped, evaluation excluded from the timing;
   - data already on the GPU for both: dlperf --data-on-device; PyTorch indexes a normalized
     float tensor held on the GPU;
-  - PyTorch eager with cudnn.benchmark and channels_last for the conv models; fp32 means fp32
-    for both (TF32 off), tf32 turns it on for both, bf16/fp16 use torch.autocast (fp16 with a
-    GradScaler) and dlperf --precision;
+  - PyTorch eager with cudnn.benchmark, in whichever memory format is faster for it: for the conv
+    models each row's first repeat times PyTorch in every format of --torch-layouts (NCHW and
+    channels_last) and the other repeats use the faster, so the peer is never timed in
+    a format that slows it (the row says which it got);
+  - fp32 means fp32 for both (TF32 off), tf32 turns it on for both, bf16/fp16 use torch.autocast
+    (fp16 with a GradScaler) and dlperf --precision;
   - with --compile, also torch.compile(mode="max-autotune") where it runs: compiled once per row
     (autotuning takes minutes), warmed up for an epoch, then timed over --repeats epochs.
 
@@ -34,7 +37,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from bench_vs_pytorch import SpecNet, load_idx  # noqa: E402  (one definition of the network)
+from bench_vs_pytorch import LAYOUTS, SpecNet, fastest_layout, in_layout, load_idx  # noqa: E402  (one definition of each)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -50,18 +53,15 @@ def target_ratio(model, batch):
     return 1.0
 
 
-def torch_run(spec, x, y, batch, lr, precision, device, compiled, timed_epochs=1):
+def torch_run(spec, x, y, batch, lr, precision, device, compiled, timed_epochs=1, layout="nchw"):
     """Images/s of each of `timed_epochs` epochs over (x, y), which are already on `device`, after
-    one warm-up epoch; a list, one figure an epoch."""
+    one warm-up epoch; a list, one figure an epoch. `layout`: nchw or channels_last (the model's
+    and the images' memory format)."""
     torch.manual_seed(0)
     if device == "cuda":  # fp32 means fp32 (PyTorch lets cuDNN use TF32 by default); tf32 allows it in both libraries
         torch.backends.cudnn.allow_tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    model = SpecNet(spec).to(device)
-    convs = any(l["type"] == "conv2d" for l in spec["layers"])
-    if convs and device == "cuda":
-        model = model.to(memory_format=torch.channels_last)
-        x = x.contiguous(memory_format=torch.channels_last)
+    model, x = in_layout(SpecNet(spec).to(device), x, layout)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
     step_model = torch.compile(model, mode="max-autotune") if compiled else model
@@ -137,13 +137,14 @@ def write_results(args, info, images, rows):
         with open(args.markdown, "w") as f:
             f.write(f"Training images/s, second epoch of {images} Fashion-MNIST images, median of {args.repeats}; "
                     + ", ".join(f"{k} {v}" for k, v in info.items()) + ".\n\n")
-            f.write("| model | batch | precision | dlperf img/s | PyTorch eager img/s | ratio | target | met |"
+            f.write("| model | batch | precision | dlperf img/s | PyTorch eager img/s | PyTorch layout | ratio | target | met |"
                     + (" torch.compile img/s | ratio |" if args.compile else "") + "\n")
-            f.write("|---|---:|---|---:|---:|---:|---:|---|" + ("---:|---:|" if args.compile else "") + "\n")
+            f.write("|---|---:|---|---:|---:|---|---:|---:|---|" + ("---:|---:|" if args.compile else "") + "\n")
             for r in rows:
                 a = f"{r['dlperf_images_per_s']:.0f}" if r["dlperf_images_per_s"] else r["note"] or "-"
                 ratio = f"{r['ratio']:.2f}x" if r["ratio"] else "-"
-                line = (f"| {r['model']} | {r['batch']} | {r['precision']} | {a} | {r['torch_images_per_s']:.0f} | {ratio} "
+                line = (f"| {r['model']} | {r['batch']} | {r['precision']} | {a} | {r['torch_images_per_s']:.0f} "
+                        f"| {r['torch_layout']} | {ratio} "
                         f"| {r['target']:.1f}x | {meets(r)} |")
                 if args.compile:
                     c = r["torch_compile_images_per_s"]
@@ -187,6 +188,8 @@ def main():
     ap.add_argument("--lr", type=float, default=0.01)
     ap.add_argument("--compile", action="store_true", help="also time torch.compile(mode='max-autotune')")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--torch-layouts", help="memory formats to try for PyTorch's conv models, the faster kept per row "
+                    f"(default: {','.join(LAYOUTS)})")
     ap.add_argument("--dlperf-arg", action="append", default=[],
                     help="an extra dlperf train argument, repeatable (e.g. --dlperf-arg=--layout --dlperf-arg=nchw)")
     ap.add_argument("--json", help="write the rows here")
@@ -195,6 +198,9 @@ def main():
 
     if args.device == "cuda":
         torch.backends.cudnn.benchmark = True
+    layouts = (args.torch_layouts or ",".join(LAYOUTS)).split(",")
+    if any(l not in LAYOUTS for l in layouts):
+        ap.error(f"--torch-layouts: each of {args.torch_layouts} must be one of {', '.join(LAYOUTS)}")
     xs = load_idx(os.path.join(args.data, "train-images-idx3-ubyte.gz"))[:args.images]
     ys = load_idx(os.path.join(args.data, "train-labels-idx1-ubyte.gz"))[:args.images]
     x = torch.from_numpy(xs.astype(np.float32) / 255.0)
@@ -205,7 +211,7 @@ def main():
         info["dlperf_args"] = " ".join(args.dlperf_arg)
     print("dlperf vs PyTorch, training images/s (second epoch of %d images, median of %d): %s\n"
           % (len(x), args.repeats, ", ".join(f"{k} {v}" for k, v in info.items())), flush=True)
-    cols = f"{'model':8} {'batch':>5} {'prec':>4} {'dlperf':>9} {'torch':>9} {'ratio':>6} {'target':>6} {'met':>3}"
+    cols = f"{'model':8} {'batch':>5} {'prec':>4} {'dlperf':>9} {'torch':>9} {'layout':>13} {'ratio':>6} {'target':>6} {'met':>3}"
     if args.compile:
         cols += f" {'compiled':>9} {'ratio':>6}"
     print(cols + "  note\n" + "-" * (len(cols) + 6), flush=True)
@@ -216,12 +222,8 @@ def main():
         for precision in args.precisions.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 ours, theirs, compiled, note = [], [], [], ""
-                if args.compile:  # compiled once (max-autotune takes minutes), then timed over --repeats epochs
-                    try:
-                        compiled = torch_run(spec, x, y, batch, args.lr, precision, args.device, True, args.repeats)
-                    except Exception as e:  # noqa: BLE001  (compile fails on some set-ups; say so)
-                        note = f"torch.compile failed: {type(e).__name__}"
-                for _ in range(args.repeats):
+                layout, tried = "nchw", {}
+                for rep in range(args.repeats):
                     r, extra = dlperf_run(args.dlperf, args.data, model, batch, len(x), args.lr, precision, args.device,
                                           args.dlperf_arg)
                     if r is None:
@@ -230,18 +232,31 @@ def main():
                         ours.append(r)
                         if isinstance(extra, dict) and extra and not extra.get("cuda_graph", True):
                             note = "eager steps: " + extra.get("why_not_graph", "")
-                    theirs += torch_run(spec, x, y, batch, args.lr, precision, args.device, False)
+                    if rep == 0:
+                        layout, rates, tried = fastest_layout(
+                            spec, layouts, lambda l: torch_run(spec, x, y, batch, args.lr, precision, args.device, False,
+                                                               layout=l))
+                        theirs += rates
+                    else:
+                        theirs += torch_run(spec, x, y, batch, args.lr, precision, args.device, False, layout=layout)
+                if args.compile:  # compiled once (max-autotune takes minutes), then timed over --repeats epochs
+                    try:
+                        compiled = torch_run(spec, x, y, batch, args.lr, precision, args.device, True, args.repeats,
+                                             layout=layout)
+                    except Exception as e:  # noqa: BLE001  (compile fails on some set-ups; say so)
+                        note = f"torch.compile failed: {type(e).__name__}"
                 a = statistics.median(ours) if ours else None
                 b = statistics.median(theirs)
                 c = statistics.median(compiled) if compiled else None
                 row = {"model": model, "batch": batch, "precision": precision, "dlperf_images_per_s": a,
-                       "torch_images_per_s": b, "ratio": a / b if a else None, "target": target_ratio(model, batch),
+                       "torch_images_per_s": b, "torch_layout": layout, "torch_layouts_tried": tried,
+                       "ratio": a / b if a else None, "target": target_ratio(model, batch),
                        "torch_compile_images_per_s": c, "ratio_vs_compile": a / c if a and c else None,
                        "dlperf_runs": ours, "torch_runs": theirs, "compile_runs": compiled, "note": note}
                 rows.append(row)
                 fa = f"{a:9.0f}" if a else f"{'-':>9}"
                 fr = f"{a / b:5.2f}x" if a else f"{'-':>6}"
-                line = f"{model:8} {batch:5d} {precision:>4} {fa} {b:9.0f} {fr} {row['target']:5.1f}x {meets(row):>3}"
+                line = f"{model:8} {batch:5d} {precision:>4} {fa} {b:9.0f} {layout:>13} {fr} {row['target']:5.1f}x {meets(row):>3}"
                 if args.compile:
                     line += f" {c:9.0f} {a / c:5.2f}x" if a and c else f" {'-':>9} {'-':>6}"
                 print(line + ("  " + note if note else ""), flush=True)
