@@ -186,9 +186,33 @@ INSTANTIATE_TEST_SUITE_P(Kinds, PoolTest,
                                            PoolCase{OpKind::maxpool2d, {2, 16, 8, 8}, 2, 2, 0, cpu::tag::nChw8c},
                                            PoolCase{OpKind::maxpool2d, {2, 5, 9, 9}, 3, 3, 1, cpu::tag::nhwc},
                                            PoolCase{OpKind::maxpool2d, {3, 32, 6, 6}, 2, 2, 0, cpu::tag::nhwc},
+                                           // 2x2 at stride 2 (its own code): odd sizes leave a row
+                                           // and a column in no window; 10 channels pad a block
+                                           PoolCase{OpKind::maxpool2d, {2, 16, 7, 9}, 2, 2, 0, cpu::tag::nChw8c},
+                                           PoolCase{OpKind::maxpool2d, {2, 10, 8, 6}, 2, 2, 0, cpu::tag::nChw8c},
+                                           PoolCase{OpKind::maxpool2d, {2, 16, 9, 7}, 2, 2, 0, cpu::tag::nhwc},
                                            PoolCase{OpKind::avgpool2d, {2, 3, 8, 8}, 2, 2, 0},
                                            PoolCase{OpKind::avgpool2d, {1, 9, 7, 7}, 3, 2, 1},
                                            PoolCase{OpKind::global_avgpool, {2, 12, 5, 5}, 0, 1, 0}));
+
+// After a relu, windows of zeros are common: a tie's gradient goes to the first maximum in
+// scan order, as PyTorch's does (and the reference's). Inputs of only 0 and 1 tie everywhere.
+TEST(PoolTest, MaxPoolTiesGoToTheFirstMax) {
+  const std::vector<PoolCase> cases = {{OpKind::maxpool2d, {2, 16, 7, 9}, 2, 2, 0, cpu::tag::nChw8c},
+                                       {OpKind::maxpool2d, {2, 16, 8, 6}, 2, 2, 0, cpu::tag::nhwc},
+                                       {OpKind::maxpool2d, {2, 10, 7, 7}, 3, 2, 1, cpu::tag::nChw8c},
+                                       {OpKind::maxpool2d, {2, 5, 9, 9}, 3, 3, 1, cpu::tag::nhwc}};
+  for (const PoolCase& c : cases) {
+    OpAttrs a;
+    a.kernel = c.k, a.stride = c.s, a.padding = c.p;
+    const Dims yd = ops::infer_shape(c.kind, a, {c.x});
+    Vec x = random_vec(size_t(numel(c.x)), 63), dy = random_vec(size_t(numel(yd)), 64);
+    for (double& v : x) v = v > 0.3 ? 1 : 0;
+    auto r = run_cpu(c.kind, a, {c.x}, {x}, {}, dy, true, false, true, c.layout);
+    EXPECT_LT(rel_err(r.y, ref::maxpool_forward(x, c.x, a)), kF32Tol) << c.x[1] << " channels, kernel " << c.k;
+    EXPECT_LT(rel_err(r.dx[0], ref::maxpool_backward(x, c.x, a, dy)), kF32Tol) << c.x[1] << " channels, kernel " << c.k;
+  }
+}
 
 TEST(RefGradients, PoolingFiniteDifferences) {
   const Dims xd = {1, 2, 5, 5};

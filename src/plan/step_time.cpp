@@ -122,10 +122,13 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         lt.forward_s = memory_pass(n.cost.forward.bytes, 1);
         lt.backward_s = memory_pass(n.cost.backward_data.bytes, 1);
         break;
-      case ops::OpKind::maxpool2d:
-        lt.forward_s = memory_pass(n.cost.forward.bytes, m.maxpool_efficiency);
-        lt.backward_s = memory_pass(n.cost.backward_data.bytes, m.maxpool_backward_efficiency);
+      case ops::OpKind::maxpool2d: {
+        const bool two_by_two = n.attrs.kernel == 2 && n.attrs.stride == 2 && n.attrs.padding == 0;
+        lt.forward_s = memory_pass(n.cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency);
+        lt.backward_s = memory_pass(n.cost.backward_data.bytes,
+                                    two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency);
         break;
+      }
       case ops::OpKind::dropout: {
         const double elems = double(numel(n.out_dims));
         lt.forward_s = elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(n.cost.forward.bytes, 1);
