@@ -229,6 +229,15 @@ void max_backward_plane(const float* __restrict dy, float* __restrict dx, const 
     }
 }
 
+// Runs plane(n, b) for every (image, channel block) plane, in parallel. Only whole planes go to
+// threads: in backward, overlapping windows of one plane add into the same input element.
+template <class Plane>
+void each_plane(int64_t images, int64_t blocks, Plane plane) {
+  const int64_t planes = images * blocks;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < planes; ++i) plane(i / blocks, i % blocks);
+}
+
 class MaxPool final : public Op {
  public:
   MaxPool(const md& src, const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in) : src_(src), n_(x[0]) {
@@ -249,16 +258,11 @@ class MaxPool final : public Op {
     float* y = static_cast<float*>(out.get_data_handle());
     const PoolGeometry g = g_;
     uint8_t* am = static_cast<uint8_t*>(argmax_->data());
-    const int64_t blocks = g.in.blocks, planes = n_ * blocks;
 #ifdef __AVX2__
-    if (is_2x2_stride_2(g)) {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < planes; ++i) max_forward_plane_2x2(x, y, am, g, i / blocks, i % blocks);
-      return;
-    }
+    if (is_2x2_stride_2(g))
+      return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2(x, y, am, g, n, b); });
 #endif
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < planes; ++i) max_forward_plane(x, y, am, g, i / blocks, i % blocks);
+    each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane(x, y, am, g, n, b); });
   }
 
   void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
@@ -268,18 +272,11 @@ class MaxPool final : public Op {
     const PoolGeometry g = g_;
     const uint8_t* am = static_cast<const uint8_t*>(argmax_->data());
     const int64_t* off = offset_.data();
-    const int64_t blocks = g.in.blocks, planes = n_ * blocks;
-    // Parallel over (image, channel block) planes only: overlapping windows of one plane add
-    // into the same input element.
 #ifdef __AVX2__
-    if (is_2x2_stride_2(g)) {
-#pragma omp parallel for schedule(static)
-      for (int64_t i = 0; i < planes; ++i) max_backward_plane_2x2(dy, dx, am, g, i / blocks, i % blocks);
-      return;
-    }
+    if (is_2x2_stride_2(g))
+      return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2(dy, dx, am, g, n, b); });
 #endif
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < planes; ++i) max_backward_plane(dy, dx, am, off, g, i / blocks, i % blocks);
+    each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane(dy, dx, am, off, g, n, b); });
   }
 
  private:
