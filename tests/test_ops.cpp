@@ -160,13 +160,24 @@ struct PoolCase {
 
 class PoolTest : public ::testing::TestWithParam<PoolCase> {};
 
+// The CPU engine's pooling of `x` (random when empty) and the gradient of a random dy.
+struct PoolRun {
+  OpAttrs a;
+  Vec x, dy;
+  CpuRun r;
+};
+PoolRun run_pool(const PoolCase& c, Vec x = {}) {
+  PoolRun p;
+  p.a.kernel = c.k, p.a.stride = c.s, p.a.padding = c.p;
+  p.x = x.empty() ? random_vec(size_t(numel(c.x)), 61) : std::move(x);
+  p.dy = random_vec(size_t(numel(ops::infer_shape(c.kind, p.a, {c.x}))), 62);
+  p.r = run_cpu(c.kind, p.a, {c.x}, {p.x}, {}, p.dy, true, false, true, c.layout);
+  return p;
+}
+
 TEST_P(PoolTest, MatchesReference) {
   const auto& c = GetParam();
-  OpAttrs a;
-  a.kernel = c.k, a.stride = c.s, a.padding = c.p;
-  const Dims yd = ops::infer_shape(c.kind, a, {c.x});
-  Vec x = random_vec(size_t(numel(c.x)), 61), dy = random_vec(size_t(numel(yd)), 62);
-  auto r = run_cpu(c.kind, a, {c.x}, {x}, {}, dy, true, false, true, c.layout);
+  const auto [a, x, dy, r] = run_pool(c);
   Vec y, dx;
   if (c.kind == OpKind::maxpool2d) {
     y = ref::maxpool_forward(x, c.x, a), dx = ref::maxpool_backward(x, c.x, a, dy);
@@ -203,12 +214,9 @@ TEST(PoolTest, MaxPoolTiesGoToTheFirstMax) {
                                        {OpKind::maxpool2d, {2, 10, 7, 7}, 3, 2, 1, cpu::tag::nChw8c},
                                        {OpKind::maxpool2d, {2, 5, 9, 9}, 3, 3, 1, cpu::tag::nhwc}};
   for (const PoolCase& c : cases) {
-    OpAttrs a;
-    a.kernel = c.k, a.stride = c.s, a.padding = c.p;
-    const Dims yd = ops::infer_shape(c.kind, a, {c.x});
-    Vec x = random_vec(size_t(numel(c.x)), 63), dy = random_vec(size_t(numel(yd)), 64);
-    for (double& v : x) v = v > 0.3 ? 1 : 0;
-    auto r = run_cpu(c.kind, a, {c.x}, {x}, {}, dy, true, false, true, c.layout);
+    Vec ties = random_vec(size_t(numel(c.x)), 63);
+    for (double& v : ties) v = v > 0.3 ? 1 : 0;
+    const auto [a, x, dy, r] = run_pool(c, ties);
     EXPECT_LT(rel_err(r.y, ref::maxpool_forward(x, c.x, a)), kF32Tol) << c.x[1] << " channels, kernel " << c.k;
     EXPECT_LT(rel_err(r.dx[0], ref::maxpool_backward(x, c.x, a, dy)), kF32Tol) << c.x[1] << " channels, kernel " << c.k;
   }

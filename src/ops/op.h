@@ -82,4 +82,8 @@ inline int64_t window_out(int64_t in, int64_t kernel, int64_t stride, int64_t pa
   return (in + 2 * pad - kernel) / stride + 1;
 }
 
+/// A pooling of 2x2 windows at stride 2 without padding (every preset's): windows that never
+/// overlap, which the CPU engine's max pooling has code of its own for (and the plan its figures).
+inline bool pools_2x2_stride_2(const OpAttrs& a) { return a.kernel == 2 && a.stride == 2 && a.padding == 0; }
+
 }  // namespace dlperf::ops

@@ -123,7 +123,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         lt.backward_s = memory_pass(n.cost.backward_data.bytes, 1);
         break;
       case ops::OpKind::maxpool2d: {
-        const bool two_by_two = n.attrs.kernel == 2 && n.attrs.stride == 2 && n.attrs.padding == 0;
+        const bool two_by_two = ops::pools_2x2_stride_2(n.attrs);
         lt.forward_s = memory_pass(n.cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency);
         lt.backward_s = memory_pass(n.cost.backward_data.bytes,
                                     two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency);

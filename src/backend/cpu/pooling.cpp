@@ -153,8 +153,6 @@ void max_forward_plane(const float* __restrict x, float* __restrict y, uint8_t* 
 // or 0) instead of zeroing the plane and adding into it. Measured on small at batch 256 (the
 // profile's pool rows): see docs/benchmarks.md.
 #ifdef __AVX2__
-bool is_2x2_stride_2(const PoolGeometry& g) { return g.k == 2 && g.s == 2 && g.pad == 0 && g.in.V % 8 == 0; }
-
 // 8 window positions as 8 bytes at `out`.
 inline void store_positions(__m256 pos, uint8_t* out) {
   const __m256i i = _mm256_cvttps_epi32(pos);
@@ -197,6 +195,7 @@ void max_backward_plane_2x2(const float* __restrict dy, float* __restrict dx, co
   for (int64_t w = 2 * g.Q; w < g.W; ++w)
     for (int64_t h = 0; h < 2 * g.P; ++h) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(float));
   const __m256 zero = _mm256_setzero_ps();
+  const int64_t where[4] = {0, g.in.sw, g.in.sh, g.in.sh + g.in.sw};  // window positions 0 1 / 2 3
   for (int64_t p = 0; p < g.P; ++p)
     for (int64_t q = 0; q < g.Q; ++q) {
       const int64_t o = n * g.out.sn + b * g.out.sb + p * g.out.sh + q * g.out.sw;
@@ -205,7 +204,6 @@ void max_backward_plane_2x2(const float* __restrict dy, float* __restrict dx, co
         const __m256 d = _mm256_loadu_ps(dy + o + v);
         const __m256i at = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(argmax + o + v)));
         float* c = corner + v;
-        const int64_t where[4] = {0, g.in.sw, g.in.sh, g.in.sh + g.in.sw};
         for (int k = 0; k < 4; ++k) {
           const __m256 here = _mm256_castsi256_ps(_mm256_cmpeq_epi32(at, _mm256_set1_epi32(k)));
           _mm256_storeu_ps(c + where[k], _mm256_blendv_ps(zero, d, here));
@@ -245,6 +243,9 @@ class MaxPool final : public Op {
                     ops::window_out(x[3], a.kernel, a.stride, a.padding)};
     dst_ = md(to_dnnl(y), dt::f32, in.V == 8 && in.sb != 0 ? tag::nChw8c : tag::nhwc);
     g_ = {x[2], x[3], y[2], y[3], a.kernel, a.stride, a.padding, in, {}};
+#ifdef __AVX2__
+    two_by_two_ = ops::pools_2x2_stride_2(a) && in.V % 8 == 0;  // its code takes whole vectors of 8 channels
+#endif
     ChannelVectors::of(dst_, y, g_.out);
     argmax_ = make_buffer(dst_.get_size() / sizeof(float), MemCategory::activations);
     for (int64_t r = 0; r < a.kernel; ++r)
@@ -259,7 +260,7 @@ class MaxPool final : public Op {
     const PoolGeometry g = g_;
     uint8_t* am = static_cast<uint8_t*>(argmax_->data());
 #ifdef __AVX2__
-    if (is_2x2_stride_2(g))
+    if (two_by_two_)
       return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2(x, y, am, g, n, b); });
 #endif
     each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane(x, y, am, g, n, b); });
@@ -273,7 +274,7 @@ class MaxPool final : public Op {
     const uint8_t* am = static_cast<const uint8_t*>(argmax_->data());
     const int64_t* off = offset_.data();
 #ifdef __AVX2__
-    if (is_2x2_stride_2(g))
+    if (two_by_two_)
       return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2(dy, dx, am, g, n, b); });
 #endif
     each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane(dy, dx, am, off, g, n, b); });
@@ -283,6 +284,7 @@ class MaxPool final : public Op {
   md src_, dst_;
   int64_t n_;
   PoolGeometry g_;
+  bool two_by_two_ = false;  // the 2x2, stride 2 code runs (AVX2 builds)
   BufferPtr argmax_;  // kept for backward: counted as activations
   std::vector<int64_t> offset_;
 };
