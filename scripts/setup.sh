@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ocl-icd-opencl-dev: Debian's oneDNN is built with an OpenCL GPU runtime, so its CMake config
+# (find_package(dnnl)) requires OpenCL's headers and loader; apt only recommends them, and we
+# install without recommends.
 packages=(build-essential cmake ninja-build pkg-config
-          libdnnl-dev libfmt-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev
+          libdnnl-dev ocl-icd-opencl-dev libfmt-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev
           dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libboost-context-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -7,7 +7,10 @@ cd "$(dirname "$0")/../.."
 mkdir -p .deb
 cd .deb
 rm -rf root  # unpacked on the GPU machine; carried, it would push the call past the 64 MiB it may send
-apt-get download libdnnl-dev libdnnl2 libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev 2>&1 |
+# The OpenCL packages: Debian's oneDNN is built with an OpenCL GPU runtime, so libdnnl.so.2 needs
+# libOpenCL.so.1 to load and its CMake config needs OpenCL's headers; the CUDA image has neither.
+apt-get download libdnnl-dev libdnnl2 libfmt-dev libfmt9 nlohmann-json3-dev libcli11-dev libgtest-dev zlib1g-dev \
+    ocl-icd-libopencl1 ocl-icd-opencl-dev opencl-c-headers opencl-clhpp-headers 2>&1 |
   grep -v "unsandboxed" || true
 ls -la
 # Fashion-MNIST (Debian's copy, 30 MB) for the GPU benchmarks: --data .deb/fashion-mnist there.
