@@ -17,6 +17,10 @@ if [ -L "$lib/libz.so" ] && [ ! -e "$lib/libz.so" ]; then
     if [ -e "$z" ]; then ln -sf "$z" "$lib/libz.so"; break; fi
   done
 fi
+# The build runs the test binary (gtest's test discovery), and libdnnl.so.2 finds its own
+# dependency libOpenCL.so.1 only through the library path: the executables' run path serves only
+# the libraries they name themselves.
+export LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
 arch=${CUDA_ARCH:-native}
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DCMAKE_PREFIX_PATH="$root/usr;$lib/cmake" -DCMAKE_INCLUDE_PATH="$root/usr/include" -DCMAKE_LIBRARY_PATH="$lib"
