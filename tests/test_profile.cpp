@@ -152,13 +152,16 @@ TEST(Profile, GoldenRowsOfATinyModel) {
   }
   const std::set<std::pair<std::string, std::string>> expected = {
       {"(step: loop overhead)", "step"}, {"data wait", "data"},     {"input copy", "copy"},
-      {"conv", "forward"},               {"conv", "backward"},      {"conv", "backward-weight"}, {"conv", "copy"},
+      {"conv", "forward"},               {"conv", "backward"},      {"conv", "backward-weight"},
       {"bn+relu", "forward"},            {"bn+relu", "backward"},   {"bn+relu", "backward-data"},
       {"flat", "forward"},               {"flat", "backward"},      {"flat", "copy"},
       {"fc", "forward"},                 {"fc", "backward"},        {"fc", "backward-data"},
       {"fc", "backward-weight"},         {"loss", "loss"},          {"optimizer", "optimizer"}};
+  // The weights' reorder between the layouts forward and backward-weights want: oneDNN picks
+  // them per ISA (two layouts with AVX2, one with AVX-512 for this conv).
+  const std::pair<std::string, std::string> maybe = {"conv", "copy"};
   for (const auto& e : expected) EXPECT_TRUE(rows.count(e)) << e.first << " " << e.second;
-  for (const auto& r2 : rows) EXPECT_TRUE(expected.count(r2)) << "unexpected row " << r2.first << " " << r2.second;
+  for (const auto& r2 : rows) EXPECT_TRUE(expected.count(r2) || r2 == maybe) << "unexpected row " << r2.first << " " << r2.second;
 }
 
 TEST(Profile, NothingIsRecordedWithProfilingOffAndBadWindowsAreRefused) {
