@@ -57,8 +57,10 @@ std::vector<std::string> device(const Experiment& e) {
   std::vector<std::string> out;
   const auto rows = e.measured();
   std::vector<std::string> workloads;
-  for (const auto& r : e.rows)
-    if (std::find(workloads.begin(), workloads.end(), r["workload"]) == workloads.end()) workloads.push_back(r["workload"]);
+  for (const auto& r : e.rows) {
+    const auto w = r["workload"].get<std::string>();
+    if (std::find(workloads.begin(), workloads.end(), w) == workloads.end()) workloads.push_back(w);
+  }
   bool any_gpu = false;
   for (const auto& w : workloads) {
     auto cpu = find(rows, [&](const json& r) { return r["workload"] == w && r["device"] == "cpu"; });
