@@ -73,6 +73,17 @@ TEST(Bench, Bf16PeakRunsOrSaysWhyNot) {
   EXPECT_GT(r.gflops.median, 1.0);
 }
 
+// The counted peak and the implied clock use the FMA units' width, not the ISA's: Zen 4 runs
+// AVX-512 on 256-bit units (its measured peak is the AVX2 one), Zen 5 and Intel on 512-bit ones.
+TEST(Bench, FmaDatapathFollowsTheCore) {
+  EXPECT_EQ(hw::fma_datapath_lanes("AuthenticAMD", 0x19, true, true), 8);    // Zen 4 (EPYC 9004)
+  EXPECT_EQ(hw::fma_datapath_lanes("AuthenticAMD", 0x1A, true, true), 16);   // Zen 5
+  EXPECT_EQ(hw::fma_datapath_lanes("AuthenticAMD", 0x17, false, true), 8);   // Zen 2, AVX2
+  EXPECT_EQ(hw::fma_datapath_lanes("GenuineIntel", 6, true, true), 16);
+  EXPECT_EQ(hw::fma_datapath_lanes("GenuineIntel", 6, false, true), 8);
+  EXPECT_EQ(hw::fma_datapath_lanes("GenuineIntel", 6, false, false), 4);
+}
+
 }  // namespace
 }  // namespace dlperf::test
 

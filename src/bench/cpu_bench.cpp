@@ -161,7 +161,10 @@ FlopsResult fma_peak(const Options& o) {
   }
   r.gflops = spread_of(gflops);
   r.per_core_gflops = r.gflops.median / r.threads;
-  r.implied_ghz = kLanes > 1 ? r.per_core_gflops / (2.0 * kLanes * 2) : 0;
+  // The clock at which the FMA units would give this: lanes as the instructions used count them,
+  // or as the units compute them where they are narrower (Zen 4's AVX-512).
+  const hw::CpuInfo cpu = hw::cpu_info();
+  r.implied_ghz = kLanes > 1 ? r.per_core_gflops / (double(cpu.fma_units) * std::min(kLanes, cpu.lanes_f32) * 2) : 0;
   return r;
 }
 
@@ -213,7 +216,7 @@ FlopsResult bf16_peak(const Options& o, std::string* why_not) {
   }
   r.gflops = spread_of(gflops);
   r.per_core_gflops = r.gflops.median / r.threads;
-  r.implied_ghz = r.per_core_gflops / (2.0 * 16 * 2 * 2);  // 2 units x 16 lanes x 2 products x 2 FLOPs
+  r.implied_ghz = r.per_core_gflops / (double(cpu.fma_units) * cpu.lanes_f32 * 2 * 2);  // units x lanes x 2 products x 2 FLOPs
   return r;
 }
 

@@ -216,6 +216,9 @@ nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
          fmt::format("{:.1f}", r.per_core_gflops), fmt::format("{:.2f} GHz", r.implied_ghz),
          fmt::format("{:.1f} at {:.2f} GHz", counted, cpu.ghz), fmt::format("{:.0f}%", 100 * r.gflops.median / counted)});
   t.print();
+  if (r.gflops.median > 1.05 * counted)
+    std::printf("(above 100%%: the cores ran at about %.2f GHz, faster than the %.2f GHz the OS reports; boost clocks)\n",
+                r.implied_ghz, cpu.ghz);
   auto j = bench::to_json(r);
   j["counted_peak_gflops"] = counted;
   const plan::Catalog catalog = plan::load_catalog();  // the sheet points into it

@@ -23,6 +23,11 @@ std::string read_line(const std::string& path) {
 }
 }  // namespace
 
+int fma_datapath_lanes(const std::string& vendor, int family, bool avx512f, bool avx) {
+  if (avx512f) return vendor == "AuthenticAMD" && family == 0x19 ? 8 : 16;
+  return avx ? 8 : 4;
+}
+
 CpuInfo cpu_info() {
   CpuInfo c;
   cpu_set_t set;
@@ -30,6 +35,8 @@ CpuInfo cpu_info() {
   std::ifstream f("/proc/cpuinfo");
   std::string line;
   double mhz = 0;
+  std::string vendor;
+  int family = 0;
   std::set<std::string> flags;
   while (std::getline(f, line)) {
     auto colon = line.find(':');
@@ -38,6 +45,8 @@ CpuInfo cpu_info() {
     std::string val = colon + 2 <= line.size() ? line.substr(colon + 2) : "";
     if (key == "model name" && c.model.empty()) c.model = val;
     if (key == "cpu MHz" && mhz == 0) mhz = std::atof(val.c_str());
+    if (key == "vendor_id" && vendor.empty()) vendor = val;
+    if (key == "cpu family" && family == 0) family = std::atoi(val.c_str());
     if (key == "flags" && flags.empty()) {
       std::istringstream is(val);
       for (std::string w; is >> w;) flags.insert(w);
@@ -50,7 +59,7 @@ CpuInfo cpu_info() {
   c.avx512f = flags.count("avx512f");
   c.avx512_bf16 = flags.count("avx512_bf16");
   c.amx_bf16 = flags.count("amx_bf16");
-  c.lanes_f32 = c.avx512f ? 16 : (c.avx2 || flags.count("avx")) ? 8 : 4;
+  c.lanes_f32 = fma_datapath_lanes(vendor, family, c.avx512f, c.avx2 || flags.count("avx"));
   if (!c.fma && !c.avx512f) c.fma_units = 1;  // separate add and multiply: count one "FMA"
   c.isa = c.avx512f ? "avx512" : c.avx2 && c.fma ? "avx2+fma" : flags.count("avx") ? "avx" : "sse";
   for (int i = 0; i < 8; ++i) {

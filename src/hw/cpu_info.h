@@ -14,7 +14,7 @@ struct CpuInfo {
   double ghz = 0;       ///< max clock where the OS tells it, else the current one
   bool avx2 = false, fma = false, avx512f = false, avx512_bf16 = false, amx_bf16 = false;
   int fma_units = 2;    ///< per core; 2 on every x86 server core since Haswell / Zen 2
-  int lanes_f32 = 4;    ///< f32 lanes of the widest vector unit used for FMA
+  int lanes_f32 = 4;    ///< f32 lanes of the FMA units' datapath (8 on Zen 4, which runs AVX-512 in two halves)
   std::string isa;      ///< "avx2+fma", "avx512", ...
   std::string caches;   ///< "L1d 32K, L2 512K, L3 32M"
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  ///< one instance of each level
@@ -24,6 +24,10 @@ struct CpuInfo {
 };
 
 CpuInfo cpu_info();
+/// f32 lanes an FMA unit computes per cycle: the widest vector the ISA has, except that AMD's
+/// Zen 4 (family 0x19) executes AVX-512 on 256-bit units. Zen 5 (0x1A) and Intel's AVX-512 cores
+/// have 512-bit units.
+int fma_datapath_lanes(const std::string& vendor, int family, bool avx512f, bool avx);
 nlohmann::json to_json(const CpuInfo& c);
 /// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
 double available_memory_bytes();
