@@ -202,6 +202,10 @@ INSTANTIATE_TEST_SUITE_P(Kinds, PoolTest,
                                            PoolCase{OpKind::maxpool2d, {2, 16, 7, 9}, 2, 2, 0, cpu::tag::nChw8c},
                                            PoolCase{OpKind::maxpool2d, {2, 10, 8, 6}, 2, 2, 0, cpu::tag::nChw8c},
                                            PoolCase{OpKind::maxpool2d, {2, 16, 9, 7}, 2, 2, 0, cpu::tag::nhwc},
+                                           // blocks of 16 (AVX-512 CPUs; oneDNN pools them);
+                                           // 20 channels pad a block
+                                           PoolCase{OpKind::maxpool2d, {2, 20, 7, 9}, 2, 2, 0, cpu::tag::nChw16c},
+                                           PoolCase{OpKind::maxpool2d, {2, 20, 7, 7}, 3, 2, 1, cpu::tag::nChw16c},
                                            PoolCase{OpKind::avgpool2d, {2, 3, 8, 8}, 2, 2, 0},
                                            PoolCase{OpKind::avgpool2d, {1, 9, 7, 7}, 3, 2, 1},
                                            PoolCase{OpKind::global_avgpool, {2, 12, 5, 5}, 0, 1, 0}));
@@ -211,6 +215,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, PoolTest,
 TEST(PoolTest, MaxPoolTiesGoToTheFirstMax) {
   const std::vector<PoolCase> cases = {{OpKind::maxpool2d, {2, 16, 7, 9}, 2, 2, 0, cpu::tag::nChw8c},
                                        {OpKind::maxpool2d, {2, 16, 8, 6}, 2, 2, 0, cpu::tag::nhwc},
+                                       {OpKind::maxpool2d, {2, 20, 7, 9}, 2, 2, 0, cpu::tag::nChw16c},
                                        {OpKind::maxpool2d, {2, 10, 7, 7}, 3, 2, 1, cpu::tag::nChw8c},
                                        {OpKind::maxpool2d, {2, 5, 9, 9}, 3, 3, 1, cpu::tag::nhwc}};
   for (const PoolCase& c : cases) {
