@@ -14,9 +14,14 @@ in both. PyTorch runs in whichever memory format is faster for it: for the conv 
 row's first repeat times it in NCHW and in channels_last (which PyTorch recommends for oneDNN
 on CPUs: up to 1.5x faster here), and the other repeats use the faster (the row says which).
 
+--precisions fp32,bf16 adds bf16 rows where the CPU has AVX512-BF16: dlperf --precision bf16
+against PyTorch's own recipe for it, torch.autocast("cpu", dtype=torch.bfloat16) around the
+forward pass and the loss (fp32 master weights and optimizer in both).
+
 Needs Debian's python3-torch (PyTorch 1.13, CPU) and a built dlperf:
   /usr/bin/python3 scripts/bench_vs_pytorch.py                    # the full table
   /usr/bin/python3 scripts/bench_vs_pytorch.py --models medium --batches 64 --repeats 3
+  /usr/bin/python3 scripts/bench_vs_pytorch.py --models medium --batches 64 --precisions fp32,bf16
 """
 import argparse
 import gzip
@@ -115,7 +120,7 @@ def fastest_layout(spec, layouts, rates_in):
     return best, timed[best], {l: r[0] for l, r in timed.items()}
 
 
-def torch_epoch(spec, x, y, batch, lr, layout="nchw"):
+def torch_epoch(spec, x, y, batch, lr, layout="nchw", precision="fp32"):
     torch.manual_seed(0)
     model, x = in_layout(SpecNet(spec), x, layout)
     model.train()
@@ -126,18 +131,20 @@ def torch_epoch(spec, x, y, batch, lr, layout="nchw"):
     for i in range(0, n, batch):
         idx = perm[i:i + batch]
         xb, yb = x[idx], y[idx]
-        loss = F.cross_entropy(model(xb), yb)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            loss = F.cross_entropy(model(xb), yb)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
     return n / (time.perf_counter() - start)
 
 
-def dlperf_epoch(dlperf, model, batch, limit, threads, lr):
+def dlperf_epoch(dlperf, model, batch, limit, threads, lr, precision="fp32"):
     with tempfile.TemporaryDirectory() as runs:
         cmd = [dlperf, "train", "--model", model, "--batch-size", str(batch), "--epochs", "1", "--no-augment",
                "--workers", "0", "--threads", str(threads), "--lr", str(lr), "--schedule", "constant",
-               "--train-limit", str(limit), "--test-limit", "1000", "--runs-dir", runs, "--no-progress"]
+               "--train-limit", str(limit), "--test-limit", "1000", "--runs-dir", runs, "--no-progress",
+               "--precision", precision]
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         record = json.load(open(os.path.join(runs, os.listdir(runs)[0])))
         return record["epochs"][0]["images_per_s"]
@@ -154,11 +161,17 @@ def main():
     ap.add_argument("--large-limit", type=int, default=10000)
     ap.add_argument("--torch-layouts", default=",".join(LAYOUTS),
                     help="memory formats to try for PyTorch's conv models; the faster is kept per row")
+    ap.add_argument("--precisions", default="fp32", help="fp32 and/or bf16 (bf16 needs AVX512-BF16)")
     ap.add_argument("--json", help="also write the results here")
     args = ap.parse_args()
     layouts = args.torch_layouts.split(",")
     if any(l not in LAYOUTS for l in layouts):
         ap.error(f"--torch-layouts: each of {args.torch_layouts} must be one of {', '.join(LAYOUTS)}")
+    precisions = args.precisions.split(",")
+    if any(p not in ("fp32", "bf16") for p in precisions):
+        ap.error(f"--precisions: each of {args.precisions} must be fp32 or bf16")
+    if "bf16" in precisions and "avx512_bf16" not in open("/proc/cpuinfo").read():
+        ap.error("--precisions bf16: this CPU has no AVX512-BF16, so dlperf refuses bf16 training on it")
 
     torch.set_num_threads(args.threads)
     xs = load_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")
@@ -168,7 +181,7 @@ def main():
     y_all = torch.from_numpy(ys.astype(np.int64))
     print(f"PyTorch {torch.__version__} ({torch.get_num_threads()} threads) vs dlperf, one epoch of Fashion-MNIST, "
           f"median of {args.repeats} run(s)\n", flush=True)
-    header = f"{'model':8} {'batch':>5} {'images':>6} {'dlperf img/s':>12} {'torch img/s':>11} {'torch layout':>13} {'ratio':>6}"
+    header = f"{'model':8} {'batch':>5} {'prec':>4} {'images':>6} {'dlperf img/s':>12} {'torch img/s':>11} {'torch layout':>13} {'ratio':>6}"
     print(header + "\n" + "-" * len(header), flush=True)
     rows = []
     for model in args.models.split(","):
@@ -176,21 +189,22 @@ def main():
                                          check=True, capture_output=True, text=True).stdout)
         limit = args.large_limit if model in ("large", "resnet18") else (args.limit or len(x_all))
         x, y = x_all[:limit], y_all[:limit]
-        for batch in (int(b) for b in args.batches.split(",")):
+        for batch, precision in ((int(b), p) for b in args.batches.split(",") for p in precisions):
             lr = 0.01
             ours, theirs = [], []
             for rep in range(args.repeats):
-                ours.append(dlperf_epoch(args.dlperf, model, batch, limit, args.threads, lr))
+                ours.append(dlperf_epoch(args.dlperf, model, batch, limit, args.threads, lr, precision))
                 if rep == 0:
-                    layout, rates, tried = fastest_layout(spec, layouts, lambda l: [torch_epoch(spec, x, y, batch, lr, l)])
+                    layout, rates, tried = fastest_layout(
+                        spec, layouts, lambda l: [torch_epoch(spec, x, y, batch, lr, l, precision)])
                     theirs += rates
                 else:
-                    theirs.append(torch_epoch(spec, x, y, batch, lr, layout))
+                    theirs.append(torch_epoch(spec, x, y, batch, lr, layout, precision))
             a, b = statistics.median(ours), statistics.median(theirs)
-            rows.append({"model": model, "batch": batch, "images": limit, "dlperf_images_per_s": a,
-                         "torch_images_per_s": b, "torch_layout": layout, "torch_layouts_tried": tried,
-                         "ratio": a / b, "dlperf_runs": ours, "torch_runs": theirs})
-            print(f"{model:8} {batch:5d} {limit:6d} {a:12.0f} {b:11.0f} {layout:>13} {a / b:5.2f}x", flush=True)
+            rows.append({"model": model, "batch": batch, "precision": precision, "images": limit,
+                         "dlperf_images_per_s": a, "torch_images_per_s": b, "torch_layout": layout,
+                         "torch_layouts_tried": tried, "ratio": a / b, "dlperf_runs": ours, "torch_runs": theirs})
+            print(f"{model:8} {batch:5d} {precision:>4} {limit:6d} {a:12.0f} {b:11.0f} {layout:>13} {a / b:5.2f}x", flush=True)
     if args.json:
         json.dump({"torch": torch.__version__, "threads": args.threads, "rows": rows}, open(args.json, "w"), indent=2)
 

@@ -6,9 +6,10 @@
 // needs has a non-reference kernel. Backward-data may want its weights blocked differently from
 // forward; then the weights are reordered for it each step (they are small).
 //
-// bf16 (Compute::bf16, CPUs with AVX512-BF16): the rule of PyTorch's CPU autocast. Each pass reads bf16 copies
-// of the input, the weights and the output gradient and accumulates in fp32; the output, the
-// weight and bias gradients and the master weights stay fp32, and so do the layers around.
+// bf16 (Compute::bf16, CPUs with AVX512-BF16): conv2d is one of the ops PyTorch's CPU autocast
+// runs in bf16. Each pass reads bf16 copies of the input, the weights and the output gradient and
+// accumulates in fp32; the output (which autocast would hand on in bf16), the weight and bias
+// gradients and the master weights stay fp32, and so do the layers around.
 // The master weights are kept in the layout backward-weights writes their gradient in, and the
 // bf16 copy forward reads is refreshed from them every forward pass.
 #include <fmt/format.h>

@@ -4,7 +4,8 @@
 // Built once for one batch size (the training batch); evaluation reuses it and pads a last,
 // partial batch. Where a batchnorm2d feeds only a relu, the relu runs inside the batchnorm.
 // In bf16 (`precision`, on CPUs with AVX512-BF16) convolutions and linear layers compute from
-// bf16 copies, as PyTorch's CPU autocast does; everything else, and what they write, is fp32.
+// bf16 copies (the ops PyTorch's CPU autocast runs in bf16); everything else, and what they
+// write, is fp32 (autocast hands their bf16 outputs on).
 #pragma once
 
 #include <memory>
