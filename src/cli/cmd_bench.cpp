@@ -48,9 +48,10 @@ struct BenchArgs {
   std::vector<std::string> failures;  ///< benchmarks that failed, said again at the end (non-zero exit)
 };
 
-// Runs one GPU benchmark; a failure (a library refusing, wrong results) is printed and recorded
-// in the JSON and `a.failures`, and the other benchmarks still run and are written: on a first
-// run on a new GPU, one refusing part must not lose the rest.
+// Runs one benchmark that is new to the machine it may run on (the GPU ones, the CPU's bf16); a
+// failure (a library refusing, wrong results) is printed and recorded in the JSON and
+// `a.failures`, and the other benchmarks still run and are written: on a first run on a new GPU
+// or CPU, one refusing part must not lose the rest.
 nlohmann::json guarded(BenchArgs& a, const std::string& what, const std::function<nlohmann::json()>& run) {
   try {
     return run();
@@ -207,7 +208,8 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
   return rows;
 }
 
-nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
+nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
+  const bench::Options& o = a.opt;
   const auto r = bench::fma_peak(o);
   std::printf("\nfp32 FMA peak (%s, %d threads, median of %d runs):\n", r.isa.c_str(), r.threads, r.repeats);
   report::Table t({"measured GFLOP/s", "spread", "per core", "implied clock", "counted peak", "measured / counted"});
@@ -232,17 +234,19 @@ nlohmann::json run_flops(const bench::Options& o, const hw::CpuInfo& cpu) {
   } else {
     std::printf("(the hardware catalog has no datasheet for '%s': no %% of spec)\n", cpu.model.c_str());
   }
-  std::string why;
-  const auto b = bench::bf16_peak(o, &why);
-  if (b.isa.empty()) {
-    std::printf("bf16 peak: skipped: %s\n", why.c_str());
-    j["bf16"] = {{"skipped", why}};
-  } else {
+  j["bf16"] = guarded(a, "CPU bf16 peak", [&]() -> nlohmann::json {
+    std::string why;
+    const auto b = bench::bf16_peak(o, &why);
+    if (b.isa.empty()) {
+      std::printf("bf16 peak: skipped: %s\n", why.c_str());
+      return {{"skipped", why}};
+    }
     std::printf("bf16 peak (VDPBF16PS, %d threads, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.2fx the fp32 FMA peak\n", b.threads,
                 b.repeats, b.gflops.median, b.gflops.min, b.gflops.max, b.gflops.median / r.gflops.median);
-    j["bf16"] = bench::to_json(b);
-    j["bf16"]["dtype"] = "bf16";
-  }
+    auto bj = bench::to_json(b);
+    bj["dtype"] = "bf16";
+    return bj;
+  });
   return j;
 }
 
@@ -417,7 +421,7 @@ void add_bench(CLI::App& app, const Command& self) {
     const double profiled = bench::load_ceilings(cpu.model, threads).f32_gflops;
     double peak = profiled > 0 ? profiled : cpu.peak_gflops() * double(threads) / double(cpu.cores);
     if (args->what == "flops" || args->what == "all") {
-      out["flops"] = run_flops(args->opt, cpu);
+      out["flops"] = run_flops(*args, cpu);
       peak = out["flops"]["gflops_median"];
     }
     if (args->what == "gemm" || args->what == "all") out["gemm"] = run_gemm(args->opt, peak);
@@ -472,7 +476,7 @@ void add_bench(CLI::App& app, const Command& self) {
     if (!args->failures.empty()) {
       std::string list;
       for (const auto& f : args->failures) list += "\n  " + f;
-      throw Error(fmt::format("{} GPU benchmark{} failed (the others' results are written):{}", args->failures.size(),
+      throw Error(fmt::format("{} benchmark{} failed (the others' results are written):{}", args->failures.size(),
                               args->failures.size() == 1 ? "" : "s", list),
                   "the messages say what refused; the JSON records each failure under \"failed\"");
     }
