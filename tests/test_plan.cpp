@@ -9,6 +9,7 @@
 #include "plan/against.h"
 #include "plan/catalog.h"
 #include "plan/memory.h"
+#include "plan/step_time.h"
 #include "plan/targets.h"
 #include "plan/transformer.h"
 #include "test_util.h"
@@ -179,6 +180,40 @@ TEST(PlanMemory, EnginePredictionIsWithinFivePercentOfMeasured) {
   std::vector<std::string> skipped;
   EXPECT_TRUE(plan::compare_with_records({(dir.path / "junk.json").string()}, plan::host_ceilings(1), skipped).empty());
   EXPECT_EQ(skipped.size(), 1u);
+}
+
+// Where a batchnorm's pass streams from: L2 when it fits there; past L2, DRAM in the AVX2 fit,
+// and in the AVX-512 fit a share of L3's rate while it fits in L3; DRAM past L3 in both.
+TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6;
+  const json spec = {{"layers", {{{"type", "conv2d"}, {"out_channels", 16}, {"padding", 1}},
+                                 {{"type", "batchnorm2d"}, {"name", "bn"}},
+                                 {{"type", "flatten"}},
+                                 {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const plan::EngineModel avx2 = plan::engine_model("avx2+fma"), avx512 = plan::engine_model("avx512");
+  EXPECT_EQ(avx2.l3_share, 0);
+  EXPECT_GT(avx512.l3_share, 0);
+  for (const int64_t batch : {1, 64, 1024}) {  // 50 KB, 3.2 MB and 51 MB of batchnorm input
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, batch);
+    const nn::Node& bn = g.nodes[1];
+    const double bytes = bn.cost.forward.bytes;
+    for (const plan::EngineModel& m : {avx2, avx512}) {
+      const double gbps = bytes <= c.l2_bytes                          ? c.l2_gbps
+                          : m.l3_share > 0 && bytes <= c.l3_bytes ? std::max(c.l3_gbps * m.l3_share, c.dram_gbps)
+                                                                      : c.dram_gbps;
+      const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
+      EXPECT_NEAR(p.layers[1].forward_s, bytes * m.batchnorm_passes / (gbps * 1e9) + m.call_overhead_s, 1e-12)
+          << "batch " << batch << (m.l3_share > 0 ? " avx512" : " avx2");
+    }
+  }
+  // The ceilings name the ISA, and the plan takes that ISA's model.
+  c.isa = "avx512";
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, 64);
+  EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx512).step_s);
+  c.isa = "avx2+fma";
+  EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).step_s);
 }
 
 // A GPU run record is predicted with the datasheet roofline of the GPU it ran on; a GPU the

@@ -20,6 +20,7 @@ struct CpuCeilings {
   double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
   int threads = 1;
+  std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
   std::string source;
 };
 /// This CPU's ceilings for `threads`: measured (runs/machine-profile.json) or counted. For
@@ -29,8 +30,9 @@ CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
 
 
 /// How close dlperf's CPU engine gets to the roofline, by op kind. Documented, with how each
-/// figure was found, in docs/plan.md; fitted once on `medium` at batch 64 (--layer-times) and
-/// validated on every other run.
+/// figure was found, in docs/plan.md; fitted on `medium` at batch 64 (--layer-times) and
+/// validated on every other run: these defaults on a Zen 3 (AVX2), `engine_model("avx512")`'s
+/// figures on a Zen 4 (AVX-512), whose oneDNN kernels and caches differ.
 struct EngineModel {
   double gemm_efficiency = 0.78;   ///< conv/linear: fraction of the (measured) FMA peak on large shapes
   double short_reduction = 10;     ///< a reduction this long halves it (a 3x3 conv on 1 channel: K = 9)
@@ -44,7 +46,13 @@ struct EngineModel {
   double dropout_ns_per_element = 6;  ///< counter-based RNG for the mask, per element per thread
   double call_overhead_s = 10e-6;  ///< per layer pass: thread fork/join, primitive dispatch
   double step_overhead_s = 50e-6;  ///< per step outside the layers: loader hand-off, loss, bookkeeping
+  /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
+  /// below DRAM's); 0: at DRAM's rate.
+  double l3_share = 0;
 };
+
+/// The fit for a CPU's ISA: "avx512" has its own, everything else the AVX2 one.
+EngineModel engine_model(const std::string& isa);
 
 struct LayerTime {
   std::string name, op;
@@ -59,7 +67,9 @@ struct StepPrediction {
 };
 
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c,
-                            const EngineModel& m = {});
+                            const EngineModel& m);
+/// With the model for the ceilings' ISA.
+StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c);
 
 nlohmann::json to_json(const CpuCeilings& c);
 
