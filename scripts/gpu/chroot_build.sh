@@ -7,7 +7,8 @@
 #
 #   scripts/gpu/chroot_build.sh [SUITE]    # bookworm (Debian 12, GCC 12, CMake 3.25; the default)
 #                                          # or trixie (Debian 13, GCC 14, CMake 3.31)
-# The chroot stays in /tmp/dlperf-chroot-SUITE for the next call (about 1 minute to make).
+# The chroot stays in /tmp/dlperf-chroot-SUITE for the next call (about 1 minute to make); the
+# toolkit is bound in only while the script runs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 suite=${1:-bookworm}
@@ -20,6 +21,8 @@ if [ ! -x "$root/usr/bin/cmake" ]; then
     http://deb.debian.org/debian > "$root.log" 2>&1 || { tail "$root.log"; exit 1; }
 fi
 mkdir -p "$root/usr/local/cuda" "$root/src"
+# Unmounted again on exit: a later `rm -rf` of the chroot must not reach into the real toolkit.
+trap 'umount "$root/usr/local/cuda" "$root/proc" 2>/dev/null || true' EXIT
 mountpoint -q "$root/usr/local/cuda" || mount --bind "$(readlink -f /usr/local/cuda)" "$root/usr/local/cuda"
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
 # The working tree as the device tool sends it: tracked and untracked-but-not-ignored files, and .deb.
