@@ -216,6 +216,38 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).step_s);
 }
 
+// bf16 on the CPU: twice the compute peak (once, however often asked), backward-weights at a
+// share of it, and the conversions around each conv and linear layer as memory passes; so a
+// step takes less than fp32's and more than half of it.
+TEST(PlanStepTime, Bf16OnTheCpuCountsItsConversions) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 200, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6;
+  const plan::CpuCeilings b = plan::with_precision(c, "bf16");
+  EXPECT_EQ(b.peak_gflops, 400);
+  EXPECT_EQ(plan::with_precision(b, "bf16").peak_gflops, 400);
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
+  for (const char* isa : {"avx2+fma", "avx512"}) {
+    const plan::EngineModel m = plan::engine_model(isa);
+    const auto fp32 = plan::predict_step(g, nn::OptimizerConfig{}, c, m), bf16 = plan::predict_step(g, nn::OptimizerConfig{}, b, m);
+    EXPECT_LT(bf16.step_s, fp32.step_s) << isa;
+    EXPECT_GT(bf16.step_s, fp32.step_s / 2) << isa;
+    // The layers that run no conversions take as long in both.
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      if (g.nodes[i].kind != ops::OpKind::conv2d && g.nodes[i].kind != ops::OpKind::linear) {
+        EXPECT_DOUBLE_EQ(bf16.layers[i].forward_s, fp32.layers[i].forward_s) << g.nodes[i].name;
+      }
+    }
+    // Both bf16 figures count: slower conversions or a slower backward-weights pass, a slower step.
+    plan::EngineModel slower = m;
+    slower.bf16_conversion_efficiency /= 2;
+    EXPECT_GT(plan::predict_step(g, nn::OptimizerConfig{}, b, slower).step_s, bf16.step_s) << isa;
+    slower = m;
+    slower.bf16_backward_weight_share /= 2;
+    EXPECT_GT(plan::predict_step(g, nn::OptimizerConfig{}, b, slower).step_s, bf16.step_s) << isa;
+  }
+}
+
 // A GPU run record is predicted with the datasheet roofline of the GPU it ran on; a GPU the
 // catalog lacks is skipped with the reason.
 TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {

@@ -184,7 +184,12 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
 
 
 
-void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
+void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
+  // This CPU's section is dlperf's CPU engine: fp32, or bf16 where the CPU has AVX512-BF16 (as
+  // `dlperf train` would run it); --precision applies to the targets below in any case.
+  const bool cpu_bf16 = a.precision == "bf16" && hw::cpu_info().avx512_bf16;
+  const std::string cpu_precision = cpu_bf16 ? "bf16" : "fp32";
+  const plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
   check(a.batch >= 1, "--batch-size must be at least 1");
@@ -192,12 +197,16 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& c) {
         "lower --batch-size, or give the training set's real size with --dataset-size");
   const nn::ModelSpec spec = nn::load_model(a.model);
   const nn::Graph g = nn::build_graph(spec, parse_chw(a.input), a.classes, a.batch);
-  const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers);
+  const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers, cpu_precision);
   const plan::StepPrediction p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
-  // This CPU's section is dlperf's engine in fp32; --precision applies to the targets below.
-  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader workers, on this CPU (%d threads, fp32)\n\n", g.model.c_str(),
-              a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, omp_get_max_threads());
+  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader workers, on this CPU (%d threads, %s)\n", g.model.c_str(),
+              a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, omp_get_max_threads(), cpu_precision.c_str());
+  if (a.precision != cpu_precision)
+    std::printf("(this CPU's section is fp32: dlperf's CPU engine trains %s only on CPUs with AVX512-BF16 (bf16); "
+                "--precision %s applies to the targets below)\n",
+                a.precision == "bf16" ? "bf16" : "it", a.precision.c_str());
+  std::printf("\n");
   std::printf("parameters        %lld (%s as f32)\n", (long long)g.param_count(), format_bytes(double(g.param_count()) * 4).c_str());
   std::printf("FLOPs per step    %.3g forward + %.3g backward = %.3g\n", g.forward_flops(), g.backward_flops(),
               g.forward_flops() + g.backward_flops());

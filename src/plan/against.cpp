@@ -107,11 +107,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       out.push_back(cmp);
       continue;
     }
-    // A bf16 run's step is predicted with the fp32 ceilings (an upper bound on its time).
     const std::string precision = cfg.value("precision", "fp32");
     if (precision != "fp32") cmp.run += " " + precision;
     cmp.run += tag;
-    cmp.predicted_step_s = predict_step(g, opt, c).step_s;
+    cmp.predicted_step_s = predict_step(g, opt, with_precision(c, precision)).step_s;
     cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0), precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);

@@ -39,10 +39,15 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   if (c.l2_gbps <= 0) c.l2_gbps = 40.0 * threads;
   if (c.l3_gbps <= 0) c.l3_gbps = 25.0 * threads;
   if (c.dram_gbps <= 0) c.dram_gbps = std::min(12.0 * threads, 100.0);
-  if (precision == "bf16") {
+  return with_precision(c, precision);
+}
+
+CpuCeilings with_precision(CpuCeilings c, const std::string& precision) {
+  if (precision == "bf16" && c.precision != "bf16") {
     c.peak_gflops *= 2;
     c.source += "; bf16: twice the fp32 peak (AVX512-BF16 dot products)";
   }
+  c.precision = precision;
   return c;
 }
 
@@ -116,6 +121,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
 
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c, const EngineModel& m) {
   StepPrediction p;
+  const bool bf16 = c.precision == "bf16";
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
@@ -130,8 +136,14 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         const PassTime f = pass_time(n.cost.forward, gemm_efficiency(kf, m), c, m);
         lt.forward_s = f.s;
         lt.bound = f.compute_bound ? "compute" : "memory";
+        const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
         if (has_dx) lt.backward_s += pass_time(n.cost.backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
-        lt.backward_s += pass_time(n.cost.backward_weight, m.backward_share * gemm_efficiency(kw, m), c, m).s;
+        lt.backward_s += pass_time(n.cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m).s;
+        if (bf16) {  // fp32 -> bf16 copies (4 bytes read, 2 written an element) and back
+          const double in = double(numel(n.in_dims[0])), out = double(numel(n.out_dims)), w = double(numel(n.params[0].dims));
+          lt.forward_s += memory_pass(6 * (in + w), m.bf16_conversion_efficiency);
+          lt.backward_s += memory_pass(6 * (out + (has_dx ? in : 0)), m.bf16_conversion_efficiency);
+        }
         break;
       }
       case ops::OpKind::batchnorm2d:

@@ -21,12 +21,15 @@ struct CpuCeilings {
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
   int threads = 1;
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
+  std::string precision = "fp32";  ///< "bf16": convs and linears from bf16 copies (AVX512-BF16)
   std::string source;
 };
 /// This CPU's ceilings for `threads`: measured (runs/machine-profile.json) or counted. For
 /// "bf16" the compute peak is twice fp32's: an AVX512-BF16 dot product does two multiply-adds
 /// per fp32 lane in an FMA's time (AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
+/// `c` (fp32 ceilings) for a run in `precision`: bf16 doubles the compute peak.
+CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
 
 
 /// How close dlperf's CPU engine gets to the roofline, by op kind. Documented, with how each
@@ -49,6 +52,11 @@ struct EngineModel {
   /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
   /// below DRAM's); 0: at DRAM's rate.
   double l3_share = 0;
+  /// bf16 (CPUs with AVX512-BF16): backward-weights passes reach this share of the efficiency
+  /// the others reach against the bf16 peak (oneDNN 2.6's kernel; measured 1.2-1.5x fp32's
+  /// speed where forward ran 2x), and the fp32<->bf16 conversions around each conv and linear
+  /// layer stream at this share of the bandwidth.
+  double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
 };
 
 /// The fit for a CPU's ISA: "avx512" has its own, everything else the AVX2 one.
