@@ -203,9 +203,10 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader workers, on this CPU (%d threads, %s)\n", g.model.c_str(),
               a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, omp_get_max_threads(), cpu_precision.c_str());
   if (a.precision != cpu_precision)
-    std::printf("(this CPU's section is fp32: dlperf's CPU engine trains %s only on CPUs with AVX512-BF16 (bf16); "
-                "--precision %s applies to the targets below)\n",
-                a.precision == "bf16" ? "bf16" : "it", a.precision.c_str());
+    std::printf("(this CPU's section is fp32: %s; --precision %s applies to the targets below)\n",
+                a.precision == "bf16" ? "dlperf's CPU engine needs AVX512-BF16 for bf16, and this CPU has none"
+                                      : "dlperf's CPU engine trains fp32, and bf16 on CPUs with AVX512-BF16",
+                a.precision.c_str());
   std::printf("\n");
   std::printf("parameters        %lld (%s as f32)\n", (long long)g.param_count(), format_bytes(double(g.param_count()) * 4).c_str());
   std::printf("FLOPs per step    %.3g forward + %.3g backward = %.3g\n", g.forward_flops(), g.backward_flops(),
