@@ -216,7 +216,7 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).step_s);
 }
 
-// bf16 on the CPU: twice the compute peak (once, however often asked), backward-weights at a
+// bf16 on the CPU: twice the compute peak (once, however often asked; and back), backward-weights at a
 // share of it, and the conversions around each conv and linear layer as memory passes; so a
 // step takes less than fp32's and more than half of it.
 TEST(PlanStepTime, Bf16OnTheCpuCountsItsConversions) {
@@ -226,6 +226,7 @@ TEST(PlanStepTime, Bf16OnTheCpuCountsItsConversions) {
   const plan::CpuCeilings b = plan::with_precision(c, "bf16");
   EXPECT_EQ(b.peak_gflops, 400);
   EXPECT_EQ(plan::with_precision(b, "bf16").peak_gflops, 400);
+  EXPECT_EQ(plan::with_precision(b, "fp32").peak_gflops, 200);
   const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
   for (const char* isa : {"avx2+fma", "avx512"}) {
     const plan::EngineModel m = plan::engine_model(isa);

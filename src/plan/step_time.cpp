@@ -43,9 +43,13 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
 }
 
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision) {
+  const char* note = "; bf16: twice the fp32 peak (AVX512-BF16 dot products)";
   if (precision == "bf16" && c.precision != "bf16") {
     c.peak_gflops *= 2;
-    c.source += "; bf16: twice the fp32 peak (AVX512-BF16 dot products)";
+    c.source += note;
+  } else if (precision != "bf16" && c.precision == "bf16") {  // back to fp32's ceilings
+    c.peak_gflops /= 2;
+    if (const auto at = c.source.find(note); at != std::string::npos) c.source.erase(at);
   }
   c.precision = precision;
   return c;
