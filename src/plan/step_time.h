@@ -28,7 +28,7 @@ struct CpuCeilings {
 /// "bf16" the compute peak is twice fp32's: an AVX512-BF16 dot product does two multiply-adds
 /// per fp32 lane in an FMA's time (AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
-/// `c` (fp32 ceilings) for a run in `precision`: bf16 doubles the compute peak.
+/// `c` for a run in `precision`: bf16's compute peak is twice fp32's (either way, once).
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
 
 
