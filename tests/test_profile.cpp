@@ -75,6 +75,35 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
   }
 }
 
+// In bf16 and fp16 both engines keep 2-byte activations between layers: the same recorded steps
+// priced in bf16 move half the bytes in every layer row, at the same FLOPs.
+TEST(Profile, HalfPrecisionRowsMoveHalfTheBytes) {
+  TempDir dir;
+  train::train(profiled("medium", dir.path));
+  const auto events = profile::Recorder::get().events();
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
+  const plan::CpuCeilings c = plan::host_ceilings(1);
+  const auto fp32 = profile::build_report(events, g, c, "fp32", "layer");
+  const auto bf16 = profile::build_report(events, g, c, "bf16", "layer");
+  ASSERT_EQ(fp32.rows.size(), bf16.rows.size());
+  int layer_rows = 0;
+  for (size_t i = 0; i < fp32.rows.size(); ++i) {
+    const auto &a = fp32.rows[i], &b = bf16.rows[i];
+    ASSERT_EQ(a.name + a.phase, b.name + b.phase);
+    EXPECT_EQ(a.flops, b.flops) << a.name;
+    if (a.phase == "loss" || a.phase == "optimizer") {  // fp32 logits and master weights either way
+      EXPECT_EQ(a.bytes, b.bytes) << a.name;
+    } else if (a.bytes > 0 && (a.op == "maxpool2d" || a.op == "dropout")) {  // their 1-byte argmax and mask stay
+      EXPECT_GT(b.bytes, a.bytes / 2) << a.name << " " << a.phase;
+      EXPECT_LT(b.bytes, a.bytes) << a.name << " " << a.phase;
+    } else if (a.bytes > 0) {
+      EXPECT_DOUBLE_EQ(b.bytes, a.bytes / 2) << a.name << " " << a.phase;
+      ++layer_rows;
+    }
+  }
+  EXPECT_GT(layer_rows, 10);
+}
+
 // Every X event on a track either ends before the next begins or contains it.
 void expect_nested(const json& trace) {
   std::map<int, std::vector<std::pair<double, double>>> tracks;

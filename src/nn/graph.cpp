@@ -213,9 +213,7 @@ Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64
       throw Error(fmt::format("{}: {} (input {})", where, e.what(), dims_str(n.in_dims[0])), e.hint());
     }
     n.params = ops::param_shapes(n.kind, n.attrs, n.in_dims[0]);
-    n.cost = ops::cost(n.kind, n.attrs, n.in_dims);
-    // Nothing needs the gradient of the model input, so the first layer skips backward-data.
-    if (n.inputs[0] < 0) n.cost.backward_data = {};
+    n.cost = n.cost_at(4);
     index[n.name] = int(i);
     g.nodes.push_back(std::move(n));
   }
@@ -225,6 +223,13 @@ Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64
                     dims_str(out), classes),
         "end the model with a linear layer whose out_features is \"classes\"");
   return g;
+}
+
+ops::OpCost Node::cost_at(double elem_bytes) const {
+  ops::OpCost c = ops::cost(kind, attrs, in_dims, elem_bytes);
+  // Nothing needs the gradient of the model input, so the first layer skips backward-data.
+  if (inputs[0] < 0) c.backward_data = {};
+  return c;
 }
 
 json resolved_json(const ModelSpec& spec, const Graph& g) {

@@ -47,7 +47,10 @@ struct Node {
   std::vector<Dims> in_dims;
   Dims out_dims;
   std::vector<ops::ParamShape> params;
-  ops::OpCost cost;
+  ops::OpCost cost;  ///< cost_at(4): fp32
+  /// The op's cost with `elem_bytes`-byte activations; the first layer has no backward-data
+  /// (nothing needs the gradient of the model input).
+  ops::OpCost cost_at(double elem_bytes) const;
   int64_t param_count() const;
 };
 

@@ -30,10 +30,10 @@ std::vector<int> covered(const nn::Graph& g, int n, bool gpu) {
   return out;
 }
 
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu) {
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, double elem_bytes) {
   ops::PassCost c;
   for (int i : covered(g, n, gpu)) {
-    const ops::OpCost& k = g.nodes[size_t(i)].cost;
+    const ops::OpCost k = g.nodes[size_t(i)].cost_at(elem_bytes);
     const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
     c.flops += x.flops;
     c.bytes += x.bytes;
@@ -51,7 +51,7 @@ struct Costed {
 }  // namespace
 
 Report build_report(const std::vector<Event>& events, const nn::Graph& g, const plan::CpuCeilings& c,
-                    const std::string& group_by) {
+                    const std::string& precision, const std::string& group_by) {
   check(group_by == "layer" || group_by == "op", fmt::format("--group-by {} is not layer or op", group_by));
   Report r;
   r.ceilings = c;
@@ -97,16 +97,19 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (x.e->phase == Phase::backward_data) s.first = true;
       if (x.e->phase == Phase::backward_weight) s.second = true;
     }
+  // Both engines keep activations in bf16 or fp16 between layers in those precisions.
+  const double elem_bytes = precision == "bf16" || precision == "fp16" ? 2 : 4;
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
     const bool gpu = track == kGpuTrack;
-    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu);
+    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, elem_bytes);
     if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
-      k = cost_of(g, e.node, e.phase, gpu);
+      k = cost_of(g, e.node, e.phase, gpu, elem_bytes);
     if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
       const auto s = split[{e.step, e.node}];
-      const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu), bw = cost_of(g, e.node, Phase::backward_weight, gpu);
+      const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, elem_bytes),
+                           bw = cost_of(g, e.node, Phase::backward_weight, gpu, elem_bytes);
       if (!s.first) k.flops += bd.flops, k.bytes += bd.bytes;
       if (!s.second) k.flops += bw.flops, k.bytes += bw.bytes;
     }

@@ -48,9 +48,10 @@ struct Report {
   double flops_per_step = 0;  ///< of the layer rows, from the cost model
 };
 
-/// Builds the report of `events` recorded while training `g`. `group_by` is "layer" or "op".
+/// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
+/// 2-byte activations, which the rows' bytes count). `group_by` is "layer" or "op".
 Report build_report(const std::vector<Event>& events, const nn::Graph& g, const plan::CpuCeilings& c,
-                    const std::string& group_by);
+                    const std::string& precision, const std::string& group_by);
 
 void print_report(const Report& r, size_t max_rows = 40);
 nlohmann::json to_json(const Report& r);

@@ -86,7 +86,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
   check(!events.empty(), "the profile recorded no steps", "lower --profile-skip");
-  profile::Report rep = profile::build_report(events, graph, ceilings, cfg.profile_group);
+  profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group);
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
   if (kernels_per_step > 0) {
     rep.step.launches = double(kernels_per_step);
