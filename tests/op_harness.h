@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <vector>
 
@@ -33,6 +34,21 @@ inline double rel_err(const std::vector<float>& a, const Vec& b) {
   return num / den;
 }
 
+/// x rounded to the nearest bf16 (ties to even), as the engine's conversions round.
+inline Vec round_to_bf16(const Vec& x) {
+  Vec r(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float f = float(x[i]);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    float b;
+    std::memcpy(&b, &u, 4);
+    r[i] = b;
+  }
+  return r;
+}
+
 /// Copies plain values into a memory of layout `layout`.
 inline cpu::Mem to_layout(const cpu::md& layout, const Dims& dims, const Vec& v) {
   cpu::Mem m(layout, MemCategory::workspace);
@@ -46,16 +62,31 @@ struct CpuRun {
   std::vector<float> y;
   std::vector<std::vector<float>> dx;       ///< per input
   std::vector<std::vector<float>> dparams;  ///< per parameter
+  std::vector<cpu::dt> in_types;            ///< the data type the op asked for per input
+  cpu::dt y_type = cpu::dt::undef;          ///< the data type it wrote
+};
+
+/// How run_cpu runs the op.
+struct RunOptions {
+  bool training = true;
+  bool fuse_relu = false;
+  bool want_dx = true;
+  cpu::tag input_layout = cpu::tag::undef;  ///< the producer's layout; undef: plain
+  cpu::dt input_type = cpu::dt::f32;        ///< the producer's data type
+  cpu::Compute compute = cpu::Compute::fp32;
+  bool fp32_output = false;
 };
 
 inline CpuRun run_cpu(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<Dims>& in_dims,
                       const std::vector<Vec>& inputs, const std::vector<Vec>& params, const Vec& dy,
-                      bool training = true, bool fuse_relu = false, bool want_dx = true,
-                      cpu::tag input_layout = cpu::tag::undef, cpu::Compute compute = cpu::Compute::fp32) {
+                      const RunOptions& o = {}) {
+  const bool want_dx = o.want_dx;
   std::vector<cpu::md> mds;
   for (const auto& d : in_dims)
-    mds.push_back(input_layout == cpu::tag::undef ? cpu::plain_md(d) : cpu::md(cpu::to_dnnl(d), cpu::dt::f32, input_layout));
-  auto op = cpu::make_op(kind, a, mds, in_dims, "t", fuse_relu, 7, want_dx, compute);
+    mds.push_back(cpu::with_type(
+        o.input_layout == cpu::tag::undef ? cpu::plain_md(d) : cpu::md(cpu::to_dnnl(d), cpu::dt::f32, o.input_layout), o.input_type));
+  auto op = cpu::make_op(kind, a, mds, in_dims, "t",
+                         {.fuse_relu = o.fuse_relu, .seed = 7, .need_dx = want_dx, .compute = o.compute, .fp32_output = o.fp32_output});
   EXPECT_EQ(op->params().size(), params.size());
   for (size_t i = 0; i < params.size() && i < op->params().size(); ++i) {
     auto& p = *op->params()[i];
@@ -72,9 +103,11 @@ inline CpuRun run_cpu(ops::OpKind kind, const ops::OpAttrs& a, const std::vector
   }
   const Dims y_dims = ops::infer_shape(kind, a, in_dims);
   cpu::Mem y(op->output_md(), MemCategory::workspace);
-  op->forward(xm, y.mem, training);
+  op->forward(xm, y.mem, o.training);
   CpuRun r;
   r.y = cpu::to_plain(op->output_md(), y_dims, y);
+  r.y_type = op->output_md().data_type();
+  for (size_t i = 0; i < inputs.size(); ++i) r.in_types.push_back(op->input_md(int(i)).data_type());
   if (dy.empty()) return r;
   cpu::Mem dym = to_layout(op->output_md(), y_dims, dy);
   op->backward(xm, y.mem, dym.mem, dxm);

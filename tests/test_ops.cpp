@@ -3,6 +3,8 @@
 // r, so dL/dy = r.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "hw/cpu_info.h"
 #include "op_harness.h"
 
@@ -60,7 +62,7 @@ TEST(Conv2dTest, SkipsDataGradientWhenNotNeeded) {
   auto a = conv_attrs(4, 3, 1, 1, true);
   const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
   Vec x = random_vec(72 * 3, 5), w = random_vec(4 * 27, 6), b = random_vec(4, 7), dy = random_vec(size_t(numel(yd)), 8);
-  auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, {w, b}, dy, true, false, /*want_dx=*/false);
+  auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, {w, b}, dy, {.want_dx = false});
   Vec dx, dw, db;
   ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
   EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
@@ -86,7 +88,7 @@ TEST_P(BatchNormTest, TrainingMatchesReference) {
   OpAttrs a;
   Vec x = random_vec(size_t(numel(xd)), 21, -2, 3), g = random_vec(10, 22, 0.5, 1.5), b = random_vec(10, 23);
   Vec dy = random_vec(x.size(), 24);
-  auto r = run_cpu(OpKind::batchnorm2d, a, {xd}, {x}, {g, b}, dy, true, fuse_relu);
+  auto r = run_cpu(OpKind::batchnorm2d, a, {xd}, {x}, {g, b}, dy, {.fuse_relu = fuse_relu});
   Vec mean, var, dx, dg, db;
   Vec y = ref::batchnorm_forward_train(x, xd, g, b, a.eps, mean, var);
   Vec dy_eff = dy;
@@ -171,7 +173,7 @@ PoolRun run_pool(const PoolCase& c, Vec x = {}) {
   p.a.kernel = c.k, p.a.stride = c.s, p.a.padding = c.p;
   p.x = x.empty() ? random_vec(size_t(numel(c.x)), 61) : std::move(x);
   p.dy = random_vec(size_t(numel(ops::infer_shape(c.kind, p.a, {c.x}))), 62);
-  p.r = run_cpu(c.kind, p.a, {c.x}, {p.x}, {}, p.dy, true, false, true, c.layout);
+  p.r = run_cpu(c.kind, p.a, {c.x}, {p.x}, {}, p.dy, {.input_layout = c.layout});
   return p;
 }
 
@@ -269,7 +271,7 @@ void check_conv_copies(cpu::Compute compute) {
     Vec b = a.bias ? random_vec(size_t(a.out_channels), 103) : Vec{}, dy = random_vec(size_t(numel(yd)), 104);
     std::vector<Vec> params{w};
     if (a.bias) params.push_back(b);
-    auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy, true, false, true, cpu::tag::undef, compute);
+    auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy, {.compute = compute});
     Vec dx, dw, db;
     ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
     expect_close(r.y, ref::conv2d_forward(x, xd, w, b, a), compute, "y");
@@ -286,7 +288,7 @@ void check_linear_copies(cpu::Compute compute) {
   OpAttrs a;
   a.out_features = 24;
   Vec x = random_vec(240, 111), w = random_vec(24 * 40, 112), b = random_vec(24, 113), dy = random_vec(6 * 24, 114);
-  auto r = run_cpu(OpKind::linear, a, {xd}, {x}, {w, b}, dy, true, false, true, cpu::tag::undef, compute);
+  auto r = run_cpu(OpKind::linear, a, {xd}, {x}, {w, b}, dy, {.compute = compute});
   Vec dx, dw, db;
   ref::linear_backward(x, xd, w, 24, dy, dx, dw, db);
   expect_close(r.y, ref::linear_forward(x, xd, w, b, 24), compute, "y");
@@ -303,6 +305,90 @@ TEST(CpuBf16, ConvMatchesTheReference) {
 TEST(CpuBf16, LinearMatchesTheReference) {
   if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
   check_linear_copies(cpu::Compute::bf16);
+}
+
+TEST(CpuBf16, LogitsStayFp32) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  const Dims xd = {6, 40};
+  OpAttrs a;
+  a.out_features = 10;
+  const Vec x = random_vec(240, 115), w = random_vec(400, 116), b = random_vec(10, 117), dy = random_vec(60, 118);
+  const auto hidden = run_cpu(OpKind::linear, a, {xd}, {x}, {w, b}, dy, {.compute = cpu::Compute::bf16});
+  const auto logits = run_cpu(OpKind::linear, a, {xd}, {x}, {w, b}, dy, {.compute = cpu::Compute::bf16, .fp32_output = true});
+  EXPECT_EQ(hidden.y_type, cpu::dt::bf16);
+  EXPECT_EQ(logits.y_type, cpu::dt::f32);
+  Vec dx, dw, db;
+  ref::linear_backward(x, xd, w, 10, dy, dx, dw, db);
+  expect_close(logits.y, ref::linear_forward(x, xd, w, b, 10), cpu::Compute::bf16, "y");
+  expect_close(logits.dx[0], dx, cpu::Compute::bf16, "dx");
+  expect_close(logits.dparams[0], dw, cpu::Compute::bf16, "dw");
+  // Rounding the output to bf16 is the only difference between the two.
+  EXPECT_GT(rel_err(hidden.y, Vec(logits.y.begin(), logits.y.end())), 1e-5);
+}
+
+// In a bf16 network the ops between convolutions take and write bf16 (as PyTorch's autocast
+// hands them on), computing in fp32 inside: on bf16 inputs they match float64 to the rounding of
+// what they write. Selection, copies and relu write exactly what they read. Dropout is fp32 code:
+// it asks for fp32 (the network converts) and writes fp32.
+TEST(CpuBf16, OpsBetweenConvolutionsKeepBf16) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  constexpr double kRounded = 1e-2;  // a bf16 step is 2^-8 of a value: 0.4%
+  const cpu::dt bf16 = cpu::dt::bf16;
+  for (cpu::tag layout : {cpu::tag::nChw16c, cpu::tag::undef}) {
+    SCOPED_TRACE(layout == cpu::tag::undef ? "plain" : "nChw16c");
+    const Dims xd = {3, 20, 7, 9};  // 20 channels pad a 16-block
+    const Vec x = round_to_bf16(random_vec(size_t(numel(xd)), 131, -2, 3)), dy = round_to_bf16(random_vec(x.size(), 132));
+    const RunOptions in_bf16{.input_layout = layout, .input_type = bf16};
+    for (bool fuse_relu : {false, true}) {
+      OpAttrs a;
+      const Vec g = random_vec(20, 133, 0.5, 1.5), b = random_vec(20, 134);
+      RunOptions o = in_bf16;
+      o.fuse_relu = fuse_relu;
+      auto r = run_cpu(OpKind::batchnorm2d, a, {xd}, {x}, {g, b}, dy, o);
+      Vec mean, var, dx, dg, db, y = ref::batchnorm_forward_train(x, xd, g, b, a.eps, mean, var), dy_eff = dy;
+      if (fuse_relu) dy_eff = ref::relu_backward(y, dy), y = ref::relu_forward(y);
+      ref::batchnorm_backward(x, xd, g, mean, var, a.eps, dy_eff, dx, dg, db);
+      EXPECT_EQ(r.y_type, bf16);
+      EXPECT_LT(rel_err(r.y, y), kRounded) << "batchnorm, relu fused: " << fuse_relu;
+      EXPECT_LT(rel_err(r.dx[0], dx), kRounded);
+      EXPECT_LT(rel_err(r.dparams[0], dg), kRounded);
+      EXPECT_LT(rel_err(r.dparams[1], db), kRounded);
+    }
+    auto relu = run_cpu(OpKind::relu, {}, {xd}, {x}, {}, dy, in_bf16);
+    EXPECT_EQ(relu.y_type, bf16);
+    EXPECT_LT(rel_err(relu.y, ref::relu_forward(x)), 1e-7);
+    EXPECT_LT(rel_err(relu.dx[0], ref::relu_backward(x, dy)), 1e-7);
+    for (auto [kind, k, s, p] : {std::tuple{OpKind::maxpool2d, 2, 2, 0}, {OpKind::maxpool2d, 3, 2, 1},
+                                 {OpKind::avgpool2d, 3, 2, 1}, {OpKind::global_avgpool, 0, 1, 0}}) {
+      OpAttrs a;
+      a.kernel = k, a.stride = s, a.padding = p;
+      const Vec pdy = round_to_bf16(random_vec(size_t(numel(ops::infer_shape(kind, a, {xd}))), 135));
+      auto r = run_cpu(kind, a, {xd}, {x}, {}, pdy, in_bf16);
+      Vec y, dx;
+      if (kind == OpKind::maxpool2d) y = ref::maxpool_forward(x, xd, a), dx = ref::maxpool_backward(x, xd, a, pdy);
+      else if (kind == OpKind::avgpool2d) y = ref::avgpool_forward(x, xd, a), dx = ref::avgpool_backward(xd, a, pdy);
+      else y = ref::global_avgpool_forward(x, xd), dx = ref::global_avgpool_backward(xd, pdy);
+      const double tol = kind == OpKind::maxpool2d && k == 2 ? 1e-7 : kRounded;  // 3x3 windows overlap: sums
+      EXPECT_EQ(r.y_type, bf16) << ops::to_string(kind);
+      EXPECT_LT(rel_err(r.y, y), kind == OpKind::maxpool2d ? 1e-7 : kRounded) << ops::to_string(kind);
+      EXPECT_LT(rel_err(r.dx[0], dx), tol) << ops::to_string(kind);
+    }
+    const Vec x2 = round_to_bf16(random_vec(x.size(), 136));
+    auto add = run_cpu(OpKind::add, {}, {xd, xd}, {x, x2}, {}, dy, in_bf16);
+    EXPECT_EQ(add.y_type, bf16);
+    EXPECT_LT(rel_err(add.y, ref::add_forward(x, x2)), kRounded);
+    EXPECT_LT(rel_err(add.dx[0], dy), 1e-7);
+    EXPECT_LT(rel_err(add.dx[1], dy), 1e-7);
+    auto flat = run_cpu(OpKind::flatten, {}, {xd}, {x}, {}, dy, in_bf16);
+    EXPECT_EQ(flat.y_type, bf16);
+    EXPECT_LT(rel_err(flat.y, x), 1e-7);
+    EXPECT_LT(rel_err(flat.dx[0], dy), 1e-7);
+    OpAttrs drop;
+    drop.p = 0.25;
+    auto d = run_cpu(OpKind::dropout, drop, {xd}, {x}, {}, dy, in_bf16);
+    EXPECT_EQ(d.in_types[0], cpu::dt::f32);
+    EXPECT_EQ(d.y_type, cpu::dt::f32);
+  }
 }
 
 TEST(CpuF32Copies, ConvAndLinearMatchTheReference) {
@@ -362,7 +448,7 @@ TEST(DropoutTest, ScalesKeptValuesAndDropsAboutP) {
   // Same step, same mask; eval passes values through.
   auto again = run_cpu(OpKind::dropout, a, {xd}, {x}, {}, {});
   EXPECT_EQ(again.y, r.y);
-  auto eval = run_cpu(OpKind::dropout, a, {xd}, {x}, {}, {}, /*training=*/false);
+  auto eval = run_cpu(OpKind::dropout, a, {xd}, {x}, {}, {}, {.training = false});
   EXPECT_LT(rel_err(eval.y, x), 1e-7);
 }
 

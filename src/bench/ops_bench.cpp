@@ -101,7 +101,7 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
                                           n.attrs.stride, n.attrs.padding);
       if (!seen.insert(key).second) continue;  // the same shape again (ResNet blocks repeat)
       const bool first = n.inputs[0] < 0;      // the first layer computes no data gradient
-      auto op = cpu::make_op(n.kind, n.attrs, {cpu::plain_md(n.in_dims[0])}, n.in_dims, n.name, false, 0, !first);
+      auto op = cpu::make_op(n.kind, n.attrs, {cpu::plain_md(n.in_dims[0])}, n.in_dims, n.name, {.need_dx = !first});
       cpu::Mem x(op->input_md(0), MemCategory::workspace), y(op->output_md(), MemCategory::workspace),
           dy(op->output_md(), MemCategory::workspace), dx(op->input_md(0), MemCategory::workspace);
       fill(x, 4), fill(dy, 5);

@@ -5,6 +5,8 @@
 
 #include "backend/cuda/bn_split.h"  // CUDA-free: the GPU batchnorm kernels' workspace
 #include "backend/cuda/layout.h"    // CUDA-free: which layout the GPU executor stores activations in
+#include "backend/cpu/layouts.h"  // oneDNN-free: the weights' padded layouts
+#include "hw/cpu_info.h"
 
 namespace dlperf::plan {
 
@@ -32,11 +34,13 @@ double padded_elems(const Dims& d) {
   return double(d[0]) * double((d[1] + 7) / 8 * 8) * double(d[2] * d[3]);
 }
 
-// Values in the layout of the first conv's output. A conv reading the model's few input
+// Values in the layout of the first conv's output. On AVX2 a conv reading the model's few input
 // channels writes a layout of its own (conv2d.cpp's candidate search); the layers after it keep
-// that layout until the next conv, which wants the blocked one.
+// that layout until the next conv, which wants the blocked one. On AVX-512 oneDNN writes the
+// 16-channel blocks there too (seen with ONEDNN_VERBOSE on a Zen 4), so nothing is reordered.
 std::vector<bool> first_layer_layout(const nn::Graph& g) {
   std::vector<bool> in(g.nodes.size(), false);
+  if (hw::cpu_info().avx512f) return in;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     if (n.kind == ops::OpKind::conv2d) {
@@ -130,6 +134,25 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   return m;
 }
 
+std::vector<double> engine_value_bytes(const nn::Graph& g, const std::string& precision) {
+  std::vector<double> out(g.nodes.size(), 4);
+  if (precision != "bf16") return out;
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    const double in = n.inputs[0] < 0 ? 4 : out[size_t(n.inputs[0])];
+    const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
+    out[i] = i + 1 == g.nodes.size() || n.kind == ops::OpKind::dropout ? 4 : computes ? 2 : in;
+  }
+  return out;
+}
+
+double engine_input_bytes(const nn::Graph& g, size_t i, const std::string& precision) {
+  const nn::Node& n = g.nodes[i];
+  if (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear) return precision == "bf16" ? 2 : 4;
+  if (n.kind == ops::OpKind::dropout || n.inputs[0] < 0) return 4;
+  return engine_value_bytes(g, precision)[size_t(n.inputs[0])];
+}
+
 // The rules mirror backend/cpu/network.cpp and the ops' constructors; keep them in step.
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
   MemoryEstimate m;
@@ -140,15 +163,21 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
   m[MemCategory::gradients] = params * f;
   m[MemCategory::optimizer_state] = params * f * optimizer_states(opt);
 
-  // In bf16 every conv converts its input, so no layout carries over from the first conv.
+  const double low = bf16 ? 2 : f;  // bytes an element conv and linear read and write
+  const std::vector<double> elem = engine_value_bytes(g, precision);
+  // bf16 runs on AVX-512 CPUs only, where nothing carries over from the first conv either.
   const std::vector<bool> first_layer = bf16 ? std::vector<bool>(g.nodes.size(), false) : first_layer_layout(g);
   double act = double(numel(g.input)) * f;  // the network's input buffer
   double workspace = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
+    const int in = n.inputs[0];
+    const double in_elem = in < 0 ? f : elem[size_t(in)];
     if (relu_fused_into_batchnorm(g, i)) continue;  // shares the batchnorm's output
+    const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
+    const double e = elem[i];
     const double out = n.kind == ops::OpKind::flatten || n.out_dims.size() != 4 ? double(numel(n.out_dims)) : padded_elems(n.out_dims);
-    act += 2 * out * f;  // the output and its gradient
+    act += 2 * out * e;  // the output and its gradient
     switch (n.kind) {
       case ops::OpKind::batchnorm2d: {
         const double ch = double(n.out_dims[1]);
@@ -161,23 +190,29 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
       }
       case ops::OpKind::maxpool2d: act += out; break;            // argmax, a byte an output
       case ops::OpKind::dropout: act += out; break;              // the mask, a byte an element
-      case ops::OpKind::conv2d: workspace += double(numel(n.params[0].dims)) * (bf16 ? 2 : f);  // weights reordered for backward-data
+      case ops::OpKind::conv2d: workspace += double(numel(n.params[0].dims)) * low;  // weights reordered for backward-data
         break;
       default: break;
     }
-    // bf16: conv and linear read bf16 copies of their weights, input and output gradient, and
-    // write their input's gradient in bf16 before it is converted back.
-    if (bf16 && (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear)) {
-      m[MemCategory::parameters] += 2 * double(numel(n.params[0].dims));
-      act += 2 * out;
-      act += 2 * padded_elems(n.in_dims[0]) * (n.inputs[0] < 0 ? 1 : 2);
+    const double weights = computes ? double(numel(n.params[0].dims)) : 0;
+    if (n.kind == ops::OpKind::linear) {  // oneDNN's blocked layouts pad the weights
+      const cpu::WeightBytes wb = cpu::linear_weight_bytes(n.in_dims[0], n.attrs.out_features, bf16);
+      const double padding = wb.master - weights * f;
+      m[MemCategory::parameters] += padding + wb.copy;  // and their bf16 copy
+      m[MemCategory::gradients] += padding;
+      m[MemCategory::optimizer_state] += padding * optimizer_states(opt);
     }
+    if (bf16 && n.kind == ops::OpKind::conv2d) m[MemCategory::parameters] += 2 * weights;  // the weights' bf16 copy
+    if (bf16 && computes && e != 2) act += 2 * out;  // the logits' gradient converted to bf16
+    // A layer that wants its input in another type converts it, and its gradient back (a copy of
+    // each; none for the model input's gradient).
+    const double want = engine_input_bytes(g, i, precision);
+    if (want != in_elem) act += padded_elems(n.in_dims[0]) * want * (in < 0 ? 1 : 2);
     // A layer other than conv/linear reading the model input writes its input gradient into a
     // scratch buffer nobody reads.
-    if (n.inputs[0] < 0 && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear)
-      workspace += double(numel(n.in_dims[0])) * f;
+    if (in < 0 && !computes) workspace += double(numel(n.in_dims[0])) * f;
     // A value read by several layers gets a temporary to sum their gradients into.
-    if (g.consumers(int(i)).size() > 1) act += out * f;
+    if (g.consumers(int(i)).size() > 1) act += out * e;
     if (reorders_input(g, i, first_layer)) act += 2 * padded_elems(n.in_dims[0]) * f;  // the input reordered, and its gradient
   }
   m[MemCategory::activations] = act;

@@ -29,9 +29,17 @@ struct MemoryEstimate {
   double operator[](MemCategory c) const { return bytes[size_t(c)]; }
 };
 
-/// dlperf's CPU engine training `g` (at its batch size) with `opt` and `workers` loader threads,
-/// in `precision` fp32 or bf16 (conv2d.cpp's bf16 copies; checked against a run only on a CPU
-/// with AVX512-BF16).
+/// Bytes an element of each node's value (and gradient) in the CPU engine: 4, or in bf16 2 from
+/// the first conv on, except the logits and dropout's output (network.h).
+std::vector<double> engine_value_bytes(const nn::Graph& g, const std::string& precision);
+/// Bytes an element of the input node i computes from: where it differs from its producer's
+/// value, the engine converts the input (and the gradient back).
+double engine_input_bytes(const nn::Graph& g, size_t i, const std::string& precision);
+
+/// dlperf's CPU engine on this CPU (oneDNN picks other layouts on AVX2 and AVX-512) training `g`
+/// (at its batch size) with `opt` and `workers` loader threads, in `precision` fp32 or bf16
+/// (bf16 activations, fp32 master weights and their bf16 copies: network.h; checked against a
+/// run only on a CPU with AVX512-BF16).
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
                              const std::string& precision = "fp32");
 

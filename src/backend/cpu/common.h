@@ -38,10 +38,11 @@ md with_type(const md& m, dt type);
 /// Number of floats a layout occupies, padding included.
 inline size_t floats_in(const md& m) { return m.get_size() / sizeof(float); }
 
-/// What conv2d and linear compute from. fp32: their fp32 inputs and weights as stored. bf16 (CPUs
-/// with AVX512-BF16): bf16 copies of their input, weights and output gradient. f32_copies: the
-/// bf16 path's copies and conversions with f32 copies, so tests run that path on CPUs where oneDNN
-/// has no bf16 (precision "f32-copies", which no command offers).
+/// What conv2d and linear compute from and write. fp32: fp32 inputs and weights as stored. bf16
+/// (CPUs with AVX512-BF16): bf16 inputs, output gradients and copies of the fp32 master weights;
+/// they write bf16 (network.h). f32_copies: the bf16 path's weight copies and conversions with f32
+/// copies, so tests run that path on CPUs where oneDNN has no bf16 (precision "f32-copies", which
+/// no command offers).
 enum class Compute { fp32, bf16, f32_copies };
 inline bool makes_copies(Compute c) { return c != Compute::fp32; }
 inline dt copy_type(Compute c) { return c == Compute::bf16 ? dt::bf16 : dt::f32; }

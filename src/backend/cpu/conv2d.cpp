@@ -7,11 +7,13 @@
 // forward; then the weights are reordered for it each step (they are small).
 //
 // bf16 (Compute::bf16, CPUs with AVX512-BF16): conv2d is one of the ops PyTorch's CPU autocast
-// runs in bf16. Each pass reads bf16 copies of the input, the weights and the output gradient and
-// accumulates in fp32; the output (which autocast would hand on in bf16), the weight and bias
-// gradients and the master weights stay fp32, and so do the layers around.
-// The master weights are kept in the layout backward-weights writes their gradient in, and the
-// bf16 copy forward reads is refreshed from them every forward pass.
+// runs in bf16. Each pass reads a bf16 input, bf16 weights and a bf16 output gradient and
+// accumulates in fp32; it writes its output and its input's gradient in bf16, as autocast hands
+// them on, so the layers between two convolutions run in bf16 too and nothing is converted there.
+// The first layer's input (fp32 from the loader) and an fp32 output gradient (the logits') are
+// converted. The weight and bias gradients and the master weights stay fp32: the master weights
+// are kept in the layout backward-weights writes their gradient in, and the bf16 copy the passes
+// read is refreshed from them every forward pass.
 #include <fmt/format.h>
 
 #include <cstring>
@@ -28,23 +30,29 @@ bool is_ref(const dnnl::primitive_desc_base& pd) { return std::strncmp(pd.impl_i
 
 class Conv2d final : public Op {
  public:
-  Conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x, const std::string& name, bool need_dx, Compute compute)
-      : need_dx_(need_dx), copies_(makes_copies(compute)), low_(copy_type(compute)) {
+  Conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x, const std::string& name, const OpOptions& o)
+      : need_dx_(o.need_dx), copies_(makes_copies(o.compute)), low_(copy_type(o.compute)),
+        out_type_(o.fp32_output ? dt::f32 : low_) {
     const Dims y = ops::infer_shape(ops::OpKind::conv2d, a, {x});
     const Dims w = {a.out_channels, x[1], a.kernel, a.kernel};
     strides_ = {a.stride, a.stride};
     pad_ = {a.padding, a.padding};
     bias_md_ = a.bias ? md({a.out_channels}, dt::f32, tag::a) : md();
-    const md ax = any_md(x), ay = any_md(y);
+    const md ax = any_md(x), ay = with_type(any_md(y), out_type_);
     auto with = [](const Dims& d, tag t, dt type = dt::f32) { return md(to_dnnl(d), type, t); };
     std::vector<std::pair<md, md>> candidates;
-    if (!copies_)
+    if (!copies_) {
       candidates = {{producer, ay}, {ax, ay}, {with(x, tag::nChw8c), with(y, tag::nChw8c)},
                     {with(x, tag::nhwc), with(y, tag::nhwc)},
                     {producer, with(y, producer.data.format_desc.blocking.inner_nblks ? tag::nChw8c : tag::nchw)}};
-    else  // the input is converted anyway, so the producer's layout is no candidate
-      candidates = {{with_type(ax, low_), ay}, {with(x, tag::nChw16c, low_), with(y, tag::nChw16c)},
-                    {with(x, tag::nhwc, low_), with(y, tag::nhwc)}};
+    } else {
+      // A producer in another type (the fp32 model input) is converted anyway, so its layout is
+      // no candidate.
+      if (producer.data_type() == low_) candidates.push_back({producer, ay});
+      candidates.insert(candidates.end(), {{with_type(ax, low_), ay},
+                                           {with(x, tag::nChw16c, low_), with(y, tag::nChw16c, out_type_)},
+                                           {with(x, tag::nhwc, low_), with(y, tag::nhwc, out_type_)}});
+    }
     bool found = false;
     for (const auto& [src, dst] : candidates) {
       try {
@@ -64,7 +72,7 @@ class Conv2d final : public Op {
     if (bww_pd_.diff_weights_desc() != master) dw_tmp_ = Mem(bww_pd_.diff_weights_desc(), MemCategory::workspace);
     if (need_dx_ && bwd_pd_.weights_desc() != fwd_pd_.weights_desc())
       w_bwd_ = Mem(bwd_pd_.weights_desc(), MemCategory::workspace);
-    if (copies_) dy_low_ = Mem(bww_pd_.diff_dst_desc(), MemCategory::activations);
+    if (bww_pd_.diff_dst_desc() != fwd_pd_.dst_desc()) dy_low_ = Mem(bww_pd_.diff_dst_desc(), MemCategory::activations);
   }
 
   md input_md(int) const override { return fwd_pd_.src_desc(); }
@@ -126,6 +134,7 @@ class Conv2d final : public Op {
   bool need_dx_;
   bool copies_;  ///< the passes read copies: bf16, or f32 in tests
   dt low_;       ///< the copies' type
+  dt out_type_;  ///< what the output (and so its gradient) is stored in
   memory::dims strides_, pad_;
   md bias_md_;
   convolution_forward::primitive_desc fwd_pd_;
@@ -134,13 +143,13 @@ class Conv2d final : public Op {
   Prim fwd_, bwd_data_, bwd_weights_;
   Mem dw_tmp_, w_bwd_;
   Mem w_fwd_;   ///< copies: the weights forward reads, refreshed from the master weights
-  Mem dy_low_;  ///< copies: the output gradient the backward passes read
+  Mem dy_low_;  ///< an fp32 output's gradient converted for the backward passes
 };
 }  // namespace
 
 std::unique_ptr<Op> make_conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x,
-                                const std::string& name, bool need_dx, Compute compute) {
-  return std::make_unique<Conv2d>(a, producer, x, name, need_dx, compute);
+                                const std::string& name, const OpOptions& o) {
+  return std::make_unique<Conv2d>(a, producer, x, name, o);
 }
 
 }  // namespace dlperf::cpu

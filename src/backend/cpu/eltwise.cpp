@@ -1,4 +1,5 @@
-// relu, residual add and dropout: element-wise ops that work in whatever layout they get.
+// relu, residual add and flatten work in whatever layout and data type (fp32 or bf16) they get;
+// dropout is own code for fp32 (a bf16 network converts around it).
 #include <omp.h>
 
 #include "backend/cpu/ops.h"
@@ -63,11 +64,13 @@ class Add final : public Op {
 
 uint64_t g_dropout_step = 0;
 
-// dnnl 2.6 has no dropout primitive, so this is own code: one pass, mask kept as bytes.
+// dnnl 2.6 has no dropout primitive, so this is own code: one pass, mask kept as bytes. It takes
+// fp32 only (input_md): in the presets it acts on a few thousand features per image after the
+// convolutions, where converting a bf16 network's activations costs less than a second kernel.
 class Dropout final : public Op {
  public:
   Dropout(const ops::OpAttrs& a, const md& src, uint64_t seed)
-      : src_(src), p_(float(a.p)), seed_(seed), n_(int64_t(floats_in(src))),
+      : src_(with_type(src, dt::f32)), p_(float(a.p)), seed_(seed), n_(int64_t(floats_in(src_))),
         mask_(make_buffer(size_t(n_), MemCategory::activations)) {}
   md input_md(int) const override { return src_; }
   md output_md() const override { return src_; }
@@ -113,7 +116,8 @@ class Dropout final : public Op {
 class Flatten final : public Op {
  public:
   Flatten(const md& src, const Dims& x)
-      : src_(src), plain4_(plain_md(x)), out_(plain_md({x[0], numel(x) / x[0]})) {}
+      : src_(src), plain4_(with_type(plain_md(x), src.data_type())),
+        out_(with_type(plain_md({x[0], numel(x) / x[0]}), src.data_type())) {}
   md input_md(int) const override { return src_; }
   md output_md() const override { return out_; }
   void forward(const std::vector<memory>& in, const memory& out, bool) override {

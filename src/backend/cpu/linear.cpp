@@ -1,7 +1,9 @@
 // linear (fully connected) over oneDNN inner product: y[N,O] = x[N,I] W[O,I]^T + b[O].
 //
-// bf16: as conv2d.cpp, the passes read bf16 copies of the input, weights and output gradient and
-// accumulate in fp32; the output (the logits, for the last layer) and the gradients stay fp32.
+// bf16: as conv2d.cpp, the passes read a bf16 input, weights and output gradient, accumulate in
+// fp32 and write the output and input gradient in bf16, except the logits (fp32_output), which the
+// loss reads in fp32. The weight and bias gradients and the master weights stay fp32.
+#include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 
 namespace dlperf::cpu {
@@ -9,33 +11,45 @@ namespace dlperf::cpu {
 namespace {
 using namespace dnnl;
 
-class Linear final : public Op {
- public:
-  Linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, Compute compute) {
-    const bool copies = makes_copies(compute);
+// The forward and backward-weights passes' descriptors: they fix the weights' layouts.
+struct LinearPasses {
+  inner_product_forward::primitive_desc fwd;
+  inner_product_backward_weights::primitive_desc bww;
+  md src, dst, dy, bias;
+  LinearPasses(const Dims& x, int64_t out_features, bool bias_on, Compute compute, bool fp32_output) {
     const dt low = copy_type(compute);
-    const Dims w = {a.out_features, x[1]};
-    const md bias_md = a.bias ? md({a.out_features}, dt::f32, tag::a) : md();
+    const Dims w = {out_features, x[1]};
+    bias = bias_on ? md({out_features}, dt::f32, tag::a) : md();
     // Dense layers keep plain [N, features] activations: tiny, and the loss reads them.
-    const md src = with_type(plain_md(x), low), dst = plain_md({x[0], a.out_features});
-    const md dy = with_type(dst, low);
-    auto fd = inner_product_forward::desc(prop_kind::forward_training, src, with_type(any_md(w), low), bias_md, dst);
-    fwd_pd_ = inner_product_forward::primitive_desc(fd, default_attr(), engine());
-    fwd_ = Prim::of<inner_product_forward>(fwd_pd_);
-    auto bdd = inner_product_backward_data::desc(src, fwd_pd_.weights_desc(), dy);
-    bwd_data_ = Prim::of<inner_product_backward_data>(
-        inner_product_backward_data::primitive_desc(bdd, default_attr(), engine(), fwd_pd_));
+    src = with_type(plain_md(x), low);
+    dst = with_type(plain_md({x[0], out_features}), fp32_output ? dt::f32 : low);
+    dy = with_type(dst, low);
+    fwd = inner_product_forward::primitive_desc(
+        inner_product_forward::desc(prop_kind::forward_training, src, with_type(any_md(w), low), bias, dst), default_attr(), engine());
     // fp32 writes the weight gradient in the weights' layout; bf16 in the one oneDNN picks for
     // an fp32 gradient, which is then where the master weights live.
-    auto bwd = inner_product_backward_weights::desc(src, copies ? any_md(w) : fwd_pd_.weights_desc(), bias_md, dy);
-    auto bww_pd = inner_product_backward_weights::primitive_desc(bwd, default_attr(), engine(), fwd_pd_);
-    bwd_weights_ = Prim::of<inner_product_backward_weights>(bww_pd);
-    add_param(name + ".weight", w, bww_pd.diff_weights_desc(), Init::uniform_fan_in, x[1]);
-    if (a.bias) add_param(name + ".bias", {a.out_features}, bias_md, Init::uniform_fan_in, x[1]);
-    if (copies) {
-      w_low_ = Mem(fwd_pd_.weights_desc(), MemCategory::parameters);
-      dy_low_ = Mem(dy, MemCategory::activations);
-    }
+    auto bwd = inner_product_backward_weights::desc(src, makes_copies(compute) ? any_md(w) : fwd.weights_desc(), bias, dy);
+    bww = inner_product_backward_weights::primitive_desc(bwd, default_attr(), engine(), fwd);
+  }
+};
+
+class Linear final : public Op {
+ public:
+  Linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o) {
+    const bool copies = makes_copies(o.compute);
+    const LinearPasses passes(x, a.out_features, a.bias, o.compute, o.fp32_output);
+    const Dims w = {a.out_features, x[1]};
+    const md& dy = passes.dy;
+    fwd_pd_ = passes.fwd;
+    fwd_ = Prim::of<inner_product_forward>(fwd_pd_);
+    auto bdd = inner_product_backward_data::desc(passes.src, fwd_pd_.weights_desc(), dy);
+    bwd_data_ = Prim::of<inner_product_backward_data>(
+        inner_product_backward_data::primitive_desc(bdd, default_attr(), engine(), fwd_pd_));
+    bwd_weights_ = Prim::of<inner_product_backward_weights>(passes.bww);
+    add_param(name + ".weight", w, passes.bww.diff_weights_desc(), Init::uniform_fan_in, x[1]);
+    if (a.bias) add_param(name + ".bias", {a.out_features}, passes.bias, Init::uniform_fan_in, x[1]);
+    if (copies) w_low_ = Mem(fwd_pd_.weights_desc(), MemCategory::parameters);
+    if (dy != passes.dst) dy_low_ = Mem(dy, MemCategory::activations);
   }
   md input_md(int) const override { return fwd_pd_.src_desc(); }
   md output_md() const override { return fwd_pd_.dst_desc(); }
@@ -62,12 +76,17 @@ class Linear final : public Op {
   inner_product_forward::primitive_desc fwd_pd_;
   Prim fwd_, bwd_data_, bwd_weights_;
   Mem w_low_;   ///< copies: the weights' copy, refreshed from the master weights every forward
-  Mem dy_low_;  ///< copies: the output gradient the backward passes read
+  Mem dy_low_;  ///< an fp32 output's gradient (the logits') converted for the backward passes
 };
 }  // namespace
 
-std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, Compute compute) {
-  return std::make_unique<Linear>(a, x, name, compute);
+WeightBytes linear_weight_bytes(const Dims& x, int64_t out_features, bool bf16) {
+  const LinearPasses p(x, out_features, true, bf16 ? Compute::bf16 : Compute::fp32, false);
+  return {double(p.bww.diff_weights_desc().get_size()), bf16 ? double(p.fwd.weights_desc().get_size()) : 0.0};
+}
+
+std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o) {
+  return std::make_unique<Linear>(a, x, name, o);
 }
 
 }  // namespace dlperf::cpu

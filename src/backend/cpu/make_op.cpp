@@ -7,7 +7,7 @@
 namespace dlperf::cpu {
 
 std::unique_ptr<Op> make_conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x,
-                                const std::string& name, bool need_dx, Compute compute);
+                                const std::string& name, const OpOptions& o);
 std::unique_ptr<Op> make_batchnorm(const ops::OpAttrs& a, const md& src, const Dims& x,
                                    const std::string& name, bool fuse_relu);
 std::unique_ptr<Op> make_relu(const md& src);
@@ -15,24 +15,23 @@ std::unique_ptr<Op> make_add(const md& src);
 std::unique_ptr<Op> make_dropout(const ops::OpAttrs& a, const md& src, uint64_t seed);
 std::unique_ptr<Op> make_flatten(const md& src, const Dims& x);
 std::unique_ptr<Op> make_pool(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x);
-std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, Compute compute);
+std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o);
 
 std::unique_ptr<Op> make_op(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in,
-                            const std::vector<Dims>& dims, const std::string& name,
-                            bool fuse_relu, uint64_t seed, bool need_dx, Compute compute) {
+                            const std::vector<Dims>& dims, const std::string& name, const OpOptions& o) {
   using ops::OpKind;
-  check(!fuse_relu || kind == OpKind::batchnorm2d, "only batchnorm2d can fuse a relu");
+  check(!o.fuse_relu || kind == OpKind::batchnorm2d, "only batchnorm2d can fuse a relu");
   switch (kind) {
-    case OpKind::conv2d: return make_conv2d(a, in[0], dims[0], name, need_dx, compute);
-    case OpKind::batchnorm2d: return make_batchnorm(a, in[0], dims[0], name, fuse_relu);
+    case OpKind::conv2d: return make_conv2d(a, in[0], dims[0], name, o);
+    case OpKind::batchnorm2d: return make_batchnorm(a, in[0], dims[0], name, o.fuse_relu);
     case OpKind::relu: return make_relu(in[0]);
     case OpKind::maxpool2d:
     case OpKind::avgpool2d:
     case OpKind::global_avgpool: return make_pool(kind, a, in[0], dims[0]);
-    case OpKind::linear: return make_linear(a, dims[0], name, compute);
+    case OpKind::linear: return make_linear(a, dims[0], name, o);
     case OpKind::flatten: return make_flatten(in[0], dims[0]);
     case OpKind::add: return make_add(in[0]);
-    case OpKind::dropout: return make_dropout(a, in[0], seed);
+    case OpKind::dropout: return make_dropout(a, in[0], o.seed);
     case OpKind::softmax_cross_entropy: break;
   }
   throw Error(fmt::format("the CPU backend has no '{}' op for layer {}", ops::to_string(kind), name));

@@ -20,6 +20,7 @@ struct Network::Link {
   Mem converted, diff_converted;
   bool accumulate = false;    // another consumer already wrote this value's diff
   Mem accum_tmp;
+  Prim add_into;              // accumulate: diff += accum_tmp, in the diff's type (fp32 or bf16)
   Mem dummy_diff;             // for ops on the model input that always write a diff
 };
 
@@ -62,8 +63,12 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
     const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && readers.size() == 1 &&
                            plan::relu_fused_into_batchnorm(graph_, size_t(readers[0]));
     try {
-      s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name, fuse_relu, hash_coords(seed, 0xD20, i),
-                     /*need_dx=*/n.inputs[0] >= 0, compute_);
+      s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name,
+                     {.fuse_relu = fuse_relu,
+                      .seed = hash_coords(seed, 0xD20, i),
+                      .need_dx = n.inputs[0] >= 0,
+                      .compute = compute_,
+                      .fp32_output = i + 1 == nodes.size()});  // the logits
     } catch (const dnnl::error& e) {
       throw Error(fmt::format("oneDNN cannot build layer '{}' ({}) for input {}{}: {}", n.name, ops::to_string(n.kind),
                               dims_str(n.in_dims[0]), bf16() ? " in bf16" : "", e.what()));
@@ -98,7 +103,13 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
       if (l.value == 0) continue;
       l.accumulate = written[size_t(l.value)];
       written[size_t(l.value)] = true;
-      if (l.accumulate) l.accum_tmp = Mem(act_[size_t(l.value)].desc(), MemCategory::activations);
+      if (l.accumulate) {
+        const md& d = act_[size_t(l.value)].desc();
+        l.accum_tmp = Mem(d, MemCategory::activations);
+        l.add_into = Prim::of<dnnl::binary>(
+            dnnl::binary::primitive_desc(dnnl::binary::desc(dnnl::algorithm::binary_add, d, d, d), default_attr(), engine()));
+        l.add_into.phase = profile::Phase::backward_data;
+      }
     }
   }
   init_params(seed);
@@ -168,13 +179,8 @@ void Network::backward() {
       if (l.value == 0) continue;
       Mem& target = diff_[size_t(l.value)];
       if (l.convert) reorder(l.diff_converted.mem, l.accumulate ? l.accum_tmp.mem : target.mem);
-      if (l.accumulate) {
-        float* d = target.f32();
-        const float* t = l.accum_tmp.f32();
-        const int64_t n = int64_t(floats_in(target.desc()));
-#pragma omp parallel for schedule(static) if (n > 65536)
-        for (int64_t i = 0; i < n; ++i) d[i] += t[i];
-      }
+      if (l.accumulate)
+        run(l.add_into, {{DNNL_ARG_SRC_0, target.mem}, {DNNL_ARG_SRC_1, l.accum_tmp.mem}, {DNNL_ARG_DST, target.mem}});
     }
     if (timing_) {
       times_[size_t(s.node)].backward_s += now_s() - t0;

@@ -3,9 +3,11 @@
 //
 // Built once for one batch size (the training batch); evaluation reuses it and pads a last,
 // partial batch. Where a batchnorm2d feeds only a relu, the relu runs inside the batchnorm.
-// In bf16 (`precision`, on CPUs with AVX512-BF16) convolutions and linear layers compute from
-// bf16 copies (the ops PyTorch's CPU autocast runs in bf16); everything else, and what they
-// write, is fp32 (autocast hands their bf16 outputs on).
+// In bf16 (`precision`, on CPUs with AVX512-BF16) convolutions and linear layers compute in bf16
+// (the ops PyTorch's CPU autocast runs in bf16) and write bf16, which the ops between them
+// (batchnorm, relu, pooling, add) take and write as autocast hands them on; activations and their
+// gradients are bf16 from the first convolution to the logits, which are fp32. Master weights,
+// their gradients and batchnorm's statistics are fp32.
 #pragma once
 
 #include <memory>

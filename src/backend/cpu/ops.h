@@ -10,15 +10,19 @@
 
 namespace dlperf::cpu {
 
-/// Makes the op for `kind`. `in` are the producer layouts, `dims` the logical input shapes.
-/// `fuse_relu` is only valid for batchnorm2d (a following relu runs inside it).
-/// `seed` drives dropout masks. Without `need_dx` an op may skip computing its input's
-/// gradient (the first layer: nothing needs the gradient of the data). `compute` says what conv2d
-/// and linear compute from (common.h); other ops ignore it.
+/// How make_op builds an op, beyond its shapes.
+struct OpOptions {
+  bool fuse_relu = false;  ///< batchnorm2d only: the relu after it runs inside it
+  uint64_t seed = 0;       ///< drives dropout's masks
+  bool need_dx = true;     ///< false: the op may skip its input's gradient (the first layer: nothing needs the data's)
+  Compute compute = Compute::fp32;  ///< what conv2d and linear compute from and write (common.h)
+  bool fp32_output = false;         ///< conv2d, linear: write fp32 whatever `compute` (the logits the loss reads)
+};
+
+/// Makes the op for `kind`. `in` are the producer layouts (their data type included: ops other
+/// than conv2d and linear compute in the type they get), `dims` the logical input shapes.
 std::unique_ptr<Op> make_op(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in,
-                            const std::vector<Dims>& dims, const std::string& name,
-                            bool fuse_relu = false, uint64_t seed = 0, bool need_dx = true,
-                            Compute compute = Compute::fp32);
+                            const std::vector<Dims>& dims, const std::string& name, const OpOptions& options = {});
 
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);

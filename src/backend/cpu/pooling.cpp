@@ -1,6 +1,7 @@
 // maxpool2d, avgpool2d (padding counted, PyTorch's default) and global average pooling.
 //
-// Max pooling is own code for the layouts the network keeps activations in (nChw8c blocks and
+// Pooling writes the data type it reads (fp32, or bf16 between a bf16 network's convolutions).
+// Max pooling is own code for the fp32 layouts the network keeps activations in (nChw8c blocks and
 // nhwc): oneDNN 2.6's training-mode max pooling (the one that records argmax) ran at about
 // 2-3 GB/s on the benchmark machine, several times slower than a plain loop over the channel
 // vectors (see docs/benchmarks.md). Average pooling and other layouts go to oneDNN, among them
@@ -27,7 +28,7 @@ class Pool final : public Op {
     const Dims y = {x[0], x[1], ops::window_out(x[2], kh, stride, pad),
                     ops::window_out(x[3], kw, stride, pad)};
     const memory::dims strides{stride, stride}, kernel{kh, kw}, padding{pad, pad};
-    auto fd = pooling_forward::desc(prop_kind::forward_training, alg, src, any_md(y), strides,
+    auto fd = pooling_forward::desc(prop_kind::forward_training, alg, src, with_type(any_md(y), src.data_type()), strides,
                                     kernel, padding, padding);
     fwd_pd_ = pooling_forward::primitive_desc(fd, default_attr(), engine());
     fwd_ = Prim::of<pooling_forward>(fwd_pd_);
