@@ -76,7 +76,7 @@ TEST(Train, Bf16OnTheCpuLearnsLikeFp32) {
   EXPECT_NE(bf16.epochs.back().train_loss, fp32.epochs.back().train_loss);  // bf16 really ran
   const nn::Graph g = nn::build_graph(nn::load_model(c.model), {1, 12, 12}, 10, c.batch);
   const double predicted = plan::engine_memory(g, c.optimizer, c.workers, "bf16").total();
-  EXPECT_NEAR(predicted / bf16.record["summary"]["peak_bytes"].get<double>(), 1.0, 0.10);
+  EXPECT_NEAR(predicted / bf16.record["summary"]["peak_bytes"].get<double>(), 1.0, 0.05);  // as fp32's (PlanMemory.*)
 }
 
 TEST(Train, SameWeightsForAnyNumberOfWorkers) {
