@@ -13,6 +13,7 @@
 #include "hw/cpu_info.h"
 #include "nn/optimizer.h"
 #include "op_harness.h"
+#include "plan/memory.h"
 
 namespace dlperf::test {
 namespace {
@@ -236,6 +237,29 @@ TEST(Network, F32CopiesTrainAsFp32Does) {
     EXPECT_LT(rel_err(copies.at(name), Vec(w.begin(), w.end())), 1e-4) << name;
   }
   EXPECT_THROW(cpu::Network(nn::build_graph(nn::parse_model_spec(residual_cnn(), "t"), {3, 12, 12}, 10, 2), 1, true, "fp16"), Error);
+}
+
+// A flatten of the model input, or of a 2-D value, is a view: no copy runs, and the gradients
+// still reach every weight (also through a value read twice after the view).
+TEST(Network, FlattenViewsMatchTheReferenceGraph) {
+  json spec = {{"layers",
+                {{{"type", "flatten"}, {"name", "f0"}},
+                 {{"type", "linear"}, {"name", "fc1"}, {"out_features", 12}},
+                 {{"type", "flatten"}, {"name", "f1"}},
+                 {{"type", "relu"}, {"name", "r1"}},
+                 {{"type", "add"}, {"name", "sum"}, {"from", "f1"}},
+                 {{"type", "linear"}, {"name", "fc2"}, {"out_features", "classes"}}}}};
+  check_network(spec, {2, 3, 3}, 4);
+  const auto graph = nn::build_graph(nn::parse_model_spec(spec, "test"), {2, 3, 3}, 10, 4);
+  EXPECT_TRUE(plan::flatten_is_a_view_on_cpu(graph, 0));
+  EXPECT_TRUE(plan::flatten_is_a_view_on_cpu(graph, 2));
+  // A view runs nothing.
+  cpu::Network net(graph, 1);
+  net.set_timing(true);
+  net.forward(true);
+  EXPECT_EQ(net.node_times()[0].forward_calls, 0);
+  EXPECT_EQ(net.node_times()[2].forward_calls, 0);
+  EXPECT_EQ(net.node_times()[1].forward_calls, 1);
 }
 
 TEST(Network, GlobalPoolHeadMatchesReferenceGraph) {

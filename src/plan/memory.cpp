@@ -5,7 +5,7 @@
 
 #include "backend/cuda/bn_split.h"  // CUDA-free: the GPU batchnorm kernels' workspace
 #include "backend/cuda/layout.h"    // CUDA-free: which layout the GPU executor stores activations in
-#include "backend/cpu/layouts.h"  // oneDNN-free: the weights' padded layouts
+#include "backend/cpu/layouts.h"  // oneDNN-free: linear layers' padded weights and scratchpads
 #include "hw/cpu_info.h"
 
 namespace dlperf::plan {
@@ -20,6 +20,13 @@ bool relu_fused_into_linear(const nn::Graph& g, size_t i) {
   const nn::Node& n = g.nodes[i];
   return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::linear &&
          g.consumers(n.inputs[0]).size() == 1;
+}
+
+bool flatten_is_a_view_on_cpu(const nn::Graph& g, size_t i) {
+  const nn::Node& n = g.nodes[i];
+  if (n.kind != ops::OpKind::flatten) return false;
+  const int in = n.inputs[0];
+  return in < 0 || (n.in_dims[0].size() == 2 && g.consumers(in).size() == 1);
 }
 
 double optimizer_states(const nn::OptimizerConfig& opt) {
@@ -169,6 +176,9 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
   const std::vector<bool> first_layer = bf16 ? std::vector<bool>(g.nodes.size(), false) : first_layer_layout(g);
   double act = double(numel(g.input)) * f;  // the network's input buffer
   double workspace = 0;
+  // The primitives share one scratchpad, the largest any asks for; the convolutions' is not
+  // modelled (their layouts come from a search), so this is a floor.
+  double scratchpad = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     const int in = n.inputs[0];
@@ -177,6 +187,10 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
     const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
     const double e = elem[i];
     const double out = n.kind == ops::OpKind::flatten || n.out_dims.size() != 4 ? double(numel(n.out_dims)) : padded_elems(n.out_dims);
+    if (flatten_is_a_view_on_cpu(g, i)) {  // the input's bytes; a gradient of its own on the model input
+      if (in < 0) act += out * e;
+      continue;
+    }
     act += 2 * out * e;  // the output and its gradient
     switch (n.kind) {
       case ops::OpKind::batchnorm2d: {
@@ -196,11 +210,12 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
     }
     const double weights = computes ? double(numel(n.params[0].dims)) : 0;
     if (n.kind == ops::OpKind::linear) {  // oneDNN's blocked layouts pad the weights
-      const cpu::WeightBytes wb = cpu::linear_weight_bytes(n.in_dims[0], n.attrs.out_features, bf16);
-      const double padding = wb.master - weights * f;
-      m[MemCategory::parameters] += padding + wb.copy;  // and their bf16 copy
+      const cpu::LinearBytes lb = cpu::linear_bytes(n.in_dims[0], n.attrs.out_features, bf16);
+      const double padding = lb.master - weights * f;
+      m[MemCategory::parameters] += padding + lb.copy;  // and their bf16 copy
       m[MemCategory::gradients] += padding;
       m[MemCategory::optimizer_state] += padding * optimizer_states(opt);
+      scratchpad = std::max(scratchpad, lb.scratchpad);
     }
     if (bf16 && n.kind == ops::OpKind::conv2d) m[MemCategory::parameters] += 2 * weights;  // the weights' bf16 copy
     if (bf16 && computes && e != 2) act += 2 * out;  // the logits' gradient converted to bf16
@@ -216,7 +231,7 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
     if (reorders_input(g, i, first_layer)) act += 2 * padded_elems(n.in_dims[0]) * f;  // the input reordered, and its gradient
   }
   m[MemCategory::activations] = act;
-  m[MemCategory::workspace] = workspace;
+  m[MemCategory::workspace] = workspace + scratchpad;
   // The train and test loaders each hold 1 batch (no workers) or 2 per worker.
   const double slots = workers == 0 ? 1 : std::max(2, 2 * workers);
   m[MemCategory::data] = 2 * slots * double(numel(g.input)) * f;

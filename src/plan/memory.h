@@ -61,6 +61,12 @@ bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i);
 /// input is a linear that feeds nothing else. The CPU engine runs such a relu on its own.
 bool relu_fused_into_linear(const nn::Graph& g, size_t i);
 
+/// Whether the CPU engine's flatten node i is a view of its input's bytes rather than a copy:
+/// when it reads a plain value, the model input or a 2-D one (the latter read by nothing else, so
+/// that its gradient can be shared too). Its input gradient then has its own buffer only where it
+/// reads the model input (which has none).
+bool flatten_is_a_view_on_cpu(const nn::Graph& g, size_t i);
+
 /// Optimizer state floats per parameter: SGD with momentum 1, without 0; AdamW 2.
 double optimizer_states(const nn::OptimizerConfig& opt);
 

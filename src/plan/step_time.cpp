@@ -188,8 +188,8 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
         break;
       }
-      case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways
-        const double bytes = 2 * double(numel(n.out_dims)) * in_bytes;
+      case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways, unless a view
+        const double bytes = flatten_is_a_view_on_cpu(g, i) ? 0 : 2 * double(numel(n.out_dims)) * in_bytes;
         lt.forward_s += memory_pass(bytes, 1);
         lt.backward_s += memory_pass(bytes, 1);
         break;

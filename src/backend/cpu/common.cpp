@@ -52,6 +52,14 @@ memory Mem::view(const md& other) const {
   return memory(other, engine(), buffer->data());
 }
 
+Mem Mem::alias(const md& other) const {
+  Mem m;
+  m.mem = view(other);
+  m.buffer = buffer;
+  m.mem_desc_ = other;
+  return m;
+}
+
 void Mem::zero() { std::memset(buffer->data(), 0, mem_desc_.get_size()); }
 
 dnnl::primitive_attr default_attr() {

@@ -60,6 +60,8 @@ struct Mem {
   const md& desc() const { return mem_desc_; }
   /// The same bytes seen through another layout of equal size (a view, e.g. flatten).
   memory view(const md& other) const;
+  /// A Mem sharing this one's buffer through another layout of equal size.
+  Mem alias(const md& other) const;
   void zero();
 
  private:

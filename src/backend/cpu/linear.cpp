@@ -3,6 +3,8 @@
 // bf16: as conv2d.cpp, the passes read a bf16 input, weights and output gradient, accumulate in
 // fp32 and write the output and input gradient in bf16, except the logits (fp32_output), which the
 // loss reads in fp32. The weight and bias gradients and the master weights stay fp32.
+#include <algorithm>
+
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 
@@ -11,10 +13,11 @@ namespace dlperf::cpu {
 namespace {
 using namespace dnnl;
 
-// The forward and backward-weights passes' descriptors: they fix the weights' layouts.
+// The passes' descriptors: forward and backward-weights fix the weights' layouts.
 struct LinearPasses {
   inner_product_forward::primitive_desc fwd;
   inner_product_backward_weights::primitive_desc bww;
+  inner_product_backward_data::primitive_desc bwd;
   md src, dst, dy, bias;
   LinearPasses(const Dims& x, int64_t out_features, bool bias_on, Compute compute, bool fp32_output) {
     const dt low = copy_type(compute);
@@ -30,6 +33,8 @@ struct LinearPasses {
     // an fp32 gradient, which is then where the master weights live.
     auto bwd = inner_product_backward_weights::desc(src, makes_copies(compute) ? any_md(w) : fwd.weights_desc(), bias, dy);
     bww = inner_product_backward_weights::primitive_desc(bwd, default_attr(), engine(), fwd);
+    this->bwd = inner_product_backward_data::primitive_desc(inner_product_backward_data::desc(src, fwd.weights_desc(), dy),
+                                                            default_attr(), engine(), fwd);
   }
 };
 
@@ -42,9 +47,7 @@ class Linear final : public Op {
     const md& dy = passes.dy;
     fwd_pd_ = passes.fwd;
     fwd_ = Prim::of<inner_product_forward>(fwd_pd_);
-    auto bdd = inner_product_backward_data::desc(passes.src, fwd_pd_.weights_desc(), dy);
-    bwd_data_ = Prim::of<inner_product_backward_data>(
-        inner_product_backward_data::primitive_desc(bdd, default_attr(), engine(), fwd_pd_));
+    bwd_data_ = Prim::of<inner_product_backward_data>(passes.bwd);
     bwd_weights_ = Prim::of<inner_product_backward_weights>(passes.bww);
     add_param(name + ".weight", w, passes.bww.diff_weights_desc(), Init::uniform_fan_in, x[1]);
     if (a.bias) add_param(name + ".bias", {a.out_features}, passes.bias, Init::uniform_fan_in, x[1]);
@@ -80,9 +83,12 @@ class Linear final : public Op {
 };
 }  // namespace
 
-WeightBytes linear_weight_bytes(const Dims& x, int64_t out_features, bool bf16) {
+LinearBytes linear_bytes(const Dims& x, int64_t out_features, bool bf16) {
   const LinearPasses p(x, out_features, true, bf16 ? Compute::bf16 : Compute::fp32, false);
-  return {double(p.bww.diff_weights_desc().get_size()), bf16 ? double(p.fwd.weights_desc().get_size()) : 0.0};
+  const size_t scratchpad = std::max({p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size(),
+                                      p.bwd.scratchpad_desc().get_size()});
+  return {double(p.bww.diff_weights_desc().get_size()), bf16 ? double(p.fwd.weights_desc().get_size()) : 0.0,
+          double(scratchpad)};
 }
 
 std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o) {

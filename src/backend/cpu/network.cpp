@@ -30,6 +30,7 @@ struct Network::Step {
   std::vector<Link> links;
   int out = 0;
   bool fused_away = false;
+  bool view = false;  // a flatten that shares its input's bytes: nothing to run
   std::string name;
 };
 
@@ -59,6 +60,19 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
     }
     std::vector<md> in_mds;
     for (int in : n.inputs) in_mds.push_back(act_[size_t(in < 0 ? 0 : value_of_[size_t(in)])].desc());
+    // A flatten of a plain value is the same bytes seen as [N, features] (PyTorch's is a view
+    // too): it shares the value, and its gradient where the value has one.
+    if (plan::flatten_is_a_view_on_cpu(graph_, i)) {
+      const int from = n.inputs[0] < 0 ? 0 : value_of_[size_t(n.inputs[0])];
+      const md out = with_type(plain_md(n.out_dims), in_mds[0].data_type());
+      check(in_mds[0] == with_type(plain_md(n.in_dims[0]), in_mds[0].data_type()), "flatten: a view needs a plain input");
+      s.view = true;
+      s.out = int(act_.size());
+      value_of_[i] = s.out;
+      act_.push_back(act_[size_t(from)].alias(out));
+      diff_.push_back(from == 0 ? Mem(out, MemCategory::activations) : diff_[size_t(from)].alias(out));
+      continue;
+    }
     const std::vector<int> readers = graph_.consumers(int(i));
     const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && readers.size() == 1 &&
                            plan::relu_fused_into_batchnorm(graph_, size_t(readers[0]));
@@ -98,7 +112,7 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
   // writers accumulate into it.
   std::vector<bool> written(act_.size(), false);
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
-    if (it->fused_away) continue;
+    if (it->fused_away || it->view) continue;
     for (Link& l : it->links) {
       if (l.value == 0) continue;
       l.accumulate = written[size_t(l.value)];
@@ -134,7 +148,7 @@ const float* Network::logits() const { return act_[size_t(value_of_.back())].f32
 void Network::forward(bool training) {
   std::vector<memory> ins;
   for (Step& s : steps_) {
-    if (s.fused_away) continue;
+    if (s.fused_away || s.view) continue;
     const double t0 = timing_ ? now_s() : 0;
     const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::forward, s.node);
     ins.clear();
@@ -163,7 +177,7 @@ void Network::backward() {
   std::vector<memory> ins, dins;
   for (auto it = steps_.rbegin(); it != steps_.rend(); ++it) {
     Step& s = *it;
-    if (s.fused_away) continue;
+    if (s.fused_away || s.view) continue;
     const double t0 = timing_ ? now_s() : 0;
     const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::backward, s.node);
     ins.clear();
