@@ -104,6 +104,22 @@ TEST(Profile, HalfPrecisionRowsMoveHalfTheBytes) {
   EXPECT_GT(layer_rows, 10);
 }
 
+// The mlp reads the model input through a flatten (a view): nothing needs that input's gradient,
+// so its first linear layer runs no backward-data pass, and the flatten runs nothing at all.
+TEST(Profile, NoPassRunsForTheModelInputsGradient) {
+  TempDir dir;
+  const auto r = train::train(profiled("mlp", dir.path));
+  std::set<std::string> rows;
+  for (const auto& row : r.profile["rows"]) rows.insert(row["name"].get<std::string>() + " " + row["phase"].get<std::string>());
+  EXPECT_TRUE(rows.count("fc1 forward") && rows.count("fc1 backward-weight")) << r.profile["rows"].dump();
+  EXPECT_FALSE(rows.count("fc1 backward-data"));
+  EXPECT_TRUE(rows.count("fc2 backward-data"));
+  for (const auto& row : rows) EXPECT_NE(row.rfind("flatten", 0), 0u) << row;
+  const nn::Graph g = nn::build_graph(nn::load_model("mlp"), {1, 12, 12}, 10, 16);
+  EXPECT_FALSE(g.nodes[1].needs_dx);
+  EXPECT_EQ(g.nodes[1].cost.backward_data.flops, 0);
+}
+
 // Every X event on a track either ends before the next begins or contains it.
 void expect_nested(const json& trace) {
   std::map<int, std::vector<std::pair<double, double>>> tracks;

@@ -100,7 +100,7 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
       const std::string key = fmt::format("{}/{}/{}/{}/{}", dims_str(n.in_dims[0]), n.attrs.out_channels, n.attrs.kernel,
                                           n.attrs.stride, n.attrs.padding);
       if (!seen.insert(key).second) continue;  // the same shape again (ResNet blocks repeat)
-      const bool first = n.inputs[0] < 0;      // the first layer computes no data gradient
+      const bool first = !n.needs_dx;  // the first layer computes no data gradient
       auto op = cpu::make_op(n.kind, n.attrs, {cpu::plain_md(n.in_dims[0])}, n.in_dims, n.name, {.need_dx = !first});
       cpu::Mem x(op->input_md(0), MemCategory::workspace), y(op->output_md(), MemCategory::workspace),
           dy(op->output_md(), MemCategory::workspace), dx(op->input_md(0), MemCategory::workspace);

@@ -213,6 +213,8 @@ Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64
       throw Error(fmt::format("{}: {} (input {})", where, e.what(), dims_str(n.in_dims[0])), e.hint());
     }
     n.params = ops::param_shapes(n.kind, n.attrs, n.in_dims[0]);
+    const int in = n.inputs[0];
+    n.needs_dx = in >= 0 && !(g.nodes[size_t(in)].kind == OpKind::flatten && g.nodes[size_t(in)].inputs[0] < 0);
     n.cost = n.cost_at(4);
     index[n.name] = int(i);
     g.nodes.push_back(std::move(n));
@@ -227,8 +229,7 @@ Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64
 
 ops::OpCost Node::cost_at(double elem_bytes) const {
   ops::OpCost c = ops::cost(kind, attrs, in_dims, elem_bytes);
-  // Nothing needs the gradient of the model input, so the first layer skips backward-data.
-  if (inputs[0] < 0) c.backward_data = {};
+  if (!needs_dx) c.backward_data = {};
   return c;
 }
 

@@ -47,9 +47,11 @@ struct Node {
   std::vector<Dims> in_dims;
   Dims out_dims;
   std::vector<ops::ParamShape> params;
+  /// Whether anything needs the gradient of this node's input: not where it reads the model
+  /// input, directly or through a flatten (both engines skip that backward-data pass).
+  bool needs_dx = true;
   ops::OpCost cost;  ///< cost_at(4): fp32
-  /// The op's cost with `elem_bytes`-byte activations; the first layer has no backward-data
-  /// (nothing needs the gradient of the model input).
+  /// The op's cost with `elem_bytes`-byte activations; without backward-data unless needs_dx.
   ops::OpCost cost_at(double elem_bytes) const;
   int64_t param_count() const;
 };

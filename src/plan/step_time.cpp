@@ -130,7 +130,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
-    const bool has_dx = n.inputs[0] >= 0;  // the first layer computes no input gradient
+    const bool has_dx = n.needs_dx;  // no input gradient of the model input (through a flatten too)
     auto memory_pass = [&](double bytes, double efficiency) {
       return bytes > 0 ? bytes / (bandwidth_for(bytes, c, m) * efficiency) + m.call_overhead_s : 0.0;
     };
@@ -141,7 +141,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
     // producer stored another type (and its gradient back), the logits' gradient, and the weights'
     // bf16 copy every step.
     const double in = double(numel(n.in_dims[0]));
-    const double producer_bytes = has_dx ? value_bytes[size_t(n.inputs[0])] : 4;
+    const double producer_bytes = n.inputs[0] >= 0 ? value_bytes[size_t(n.inputs[0])] : 4;
     if (in_bytes != producer_bytes) {
       lt.forward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
       if (has_dx) lt.backward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);

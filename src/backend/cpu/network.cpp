@@ -80,7 +80,7 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
       s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name,
                      {.fuse_relu = fuse_relu,
                       .seed = hash_coords(seed, 0xD20, i),
-                      .need_dx = n.inputs[0] >= 0,
+                      .need_dx = n.needs_dx,
                       .compute = compute_,
                       .fp32_output = i + 1 == nodes.size()});  // the logits
     } catch (const dnnl::error& e) {
@@ -182,15 +182,18 @@ void Network::backward() {
     const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::backward, s.node);
     ins.clear();
     dins.clear();
+    const nn::Node& n = graph_.nodes[size_t(s.node)];
+    const bool skips_dx = !n.needs_dx && (n.kind == OpKind::conv2d || n.kind == OpKind::linear);
     for (Link& l : s.links) {
       ins.push_back(l.convert ? l.converted.mem : act_[size_t(l.value)].mem);
-      if (l.value == 0) dins.push_back(l.dummy_diff.empty() ? memory() : l.dummy_diff.mem);
+      if (skips_dx) dins.push_back(memory());  // reads the model input through a flatten: no gradient wanted
+      else if (l.value == 0) dins.push_back(l.dummy_diff.empty() ? memory() : l.dummy_diff.mem);
       else if (l.convert) dins.push_back(l.diff_converted.mem);
       else dins.push_back(l.accumulate ? l.accum_tmp.mem : diff_[size_t(l.value)].mem);
     }
     s.op->backward(ins, act_[size_t(s.out)].mem, diff_[size_t(s.out)].mem, dins);
     for (Link& l : s.links) {
-      if (l.value == 0) continue;
+      if (l.value == 0 || skips_dx) continue;
       Mem& target = diff_[size_t(l.value)];
       if (l.convert) reorder(l.diff_converted.mem, l.accumulate ? l.accum_tmp.mem : target.mem);
       if (l.accumulate)

@@ -745,7 +745,7 @@ void Network::backward() {
     const void* y = act_[size_t(l.out)];
     const void* dy = diff_[size_t(l.out)];
     const int64_t count = numel(n.out_dims);
-    void* dx = l.in[0] == 0 ? nullptr : target(l.in[0]);
+    void* dx = l.in[0] == 0 || !n.needs_dx ? nullptr : target(l.in[0]);  // needs_dx: not of the model input
     switch (n.kind) {
       case ops::OpKind::conv2d:
         l.conv->backward_filter(x, dy, l.dwh, stream_);
