@@ -21,7 +21,7 @@ struct CpuCeilings {
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
   int threads = 1;
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
-  std::string precision = "fp32";  ///< "bf16": convs and linears from bf16 copies (AVX512-BF16)
+  std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
 };
 /// This CPU's ceilings for `threads`: measured (runs/machine-profile.json) or counted. For

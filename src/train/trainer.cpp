@@ -594,7 +594,7 @@ TrainResult train(const TrainConfig& cfg) {
                 t.name.c_str(), dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)run.data.test.size());
     std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n%s",
                 cpu.model.c_str(), threads, cpu.isa.c_str(),
-                run.net.bf16() ? "bf16 convolutions and linear layers (fp32 elsewhere)" : "fp32", (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
+                run.net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32", (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
                 cfg.schedule.name.c_str(), cfg.workers, (unsigned long long)cfg.seed, kEpochHeader);
     for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
