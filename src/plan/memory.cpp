@@ -141,23 +141,17 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   return m;
 }
 
-std::vector<double> engine_value_bytes(const nn::Graph& g, const std::string& precision) {
-  std::vector<double> out(g.nodes.size(), 4);
-  if (precision != "bf16") return out;
+ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precision) {
+  const double low = precision == "bf16" ? 2 : 4;  // what conv and linear read and write
+  ElementBytes b{std::vector<double>(g.nodes.size(), 4), std::vector<double>(g.nodes.size(), 4)};
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
-    const double in = n.inputs[0] < 0 ? 4 : out[size_t(n.inputs[0])];
+    const double in = n.inputs[0] < 0 ? 4 : b.value[size_t(n.inputs[0])];
     const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
-    out[i] = i + 1 == g.nodes.size() || n.kind == ops::OpKind::dropout ? 4 : computes ? 2 : in;
+    b.input[i] = computes ? low : n.kind == ops::OpKind::dropout ? 4 : in;
+    b.value[i] = i + 1 == g.nodes.size() || n.kind == ops::OpKind::dropout ? 4 : computes ? low : in;
   }
-  return out;
-}
-
-double engine_input_bytes(const nn::Graph& g, size_t i, const std::string& precision) {
-  const nn::Node& n = g.nodes[i];
-  if (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear) return precision == "bf16" ? 2 : 4;
-  if (n.kind == ops::OpKind::dropout || n.inputs[0] < 0) return 4;
-  return engine_value_bytes(g, precision)[size_t(n.inputs[0])];
+  return b;
 }
 
 // The rules mirror backend/cpu/network.cpp and the ops' constructors; keep them in step.
@@ -171,7 +165,7 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
   m[MemCategory::optimizer_state] = params * f * optimizer_states(opt);
 
   const double low = bf16 ? 2 : f;  // bytes an element conv and linear read and write
-  const std::vector<double> elem = engine_value_bytes(g, precision);
+  const ElementBytes elem = engine_element_bytes(g, precision);
   // bf16 runs on AVX-512 CPUs only, where nothing carries over from the first conv either.
   const std::vector<bool> first_layer = bf16 ? std::vector<bool>(g.nodes.size(), false) : first_layer_layout(g);
   double act = double(numel(g.input)) * f;  // the network's input buffer
@@ -182,10 +176,10 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     const int in = n.inputs[0];
-    const double in_elem = in < 0 ? f : elem[size_t(in)];
+    const double in_elem = in < 0 ? f : elem.value[size_t(in)];
     if (relu_fused_into_batchnorm(g, i)) continue;  // shares the batchnorm's output
     const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
-    const double e = elem[i];
+    const double e = elem.value[i];
     const double out = n.kind == ops::OpKind::flatten || n.out_dims.size() != 4 ? double(numel(n.out_dims)) : padded_elems(n.out_dims);
     if (flatten_is_a_view_on_cpu(g, i)) {  // the input's bytes; a gradient of its own on the model input
       if (in < 0) act += out * e;
@@ -221,7 +215,7 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
     if (bf16 && computes && e != 2) act += 2 * out;  // the logits' gradient converted to bf16
     // A layer that wants its input in another type converts it, and its gradient back (a copy of
     // each; none for the model input's gradient).
-    const double want = engine_input_bytes(g, i, precision);
+    const double want = elem.input[i];
     if (want != in_elem) act += padded_elems(n.in_dims[0]) * want * (in < 0 ? 1 : 2);
     // A layer other than conv/linear reading the model input writes its input gradient into a
     // scratch buffer nobody reads.

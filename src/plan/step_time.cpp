@@ -126,7 +126,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c, const EngineModel& m) {
   StepPrediction p;
   const bool bf16 = c.precision == "bf16";
-  const std::vector<double> value_bytes = engine_value_bytes(g, c.precision);
+  const ElementBytes elem = engine_element_bytes(g, c.precision);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
@@ -135,13 +135,13 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
       return bytes > 0 ? bytes / (bandwidth_for(bytes, c, m) * efficiency) + m.call_overhead_s : 0.0;
     };
     // The passes' bytes at the element size they read (bf16 between convolutions in bf16).
-    const double in_bytes = engine_input_bytes(g, i, c.precision);
+    const double in_bytes = elem.input[i];
     const ops::OpCost cost = n.cost_at(in_bytes);
     // A conversion between fp32 and bf16 reads one and writes the other: the input where its
     // producer stored another type (and its gradient back), the logits' gradient, and the weights'
     // bf16 copy every step.
     const double in = double(numel(n.in_dims[0]));
-    const double producer_bytes = n.inputs[0] >= 0 ? value_bytes[size_t(n.inputs[0])] : 4;
+    const double producer_bytes = n.inputs[0] >= 0 ? elem.value[size_t(n.inputs[0])] : 4;
     if (in_bytes != producer_bytes) {
       lt.forward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
       if (has_dx) lt.backward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
@@ -158,7 +158,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
         lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m).s;
         if (bf16) {
           lt.forward_s += memory_pass(6 * double(numel(n.params[0].dims)), m.bf16_conversion_efficiency);
-          if (value_bytes[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);
+          if (elem.value[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);
         }
         break;
       }

@@ -54,8 +54,9 @@ struct EngineModel {
   double l3_share = 0;
   /// bf16 (CPUs with AVX512-BF16): backward-weights passes reach this share of the efficiency
   /// the others reach against the bf16 peak (oneDNN 2.6's kernel; measured 1.2-1.5x fp32's
-  /// speed where forward ran 2x), and the fp32<->bf16 conversions around each conv and linear
-  /// layer stream at this share of the bandwidth.
+  /// speed where forward ran 2x), and the fp32<->bf16 conversions (where fp32 meets bf16: the
+  /// model input, dropout, the logits' gradient, the weights' copies) stream at this share of
+  /// the bandwidth.
   double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
 };
 
