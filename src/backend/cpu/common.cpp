@@ -74,8 +74,10 @@ struct Scratchpad {
   BufferPtr buffer;
   memory get(const md& want) {
     if (want.get_size() == 0) return memory(want, engine(), nullptr);
-    if (!buffer || buffer->bytes() < want.get_size())
+    if (!buffer || buffer->bytes() < want.get_size()) {
+      buffer.reset();  // the smaller one goes first: held while the larger one is taken, both would count in the peak
       buffer = make_buffer(want.get_size(), MemCategory::workspace);
+    }
     return memory(want, engine(), buffer->data());
   }
 };
