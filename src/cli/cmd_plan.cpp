@@ -8,6 +8,7 @@
 #include <fstream>
 #include <functional>
 
+#include "backend/cpu/layouts.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -187,7 +188,7 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
 void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   // This CPU's section is dlperf's CPU engine: fp32, or bf16 where the CPU has AVX512-BF16 (as
   // `dlperf train` would run it); --precision applies to the targets below in any case.
-  const bool cpu_bf16 = a.precision == "bf16" && hw::cpu_info().avx512_bf16;
+  const bool cpu_bf16 = a.precision == "bf16" && cpu::has_bf16_kernels();
   const std::string cpu_precision = cpu_bf16 ? "bf16" : "fp32";
   const plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
   nn::OptimizerConfig opt;

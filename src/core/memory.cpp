@@ -34,7 +34,7 @@ HostAllocator& HostAllocator::instance() {
   return a;
 }
 
-static size_t round_up(size_t bytes) {
+size_t CachingAllocator::block_bytes(size_t bytes) {
   // Round to 256 bytes below 1 MiB and to 64 KiB above, so near-equal sizes share blocks.
   const size_t q = bytes < (1u << 20) ? 256 : (64u << 10);
   return (bytes + q - 1) / q * q;
@@ -51,7 +51,7 @@ void* CachingAllocator::allocate(size_t bytes, MemCategory category) {
 }
 
 void* CachingAllocator::allocate_locked(size_t bytes, MemCategory category) {
-  const size_t size = round_up(bytes == 0 ? 1 : bytes);
+  const size_t size = block_bytes(bytes == 0 ? 1 : bytes);
   std::lock_guard lock(mutex_);
   void* ptr = nullptr;
   // Reuse a cached block of exactly this rounded size, or one at most 2x larger.

@@ -50,6 +50,8 @@ class CachingAllocator {
   void reset_peaks();
   /// Returns cached blocks to the system.
   void trim();
+  /// The block a request of `bytes` gets, and the bytes it counts (the memory planner's rule too).
+  static size_t block_bytes(size_t bytes);
   /// Called with the new stats after every allocation and release (the profiler's memory
   /// timeline); null = none. Not called under the allocator's lock.
   using Observer = void (*)(const MemoryStats&);

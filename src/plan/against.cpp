@@ -8,6 +8,7 @@
 #include <fstream>
 #include <optional>
 
+#include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "plan/catalog.h"
 #include "plan/memory.h"
@@ -108,6 +109,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       continue;
     }
     const std::string precision = cfg.value("precision", "fp32");
+    if (precision == "bf16" && !cpu::has_bf16_kernels()) {  // its layouts are oneDNN's bf16 kernels'
+      skipped.push_back(fmt::format("{}: a bf16 run, and oneDNN has no bf16 kernels on this CPU to plan its memory by", file));
+      continue;
+    }
     if (precision != "fp32") cmp.run += " " + precision;
     cmp.run += tag;
     cmp.predicted_step_s = predict_step(g, opt, with_precision(c, precision)).step_s;

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cpu/layouts.h"    // oneDNN-free: the CPU engine's buffers, laid out by oneDNN
 #include "backend/cuda/bn_split.h"  // CUDA-free: the GPU batchnorm kernels' workspace
 #include "backend/cuda/layout.h"    // CUDA-free: which layout the GPU executor stores activations in
-#include "backend/cpu/layouts.h"  // oneDNN-free: linear layers' padded weights and scratchpads
-#include "hw/cpu_info.h"
+#include "core/memory.h"
 
 namespace dlperf::plan {
 
@@ -34,50 +34,6 @@ double optimizer_states(const nn::OptimizerConfig& opt) {
   return opt.momentum != 0 ? 1 : 0;
 }
 
-namespace {
-// oneDNN's blocked layouts (nChw8c) round channels up to a multiple of 8.
-double padded_elems(const Dims& d) {
-  if (d.size() != 4) return double(numel(d));
-  return double(d[0]) * double((d[1] + 7) / 8 * 8) * double(d[2] * d[3]);
-}
-
-// Values in the layout of the first conv's output. On AVX2 a conv reading the model's few input
-// channels writes a layout of its own (conv2d.cpp's candidate search); the layers after it keep
-// that layout until the next conv, which wants the blocked one. On AVX-512 oneDNN writes the
-// 16-channel blocks there too (seen with ONEDNN_VERBOSE on a Zen 4), so nothing is reordered.
-std::vector<bool> first_layer_layout(const nn::Graph& g) {
-  std::vector<bool> in(g.nodes.size(), false);
-  if (hw::cpu_info().avx512f) return in;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const nn::Node& n = g.nodes[i];
-    if (n.kind == ops::OpKind::conv2d) {
-      in[i] = n.inputs[0] < 0 && n.in_dims[0][1] < 8;
-    } else if (n.kind != ops::OpKind::linear && n.kind != ops::OpKind::flatten && n.inputs[0] >= 0) {
-      in[i] = in[size_t(n.inputs[0])];
-    }
-  }
-  return in;
-}
-
-// Whether layer i reorders an input: the first conv, or residual add, that meets a value still in
-// the first conv's layout (once per model: after it, the reordered value's consumers agree).
-bool reorders_input(const nn::Graph& g, size_t i, const std::vector<bool>& first_layer) {
-  const nn::Node& n = g.nodes[i];
-  if (n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::add) return false;
-  bool meets = false, other = false;
-  for (int in : n.inputs) (in >= 0 && first_layer[size_t(in)] ? meets : other) = true;
-  if (!meets || (n.kind == ops::OpKind::add && !other)) return false;
-  // Only the first such conv and the first such add.
-  for (size_t j = 0; j < i; ++j)
-    if (g.nodes[j].kind == n.kind) {
-      bool earlier = false, earlier_other = false;
-      for (int in : g.nodes[j].inputs) (in >= 0 && first_layer[size_t(in)] ? earlier : earlier_other) = true;
-      if (earlier && (n.kind == ops::OpKind::conv2d || earlier_other)) return false;
-    }
-  return true;
-}
-
-}  // namespace
 
 // Mirrors cuda::Network's constructor (backend/cuda/network.cpp); the caching allocator rounds
 // each block up a little, which this ignores.
@@ -154,81 +110,23 @@ ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precisi
   return b;
 }
 
-// The rules mirror backend/cpu/network.cpp and the ops' constructors; keep them in step.
+// Every buffer the engine allocates (cpu::engine_buffers, which asks oneDNN for each layout),
+// counted as the allocator books it (CachingAllocator::block_bytes rounds blocks up).
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
   MemoryEstimate m;
-  const double f = 4;  // f32
-  const bool bf16 = precision == "bf16";
-  const double params = double(g.param_count());
-  m[MemCategory::parameters] = params * f;
-  m[MemCategory::gradients] = params * f;
-  m[MemCategory::optimizer_state] = params * f * optimizer_states(opt);
-
-  const double low = bf16 ? 2 : f;  // bytes an element conv and linear read and write
-  const ElementBytes elem = engine_element_bytes(g, precision);
-  // bf16 runs on AVX-512 CPUs only, where nothing carries over from the first conv either.
-  const std::vector<bool> first_layer = bf16 ? std::vector<bool>(g.nodes.size(), false) : first_layer_layout(g);
-  double act = double(numel(g.input)) * f;  // the network's input buffer
-  double workspace = 0;
-  // The primitives share one scratchpad, the largest any asks for; the convolutions' is not
-  // modelled (their layouts come from a search), so this is a floor.
-  double scratchpad = 0;
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const nn::Node& n = g.nodes[i];
-    const int in = n.inputs[0];
-    const double in_elem = in < 0 ? f : elem.value[size_t(in)];
-    if (relu_fused_into_batchnorm(g, i)) continue;  // shares the batchnorm's output
-    const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
-    const double e = elem.value[i];
-    const double out = n.kind == ops::OpKind::flatten || n.out_dims.size() != 4 ? double(numel(n.out_dims)) : padded_elems(n.out_dims);
-    if (flatten_is_a_view_on_cpu(g, i)) {  // the input's bytes; a gradient of its own on the model input
-      if (in < 0) act += out * e;
-      continue;
-    }
-    act += 2 * out * e;  // the output and its gradient
-    switch (n.kind) {
-      case ops::OpKind::batchnorm2d: {
-        const double ch = double(n.out_dims[1]);
-        act += 2 * ch * f;                          // batch mean and variance
-        m[MemCategory::parameters] += 2 * ch * f;   // running mean and variance
-        const std::vector<int> readers = g.consumers(int(i));
-        const bool relu_next = readers.size() == 1 && relu_fused_into_batchnorm(g, size_t(readers[0]));
-        if (relu_next) act += out / 8;              // the fused relu's mask, a bit an element
-        break;
-      }
-      case ops::OpKind::maxpool2d: act += out; break;            // argmax, a byte an output
-      case ops::OpKind::dropout: act += out; break;              // the mask, a byte an element
-      case ops::OpKind::conv2d: workspace += double(numel(n.params[0].dims)) * low;  // weights reordered for backward-data
-        break;
-      default: break;
-    }
-    const double weights = computes ? double(numel(n.params[0].dims)) : 0;
-    if (n.kind == ops::OpKind::linear) {  // oneDNN's blocked layouts pad the weights
-      const cpu::LinearBytes lb = cpu::linear_bytes(n.in_dims[0], n.attrs.out_features, bf16);
-      const double padding = lb.master - weights * f;
-      m[MemCategory::parameters] += padding + lb.copy;  // and their bf16 copy
-      m[MemCategory::gradients] += padding;
-      m[MemCategory::optimizer_state] += padding * optimizer_states(opt);
-      scratchpad = std::max(scratchpad, lb.scratchpad);
-    }
-    if (bf16 && n.kind == ops::OpKind::conv2d) m[MemCategory::parameters] += 2 * weights;  // the weights' bf16 copy
-    if (bf16 && computes && e != 2) act += 2 * out;  // the logits' gradient converted to bf16
-    // A layer that wants its input in another type converts it, and its gradient back (a copy of
-    // each; none for the model input's gradient).
-    const double want = elem.input[i];
-    if (want != in_elem) act += padded_elems(n.in_dims[0]) * want * (in < 0 ? 1 : 2);
-    // A layer other than conv/linear reading the model input writes its input gradient into a
-    // scratch buffer nobody reads.
-    if (in < 0 && !computes) workspace += double(numel(n.in_dims[0])) * f;
-    // A value read by several layers gets a temporary to sum their gradients into.
-    if (g.consumers(int(i)).size() > 1) act += out * e;
-    if (reorders_input(g, i, first_layer)) act += 2 * padded_elems(n.in_dims[0]) * f;  // the input reordered, and its gradient
+  auto block = [](double bytes) { return double(CachingAllocator::block_bytes(size_t(bytes))); };
+  const cpu::EngineBuffers engine = cpu::engine_buffers(g, precision);
+  const double states = optimizer_states(opt);
+  for (double p : engine.params) {  // a parameter tensor's value, gradient and optimizer states
+    m[MemCategory::parameters] += block(p);
+    m[MemCategory::gradients] += block(p);
+    m[MemCategory::optimizer_state] += states * block(p);
   }
-  m[MemCategory::activations] = act;
-  m[MemCategory::workspace] = workspace + scratchpad;
+  for (const auto& [category, bytes] : engine.buffers) m[category] += block(bytes);
+  if (engine.scratchpad > 0) m[MemCategory::workspace] += block(engine.scratchpad);
   // The train and test loaders each hold 1 batch (no workers) or 2 per worker.
   const double slots = workers == 0 ? 1 : std::max(2, 2 * workers);
-  m[MemCategory::data] = 2 * slots * double(numel(g.input)) * f;
+  m[MemCategory::data] = 2 * slots * block(double(numel(g.input)) * 4);
   return m;
 }
 

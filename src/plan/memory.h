@@ -1,7 +1,9 @@
 // Memory a training run needs, predicted from the model graph before anything is allocated.
 //
-// Three models. `engine_memory` predicts dlperf's own CPU engine byte for byte by its allocation
-// rules (every buffer is allocated once, at start, so the peak is their sum), and
+// Three models. `engine_memory` predicts dlperf's own CPU engine byte for byte: the buffers its
+// network builds, each laid out as oneDNN lays it out on this CPU (cpu::engine_buffers) and
+// counted as the allocator books it (every buffer is allocated once, at start, so the peak is
+// their sum); and
 // `gpu_engine_memory` its GPU executor's (backend/cuda/network.cpp); `plan --against` checks
 // them against the peaks run records measured. `analytic_memory` is the textbook model for
 // any framework and device: bytes per parameter by precision and optimizer, ZeRO sharding, and
@@ -42,8 +44,8 @@ ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precisi
 
 /// dlperf's CPU engine on this CPU (oneDNN picks other layouts on AVX2 and AVX-512) training `g`
 /// (at its batch size) with `opt` and `workers` loader threads, in `precision` fp32 or bf16
-/// (bf16 activations, fp32 master weights and their bf16 copies: network.h; checked against a
-/// run only on a CPU with AVX512-BF16).
+/// (bf16 activations, fp32 master weights and their bf16 copies: network.h; bf16 needs oneDNN's
+/// bf16 kernels here, cpu::has_bf16_kernels, else Error).
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
                              const std::string& precision = "fp32");
 

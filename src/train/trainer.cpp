@@ -13,6 +13,7 @@
 #include <fstream>
 #include <optional>
 
+#include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
@@ -353,8 +354,11 @@ std::string cpu_precision_refusal(const std::string& p) {
   if (p == "fp32") return "";
   if (p == "tf32") return "tf32 is a GPU tensor-core format (NVIDIA Ampere and later); CPUs have none";
   const hw::CpuInfo cpu = hw::cpu_info();
-  if (p == "bf16")
-    return cpu.avx512_bf16 ? "" : fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
+  if (p == "bf16") {
+    if (!cpu.avx512_bf16) return fmt::format("bf16 training needs AVX512-BF16; this CPU ({}) has {}", cpu.model, cpu.isa);
+    if (!cpu::has_bf16_kernels()) return "bf16 training needs oneDNN's AVX512-BF16 kernels, which ONEDNN_MAX_CPU_ISA turns off here";
+    return "";
+  }
   return "fp16 training needs a GPU: x86 CPUs have no fp16 FMA before AVX512-FP16, and dlperf's CPU engine has no fp16 path";
 }
 

@@ -3,12 +3,31 @@
 //
 // oneDNN normalizes with the batch's biased variance, as PyTorch does; the running variance
 // is updated with the unbiased one (n / (n - 1)), as PyTorch does.
+#include <algorithm>
+
 #include "backend/cpu/ops.h"
 
 namespace dlperf::cpu {
 
 namespace {
 using namespace dnnl;
+
+// The passes' descriptors: training forward, inference forward, backward.
+struct BatchNormPasses {
+  batch_normalization_forward::primitive_desc train, eval;
+  batch_normalization_backward::primitive_desc bwd;
+  BatchNormPasses(const md& src, float eps, bool fuse_relu) {
+    auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
+    if (fuse_relu) flags |= normalization_flags::fuse_norm_relu;
+    train = batch_normalization_forward::primitive_desc(
+        batch_normalization_forward::desc(prop_kind::forward_training, src, eps, flags), default_attr(), engine());
+    eval = batch_normalization_forward::primitive_desc(
+        batch_normalization_forward::desc(prop_kind::forward_inference, src, eps, flags | normalization_flags::use_global_stats),
+        default_attr(), engine());
+    bwd = batch_normalization_backward::primitive_desc(batch_normalization_backward::desc(prop_kind::backward, src, src, eps, flags),
+                                                       default_attr(), engine(), train);
+  }
+};
 
 class BatchNorm final : public Op {
  public:
@@ -17,18 +36,11 @@ class BatchNorm final : public Op {
       : eps_(float(a.eps)), momentum_(float(a.momentum)), count_(x[0] * x[2] * x[3]) {
     src_ = src;
     name_ = name;
-    auto flags = normalization_flags::use_scale | normalization_flags::use_shift;
-    if (fuse_relu) flags |= normalization_flags::fuse_norm_relu;
-    auto train_d = batch_normalization_forward::desc(prop_kind::forward_training, src, eps_, flags);
-    train_pd_ = batch_normalization_forward::primitive_desc(train_d, default_attr(), engine());
-    train_ = Prim::of<batch_normalization_forward>(train_pd_);
-    auto eval_d = batch_normalization_forward::desc(prop_kind::forward_inference, src, eps_,
-                                                    flags | normalization_flags::use_global_stats);
-    eval_ = Prim::of<batch_normalization_forward>(
-        batch_normalization_forward::primitive_desc(eval_d, default_attr(), engine()));
-    auto bwd_d = batch_normalization_backward::desc(prop_kind::backward, src, src, eps_, flags);
-    bwd_ = Prim::of<batch_normalization_backward>(
-        batch_normalization_backward::primitive_desc(bwd_d, default_attr(), engine(), train_pd_));
+    const BatchNormPasses p(src, eps_, fuse_relu);
+    train_pd_ = p.train;
+    train_ = Prim::of<batch_normalization_forward>(p.train);
+    eval_ = Prim::of<batch_normalization_forward>(p.eval);
+    bwd_ = Prim::of<batch_normalization_backward>(p.bwd);
 
     const md c_md({x[1]}, dt::f32, tag::a);
     add_param(name + ".weight", {x[1]}, c_md, Init::ones, 1);
@@ -100,6 +112,21 @@ class BatchNorm final : public Op {
   Mem mean_, var_, workspace_;
 };
 }  // namespace
+
+Footprint batchnorm_footprint(const md& src, const Dims& x, bool fuse_relu) {
+  const BatchNormPasses p(src, 1e-5f, fuse_relu);  // layouts and sizes do not depend on epsilon
+  // As the constructor allocates: weight and bias; batch mean and variance; running ones; the
+  // fused relu's mask.
+  const size_t c = size_t(x[1]) * sizeof(float);
+  Footprint f;
+  f.inputs = {src};
+  f.output = p.train.dst_desc();
+  f.params = {c, c};
+  f.buffers = {{MemCategory::activations, c}, {MemCategory::activations, c}, {MemCategory::parameters, c}, {MemCategory::parameters, c}};
+  if (fuse_relu) f.buffers.push_back({MemCategory::activations, p.train.workspace_desc().get_size()});
+  f.scratchpad = std::max({p.train.scratchpad_desc().get_size(), p.eval.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size()});
+  return f;
+}
 
 std::unique_ptr<Op> make_batchnorm(const ops::OpAttrs& a, const md& src, const Dims& x,
                                    const std::string& name, bool fuse_relu) {

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backend/cpu/layouts.h"
 #include "core/error.h"
 
 #include <fmt/format.h>
@@ -17,6 +18,12 @@ dnnl::engine& engine() {
 dnnl::stream& stream() {
   static dnnl::stream s(engine());
   return s;
+}
+
+bool has_bf16_kernels() {
+  // oneDNN's ISA values are nested bit sets: each contains the bits of those it extends.
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa()), bf16 = unsigned(dnnl::cpu_isa::avx512_core_bf16);
+  return (isa & bf16) == bf16;
 }
 
 memory::dims to_dnnl(const Dims& d) { return memory::dims(d.begin(), d.end()); }

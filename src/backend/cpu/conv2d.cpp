@@ -16,6 +16,7 @@
 // read is refreshed from them every forward pass.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend/cpu/ops.h"
@@ -28,51 +29,96 @@ using namespace dnnl;
 
 bool is_ref(const dnnl::primitive_desc_base& pd) { return std::strncmp(pd.impl_info_str(), "ref", 3) == 0; }
 
-class Conv2d final : public Op {
- public:
-  Conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x, const std::string& name, const OpOptions& o)
-      : need_dx_(o.need_dx), copies_(makes_copies(o.compute)), low_(copy_type(o.compute)),
-        out_type_(o.fp32_output ? dt::f32 : low_) {
-    const Dims y = ops::infer_shape(ops::OpKind::conv2d, a, {x});
-    const Dims w = {a.out_channels, x[1], a.kernel, a.kernel};
-    strides_ = {a.stride, a.stride};
-    pad_ = {a.padding, a.padding};
-    bias_md_ = a.bias ? md({a.out_channels}, dt::f32, tag::a) : md();
-    const md ax = any_md(x), ay = with_type(any_md(y), out_type_);
+/// The descriptors of a conv's passes for one layout pair (backward-data's empty without it).
+struct ConvPasses {
+  convolution_forward::primitive_desc fwd;
+  convolution_backward_weights::primitive_desc bww;
+  convolution_backward_data::primitive_desc bwd;
+  bool fast = false;  ///< every pass needed has a non-reference kernel
+};
+
+/// A conv's shapes and types, and the layout search (shared by the op and conv_scratchpad).
+struct ConvSetup {
+  Dims x, y, w;
+  memory::dims strides, pad;
+  md bias;
+  bool need_dx, copies;
+  dt low;       ///< what the passes read: f32, or bf16 (the copies' type)
+  dt out_type;  ///< what the output (and so its gradient) is stored in
+
+  ConvSetup(const ops::OpAttrs& a, const Dims& in, const OpOptions& o)
+      : x(in), y(ops::infer_shape(ops::OpKind::conv2d, a, {in})), w({a.out_channels, in[1], a.kernel, a.kernel}),
+        strides({a.stride, a.stride}), pad({a.padding, a.padding}),
+        bias(a.bias ? md({a.out_channels}, dt::f32, tag::a) : md()), need_dx(o.need_dx), copies(makes_copies(o.compute)),
+        low(copy_type(o.compute)), out_type(o.fp32_output ? dt::f32 : low) {}
+
+  // The passes for this (src, dst) layout pair. With copies they read bf16 weights and output
+  // gradients (the output's layout), and backward-weights writes fp32 weight gradients.
+  ConvPasses passes(const md& src, const md& dst) const {
+    ConvPasses p;
+    const md aw = any_md(w), aw_low = with_type(aw, low);
+    auto fd = convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src, aw_low, bias, dst,
+                                        strides, pad, pad);
+    p.fwd = convolution_forward::primitive_desc(fd, default_attr(), engine());
+    const md dy = with_type(p.fwd.dst_desc(), low);
+    auto wd = convolution_backward_weights::desc(algorithm::convolution_direct, p.fwd.src_desc(), aw, bias, dy, strides, pad, pad);
+    p.bww = convolution_backward_weights::primitive_desc(wd, default_attr(), engine(), p.fwd);
+    p.fast = !is_ref(p.fwd) && !is_ref(p.bww);
+    if (need_dx) {
+      auto dd = convolution_backward_data::desc(algorithm::convolution_direct, p.fwd.src_desc(), aw_low, dy, strides, pad, pad);
+      p.bwd = convolution_backward_data::primitive_desc(dd, default_attr(), engine(), p.fwd);
+      p.fast = p.fast && !is_ref(p.bwd);
+    }
+    return p;
+  }
+
+  // The first candidate (input, output) layout pair whose passes are all fast; else oneDNN's own
+  // choice, even if only a reference kernel.
+  ConvPasses search(const md& producer) const {
+    const md ax = any_md(x), ay = with_type(any_md(y), out_type);
     auto with = [](const Dims& d, tag t, dt type = dt::f32) { return md(to_dnnl(d), type, t); };
     std::vector<std::pair<md, md>> candidates;
-    if (!copies_) {
+    if (!copies) {
       candidates = {{producer, ay}, {ax, ay}, {with(x, tag::nChw8c), with(y, tag::nChw8c)},
                     {with(x, tag::nhwc), with(y, tag::nhwc)},
                     {producer, with(y, producer.data.format_desc.blocking.inner_nblks ? tag::nChw8c : tag::nchw)}};
     } else {
       // A producer in another type (the fp32 model input) is converted anyway, so its layout is
       // no candidate.
-      if (producer.data_type() == low_) candidates.push_back({producer, ay});
-      candidates.insert(candidates.end(), {{with_type(ax, low_), ay},
-                                           {with(x, tag::nChw16c, low_), with(y, tag::nChw16c, out_type_)},
-                                           {with(x, tag::nhwc, low_), with(y, tag::nhwc, out_type_)}});
+      if (producer.data_type() == low) candidates.push_back({producer, ay});
+      candidates.insert(candidates.end(), {{with_type(ax, low), ay},
+                                           {with(x, tag::nChw16c, low), with(y, tag::nChw16c, out_type)},
+                                           {with(x, tag::nhwc, low), with(y, tag::nhwc, out_type)}});
     }
-    bool found = false;
     for (const auto& [src, dst] : candidates) {
       try {
-        if (build(src, w, dst)) {
-          found = true;
-          break;
-        }
+        ConvPasses p = passes(src, dst);
+        if (p.fast) return p;
       } catch (const dnnl::error&) {
       }
     }
-    if (!found) build(with_type(ax, low_), w, ay);  // oneDNN's own choice, even if only a reference kernel
+    return passes(with_type(ax, low), ay);
+  }
+};
+
+class Conv2d final : public Op {
+ public:
+  Conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x, const std::string& name, const OpOptions& o)
+      : need_dx_(o.need_dx) {
+    const ConvSetup setup(a, x, o);
+    const ConvPasses p = setup.search(producer);
+    fwd_pd_ = p.fwd;
+    fwd_ = Prim::of<convolution_forward>(p.fwd);
+    bwd_weights_ = Prim::of<convolution_backward_weights>(p.bww);
+    if (need_dx_) bwd_data_ = Prim::of<convolution_backward_data>(p.bwd);
     const int64_t fan_in = x[1] * a.kernel * a.kernel;
-    const md master = copies_ ? bww_pd_.diff_weights_desc() : fwd_pd_.weights_desc();
-    add_param(name + ".weight", w, master, Init::uniform_fan_in, fan_in);
-    if (a.bias) add_param(name + ".bias", {a.out_channels}, bias_md_, Init::uniform_fan_in, fan_in);
-    if (copies_) w_fwd_ = Mem(fwd_pd_.weights_desc(), MemCategory::parameters);
-    if (bww_pd_.diff_weights_desc() != master) dw_tmp_ = Mem(bww_pd_.diff_weights_desc(), MemCategory::workspace);
-    if (need_dx_ && bwd_pd_.weights_desc() != fwd_pd_.weights_desc())
-      w_bwd_ = Mem(bwd_pd_.weights_desc(), MemCategory::workspace);
-    if (bww_pd_.diff_dst_desc() != fwd_pd_.dst_desc()) dy_low_ = Mem(bww_pd_.diff_dst_desc(), MemCategory::activations);
+    const md master = setup.copies ? p.bww.diff_weights_desc() : p.fwd.weights_desc();
+    add_param(name + ".weight", setup.w, master, Init::uniform_fan_in, fan_in);
+    if (a.bias) add_param(name + ".bias", {a.out_channels}, setup.bias, Init::uniform_fan_in, fan_in);
+    if (setup.copies) w_fwd_ = Mem(p.fwd.weights_desc(), MemCategory::parameters);
+    if (p.bww.diff_weights_desc() != master) dw_tmp_ = Mem(p.bww.diff_weights_desc(), MemCategory::workspace);
+    if (need_dx_ && p.bwd.weights_desc() != p.fwd.weights_desc()) w_bwd_ = Mem(p.bwd.weights_desc(), MemCategory::workspace);
+    if (p.bww.diff_dst_desc() != p.fwd.dst_desc()) dy_low_ = Mem(p.bww.diff_dst_desc(), MemCategory::activations);
   }
 
   md input_md(int) const override { return fwd_pd_.src_desc(); }
@@ -103,49 +149,37 @@ class Conv2d final : public Op {
   }
 
  private:
-  // Creates the passes for this (src, dst) layout pair; true if all needed ones are JIT.
-  // With copies the passes read bf16 weights and output gradients (the output's layout), and
-  // backward-weights writes fp32 weight gradients.
-  bool build(const md& src, const Dims& w, const md& dst) {
-    const md aw = any_md(w), aw_low = with_type(aw, low_);
-    auto fd = convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct,
-                                        src, aw_low, bias_md_, dst, strides_, pad_, pad_);
-    fwd_pd_ = convolution_forward::primitive_desc(fd, default_attr(), engine());
-    const md dy = with_type(fwd_pd_.dst_desc(), low_);
-    auto wd = convolution_backward_weights::desc(algorithm::convolution_direct, fwd_pd_.src_desc(), aw,
-                                                 bias_md_, dy, strides_, pad_, pad_);
-    bww_pd_ = convolution_backward_weights::primitive_desc(wd, default_attr(), engine(), fwd_pd_);
-    bool fast = !is_ref(fwd_pd_) && !is_ref(bww_pd_);
-    if (need_dx_) {
-      auto dd = convolution_backward_data::desc(algorithm::convolution_direct, fwd_pd_.src_desc(), aw_low,
-                                                dy, strides_, pad_, pad_);
-      bwd_pd_ = convolution_backward_data::primitive_desc(dd, default_attr(), engine(), fwd_pd_);
-      fast = fast && !is_ref(bwd_pd_);
-      bwd_data_ = Prim::of<convolution_backward_data>(bwd_pd_);
-    }
-    fwd_ = Prim::of<convolution_forward>(fwd_pd_);
-    bwd_weights_ = Prim::of<convolution_backward_weights>(bww_pd_);
-    return fast;
-  }
-
   /// The weights forward reads: the master weights, or their bf16 copy.
   const Mem& weights() const { return w_fwd_.empty() ? params_[0]->value : w_fwd_; }
 
   bool need_dx_;
-  bool copies_;  ///< the passes read copies: bf16, or f32 in tests
-  dt low_;       ///< the copies' type
-  dt out_type_;  ///< what the output (and so its gradient) is stored in
-  memory::dims strides_, pad_;
-  md bias_md_;
   convolution_forward::primitive_desc fwd_pd_;
-  convolution_backward_weights::primitive_desc bww_pd_;
-  convolution_backward_data::primitive_desc bwd_pd_;
   Prim fwd_, bwd_data_, bwd_weights_;
   Mem dw_tmp_, w_bwd_;
   Mem w_fwd_;   ///< copies: the weights forward reads, refreshed from the master weights
   Mem dy_low_;  ///< an fp32 output's gradient converted for the backward passes
 };
 }  // namespace
+
+Footprint conv2d_footprint(const ops::OpAttrs& a, const md& producer, const Dims& x, const OpOptions& o) {
+  const ConvSetup setup(a, x, o);
+  const ConvPasses p = setup.search(producer);
+  // As the constructor allocates.
+  const md master = setup.copies ? p.bww.diff_weights_desc() : p.fwd.weights_desc();
+  Footprint f;
+  f.inputs = {p.fwd.src_desc()};
+  f.output = p.fwd.dst_desc();
+  f.params = {master.get_size()};
+  if (a.bias) f.params.push_back(setup.bias.get_size());
+  if (setup.copies) f.buffers.push_back({MemCategory::parameters, p.fwd.weights_desc().get_size()});
+  if (p.bww.diff_weights_desc() != master) f.buffers.push_back({MemCategory::workspace, p.bww.diff_weights_desc().get_size()});
+  if (o.need_dx && p.bwd.weights_desc() != p.fwd.weights_desc())
+    f.buffers.push_back({MemCategory::workspace, p.bwd.weights_desc().get_size()});
+  if (p.bww.diff_dst_desc() != p.fwd.dst_desc()) f.buffers.push_back({MemCategory::activations, p.bww.diff_dst_desc().get_size()});
+  f.scratchpad = std::max(p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size());
+  if (o.need_dx) f.scratchpad = std::max(f.scratchpad, p.bwd.scratchpad_desc().get_size());
+  return f;
+}
 
 std::unique_ptr<Op> make_conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x,
                                 const std::string& name, const OpOptions& o) {

@@ -12,17 +12,24 @@ using namespace dnnl;
 
 class Relu final : public Op {
  public:
+  struct Passes {
+    eltwise_forward::primitive_desc fwd;
+    eltwise_backward::primitive_desc bwd;
+    explicit Passes(const md& src) {
+      fwd = eltwise_forward::primitive_desc(
+          eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, src, 0.f), default_attr(), engine());
+      // Backward from the output (relu(x) > 0 iff x > 0), so the input need not be kept.
+      auto fwd_dst = eltwise_forward::primitive_desc(
+          eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, src, 0.f), default_attr(),
+          engine());
+      bwd = eltwise_backward::primitive_desc(eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, src, src, 0.f),
+                                             default_attr(), engine(), fwd_dst);
+    }
+  };
   explicit Relu(const md& src) : src_(src) {
-    auto fd = eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, src, 0.f);
-    auto fpd = eltwise_forward::primitive_desc(fd, default_attr(), engine());
-    fwd_ = Prim::of<eltwise_forward>(fpd);
-    // Backward from the output (relu(x) > 0 iff x > 0), so the input need not be kept.
-    auto bd = eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, src, src, 0.f);
-    auto fpd_dst = eltwise_forward::primitive_desc(
-        eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd,
-                              src, 0.f),
-        default_attr(), engine());
-    bwd_ = Prim::of<eltwise_backward>(eltwise_backward::primitive_desc(bd, default_attr(), engine(), fpd_dst));
+    const Passes p(src);
+    fwd_ = Prim::of<eltwise_forward>(p.fwd);
+    bwd_ = Prim::of<eltwise_backward>(p.bwd);
   }
   md input_md(int) const override { return src_; }
   md output_md() const override { return src_; }
@@ -41,10 +48,10 @@ class Relu final : public Op {
 
 class Add final : public Op {
  public:
-  explicit Add(const md& src) : src_(src) {
-    auto d = binary::desc(algorithm::binary_add, src, src, src);
-    fwd_ = Prim::of<binary>(binary::primitive_desc(d, default_attr(), engine()));
+  static binary::primitive_desc pass(const md& src) {
+    return binary::primitive_desc(binary::desc(algorithm::binary_add, src, src, src), default_attr(), engine());
   }
+  explicit Add(const md& src) : src_(src) { fwd_ = Prim::of<binary>(pass(src)); }
   md input_md(int) const override { return src_; }
   md output_md() const override { return src_; }
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
@@ -134,6 +141,20 @@ class Flatten final : public Op {
 }  // namespace
 
 void set_dropout_step(uint64_t step) { g_dropout_step = step; }
+
+// As the constructors allocate (no memory but the dropout mask and the primitives' scratchpads).
+Footprint relu_footprint(const md& src) {
+  const Relu::Passes p(src);
+  return {{src}, src, {}, {}, std::max(p.fwd.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size())};
+}
+Footprint add_footprint(const md& src) {
+  return {{src, src}, src, {}, {}, Add::pass(src).scratchpad_desc().get_size()};
+}
+Footprint dropout_footprint(const md& src) {
+  const md f32 = with_type(src, dt::f32);
+  return {{f32}, f32, {}, {{MemCategory::activations, floats_in(f32)}}, 0};
+}
+Footprint flatten_footprint(const md& src, const Dims& x) { return {{src}, Flatten(src, x).output_md(), {}, {}, 0}; }
 
 std::unique_ptr<Op> make_relu(const md& src) { return std::make_unique<Relu>(src); }
 std::unique_ptr<Op> make_add(const md& src) { return std::make_unique<Add>(src); }

@@ -1,20 +1,30 @@
-// What the CPU engine's layouts cost, for the memory model (plan/memory.cpp): oneDNN picks a
-// weight layout per CPU and shape (on AVX-512, blocks that pad a linear layer's outputs to a
-// multiple of 64) and the scratchpad its kernels want, so the model asks it instead of copying
+// What the CPU engine allocates, for the memory model (plan/memory.cpp): oneDNN picks layouts per
+// CPU and shape (blocks of 16 channels on AVX-512, 8 on AVX2; a first conv's own layout; padded
+// linear weights) and the scratchpads its kernels want, so the model asks it instead of copying
 // its rules. Free of oneDNN's headers.
 #pragma once
 
-#include "core/tensor.h"
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/memory.h"
+#include "nn/graph.h"
 
 namespace dlperf::cpu {
 
-struct LinearBytes {
-  double master = 0;      ///< the fp32 master weights (their gradient and optimizer states take as much)
-  double copy = 0;        ///< bf16: the copy the passes read; 0 in fp32
-  double scratchpad = 0;  ///< the most any of its three passes asks for (the engine shares one)
-};
+/// Whether oneDNN runs bf16 kernels here: the CPU has AVX512-BF16 (or AMX), and
+/// ONEDNN_MAX_CPU_ISA, which caps the instructions oneDNN uses, leaves them on.
+bool has_bf16_kernels();
 
-/// A linear layer on input [N, features] `x`, with a bias, as this CPU's engine builds it.
-LinearBytes linear_bytes(const Dims& x, int64_t out_features, bool bf16);
+/// Every buffer dlperf's CPU engine allocates to train `g` in `precision` (fp32 or bf16), as
+/// Network's constructor (network.cpp) and the ops' make them: found from oneDNN's descriptors
+/// alone (no memory, no JIT code), so a batch that would not fit can be planned.
+struct EngineBuffers {
+  std::vector<double> params;  ///< each parameter tensor in its layout; its gradient and optimizer states take as much
+  std::vector<std::pair<MemCategory, double>> buffers;  ///< every other buffer, with its category
+  double scratchpad = 0;  ///< the one scratchpad all primitives share: the largest any asks for
+};
+EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision);
 
 }  // namespace dlperf::cpu

@@ -5,7 +5,6 @@
 // loss reads in fp32. The weight and bias gradients and the master weights stay fp32.
 #include <algorithm>
 
-#include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 
 namespace dlperf::cpu {
@@ -83,12 +82,18 @@ class Linear final : public Op {
 };
 }  // namespace
 
-LinearBytes linear_bytes(const Dims& x, int64_t out_features, bool bf16) {
-  const LinearPasses p(x, out_features, true, bf16 ? Compute::bf16 : Compute::fp32, false);
-  const size_t scratchpad = std::max({p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size(),
-                                      p.bwd.scratchpad_desc().get_size()});
-  return {double(p.bww.diff_weights_desc().get_size()), bf16 ? double(p.fwd.weights_desc().get_size()) : 0.0,
-          double(scratchpad)};
+Footprint linear_footprint(const ops::OpAttrs& a, const Dims& x, const OpOptions& o) {
+  const LinearPasses p(x, a.out_features, a.bias, o.compute, o.fp32_output);
+  // As the constructor allocates.
+  Footprint f;
+  f.inputs = {p.fwd.src_desc()};
+  f.output = p.fwd.dst_desc();
+  f.params = {p.bww.diff_weights_desc().get_size()};
+  if (a.bias) f.params.push_back(p.bias.get_size());
+  if (makes_copies(o.compute)) f.buffers.push_back({MemCategory::parameters, p.fwd.weights_desc().get_size()});
+  if (p.dy != p.dst) f.buffers.push_back({MemCategory::activations, p.dy.get_size()});
+  f.scratchpad = std::max({p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size()});
+  return f;
 }
 
 std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o) {

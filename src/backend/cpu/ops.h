@@ -24,6 +24,19 @@ struct OpOptions {
 std::unique_ptr<Op> make_op(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in,
                             const std::vector<Dims>& dims, const std::string& name, const OpOptions& options = {});
 
+/// What an op built by make_op takes and allocates, found from oneDNN's descriptors without
+/// building it (no memory, no JIT code): the memory planner's view of the op (layouts.cpp). Each
+/// op's footprint function sits beside its constructor and follows the same decisions.
+struct Footprint {
+  std::vector<md> inputs;      ///< the layouts it reads (input_md)
+  md output;                   ///< the layout it writes (output_md)
+  std::vector<size_t> params;  ///< each parameter tensor's bytes (its gradient and optimizer states alike)
+  std::vector<std::pair<MemCategory, size_t>> buffers;  ///< its other allocations
+  size_t scratchpad = 0;       ///< the most any of its primitives asks for
+};
+Footprint footprint(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in, const std::vector<Dims>& dims,
+                    const OpOptions& options = {});
+
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);
 

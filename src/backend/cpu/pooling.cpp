@@ -20,23 +20,43 @@ namespace dlperf::cpu {
 namespace {
 using namespace dnnl;
 
+// A pooling window: kernel, stride and padding, the same in both dimensions unless kernel is
+// the whole plane (global average pooling).
+struct Window {
+  algorithm alg;
+  int64_t kh, kw, stride, pad;
+};
+Window window_of(ops::OpKind kind, const ops::OpAttrs& a, const Dims& x) {
+  switch (kind) {
+    case ops::OpKind::maxpool2d: return {algorithm::pooling_max, a.kernel, a.kernel, a.stride, a.padding};
+    case ops::OpKind::avgpool2d: return {algorithm::pooling_avg_include_padding, a.kernel, a.kernel, a.stride, a.padding};
+    default: return {algorithm::pooling_avg_exclude_padding, x[2], x[3], 1, 0};  // one window over the whole plane
+  }
+}
+
+// oneDNN's pooling passes.
+struct PoolPasses {
+  pooling_forward::primitive_desc fwd;
+  pooling_backward::primitive_desc bwd;
+  PoolPasses(const Window& w, const md& src, const Dims& x) {
+    const Dims y = {x[0], x[1], ops::window_out(x[2], w.kh, w.stride, w.pad), ops::window_out(x[3], w.kw, w.stride, w.pad)};
+    const memory::dims strides{w.stride, w.stride}, kernel{w.kh, w.kw}, padding{w.pad, w.pad};
+    fwd = pooling_forward::primitive_desc(pooling_forward::desc(prop_kind::forward_training, w.alg, src,
+                                                                with_type(any_md(y), src.data_type()), strides, kernel, padding, padding),
+                                          default_attr(), engine());
+    bwd = pooling_backward::primitive_desc(pooling_backward::desc(w.alg, src, fwd.dst_desc(), strides, kernel, padding, padding),
+                                           default_attr(), engine(), fwd);
+  }
+};
+
 class Pool final : public Op {
  public:
-  Pool(algorithm alg, const md& src, const Dims& x, int64_t kh, int64_t kw, int64_t stride,
-       int64_t pad)
-      : src_(src) {
-    const Dims y = {x[0], x[1], ops::window_out(x[2], kh, stride, pad),
-                    ops::window_out(x[3], kw, stride, pad)};
-    const memory::dims strides{stride, stride}, kernel{kh, kw}, padding{pad, pad};
-    auto fd = pooling_forward::desc(prop_kind::forward_training, alg, src, with_type(any_md(y), src.data_type()), strides,
-                                    kernel, padding, padding);
-    fwd_pd_ = pooling_forward::primitive_desc(fd, default_attr(), engine());
-    fwd_ = Prim::of<pooling_forward>(fwd_pd_);
-    auto bd = pooling_backward::desc(alg, src, fwd_pd_.dst_desc(), strides, kernel, padding, padding);
-    bwd_ = Prim::of<pooling_backward>(
-        pooling_backward::primitive_desc(bd, default_attr(), engine(), fwd_pd_));
-    if (alg == algorithm::pooling_max)
-      workspace_ = Mem(fwd_pd_.workspace_desc(), MemCategory::activations);
+  Pool(const Window& w, const md& src, const Dims& x) : src_(src) {
+    const PoolPasses p(w, src, x);
+    fwd_pd_ = p.fwd;
+    fwd_ = Prim::of<pooling_forward>(p.fwd);
+    bwd_ = Prim::of<pooling_backward>(p.bwd);
+    if (w.alg == algorithm::pooling_max) workspace_ = Mem(p.fwd.workspace_desc(), MemCategory::activations);
   }
   md input_md(int) const override { return src_; }
   md output_md() const override { return fwd_pd_.dst_desc(); }
@@ -241,10 +261,16 @@ void each_plane(int64_t images, int64_t blocks, Plane plane) {
 
 class MaxPool final : public Op {
  public:
-  MaxPool(const md& src, const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in) : src_(src), n_(x[0]) {
+  // It writes the layout it reads.
+  static md output_md(const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in) {
     const Dims y = {x[0], x[1], ops::window_out(x[2], a.kernel, a.stride, a.padding),
                     ops::window_out(x[3], a.kernel, a.stride, a.padding)};
-    dst_ = md(to_dnnl(y), dt::f32, in.V == 8 && in.sb != 0 ? tag::nChw8c : tag::nhwc);
+    return md(to_dnnl(y), dt::f32, in.V == 8 && in.sb != 0 ? tag::nChw8c : tag::nhwc);
+  }
+  MaxPool(const md& src, const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in)
+      : src_(src), dst_(output_md(x, a, in)), n_(x[0]) {
+    const Dims y = {x[0], x[1], ops::window_out(x[2], a.kernel, a.stride, a.padding),
+                    ops::window_out(x[3], a.kernel, a.stride, a.padding)};
     g_ = {x[2], x[3], y[2], y[3], a.kernel, a.stride, a.padding, in, {}};
 #ifdef __AVX2__
     two_by_two_ = ops::pools_2x2_stride_2(a) && in.V % 8 == 0;  // its code takes whole vectors of 8 channels
@@ -291,21 +317,31 @@ class MaxPool final : public Op {
   BufferPtr argmax_;  // kept for backward: counted as activations
   std::vector<int64_t> offset_;
 };
+
+// Max pooling in a layout of whole channel vectors is own code (the header says why).
+bool runs_own_max_pool(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x, ChannelVectors& layout) {
+  return kind == ops::OpKind::maxpool2d && a.kernel <= 15 && ChannelVectors::of(src, x, layout);
+}
 }  // namespace
 
 std::unique_ptr<Op> make_pool(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x) {
-  switch (kind) {
-    case ops::OpKind::maxpool2d: {
-      ChannelVectors layout;
-      if (a.kernel <= 15 && ChannelVectors::of(src, x, layout)) return std::make_unique<MaxPool>(src, x, a, layout);
-      return std::make_unique<Pool>(algorithm::pooling_max, src, x, a.kernel, a.kernel, a.stride, a.padding);
-    }
-    case ops::OpKind::avgpool2d:
-      return std::make_unique<Pool>(algorithm::pooling_avg_include_padding, src, x, a.kernel,
-                                    a.kernel, a.stride, a.padding);
-    default:  // global average pooling: one window over the whole plane
-      return std::make_unique<Pool>(algorithm::pooling_avg_exclude_padding, src, x, x[2], x[3], 1, 0);
+  ChannelVectors layout;
+  if (runs_own_max_pool(kind, a, src, x, layout)) return std::make_unique<MaxPool>(src, x, a, layout);
+  return std::make_unique<Pool>(window_of(kind, a, x), src, x);
+}
+
+Footprint pool_footprint(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x) {
+  // As the constructors allocate: max pooling keeps its argmax (own code: a byte an output).
+  ChannelVectors layout;
+  if (runs_own_max_pool(kind, a, src, x, layout)) {
+    const md dst = MaxPool::output_md(x, a, layout);
+    return {{src}, dst, {}, {{MemCategory::activations, dst.get_size() / sizeof(float)}}, 0};
   }
+  const Window w = window_of(kind, a, x);
+  const PoolPasses p(w, src, x);
+  Footprint f{{src}, p.fwd.dst_desc(), {}, {}, std::max(p.fwd.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size())};
+  if (w.alg == algorithm::pooling_max) f.buffers.push_back({MemCategory::activations, p.fwd.workspace_desc().get_size()});
+  return f;
 }
 
 }  // namespace dlperf::cpu
