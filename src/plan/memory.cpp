@@ -35,12 +35,12 @@ double optimizer_states(const nn::OptimizerConfig& opt) {
 }
 
 
-// Mirrors cuda::Network's constructor (backend/cuda/network.cpp); the caching allocator rounds
-// each block up a little, which this ignores.
+// Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout) {
   MemoryEstimate m;
-  auto add = [&](MemCategory c, double bytes) { m[c] += std::max(bytes, 4.0); };
+  // A buffer, as the caching allocator books it (CachingAllocator::block_bytes).
+  auto add = [&](MemCategory c, double bytes) { m[c] += double(CachingAllocator::block_bytes(size_t(std::max(bytes, 1.0)))); };
   const bool mixed = precision == "bf16" || precision == "fp16";
   const cuda::Layout stored = cuda::resolve_layout(layout, precision);
   const bool nhwc = stored == cuda::Layout::nhwc;
@@ -69,7 +69,7 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   if (precision == "fp16") add(MemCategory::workspace, 24);  // the loss scale's state
   add(MemCategory::data, 4 * double(numel(g.input)));       // the fp32 input the loaders fill
   add(MemCategory::data, 4 * double(g.batch()));            // labels
-  add(MemCategory::workspace, 8 + 4 + kGpuStepArgsBytes);   // loss sum, correct count, step values
+  for (double bytes : {8.0, 4.0, kGpuStepArgsBytes}) add(MemCategory::workspace, bytes);  // loss sum, correct count, step values
   double biggest = 0, bn_workspace = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
