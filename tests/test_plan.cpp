@@ -249,6 +249,40 @@ TEST(PlanMemory, EngineModelMatchesTheCpuEnginesAllocationsExactly) {
       }
 }
 
+// Memory layer by layer: the rows add up to the whole; each row holds its own buffers (dropout:
+// its byte mask, its fp32 output and gradient); a relu inside its batchnorm holds nothing; the
+// loaders' batches and the model input are no layer's.
+TEST(PlanMemory, ByLayerRowsAddUpAndHoldTheirOwnBuffers) {
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
+  const nn::OptimizerConfig opt;
+  const std::vector<plan::MemoryEstimate> rows = plan::engine_memory_by_layer(g, opt, 2);
+  ASSERT_EQ(rows.size(), g.nodes.size() + 1);
+  const plan::MemoryEstimate whole = plan::engine_memory(g, opt, 2);
+  for (size_t c = 0; c < kMemCategories; ++c) {
+    double sum = 0;
+    for (const auto& r : rows) sum += r.bytes[c];
+    EXPECT_EQ(sum, whole.bytes[c]) << to_string(MemCategory(c));
+  }
+  auto block = [](double bytes) { return double(CachingAllocator::block_bytes(size_t(bytes))); };
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    if (n.kind == ops::OpKind::dropout) {
+      const double elems = double(numel(n.out_dims));
+      EXPECT_EQ(rows[i][MemCategory::activations], block(elems) + 2 * block(4 * elems)) << n.name;
+      EXPECT_EQ(rows[i].total(), rows[i][MemCategory::activations]) << n.name;
+    }
+    if (plan::relu_fused_into_batchnorm(g, i)) {
+      EXPECT_EQ(rows[i].total(), 0) << n.name;
+    }
+    if (!n.params.empty()) {
+      EXPECT_GT(rows[i][MemCategory::parameters], 0) << n.name;
+    }
+    EXPECT_EQ(rows[i][MemCategory::data], 0) << n.name;
+  }
+  EXPECT_EQ(rows.back()[MemCategory::data], whole[MemCategory::data]);
+  EXPECT_EQ(rows.back()[MemCategory::activations], block(4 * double(numel(g.input))));  // the model input
+}
+
 // Where a batchnorm's pass streams from: L2 when it fits there; past L2, DRAM in the AVX2 fit,
 // and in the AVX-512 fit a share of L3's rate while it fits in L3; DRAM past L3 in both.
 TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {

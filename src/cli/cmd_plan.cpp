@@ -247,10 +247,21 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
     return j;
   });
   if (a.layers) {
-    report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd bound"});
-    for (const auto& l : p.layers)
-      t.add({l.name, l.op, fmt::format("{:.3f}", l.forward_s * 1e3), fmt::format("{:.3f}", l.backward_s * 1e3), l.bound});
-    std::printf("\n");
+    // Memory: what each layer's buffers hold (a fused relu's are its batchnorm's).
+    const std::vector<plan::MemoryEstimate> by_layer = plan::engine_memory_by_layer(g, opt, a.workers, cpu_precision);
+    check(by_layer.size() == p.layers.size() + 1, "plan: the time and memory models disagree on the layers");
+    report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd bound", "memory", "of peak"});
+    auto share = [&](double bytes) { return fmt::format("{:.1f}%", 100 * bytes / m.total()); };
+    for (size_t i = 0; i < p.layers.size(); ++i) {
+      const auto& l = p.layers[i];
+      t.add({l.name, l.op, fmt::format("{:.3f}", l.forward_s * 1e3), fmt::format("{:.3f}", l.backward_s * 1e3), l.bound,
+             format_bytes(by_layer[i].total()), share(by_layer[i].total())});
+    }
+    t.separator();
+    t.add({"(no layer's)", "", "", "", "", format_bytes(by_layer.back().total()), share(by_layer.back().total())});
+    std::printf("\nPer layer: predicted time, and the memory its buffers hold (parameters with their gradients and\n"
+                "optimizer states, outputs and gradients, masks, converted inputs, workspace); no layer's: the model\n"
+                "input, the shared oneDNN scratchpad, the loaders' batches.\n");
     t.print();
   }
 }
@@ -313,7 +324,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str();
   c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str();
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str();
-  c->add_flag("--layers", a->layers, "per-layer predicted times");
+  c->add_flag("--layers", a->layers, "per-layer predicted times and memory");
   c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json)");
   c->add_option("--json", a->json_out, "with --against: write the comparison here");
   c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");

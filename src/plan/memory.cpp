@@ -112,22 +112,32 @@ ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precisi
 
 // Every buffer the engine allocates (cpu::engine_buffers, which asks oneDNN for each layout),
 // counted as the allocator books it (CachingAllocator::block_bytes rounds blocks up).
-MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
-  MemoryEstimate m;
+std::vector<MemoryEstimate> engine_memory_by_layer(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
+                                                   const std::string& precision) {
+  std::vector<MemoryEstimate> m(g.nodes.size() + 1);
   auto block = [](double bytes) { return double(CachingAllocator::block_bytes(size_t(bytes))); };
+  auto row = [&](int node) -> MemoryEstimate& { return m[node < 0 ? g.nodes.size() : size_t(node)]; };
   const cpu::EngineBuffers engine = cpu::engine_buffers(g, precision);
   const double states = optimizer_states(opt);
-  for (double p : engine.params) {  // a parameter tensor's value, gradient and optimizer states
-    m[MemCategory::parameters] += block(p);
-    m[MemCategory::gradients] += block(p);
-    m[MemCategory::optimizer_state] += states * block(p);
+  for (const auto& p : engine.params) {  // a parameter tensor's value, gradient and optimizer states
+    row(p.node)[MemCategory::parameters] += block(p.bytes);
+    row(p.node)[MemCategory::gradients] += block(p.bytes);
+    row(p.node)[MemCategory::optimizer_state] += states * block(p.bytes);
   }
-  for (const auto& [category, bytes] : engine.buffers) m[category] += block(bytes);
-  if (engine.scratchpad > 0) m[MemCategory::workspace] += block(engine.scratchpad);
+  for (const auto& b : engine.buffers) row(b.node)[b.category] += block(b.bytes);
+  MemoryEstimate& shared = m.back();
+  if (engine.scratchpad > 0) shared[MemCategory::workspace] += block(engine.scratchpad);
   // The train and test loaders each hold 1 batch (no workers) or 2 per worker.
   const double slots = workers == 0 ? 1 : std::max(2, 2 * workers);
-  m[MemCategory::data] = 2 * slots * block(double(numel(g.input)) * 4);
+  shared[MemCategory::data] = 2 * slots * block(double(numel(g.input)) * 4);
   return m;
+}
+
+MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
+  MemoryEstimate sum;
+  for (const MemoryEstimate& layer : engine_memory_by_layer(g, opt, workers, precision))
+    for (size_t c = 0; c < kMemCategories; ++c) sum.bytes[c] += layer.bytes[c];
+  return sum;
 }
 
 }  // namespace dlperf::plan

@@ -48,6 +48,13 @@ ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precisi
 /// bf16 kernels here, cpu::has_bf16_kernels, else Error).
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
                              const std::string& precision = "fp32");
+/// The same, layer by layer: one row per graph node (a layer's parameters with their gradients
+/// and optimizer states, its output and gradient, masks, the copies of its inputs it converts,
+/// its workspace; gradient-sum temporaries go to the layer whose output several layers read),
+/// and a last row for what no layer owns: the model input, the shared scratchpad, the loaders'
+/// batches. engine_memory is their sum.
+std::vector<MemoryEstimate> engine_memory_by_layer(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
+                                                   const std::string& precision = "fp32");
 
 /// dlperf's GPU executor (cuda::Network) training `g` with `optimizer` ("sgd" | "adamw") in
 /// `precision` (fp32, tf32, bf16, fp16) and activation `layout` (auto, nchw, nhwc: --layout):

@@ -17,18 +17,22 @@ EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
   using ops::OpKind;
   const Compute compute = compute_for(precision);
   EngineBuffers b;
-  auto add = [&](MemCategory c, size_t bytes) { b.buffers.push_back({c, double(bytes)}); };
+  int node = -1;  // the node whose buffers these are
+  auto add = [&](MemCategory c, size_t bytes) { b.buffers.push_back({c, double(bytes), node}); };
   std::vector<md> value{plain_md(g.input)};  // value index -> layout; 0 is the model input
+  std::vector<int> producer{-1};             // value index -> the node that writes it
   std::vector<int> links{0};                 // value index -> how many layer inputs read it
   std::vector<int> value_of(g.nodes.size(), 0);
   add(MemCategory::activations, value[0].get_size());
   auto new_value = [&](const md& m) {
     value.push_back(m);
+    producer.push_back(node);
     links.push_back(0);
     return int(value.size()) - 1;
   };
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
+    node = int(i);
     if (plan::relu_fused_into_batchnorm(g, i)) {  // runs inside the batchnorm, on its output
       value_of[i] = value_of[size_t(n.inputs[0])];
       continue;
@@ -52,7 +56,7 @@ EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
       throw Error(fmt::format("oneDNN cannot lay out layer '{}' ({}) for input {} in {}: {}", n.name, ops::to_string(n.kind),
                               dims_str(n.in_dims[0]), precision, e.what()));
     }
-    for (size_t p : f.params) b.params.push_back(double(p));
+    for (size_t p : f.params) b.params.push_back({MemCategory::parameters, double(p), node});
     for (const auto& [category, bytes] : f.buffers) add(category, bytes);
     b.scratchpad = std::max(b.scratchpad, double(f.scratchpad));
     for (size_t k = 0; k < n.inputs.size(); ++k) {
@@ -73,6 +77,7 @@ EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
   // it through a temporary of their own, with oneDNN's binary add.
   for (size_t v = 1; v < value.size(); ++v)
     if (links[v] > 1) {
+      node = producer[v];
       for (int k = 1; k < links[v]; ++k) add(MemCategory::activations, value[v].get_size());
       b.scratchpad = std::max(b.scratchpad, double(footprint(OpKind::add, {}, {value[v], value[v]}, {}).scratchpad));
     }

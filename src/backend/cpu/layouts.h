@@ -21,9 +21,16 @@ bool has_bf16_kernels();
 /// Network's constructor (network.cpp) and the ops' make them: found from oneDNN's descriptors
 /// alone (no memory, no JIT code), so a batch that would not fit can be planned.
 struct EngineBuffers {
-  std::vector<double> params;  ///< each parameter tensor in its layout; its gradient and optimizer states take as much
-  std::vector<std::pair<MemCategory, double>> buffers;  ///< every other buffer, with its category
-  double scratchpad = 0;  ///< the one scratchpad all primitives share: the largest any asks for
+  struct Buffer {
+    MemCategory category;
+    double bytes;
+    int node;  ///< the graph node it serves, or -1: the network's own (the model input)
+  };
+  /// Each parameter tensor in its layout (category parameters); its gradient and optimizer
+  /// states take as much.
+  std::vector<Buffer> params;
+  std::vector<Buffer> buffers;  ///< every other buffer
+  double scratchpad = 0;        ///< the one scratchpad all primitives share: the largest any asks for
 };
 EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision);
 
