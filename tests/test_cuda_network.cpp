@@ -266,29 +266,50 @@ TEST(KERNEL_SUITE, PlannedBytesMatchTheAllocations) {
   REQUIRE_GPU();
   CachingAllocator& mem = cuda::device_allocator(0);
   // Three 32x32 channels: in NHWC the input and the flatten (128 maps of 4x4) get buffers of their own.
-  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64);
-  for (const auto& [p, layout] : {std::pair{cuda::Precision::fp32, cuda::Layout::nchw}, std::pair{cuda::Precision::bf16, cuda::Layout::nchw},
-                                  std::pair{cuda::Precision::bf16, cuda::Layout::nhwc}, std::pair{cuda::Precision::fp32, cuda::Layout::nhwc}}) {
-    SCOPED_TRACE(fmt::format("{} {}", cuda::to_string(p), cuda::to_string(layout)));
-    // An empty cache: a block the last network left could serve a smaller request and count whole.
-    mem.trim();
-    const MemoryStats before = mem.stats();
-    cuda::NetworkOptions o;
-    o.precision = p;
-    o.layout = layout;
-    cuda::Network net(g, 1, 0, o);
-    const auto st = mem.stats();
-    const plan::MemoryEstimate planned = plan::gpu_engine_memory(g, "sgd", cuda::to_string(p), cuda::to_string(layout));
-    for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
-                          MemCategory::data}) {
-      SCOPED_TRACE(std::string(to_string(c)));
-      EXPECT_EQ(double(st.current[size_t(c)] - before.current[size_t(c)]), planned[c]);
+  // resnet18: residual sums, 1x1 convs, global pooling. The last: 12 channels, a value three layers
+  // read, average pooling, a linear layer without bias.
+  const nlohmann::json odd = {{"layers", {{{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
+                                {{"type", "batchnorm2d"}},
+                                {{"type", "relu"}, {"name", "r0"}},
+                                {{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
+                                {{"type", "add"}, {"name", "s1"}, {"from", "r0"}},
+                                {{"type", "add"}, {"from", "r0"}},
+                                {{"type", "maxpool2d"}, {"kernel", 2}},
+                                {{"type", "avgpool2d"}, {"kernel", 2}, {"stride", 1}},
+                                {{"type", "flatten"}},
+                                {{"type", "linear"}, {"out_features", 20}, {"bias", false}},
+                                {{"type", "relu"}},
+                                {{"type", "dropout"}, {"p", 0.5}},
+                                {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const std::vector<nn::Graph> graphs = {nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64),
+                                         nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 8),
+                                         nn::build_graph(nn::parse_model_spec(odd, "odd"), {3, 10, 10}, 10, 16)};
+  const std::pair<cuda::Precision, cuda::Layout> configs[] = {{cuda::Precision::fp32, cuda::Layout::nchw},
+                                                              {cuda::Precision::bf16, cuda::Layout::nchw},
+                                                              {cuda::Precision::bf16, cuda::Layout::nhwc},
+                                                              {cuda::Precision::fp32, cuda::Layout::nhwc}};
+  for (const nn::Graph& g : graphs) {
+    for (const auto& [p, layout] : configs) {
+      SCOPED_TRACE(fmt::format("{} {} {}", g.model, cuda::to_string(p), cuda::to_string(layout)));
+      // An empty cache: a block the last network left could serve a smaller request and count whole.
+      mem.trim();
+      const MemoryStats before = mem.stats();
+      cuda::NetworkOptions o;
+      o.precision = p;
+      o.layout = layout;
+      cuda::Network net(g, 1, 0, o);
+      const auto st = mem.stats();
+      const plan::MemoryEstimate planned = plan::gpu_engine_memory(g, "sgd", cuda::to_string(p), cuda::to_string(layout));
+      for (MemCategory c : {MemCategory::parameters, MemCategory::gradients, MemCategory::optimizer_state, MemCategory::activations,
+                            MemCategory::data}) {
+        SCOPED_TRACE(std::string(to_string(c)));
+        EXPECT_EQ(double(st.current[size_t(c)] - before.current[size_t(c)]), planned[c]);
+      }
+      const size_t workspace = size_t(MemCategory::workspace);
+      EXPECT_GE(double(st.current[workspace] - before.current[workspace]), planned[MemCategory::workspace]);  // plus cuDNN's
     }
-    const size_t workspace = size_t(MemCategory::workspace);
-    EXPECT_GE(double(st.current[workspace] - before.current[workspace]), planned[MemCategory::workspace]);  // plus cuDNN's
   }
 }
-
 
 // A step replayed from a CUDA graph computes what the same step launched eagerly computes: the
 // learning rate, dropout step and AdamW corrections it reads change per step.
