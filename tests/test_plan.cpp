@@ -153,6 +153,31 @@ TEST(PlanTargets, Gpt3DoesNotFitOneGpuAndThePlanSaysWhatWould) {
   EXPECT_LE(f.efficiency, 1);
 }
 
+// The cpu target is dlperf's CPU engine: fp32, and bf16 where oneDNN has bf16 kernels (its
+// memory and step as `dlperf train` would run it); other precisions it refuses.
+TEST(PlanTargets, TheCpuTargetPlansThePrecisionsItsEngineTrains) {
+  const nn::ModelSpec spec = nn::load_model("medium");
+  const nn::Graph g = nn::build_graph(spec, {1, 28, 28}, 10, 64);
+  const plan::Device cpu = plan::host_device(plan::host_ceilings(1), 0);
+  plan::JobSpec job;
+  job.graph = &g;
+  job.spec = &spec;
+  job.global_batch = 64;
+  job.steps = 10;
+  job.optimizer = "sgd";
+  for (const std::string p : {"fp32", "bf16", "tf32", "fp16"}) {
+    SCOPED_TRACE(p);
+    job.precision = p;
+    const plan::TargetEstimate e = plan::estimate(job, cpu, 400, 1.1);
+    const bool trains = p == "fp32" || (p == "bf16" && cpu::has_bf16_kernels());
+    EXPECT_EQ(e.unsupported.empty(), trains) << e.unsupported;
+    if (trains) {
+      EXPECT_EQ(e.memory, plan::engine_memory(g, nn::OptimizerConfig{}, 1, p).total());
+      EXPECT_GT(e.step_s, 0);
+    }
+  }
+}
+
 // The engine memory model against the allocator's measured peak of a real training run, byte for
 // byte: every buffer is allocated at the start, the loaders' included.
 TEST(PlanMemory, EnginePredictionIsTheMeasuredPeak) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
 #include "plan/memory.h"
@@ -27,6 +28,7 @@ Device host_device(const CpuCeilings& c, double watts) {
   d.name = hw::cpu_info().model + " (this machine)";
   d.kind = "cpu";
   d.tflops["fp32"] = c.peak_gflops / 1e3;
+  if (cpu::has_bf16_kernels()) d.tflops["bf16"] = with_precision(c, "bf16").peak_gflops / 1e3;  // as dlperf train runs it
   d.memory_gb = hw::available_memory_bytes() / 1e9;
   d.bandwidth_gbps = c.dram_gbps;
   d.tdp_w = watts;
@@ -58,7 +60,7 @@ double memory_of(const JobSpec& job, const Device& d) {
   const nn::Graph& g = *job.graph;
   nn::OptimizerConfig opt;
   opt.name = job.optimizer;
-  if (d.id == "cpu") return engine_memory(g, opt, 1).total();
+  if (d.id == "cpu") return engine_memory(g, opt, 1, job.precision).total();
   return gpu_engine_memory(g, job.optimizer, job.precision).total() + kAssumedConvWorkspace;
 }
 
@@ -115,9 +117,14 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   const Layout& l = job.layout;
   e.devices = double(l.dp * l.tp * l.pp);
   e.capacity = d.memory_gb * 1e9;
-  // tf32 runs on fp32 data where the hardware has no tf32 mode.
+  // tf32 runs on fp32 data where the hardware has no tf32 mode (dlperf's CPU engine trains fp32,
+  // and bf16 where oneDNN has bf16 kernels).
   double peak = d.peak_tflops(job.precision) * 1e12;
-  if (peak == 0 && job.precision == "tf32") peak = d.peak_tflops("fp32") * 1e12;
+  if (peak == 0 && job.precision == "tf32" && d.id != "cpu") peak = d.peak_tflops("fp32") * 1e12;
+  if (peak == 0 && d.id == "cpu") {
+    e.unsupported = fmt::format("dlperf's CPU engine trains fp32{}, not {}", d.peak_tflops("bf16") > 0 ? " and bf16" : "", job.precision);
+    return e;
+  }
   if (peak == 0) {
     e.unsupported = fmt::format("{} has no {} peak in the catalog", d.id, job.precision);
     return e;
@@ -140,8 +147,8 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     nn::OptimizerConfig opt;
     opt.name = job.optimizer;
     if (d.id == "cpu") {  // our own engine, byte for byte and with its measured ceilings
-      e.memory = engine_memory(g, opt, 1).total();
-      e.compute_s = predict_step(g, opt, host_ceilings(hw::cpu_info().cores)).step_s;
+      e.memory = engine_memory(g, opt, 1, job.precision).total();
+      e.compute_s = predict_step(g, opt, with_precision(host_ceilings(hw::cpu_info().cores), job.precision)).step_s;
     } else {
       // dlperf's GPU executor byte for byte, plus an assumed allowance for cuDNN's workspaces.
       e.memory = memory_of(job, d);
