@@ -68,12 +68,12 @@ lab::LabConfig tiny_lab(const fs::path& out) {
 TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   TempDir dir;
   const auto exps = lab::run_lab(tiny_lab(dir.path));
-  ASSERT_EQ(exps.size(), 5u);
+  ASSERT_EQ(exps.size(), 6u);  // the five and, last, the planner against their runs
   const auto docs = documented_columns();
-  ASSERT_EQ(docs.size(), 5u) << "docs/lab.md should list the columns of the five CSV files";
+  ASSERT_EQ(docs.size(), 6u) << "docs/lab.md should list the columns of the six CSV files";
 
   const json j = json::parse(slurp(dir.path / "lab.json"));
-  ASSERT_EQ(j["experiments"].size(), 5u);
+  ASSERT_EQ(j["experiments"].size(), 6u);
   const std::string readme = slurp(dir.path / "README.md");
   for (size_t i = 0; i < exps.size(); ++i) {
     const auto& e = exps[i];
@@ -320,6 +320,34 @@ TEST(Lab, PrecisionObservationsFollowTheData) {
   EXPECT_TRUE(says(lab::observe(p), "bf16 trains about as fast as fp32"));
   p.rows[1] = {{"precision", "bf16"}, {"device", "cpu"}, {"status", "missing"}, {"note", "bf16 training needs AVX512-BF16"}};
   EXPECT_TRUE(says(lab::observe(p), "AVX512-BF16"));
+}
+
+// The planner's table: memory to the byte or how far off, and step time's median and worst error.
+TEST(Lab, PlanObservationsFollowTheData) {
+  auto plan_row = [](const char* run, double planned_ms, double ms, double peak_mb, double error_bytes) {
+    return json{{"run", run}, {"step_ms_planned", planned_ms}, {"step_ms", ms}, {"step_ratio", planned_ms / ms},
+                {"peak_mb_planned", peak_mb + error_bytes / 1e6}, {"peak_mb", peak_mb}, {"peak_error_bytes", error_bytes},
+                {"status", "measured"}, {"note", ""}};
+  };
+  lab::Experiment p;
+  p.name = "plan";
+  p.rows = {plan_row("medium b64 w1", 15.0, 16.0, 58.5, 0), plan_row("mlp b16 w1", 0.15, 0.12, 1.0, 0),
+            plan_row("large b64 w1", 170, 160, 238.0, 0)};
+  p.noise_pct = 1.5;
+  auto obs = lab::observe(p);
+  EXPECT_TRUE(says(obs, "predicted the peak memory of all 3 runs to the byte")) << obs[0];
+  // |errors| 6.25%, 25%, 6.25%: median 6.25%, worst the mlp's.
+  EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 0.15 ms against 0.12 ms "
+                        "measured); two identical runs differed by 1.5% in speed")) << obs[1];
+  p.rows[2]["peak_error_bytes"] = -476000.0;  // 0.2% under
+  p.rows[2]["peak_mb_planned"] = 237.524;
+  obs = lab::observe(p);
+  EXPECT_TRUE(says(obs, "peak memory of 2 of 3 runs to the byte; the furthest off was large b64 w1 (0.20%: planned 237.52 MB, "
+                        "measured 238.00 MB)")) << obs[0];
+  p.rows[1] = {{"run", "x.json"}, {"status", "missing"}, {"note", "a GPU run on a GPU the catalog lacks"}};
+  obs = lab::observe(p);
+  EXPECT_TRUE(says(obs, "Not planned: x.json missing: a GPU run on a GPU the catalog lacks."));
+  EXPECT_TRUE(says(obs, "(2 runs: worst medium b64 w1"));
 }
 
 }  // namespace

@@ -147,6 +147,7 @@ class Runner {
   const Outcome& run(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
     const std::string key = run_key(c);
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+    order_.push_back(key);
     if (auto it = earlier_.find(key); it != earlier_.end()) return cache_.emplace(key, reuse(experiment, label, it->second)).first->second;
     return cache_.emplace(key, execute(experiment, label, c)).first->second;
   }
@@ -164,6 +165,14 @@ class Runner {
       earlier_.emplace(key, std::move(rec));  // of two records of one configuration, either will do
     }
     return earlier_.size();
+  }
+
+  /// The record files of this lab's runs (measured or reused), in the order they first ran.
+  std::vector<std::string> record_paths() const {
+    std::vector<std::string> out;
+    for (const std::string& key : order_)
+      if (const Outcome& o = cache_.at(key); o.ok && o.record.contains("record_path")) out.push_back(o.record["record_path"]);
+    return out;
   }
 
   /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
@@ -220,6 +229,7 @@ class Runner {
   train::TrainConfig base_;
   double start_;
   std::map<std::string, Outcome> cache_;
+  std::vector<std::string> order_;  ///< cache_'s keys in the order the runs came
   std::map<std::string, json> earlier_;  ///< --resume: finished runs of an earlier lab, by configuration
   size_t reused_ = 0;
 };
@@ -448,6 +458,12 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     for (auto& r : exps.back().rows)  // every row has every column (null = not measured)
       for (const auto& c : exps.back().columns)
         if (!r.contains(c.key)) r[c.key] = nullptr;
+    exps.back().noise_pct = noise;
+    exps.back().observations = observe(exps.back());
+  }
+  // Last, the planner against this lab's runs: how far its predictions can be trusted here.
+  if (const std::vector<std::string> records = runner.record_paths(); !records.empty()) {
+    exps.push_back(prediction(records));
     exps.back().noise_pct = noise;
     exps.back().observations = observe(exps.back());
   }

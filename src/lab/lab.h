@@ -68,6 +68,11 @@ inline const std::vector<std::string>& experiment_names() {
 /// Runs the chosen experiments and writes the report; returns the experiments.
 std::vector<Experiment> run_lab(const LabConfig& cfg);
 
+/// The last table of every lab: `dlperf plan --against` the lab's run records (name "plan"):
+/// planned and measured step time and peak memory per run; records it cannot plan are rows
+/// marked missing, with the reason.
+Experiment prediction(const std::vector<std::string>& records);
+
 /// The observations for one experiment, from its rows only (so they follow the data).
 std::vector<std::string> observe(const Experiment& e);
 

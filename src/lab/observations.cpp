@@ -217,12 +217,56 @@ std::vector<std::string> precision(const Experiment& e) {
 
 }  // namespace
 
+// The planner against the runs: memory to the byte or how far off, step time's median and worst
+// error beside the run-to-run noise.
+std::vector<std::string> prediction(const Experiment& e) {
+  std::vector<std::string> out;
+  const auto rows = e.measured();
+  if (!rows.empty()) {
+    const size_t n = rows.size();
+    size_t exact = 0;
+    const json* worst_mem = nullptr;
+    double worst_mem_err = -1;
+    std::vector<double> step_err;
+    const json* worst_step = nullptr;
+    for (const auto& r : rows) {
+      const double mem_err = std::fabs(num(r, "peak_error_bytes")) / (1e6 * num(r, "peak_mb"));
+      exact += num(r, "peak_error_bytes") == 0;
+      if (mem_err > worst_mem_err) {
+        worst_mem_err = mem_err;
+        worst_mem = &r;
+      }
+      step_err.push_back(std::fabs(num(r, "step_ratio") - 1));
+      if (!worst_step || step_err.back() > std::fabs(num(*worst_step, "step_ratio") - 1)) worst_step = &r;
+    }
+    const std::string all = n == 1 ? "the run" : fmt::format("all {} runs", n);
+    if (exact == n)
+      out.push_back(fmt::format("dlperf plan predicted the peak memory of {} to the byte.", all));
+    else
+      out.push_back(fmt::format("dlperf plan predicted the peak memory of {} of {} runs to the byte; the furthest off was {} "
+                                "({:.2f}%: planned {:.2f} MB, measured {:.2f} MB).",
+                                exact, n, (*worst_mem)["run"].get<std::string>(), 100 * worst_mem_err, num(*worst_mem, "peak_mb_planned"),
+                                num(*worst_mem, "peak_mb")));
+    std::vector<double> sorted = step_err;
+    std::sort(sorted.begin(), sorted.end());
+    const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+    out.push_back(fmt::format("It predicted step time within a median {:.1f}% of the measured ({}: worst {}, planned {:.3g} ms "
+                              "against {:.3g} ms measured){}.",
+                              100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), (*worst_step)["run"].get<std::string>(),
+                              num(*worst_step, "step_ms_planned"), num(*worst_step, "step_ms"),
+                              e.noise_pct > 0 ? fmt::format("; two identical runs differed by {:.1f}% in speed", e.noise_pct) : ""));
+  }
+  for (const auto& m : missing_notes(e, "run")) out.push_back("Not planned: " + m + ".");
+  return out;
+}
+
 std::vector<std::string> observe(const Experiment& e) {
   if (e.name == "device") return device(e);
   if (e.name == "batch") return batch(e);
   if (e.name == "model") return model(e);
   if (e.name == "workers") return workers(e);
   if (e.name == "precision") return precision(e);
+  if (e.name == "plan") return prediction(e);
   return {};
 }
 

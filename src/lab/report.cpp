@@ -92,6 +92,9 @@ std::vector<Plot> plots_for(const Experiment& e) {
   if (e.name == "precision")
     return {{"precision-time", "Seconds per epoch by precision", "", "seconds per epoch", "", field("precision"), "epoch_s",
              {{"measured", all}}, false}};
+  if (e.name == "plan")
+    return {{"plan-step", "dlperf plan: planned / measured step time (1 = exact)", "", "planned / measured step time", "",
+             field("run"), "step_ratio", {{"measured", all}}, false}};
   return {};
 }
 
