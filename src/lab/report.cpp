@@ -128,8 +128,9 @@ std::string draw(const Plot& p, const Experiment& e, const fs::path& out) {
       "set terminal pngcairo size 900,560 enhanced font 'Sans,10'\nset output '{}'\nset title '{}'\n"
       "set ylabel '{}'\nset grid ytics\nset key top left\nset yrange [0:*]\n",
       gp.string(), png.string(), p.title, p.ylabel);
-  if (p.x.empty())
-    script += "set style fill solid\nset boxwidth 0.6\nset xtics nomirror\nset offsets 0.5,0.5,0,0\n";
+  if (p.x.empty())  // bars; more than six labels are slanted so that they do not overlap
+    script += fmt::format("set style fill solid\nset boxwidth 0.6\nset xtics nomirror{}\nset offsets 0.5,0.5,0,0\n",
+                          rows.size() > 6 ? " rotate by 30 right" : "");
   else
     script += fmt::format("set xlabel '{}'\n{}set offsets graph 0.05, graph 0.05, 0, 0\n", p.xlabel, p.log2x ? "set logscale x 2\n" : "");
   script += plot_cmd + "\n";
