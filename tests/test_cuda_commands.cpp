@@ -98,7 +98,24 @@ TEST(KERNEL_SUITE, LabMeasuresTheGpuRows) {
   c.quiet = true;
   c.progress = false;
   const auto exps = lab::run_lab(c);
-  ASSERT_EQ(exps.size(), 2u);
+  ASSERT_EQ(exps.size(), 3u);  // and last the planner against the runs
+  // plan: a row per run; the CPU runs' peaks to the byte; a GPU run planned from the catalog's
+  // datasheet ("... on h100-sxm"), or, for a GPU the catalog lacks (the emulation), missing with why.
+  const auto& planned = exps[2];
+  ASSERT_EQ(planned.name, "plan");
+  EXPECT_GE(planned.rows.size(), 6u);
+  for (const auto& r : planned.rows) {
+    SCOPED_TRACE(r.dump());
+    if (r["status"] == "missing") {
+      EXPECT_NE(r["note"].get<std::string>().find("catalog"), std::string::npos);
+      continue;
+    }
+    EXPECT_EQ(r["status"], "measured");
+    EXPECT_GT(r["step_ratio"].get<double>(), 0);
+    if (r["run"].get<std::string>().find(" on ") == std::string::npos) {
+      EXPECT_EQ(r["peak_error_bytes"].get<double>(), 0);
+    }
+  }
 
   // device: a cpu and a cuda row per workload, all measured, the GPU's speed-up against the CPU.
   const auto& device = exps[0];

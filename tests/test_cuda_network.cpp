@@ -27,6 +27,7 @@
 #include "nn/optimizer.h"
 #include "plan/memory.h"
 #include "pytorch_golden.h"
+#include "test_util.h"
 
 namespace dlperf::test {
 namespace {
@@ -266,21 +267,8 @@ TEST(KERNEL_SUITE, PlannedBytesMatchTheAllocations) {
   REQUIRE_GPU();
   CachingAllocator& mem = cuda::device_allocator(0);
   // Three 32x32 channels: in NHWC the input and the flatten (128 maps of 4x4) get buffers of their own.
-  // resnet18: residual sums, 1x1 convs, global pooling. The last: 12 channels, a value three layers
-  // read, average pooling, a linear layer without bias.
-  const nlohmann::json odd = {{"layers", {{{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
-                                {{"type", "batchnorm2d"}},
-                                {{"type", "relu"}, {"name", "r0"}},
-                                {{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
-                                {{"type", "add"}, {"name", "s1"}, {"from", "r0"}},
-                                {{"type", "add"}, {"from", "r0"}},
-                                {{"type", "maxpool2d"}, {"kernel", 2}},
-                                {{"type", "avgpool2d"}, {"kernel", 2}, {"stride", 1}},
-                                {{"type", "flatten"}},
-                                {{"type", "linear"}, {"out_features", 20}, {"bias", false}},
-                                {{"type", "relu"}},
-                                {{"type", "dropout"}, {"p", 0.5}},
-                                {{"type", "linear"}, {"out_features", "classes"}}}}};
+  // resnet18: residual sums, 1x1 convs, global pooling. And test_util.h's corner-case model.
+  const nlohmann::json odd = corner_case_model();
   const std::vector<nn::Graph> graphs = {nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64),
                                          nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 8),
                                          nn::build_graph(nn::parse_model_spec(odd, "odd"), {3, 10, 10}, 10, 16)};

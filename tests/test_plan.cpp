@@ -220,21 +220,7 @@ TEST(PlanMemory, EnginePredictionIsTheMeasuredPeak) {
 TEST(PlanMemory, EngineModelMatchesTheCpuEnginesAllocationsExactly) {
   std::vector<std::string> precisions = {"fp32"};
   if (cpu::has_bf16_kernels()) precisions.push_back("bf16");
-  // Channels that blocked layouts pad (12), a value three layers read, average pooling, a linear
-  // layer without bias, dropout before the head.
-  const json odd = {{"layers", {{{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
-                                {{"type", "batchnorm2d"}},
-                                {{"type", "relu"}, {"name", "r0"}},
-                                {{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
-                                {{"type", "add"}, {"name", "s1"}, {"from", "r0"}},
-                                {{"type", "add"}, {"from", "r0"}},
-                                {{"type", "maxpool2d"}, {"kernel", 2}},
-                                {{"type", "avgpool2d"}, {"kernel", 2}, {"stride", 1}},
-                                {{"type", "flatten"}},
-                                {{"type", "linear"}, {"out_features", 20}, {"bias", false}},
-                                {{"type", "relu"}},
-                                {{"type", "dropout"}, {"p", 0.5}},
-                                {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const json odd = corner_case_model();
   struct Case {
     std::string model;
     Dims input;

@@ -7,6 +7,8 @@
 #include <functional>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "train/trainer.h"
 
@@ -20,6 +22,25 @@ inline std::string error_of(const std::function<void()>& f) {
     return std::string(e.what()) + (e.hint().empty() ? "" : " | " + e.hint());
   }
   return "";
+}
+
+/// A small model that exercises the memory models' corners: channels that blocked layouts pad
+/// (12), a value three layers read, max and average pooling, a linear layer without bias, dropout
+/// before the head.
+inline nlohmann::json corner_case_model() {
+  return {{"layers", {{{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
+                      {{"type", "batchnorm2d"}},
+                      {{"type", "relu"}, {"name", "r0"}},
+                      {{"type", "conv2d"}, {"out_channels", 12}, {"padding", 1}},
+                      {{"type", "add"}, {"name", "s1"}, {"from", "r0"}},
+                      {{"type", "add"}, {"from", "r0"}},
+                      {{"type", "maxpool2d"}, {"kernel", 2}},
+                      {{"type", "avgpool2d"}, {"kernel", 2}, {"stride", 1}},
+                      {{"type", "flatten"}},
+                      {{"type", "linear"}, {"out_features", 20}, {"bias", false}},
+                      {{"type", "relu"}},
+                      {{"type", "dropout"}, {"p", 0.5}},
+                      {{"type", "linear"}, {"out_features", "classes"}}}}};
 }
 
 /// A fresh directory under the system's temporary folder, removed with everything in it.
