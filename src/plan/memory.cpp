@@ -133,6 +133,17 @@ std::vector<MemoryEstimate> engine_memory_by_layer(const nn::Graph& g, const nn:
   return m;
 }
 
+int64_t largest_batch_within(const nn::ModelSpec& spec, const Dims& chw, int64_t classes, int64_t upto, double cap,
+                             const std::function<double(const nn::Graph&)>& bytes) {
+  int64_t lo = 0, hi = upto;  // lo fits (0 trivially), everything above hi does not
+  while (lo < hi) {
+    const int64_t mid = (lo + hi + 1) / 2;
+    if (bytes(nn::build_graph(spec, chw, classes, mid)) <= cap) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
 MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers, const std::string& precision) {
   MemoryEstimate sum;
   for (const MemoryEstimate& layer : engine_memory_by_layer(g, opt, workers, precision))

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <array>
+#include <functional>
 #include <string>
 
 #include "core/memory.h"
@@ -55,6 +56,12 @@ MemoryEstimate engine_memory(const nn::Graph& g, const nn::OptimizerConfig& opt,
 /// batches. engine_memory is their sum.
 std::vector<MemoryEstimate> engine_memory_by_layer(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers,
                                                    const std::string& precision = "fp32");
+
+/// The largest batch size from 1 to `upto` at which `bytes` of the model `spec` on `chw` images
+/// with `classes` classes is at most `cap` (a bisection: memory grows with the batch); 0 when not
+/// even batch 1 fits. The advice `dlperf train` and `dlperf plan` give when a run does not fit.
+int64_t largest_batch_within(const nn::ModelSpec& spec, const Dims& chw, int64_t classes, int64_t upto, double cap,
+                             const std::function<double(const nn::Graph&)>& bytes);
 
 /// dlperf's GPU executor (cuda::Network) training `g` with `optimizer` ("sgd" | "adamw") in
 /// `precision` (fp32, tf32, bf16, fp16) and activation `layout` (auto, nchw, nhwc: --layout):

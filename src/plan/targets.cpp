@@ -68,19 +68,13 @@ double memory_of(const JobSpec& job, const Device& d) {
 std::string what_would_fit(const JobSpec& job, const Device& d) {
   const double cap = d.memory_gb * 1e9;
   if (!job.transformer) {
-    // Everything but the parameters' share grows with the batch: find the largest that fits.
     check(job.spec != nullptr, "what_would_fit needs the model spec");
     const Dims chw(job.graph->input.begin() + 1, job.graph->input.end());
-    nn::Graph g1;
-    JobSpec j = job;
-    int64_t lo = 0, hi = job.graph->batch();
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      g1 = nn::build_graph(*job.spec, chw, job.graph->classes, mid);
-      j.graph = &g1;
-      if (memory_of(j, d) <= cap) lo = mid;
-      else hi = mid - 1;
-    }
+    const int64_t lo = largest_batch_within(*job.spec, chw, job.graph->classes, job.graph->batch(), cap, [&](const nn::Graph& g) {
+      JobSpec j = job;
+      j.graph = &g;
+      return memory_of(j, d);
+    });
     return lo >= 1 ? fmt::format("batch {} per device", lo) : "nothing: the parameters alone do not fit";
   }
   JobSpec j = job;

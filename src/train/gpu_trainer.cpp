@@ -189,7 +189,7 @@ class DeviceDataset {
 };
 
 // Device bytes this run needs before cuDNN's workspaces, and the largest batch size that fits in
-// `free_bytes` (everything but parameters, gradients and optimizer state grows with the batch).
+// 90% of `free_bytes` (the rest for cuDNN's workspaces).
 struct GpuFit {
   double need = 0;
   int64_t largest_batch = 0;
@@ -203,11 +203,8 @@ GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataP
   };
   GpuFit f;
   f.need = total(graph);
-  const nn::Graph twice = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
-                                          d.train.classes, 2 * cfg.batch);
-  const double per_image = (total(twice) - f.need) / double(cfg.batch);
-  const double fixed = f.need - per_image * double(cfg.batch);
-  f.largest_batch = per_image > 0 ? int64_t((0.9 * free_bytes - fixed) / per_image) : 0;
+  f.largest_batch = plan::largest_batch_within(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
+                                               d.train.classes, cfg.batch - 1, 0.9 * free_bytes, total);
   return f;
 }
 

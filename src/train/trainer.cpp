@@ -366,14 +366,14 @@ double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   return plan::engine_memory(g, opt, workers, precision).total();
 }
 
-void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers, const std::string& precision) {
-  const plan::MemoryEstimate m = plan::engine_memory(g, opt, workers, precision);
-  const double need = m.total();
+void check_fits(const nn::ModelSpec& spec, const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers,
+                const std::string& precision) {
+  const double need = plan::engine_memory(g, opt, workers, precision).total();
   if (need <= 0.9 * available) return;
-  // Everything but the parameters' share grows linearly with the batch.
-  const double fixed = m[MemCategory::parameters] + m[MemCategory::gradients] + m[MemCategory::optimizer_state];
-  const double per_image = (need - fixed) / double(g.batch());
-  const int64_t fits = int64_t((0.9 * available - fixed) / per_image);
+  const Dims chw(g.input.begin() + 1, g.input.end());
+  const int64_t fits = plan::largest_batch_within(spec, chw, g.classes, g.batch() - 1, 0.9 * available, [&](const nn::Graph& b) {
+    return plan::engine_memory(b, opt, workers, precision).total();
+  });
   throw Error(fmt::format("model {} at batch size {} needs about {} of memory, but {} is available", g.model,
                           g.batch(), format_bytes(need), format_bytes(available)),
               fits >= 1 ? fmt::format("use --batch-size {} or less", fits) : "use a smaller model");
@@ -578,7 +578,8 @@ TrainResult train(const TrainConfig& cfg) {
   check(cfg.layout == "auto", fmt::format("--layout {} sets how the GPU stores activations, and this run is on the CPU", cfg.layout),
         "drop --layout (the CPU engine lets oneDNN pick its layouts), or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
-  if (const double avail = hw::available_memory_bytes(); avail > 0) check_fits(graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
+  if (const double avail = hw::available_memory_bytes(); avail > 0)
+    check_fits(nn::load_model(cfg.model), graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab
   // runs many) would be reused for smaller requests and counted at their larger size. Likewise
   // oneDNN's shared scratchpad, which is live and sized by the largest primitive run so far.

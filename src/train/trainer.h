@@ -84,13 +84,13 @@ TrainResult train(const TrainConfig& cfg);
 std::string cpu_precision_refusal(const std::string& precision);
 
 /// Host memory a training run at the graph's batch size needs: plan::engine_memory, the engine's
-/// allocation rules applied to the op costs (docs/plan.md; within 2% of measured on the presets).
+/// buffers laid out by oneDNN (docs/plan.md; equal to the measured peak).
 double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, int workers = 1,
                             const std::string& precision = "fp32");
-/// Throws Error when the run needs more than 90% of `available` bytes, naming the largest batch
-/// size that fits.
-void check_fits(const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers = 1,
-                const std::string& precision = "fp32");
+/// Throws Error when the run (`g`, built from `spec`) needs more than 90% of `available` bytes,
+/// naming the largest batch size that fits in that.
+void check_fits(const nn::ModelSpec& spec, const nn::Graph& g, const nn::OptimizerConfig& opt, double available,
+                int workers = 1, const std::string& precision = "fp32");
 
 nlohmann::json to_json(const TrainConfig& c);
 nlohmann::json to_json(const EpochStats& e);
