@@ -37,7 +37,7 @@ struct ConvPasses {
   bool fast = false;  ///< every pass needed has a non-reference kernel
 };
 
-/// A conv's shapes and types, and the layout search (shared by the op and conv_scratchpad).
+/// A conv's shapes and types, and the layout search (shared by the op and its footprint).
 struct ConvSetup {
   Dims x, y, w;
   memory::dims strides, pad;
