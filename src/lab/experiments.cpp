@@ -448,25 +448,24 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   runner.warm_up();
   const double noise = runner.measure_noise();
   std::vector<Experiment> exps;
+  auto finish = [&](Experiment e) {
+    for (auto& r : e.rows)  // every row has every column (null = not measured)
+      for (const auto& c : e.columns)
+        if (!r.contains(c.key)) r[c.key] = nullptr;
+    e.noise_pct = noise;
+    e.observations = observe(e);
+    exps.push_back(std::move(e));
+  };
   using Fn = Experiment (*)(Runner&, const LabConfig&);
   const std::pair<const char*, Fn> all[] = {
       {"device", device}, {"batch", batch}, {"model", model}, {"workers", workers}, {"precision", precision}};
   for (const auto& [name, fn] : all) {
     if (!cfg.experiments.empty() && std::find(cfg.experiments.begin(), cfg.experiments.end(), name) == cfg.experiments.end())
       continue;
-    exps.push_back(fn(runner, cfg));
-    for (auto& r : exps.back().rows)  // every row has every column (null = not measured)
-      for (const auto& c : exps.back().columns)
-        if (!r.contains(c.key)) r[c.key] = nullptr;
-    exps.back().noise_pct = noise;
-    exps.back().observations = observe(exps.back());
+    finish(fn(runner, cfg));
   }
   // Last, the planner against this lab's runs: how far its predictions can be trusted here.
-  if (const std::vector<std::string> records = runner.record_paths(); !records.empty()) {
-    exps.push_back(prediction(records));
-    exps.back().noise_pct = noise;
-    exps.back().observations = observe(exps.back());
-  }
+  if (const std::vector<std::string> records = runner.record_paths(); !records.empty()) finish(prediction(records));
   json machine = hw::machine_json();
   machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;

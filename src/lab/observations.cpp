@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "lab/lab.h"
+#include "plan/against.h"
 
 namespace dlperf::lab {
 
@@ -224,36 +225,26 @@ std::vector<std::string> prediction(const Experiment& e) {
   const auto rows = e.measured();
   if (!rows.empty()) {
     const size_t n = rows.size();
-    size_t exact = 0;
-    const json* worst_mem = nullptr;
-    double worst_mem_err = -1;
-    std::vector<double> step_err;
-    const json* worst_step = nullptr;
-    for (const auto& r : rows) {
-      const double mem_err = std::fabs(num(r, "peak_error_bytes")) / (1e6 * num(r, "peak_mb"));
-      exact += num(r, "peak_error_bytes") == 0;
-      if (mem_err > worst_mem_err) {
-        worst_mem_err = mem_err;
-        worst_mem = &r;
-      }
-      step_err.push_back(std::fabs(num(r, "step_ratio") - 1));
-      if (!worst_step || step_err.back() > std::fabs(num(*worst_step, "step_ratio") - 1)) worst_step = &r;
-    }
+    auto mem_err = [](const json& r) { return std::fabs(num(r, "peak_error_bytes")) / (1e6 * num(r, "peak_mb")); };
+    auto step_err = [](const json& r) { return std::fabs(num(r, "step_ratio") - 1); };
+    const size_t exact = size_t(std::count_if(rows.begin(), rows.end(), [](const json& r) { return num(r, "peak_error_bytes") == 0; }));
+    const json& worst_mem = *std::max_element(rows.begin(), rows.end(), [&](const json& a, const json& b) { return mem_err(a) < mem_err(b); });
+    const json& worst_step = *std::max_element(rows.begin(), rows.end(), [&](const json& a, const json& b) { return step_err(a) < step_err(b); });
+    std::vector<double> step_errors;
+    for (const auto& r : rows) step_errors.push_back(step_err(r));
     const std::string all = n == 1 ? "the run" : fmt::format("all {} runs", n);
     if (exact == n)
       out.push_back(fmt::format("dlperf plan predicted the peak memory of {} to the byte.", all));
     else
       out.push_back(fmt::format("dlperf plan predicted the peak memory of {} of {} runs to the byte; the furthest off was {} "
                                 "({:.2f}%: planned {:.2f} MB, measured {:.2f} MB).",
-                                exact, n, (*worst_mem)["run"].get<std::string>(), 100 * worst_mem_err, num(*worst_mem, "peak_mb_planned"),
-                                num(*worst_mem, "peak_mb")));
-    std::vector<double> sorted = step_err;
-    std::sort(sorted.begin(), sorted.end());
-    const double median = n % 2 ? sorted[n / 2] : (sorted[n / 2 - 1] + sorted[n / 2]) / 2;
+                                exact, n, worst_mem["run"].get<std::string>(), 100 * mem_err(worst_mem), num(worst_mem, "peak_mb_planned"),
+                                num(worst_mem, "peak_mb")));
+    const double median = plan::summarize(step_errors).median;
     out.push_back(fmt::format("It predicted step time within a median {:.1f}% of the measured ({}: worst {}, planned {:.3g} ms "
                               "against {:.3g} ms measured){}.",
-                              100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), (*worst_step)["run"].get<std::string>(),
-                              num(*worst_step, "step_ms_planned"), num(*worst_step, "step_ms"),
+                              100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), worst_step["run"].get<std::string>(),
+                              num(worst_step, "step_ms_planned"), num(worst_step, "step_ms"),
                               e.noise_pct > 0 ? fmt::format("; two identical runs differed by {:.1f}% in speed", e.noise_pct) : ""));
   }
   for (const auto& m : missing_notes(e, "run")) out.push_back("Not planned: " + m + ".");

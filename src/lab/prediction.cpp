@@ -48,9 +48,6 @@ Experiment prediction(const std::vector<std::string>& records) {
                       {"status", "missing"},
                       {"note", colon == std::string::npos ? why : why.substr(colon + 2)}});
   }
-  for (json& r : e.rows)  // every row has every column (null = not measured)
-    for (const Column& c : e.columns)
-      if (!r.contains(c.key)) r[c.key] = nullptr;
   return e;
 }
 

@@ -34,7 +34,6 @@ double optimizer_states(const nn::OptimizerConfig& opt) {
   return opt.momentum != 0 ? 1 : 0;
 }
 
-
 // Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout) {
@@ -95,19 +94,6 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
   add(MemCategory::workspace, es * biggest);  // the backward scratch buffer
   if (bn_workspace > 0) add(MemCategory::workspace, bn_workspace);  // the batchnorm kernels' partial sums
   return m;
-}
-
-ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precision) {
-  const double low = precision == "bf16" ? 2 : 4;  // what conv and linear read and write
-  ElementBytes b{std::vector<double>(g.nodes.size(), 4), std::vector<double>(g.nodes.size(), 4)};
-  for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const nn::Node& n = g.nodes[i];
-    const double in = n.inputs[0] < 0 ? 4 : b.value[size_t(n.inputs[0])];
-    const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
-    b.input[i] = computes ? low : n.kind == ops::OpKind::dropout ? 4 : in;
-    b.value[i] = i + 1 == g.nodes.size() || n.kind == ops::OpKind::dropout ? 4 : computes ? low : in;
-  }
-  return b;
 }
 
 // Every buffer the engine allocates (cpu::engine_buffers, which asks oneDNN for each layout),

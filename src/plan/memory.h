@@ -32,17 +32,6 @@ struct MemoryEstimate {
   double operator[](MemCategory c) const { return bytes[size_t(c)]; }
 };
 
-/// Bytes an element in the CPU engine, per node (network.h).
-struct ElementBytes {
-  /// Of its value (and gradient): 4, or in bf16 2 from the first conv on, except the logits and
-  /// dropout's output.
-  std::vector<double> value;
-  /// Of the input it computes from: where this differs from its producer's value, the engine
-  /// converts the input (and the gradient back).
-  std::vector<double> input;
-};
-ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precision);
-
 /// dlperf's CPU engine on this CPU (oneDNN picks other layouts on AVX2 and AVX-512) training `g`
 /// (at its batch size) with `opt` and `workers` loader threads, in `precision` fp32 or bf16
 /// (bf16 activations, fp32 master weights and their bf16 copies: network.h; bf16 needs oneDNN's

@@ -99,6 +99,27 @@ PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings&
   return {std::max(compute, memory) + m.call_overhead_s, compute >= memory};
 }
 
+// Bytes an element in the CPU engine, per node (backend/cpu/network.h).
+struct ElementBytes {
+  /// Of its value (and gradient): 4, or in bf16 2 from the first conv on, except the logits and
+  /// dropout's output.
+  std::vector<double> value;
+  /// Of the input it computes from: where this differs from its producer's value, the engine
+  /// converts the input (and the gradient back).
+  std::vector<double> input;
+};
+ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precision) {
+  const double low = precision == "bf16" ? 2 : 4;  // what conv and linear read and write
+  ElementBytes b{std::vector<double>(g.nodes.size(), 4), std::vector<double>(g.nodes.size(), 4)};
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    const double in = n.inputs[0] < 0 ? 4 : b.value[size_t(n.inputs[0])];
+    const bool computes = n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear;
+    b.input[i] = computes ? low : n.kind == ops::OpKind::dropout ? 4 : in;
+    b.value[i] = i + 1 == g.nodes.size() || n.kind == ops::OpKind::dropout ? 4 : computes ? low : in;
+  }
+  return b;
+}
 
 }  // namespace
 

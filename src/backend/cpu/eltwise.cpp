@@ -48,10 +48,7 @@ class Relu final : public Op {
 
 class Add final : public Op {
  public:
-  static binary::primitive_desc pass(const md& src) {
-    return binary::primitive_desc(binary::desc(algorithm::binary_add, src, src, src), default_attr(), engine());
-  }
-  explicit Add(const md& src) : src_(src) { fwd_ = Prim::of<binary>(pass(src)); }
+  explicit Add(const md& src) : src_(src) { fwd_ = Prim::of<binary>(add_pass(src)); }
   md input_md(int) const override { return src_; }
   md output_md() const override { return src_; }
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
@@ -142,13 +139,17 @@ class Flatten final : public Op {
 
 void set_dropout_step(uint64_t step) { g_dropout_step = step; }
 
+dnnl::binary::primitive_desc add_pass(const md& m) {
+  return binary::primitive_desc(binary::desc(algorithm::binary_add, m, m, m), default_attr(), engine());
+}
+
 // As the constructors allocate (no memory but the dropout mask and the primitives' scratchpads).
 Footprint relu_footprint(const md& src) {
   const Relu::Passes p(src);
   return {{src}, src, {}, {}, std::max(p.fwd.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size())};
 }
 Footprint add_footprint(const md& src) {
-  return {{src, src}, src, {}, {}, Add::pass(src).scratchpad_desc().get_size()};
+  return {{src, src}, src, {}, {}, add_pass(src).scratchpad_desc().get_size()};
 }
 Footprint dropout_footprint(const md& src) {
   const md f32 = with_type(src, dt::f32);

@@ -79,7 +79,7 @@ EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
     if (links[v] > 1) {
       node = producer[v];
       for (int k = 1; k < links[v]; ++k) add(MemCategory::activations, value[v].get_size());
-      b.scratchpad = std::max(b.scratchpad, double(footprint(OpKind::add, {}, {value[v], value[v]}, {}).scratchpad));
+      b.scratchpad = std::max(b.scratchpad, double(add_pass(value[v]).scratchpad_desc().get_size()));
     }
   return b;
 }

@@ -120,8 +120,7 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
       if (l.accumulate) {
         const md& d = act_[size_t(l.value)].desc();
         l.accum_tmp = Mem(d, MemCategory::activations);
-        l.add_into = Prim::of<dnnl::binary>(
-            dnnl::binary::primitive_desc(dnnl::binary::desc(dnnl::algorithm::binary_add, d, d, d), default_attr(), engine()));
+        l.add_into = Prim::of<dnnl::binary>(add_pass(d));
         l.add_into.phase = profile::Phase::backward_data;
       }
     }

@@ -37,6 +37,10 @@ struct Footprint {
 Footprint footprint(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in, const std::vector<Dims>& dims,
                     const OpOptions& options = {});
 
+/// oneDNN's element-wise sum of two `m`-laid-out tensors into a third: the residual add's forward
+/// pass, and how the network sums a value's gradients from several readers.
+dnnl::binary::primitive_desc add_pass(const md& m);
+
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);
 
