@@ -219,7 +219,13 @@ TEST(Profile, NothingIsRecordedWithProfilingOffAndBadWindowsAreRefused) {
   EXPECT_FALSE(profile::Recorder::get().on());
   auto bad = profiled("small", dir.path);
   bad.profile_skip = 1000;
-  EXPECT_NE(error_of([&] { train::train(bad); }).find("leaves no step to record"), std::string::npos);
+  EXPECT_NE(error_of([&] { train::train(bad); }).find("--skip 1000 leaves no step to record"), std::string::npos);
+  // A negative window is refused before any training, naming the flags as each command spells them.
+  bad.profile_skip = 0;
+  bad.profile_steps = -1;
+  EXPECT_NE(error_of([&] { train::train(bad); }).find("--skip and --steps count steps"), std::string::npos);
+  bad.profile_only = false;
+  EXPECT_NE(error_of([&] { train::train(bad); }).find("--profile-skip and --profile-steps count steps"), std::string::npos);
 }
 
 // The window counts the steps of the whole run, so it may start in a later epoch (the overhead

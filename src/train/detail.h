@@ -75,6 +75,11 @@ struct EpochTally {
     st.train_acc = double(correct) / double(seen);
   }
 };
+/// A profile flag as the user typed it: `dlperf profile` names them --skip, --steps and --out;
+/// `dlperf train` prefixes them with --profile-.
+inline std::string profile_flag(const TrainConfig& cfg, const std::string& name) {
+  return (cfg.profile_only ? "--" : "--profile-") + name;
+}
 /// The profile's window (--profile-skip, --profile-steps): steps [skip, skip + steps) counted from
 /// the first step this run trains, so a window may start in any epoch (a benchmark of what
 /// profiling costs records a whole later epoch, past the GPU's warm-up). steps 0 = to the end of
@@ -83,11 +88,11 @@ struct ProfileWindow {
   int64_t skip, steps;
   ProfileWindow(const TrainConfig& cfg, int64_t per_epoch, int64_t epochs_to_train) : skip(cfg.profile_skip), steps(cfg.profile_steps) {
     const int64_t run_steps = per_epoch * epochs_to_train;
-    check(skip >= 0 && steps >= 0, "--profile-skip and --profile-steps count steps: they cannot be negative");
+    const std::string flag = profile_flag(cfg, "skip");
     check(skip < run_steps,
-          fmt::format("--profile-skip {} leaves no step to record: this run trains {} steps ({} epoch{} of {})", skip, run_steps,
+          fmt::format("{} {} leaves no step to record: this run trains {} steps ({} epoch{} of {})", flag, skip, run_steps,
                       epochs_to_train, epochs_to_train == 1 ? "" : "s", per_epoch),
-          "lower --profile-skip, or use more data, more --epochs or a smaller --batch-size");
+          fmt::format("lower {}, or use more data, more --epochs or a smaller --batch-size", flag));
   }
   /// `k`: steps this run trained before the one about to start.
   bool starts_at(int64_t k) const { return k == skip; }

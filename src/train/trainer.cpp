@@ -86,7 +86,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   const bool say = !cfg.quiet;
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
-  check(!events.empty(), "the profile recorded no steps", "lower --profile-skip");
+  check(!events.empty(), "the profile recorded no steps", fmt::format("lower {}", detail::profile_flag(cfg, "skip")));
   profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group);
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
   if (kernels_per_step > 0) {
@@ -381,9 +381,6 @@ void check_fits(const nn::ModelSpec& spec, const nn::Graph& g, const nn::Optimiz
 
 namespace {
 
-// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
-
-
 void validate(const TrainConfig& cfg) {
   check(cfg.epochs >= 1, "--epochs must be at least 1");
   check(cfg.batch >= 1 && cfg.batch <= 65536, "--batch-size must be between 1 and 65536");
@@ -408,9 +405,12 @@ void validate(const TrainConfig& cfg) {
   };
   if (!cfg.runs_dir.empty()) writable_dir(cfg.runs_dir, "run records", "--runs-dir");
   if (!cfg.checkpoint_dir.empty()) writable_dir(cfg.checkpoint_dir, "checkpoints", "--checkpoint");
+  check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0,
+        fmt::format("{} and {} count steps: they cannot be negative", detail::profile_flag(cfg, "skip"),
+                    detail::profile_flag(cfg, "steps")));
   if (cfg.profile && !cfg.profile_out.empty()) {
     const std::string dir = fs::path(cfg.profile_out).parent_path().string();
-    writable_dir(dir.empty() ? "." : dir, "the profile", "--out");
+    writable_dir(dir.empty() ? "." : dir, "the profile", detail::profile_flag(cfg, "out"));
   }
 }
 
