@@ -60,17 +60,20 @@ std::string seconds(double s) {
 std::string money(double x) { return x < 0 ? "-" : x < 100 ? fmt::format("${:.2f}", x) : fmt::format("${:.0f}", x); }
 std::string or_dash(double x, const char* f) { return x < 0 ? "-" : fmt::format(fmt::runtime(f), x); }
 
+// gCO2e per kWh: --grid-intensity, or the catalog's figure for --region.
+double grid_intensity(const PlanArgs& a, const plan::Catalog& cat) {
+  if (a.grid >= 0) return a.grid;
+  auto it = cat.grid.find(a.region);
+  check(it != cat.grid.end(), fmt::format("no grid carbon intensity for region '{}'", a.region),
+        "use a region of data/hardware.json (world, us, eu, fr, de, gb, ...) or --grid-intensity G_PER_KWH");
+  return it->second;
+}
+
 // The targets table: one row per hardware target.
 void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const double pue = a.pue > 0 ? a.pue : cat.pue;
-  double grid = a.grid;
-  if (grid < 0) {
-    auto it = cat.grid.find(a.region);
-    check(it != cat.grid.end(), fmt::format("no grid carbon intensity for region '{}'", a.region),
-          "use a region of data/hardware.json (world, us, eu, fr, de, gb, ...) or --grid-intensity G_PER_KWH");
-    grid = it->second;
-  }
+  const double grid = grid_intensity(a, cat);
   std::vector<std::string> ids = a.targets;
   if (ids.empty()) ids = job.transformer ? std::vector<std::string>{"a100-80gb", "h100-sxm", "h200"} : std::vector<std::string>{"cpu"};
   report::Table t({"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"});
@@ -201,8 +204,9 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers, cpu_precision);
   const plan::StepPrediction p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
-  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader workers, on this CPU (%d threads, %s)\n", g.model.c_str(),
-              a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, omp_get_max_threads(), cpu_precision.c_str());
+  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader worker%s, on this CPU (%d threads, %s)\n", g.model.c_str(),
+              a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, a.workers == 1 ? "" : "s", omp_get_max_threads(),
+              cpu_precision.c_str());
   if (a.precision != cpu_precision)
     std::printf("(this CPU's section is fp32: %s; --precision %s applies to the targets below)\n",
                 a.precision == "bf16" ? "dlperf's CPU engine needs AVX512-BF16 for bf16, and this CPU has none"
@@ -347,6 +351,13 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--scaling", a->scaling, "also print weak and strong data-parallel scaling up to N devices on the first target");
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a] {
+    // Unknown targets and regions are refused before the plan prints a page that ends in an error.
+    if (a->against.empty()) {
+      const plan::Catalog cat = plan::load_catalog(a->catalog);
+      for (const auto& id : a->targets)
+        if (id != "cpu") (void)cat.find(id);  // throws, listing the known ids
+      (void)grid_intensity(*a, cat);
+    }
     const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
     if (!a->transformer.empty())
       plan_transformer(*a, ceilings);

@@ -1,0 +1,98 @@
+// The dlperf binary itself on bad input: each mistake gets one clear message on stderr, a non-zero
+// exit, and nothing on stdout before it (no half-printed table or plan that then ends in an error).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include "test_util.h"
+
+namespace dlperf::test {
+namespace {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+/// Runs `dlperf ARGS` in `dir` (so nothing lands in the build tree), with stdout and stderr apart.
+Outcome run_dlperf(const TempDir& dir, const std::string& args) {
+  const std::string cmd = fmt::format("cd '{}' && '{}' {} >out.txt 2>err.txt", dir.path.string(), DLPERF_BIN, args);
+  const int status = std::system(cmd.c_str());
+  Outcome o;
+  o.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  o.out = slurp(dir.path / "out.txt");
+  o.err = slurp(dir.path / "err.txt");
+  return o;
+}
+
+bool has_gpu() { return std::filesystem::exists("/dev/nvidia0"); }
+
+struct BadInput {
+  std::string args, message;
+};
+
+TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
+  TempDir dir;
+  std::ofstream(dir.path / "truncated.json") << "{\"layers\": [";
+  std::ofstream(dir.path / "no-layers.json") << "{}";
+  std::vector<BadInput> cases = {
+      {"train --batch-size 0", "--batch-size must be between 1 and 65536"},
+      {"train --epochs 0", "--epochs must be at least 1"},
+      {"train --lr -1", "--lr must be a positive number"},
+      {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
+      {"train --model truncated.json", "model spec truncated.json is not valid JSON"},
+      {"train --model no-layers.json", "needs a non-empty 'layers' list"},
+      {"train --data /nonexistent", "--data /nonexistent: no such directory"},
+      {"train --resume", "--resume needs --checkpoint DIR"},
+      {"train --checkpoint ck --resume", "no checkpoint to resume from"},
+      {"train --precision bf16 --warmup-epochs 1", "--warmup-epochs does not apply to --schedule onecycle"},
+      {"train --profile-steps -1", "--profile-skip and --profile-steps count steps: they cannot be negative"},
+      {"profile --steps -1", "--skip and --steps count steps: they cannot be negative"},
+      {"plan --model medium --targets cpu,nosuch", "no device 'nosuch' in the hardware catalog"},
+      {"plan --model medium --region mars", "no grid carbon intensity for region 'mars'"},
+      {"plan --model medium --batch-size 100000", "--batch-size 100000 is larger than --dataset-size 60000"},
+      {"plan --against nonexistent.json", "none of the files given to --against is a training run record"},
+      {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
+      {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},
+      {"bench nosuch", "nosuch not in"},
+      {"trian", "unknown command 'trian'; did you mean 'train'?"},
+  };
+  // Without a GPU, asking for one, or for what only a GPU trains, is refused up front.
+  if (!has_gpu()) {
+    cases.push_back({"train --device cuda", "--device cuda: no NVIDIA GPU on this machine"});
+    cases.push_back({"train --precision fp16", "--precision fp16 cannot train on this CPU"});
+  }
+  for (const auto& c : cases) {
+    SCOPED_TRACE("dlperf " + c.args);
+    const Outcome o = run_dlperf(dir, c.args + (c.args.rfind("train", 0) == 0 ? " --runs-dir runs --no-progress" : ""));
+    EXPECT_NE(o.exit_code, 0);
+    EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
+    EXPECT_EQ(o.out.find("dlperf: error"), std::string::npos) << "the error belongs on stderr";
+    // dlperf's own errors come once, before anything is printed on stdout.
+    if (o.err.find("dlperf: error") != std::string::npos) {
+      EXPECT_EQ(o.err.find("dlperf: error"), o.err.rfind("dlperf: error")) << o.err;
+      EXPECT_EQ(o.out, "") << "output before the error";
+    }
+  }
+}
+
+TEST(Cli, GoodInputExitsZero) {
+  TempDir dir;
+  for (const std::string args : {"models", "models show medium", "plan --model small --batch-size 16 --targets cpu,t4", "--version"}) {
+    SCOPED_TRACE("dlperf " + args);
+    const Outcome o = run_dlperf(dir, args);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    EXPECT_FALSE(o.out.empty());
+  }
+}
+
+}  // namespace
+}  // namespace dlperf::test
