@@ -341,16 +341,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   const int64_t per_epoch = cfg.data_on_device ? train_dev->batches() : train_loader->batches_per_epoch();
   const int64_t total_steps = per_epoch * cfg.epochs;
   const std::string feed = cfg.data_on_device ? "data on the GPU" : cfg.pin_memory ? "pinned copies" : "pageable copies";
-  if (say) {
-    std::printf("dlperf train: model %s (%.3fM parameters) on %s, %lld train / %lld test images\n", graph.model.c_str(),
-                double(graph.param_count()) / 1e6, d.train.name.c_str(), (long long)d.train.size(), (long long)d.test.size());
-    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s, CUDA graphs %s, seed %llu\n\n%s", device,
-                info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(),
-                cuda::to_string(opts.layout), (long long)cfg.batch,
-                cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), feed.c_str(), cfg.graphs ? "on" : "off",
-                (unsigned long long)cfg.seed, kEpochHeader);
-    std::fflush(stdout);
-  }
+  // A missing, damaged or mismatched checkpoint is refused before anything is printed.
   TrainResult result;
   int64_t start_epoch = 0;
   if (cfg.resume) {
@@ -360,10 +351,20 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
                 cfg.optimizer, ck.meta.at("optimizer_steps").get<int64_t>());
     for (const auto& e : ck.meta.at("history")) result.epochs.push_back(epoch_from_json(e));
     start_epoch = ck.meta.at("epoch_done").get<int64_t>();
-    if (say) {
+  }
+  if (say) {
+    std::printf("dlperf train: model %s (%.3fM parameters) on %s, %lld train / %lld test images\n", graph.model.c_str(),
+                double(graph.param_count()) / 1e6, d.train.name.c_str(), (long long)d.train.size(), (long long)d.test.size());
+    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s, CUDA graphs %s, seed %llu\n\n%s", device,
+                info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(),
+                cuda::to_string(opts.layout), (long long)cfg.batch,
+                cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), feed.c_str(), cfg.graphs ? "on" : "off",
+                (unsigned long long)cfg.seed, kEpochHeader);
+    if (cfg.resume) {
       std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
       for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
     }
+    std::fflush(stdout);
   }
   int64_t step = start_epoch * per_epoch;
   const int64_t first_step = step;  // the profile's window counts the steps this run trains
