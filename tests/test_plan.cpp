@@ -8,6 +8,7 @@
 
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
+#include "bench/machine_profile.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "nn/optimizer.h"
@@ -368,6 +369,32 @@ TEST(PlanStepTime, Bf16OnTheCpuMovesHalfTheBytesAndCountsItsConversions) {
 
 // A GPU run record is predicted with the datasheet roofline of the GPU it ran on; a GPU the
 // catalog lacks is skipped with the reason.
+// Where 'dlperf bench all' has not run, the ceilings are measured (not counted from the clock the
+// OS reports, which a VM gives as its base clock), once per process; the machine profile wins
+// where it exists.
+TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
+  TempDir t;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(t.path);  // no runs/machine-profile.json here
+  const plan::CpuCeilings c = plan::host_ceilings(1);
+  EXPECT_NE(c.source.find("measured just now"), std::string::npos) << c.source;
+  // One core's FMA peak, whatever its ISA: between a scalar FMA at 1 GHz and 2 x 512-bit at 5 GHz.
+  EXPECT_GT(c.peak_gflops, 2.0);
+  EXPECT_LT(c.peak_gflops, 2 * 16 * 2 * 5.0);
+  EXPECT_GT(c.dram_gbps, 0);
+  const plan::CpuCeilings again = plan::host_ceilings(1);
+  EXPECT_EQ(again.peak_gflops, c.peak_gflops);  // kept, not measured again
+  EXPECT_EQ(again.dram_gbps, c.dram_gbps);
+  EXPECT_EQ(plan::host_ceilings(1, "bf16").peak_gflops, 2 * c.peak_gflops);
+  const hw::CpuInfo cpu = hw::cpu_info();
+  bench::write_machine_profile({{"cpu", cpu.model}, {"threads", 1}, {"f32_gflops", 12.5}, {"bandwidth_gbps", {{"DRAM", 7.0}}}});
+  const plan::CpuCeilings saved = plan::host_ceilings(1);
+  EXPECT_EQ(saved.peak_gflops, 12.5);
+  EXPECT_EQ(saved.dram_gbps, 7.0);
+  EXPECT_NE(saved.source.find("measured by 'dlperf bench all'"), std::string::npos) << saved.source;
+  std::filesystem::current_path(cwd);
+}
+
 TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   TempDir dir;
   train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");

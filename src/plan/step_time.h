@@ -24,7 +24,8 @@ struct CpuCeilings {
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
 };
-/// This CPU's ceilings for `threads`: measured (runs/machine-profile.json) or counted. For
+/// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
+/// else measured on the first call (about a second, then kept for the process). For
 /// "bf16" the compute peak is twice fp32's: an AVX512-BF16 dot product does two multiply-adds
 /// per fp32 lane in an FMA's time (AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");

@@ -302,16 +302,15 @@ void restore(cpu::Network& net, nn::Optimizer& opt, const Checkpoint& ck) {
 
 
 // Records per-layer times and efficiencies in the run record; prints them when `say`.
-void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, json& record, bool say) {
+void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
   int64_t steps = 0;
   for (const auto& x : net.node_times()) steps = std::max(steps, x.backward_calls);
   report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd GFLOP/s", "bwd GFLOP/s", "% of peak"});
-  // The peak profile and plan use: measured, else counted; twice fp32's for bf16.
-  const double peak = plan::host_ceilings(threads, net.bf16() ? "bf16" : "fp32").peak_gflops;
-  const bool measured = bench::load_ceilings(cpu.model, threads).f32_gflops > 0;
+  // The peak profile and plan use (bench all's, else measured now); twice fp32's for bf16.
+  const plan::CpuCeilings ceilings = plan::host_ceilings(threads, net.bf16() ? "bf16" : "fp32");
+  const double peak = ceilings.peak_gflops;
   json rows = json::array();
   const auto& g = net.graph();
-  double best = 0;
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const std::string name = net.step_name(int(i));
     if (name.empty()) continue;
@@ -324,7 +323,6 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
     const double all = (fwd + bwd) > 0 ? (ff + bf) / (fwd + bwd) / 1e9 : 0;
     t.add({name, std::string(ops::to_string(n.kind)), fmt::format("{:.3f}", fwd * 1e3), fmt::format("{:.3f}", bwd * 1e3),
            fmt::format("{:.1f}", fg), fmt::format("{:.1f}", bg), fmt::format("{:.1f}%", 100 * all / peak)});
-    best = std::max(best, 100 * all / peak);
     rows.push_back({{"layer", name}, {"op", ops::to_string(n.kind)}, {"forward_s", fwd}, {"backward_s", bwd},
                     {"forward_flops", ff}, {"backward_flops", bf}, {"forward_bytes", n.cost.forward.bytes},
                     {"backward_bytes", n.cost.total_backward().bytes}, {"forward_gflops", fg}, {"backward_gflops", bg},
@@ -332,20 +330,11 @@ void layer_times(const cpu::Network& net, const hw::CpuInfo& cpu, int threads, j
   }
   record["layer_times"] = rows;
   record["layer_times_peak_gflops"] = peak;
-  record["layer_times_peak_source"] = std::string(measured ? "measured" : "counted") + (net.bf16() ? ", doubled for bf16" : "");
+  record["layer_times_peak_source"] = ceilings.source;
   if (!say) return;
-  if (net.bf16()) std::printf("\nbf16: the peak below is twice the fp32 FMA peak (AVX512-BF16 dot products).");
-  if (measured)
-    std::printf("\nPer-layer time per training step (%lld steps timed), against the FMA peak of %.1f GFLOP/s\n"
-                "measured by 'dlperf bench all' (%s):\n", (long long)steps, peak, bench::kMachineProfile);
-  else
-    std::printf("\nPer-layer time per training step (%lld steps timed), against the FMA peak of %.1f GFLOP/s\n"
-                "(%d threads x %d FMA units x %d f32 lanes x 2 flops x %.2f GHz, the clock the OS reports):\n",
-                (long long)steps, peak, threads, cpu.fma_units, cpu.lanes_f32, cpu.ghz);
+  std::printf("\nPer-layer time per training step (%lld steps timed), against the %s peak of %.1f GFLOP/s\n(%s):\n",
+              (long long)steps, net.bf16() ? "bf16" : "FMA", peak, ceilings.source.c_str());
   t.print();
-  if (best > 100 && !measured)
-    std::printf("Above 100%%: the cores run faster than the %.2f GHz the OS reports (boost clocks), so that\n"
-                "peak understates the real one; 'dlperf bench flops' measures it.\n", cpu.ghz);
 }
 
 }  // namespace
@@ -628,7 +617,7 @@ TrainResult train(const TrainConfig& cfg) {
                 result.epochs.size(), result.epochs.size() == 1 ? "" : "s", s["train_s"].get<double>(), s["images_per_s"].get<double>(),
                 final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
   }
-  if (cfg.layer_times) layer_times(run.net, cpu, threads, result.record, say);
+  if (cfg.layer_times) layer_times(run.net, threads, result.record, say);
   if (cfg.profile) finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
