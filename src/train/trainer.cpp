@@ -586,10 +586,10 @@ TrainResult train(const TrainConfig& cfg) {
     std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
                 run.graph.model.c_str(), double(run.graph.param_count()) / 1e6, run.graph.forward_flops() / double(cfg.batch) / 1e6,
                 t.name.c_str(), dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)run.data.test.size());
-    std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader workers, seed %llu\n\n%s",
+    std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s",
                 cpu.model.c_str(), threads, cpu.isa.c_str(),
                 run.net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32", (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
-                cfg.schedule.name.c_str(), cfg.workers, (unsigned long long)cfg.seed, kEpochHeader);
+                cfg.schedule.name.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed, kEpochHeader);
     for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
   }
