@@ -61,6 +61,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --model medium --batch-size 100000", "--batch-size 100000 is larger than --dataset-size 60000"},
       {"plan --against nonexistent.json", "none of the files given to --against is a training run record"},
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
+      {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
+      {"models --foo", "unexpected '--foo' after 'dlperf models'"},
       {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},
       {"bench nosuch", "nosuch not in"},
       {"trian", "unknown command 'trian'; did you mean 'train'?"},
@@ -86,7 +88,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
 
 TEST(Cli, GoodInputExitsZero) {
   TempDir dir;
-  for (const std::string args : {"models", "models show medium", "plan --model small --batch-size 16 --targets cpu,t4", "--version"}) {
+  for (const std::string args : {"models", "models show medium", "models medium", "plan --model small --batch-size 16 --targets cpu,t4", "--version"}) {
     SCOPED_TRACE("dlperf " + args);
     const Outcome o = run_dlperf(dir, args);
     EXPECT_EQ(o.exit_code, 0) << o.err;

@@ -39,8 +39,15 @@ void show(const std::string& name, const std::string& input, int64_t classes, bo
 
 void add_models(CLI::App& app, const Command& self) {
   auto* c = app.add_subcommand(self.name, self.summary);
+  c->allow_extras();  // 'dlperf models medium' reads as 'dlperf models show medium'
   c->callback([c] {
     if (!c->get_subcommands().empty()) return;
+    if (const auto extra = c->remaining(); !extra.empty()) {
+      check(extra.size() == 1 && extra[0][0] != '-', fmt::format("unexpected '{}' after 'dlperf models'", fmt::join(extra, " ")),
+            "use 'dlperf models' for the list, or 'dlperf models show NAME [--input CxHxW] [--classes N] [--json]' for one");
+      show(extra[0], "3x32x32", 10, false);
+      return;
+    }
     report::Table t({"model", "params (3x32x32)", "params (1x28x28)", "MFLOP/image fwd (3x32x32)", "description"});
     for (const auto& name : nn::preset_names()) {
       const auto spec = nn::load_model(name);
