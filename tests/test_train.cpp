@@ -8,6 +8,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/version.h"
 #include "hw/cpu_info.h"
 #include "nn/graph.h"
@@ -130,6 +131,31 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("not a dlperf checkpoint"), std::string::npos);
   fs::remove(path);
   EXPECT_NE(error_of([&] { train::train(c); }).find("no checkpoint to resume from"), std::string::npos);
+}
+
+// Run records, reports and the machine profile are written aside and moved into place.
+TEST(Files, AreWrittenWholeOrNotAtAll) {
+  TempDir dir;
+  const std::string path = (dir.path / "sub" / "record.json").string();
+  write_file_atomically(path, "first", "hint");
+  write_file_atomically(path, "second", "hint");
+  std::ifstream f(path);
+  EXPECT_EQ(std::string(std::istreambuf_iterator<char>(f), {}), "second");
+  EXPECT_FALSE(fs::exists(path + ".tmp"));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path / "sub"), fs::directory_iterator()), 1);
+  // A directory that cannot exist (its parent is a file): one Error with the hint, nothing left.
+  std::ofstream(dir.path / "plain") << "x";
+  const std::string bad = (dir.path / "plain" / "record.json").string();
+  EXPECT_EQ(error_of([&] { write_file_atomically(bad, "body", "check --runs-dir"); }),
+            "could not write " + bad + " (is the disk full, or the directory read-only?) | check --runs-dir");
+  // A full disk: a short body fails only when the stream is flushed, at close.
+  if (fs::exists("/dev/full")) {
+    const auto target = dir.path / "full.json";
+    fs::create_symlink("/dev/full", target.string() + ".tmp");
+    EXPECT_NE(error_of([&] { write_file_atomically(target.string(), std::string(100, 'x'), "h"); }).find("could not write"),
+              std::string::npos);
+    EXPECT_FALSE(fs::exists(target));
+  }
 }
 
 TEST(Train, DivergenceStopsWithAClearMessage) {

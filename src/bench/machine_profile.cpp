@@ -4,6 +4,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/files.h"
 
 namespace dlperf::bench {
 
@@ -74,16 +75,7 @@ nlohmann::json to_json(const GpuCeilings& g) {
 }
 
 void write_machine_profile(const nlohmann::json& profile) {
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(kMachineProfile).parent_path(), ec);
-  const std::string tmp = std::string(kMachineProfile) + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << profile.dump(2) << "\n";
-    check(bool(f), std::string("cannot write ") + tmp, "check that runs/ is writable and the disk has room");
-  }
-  std::filesystem::rename(tmp, kMachineProfile, ec);
-  check(!ec, std::string("cannot write ") + kMachineProfile + ": " + ec.message(), "check that runs/ is writable");
+  write_file_atomically(kMachineProfile, profile.dump(2) + "\n", "check that runs/ is writable and the disk has room");
 }
 
 }  // namespace dlperf::bench

@@ -12,6 +12,7 @@
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "hw/cpu_info.h"
 #include "plan/catalog.h"
 #include "report/plot.h"
@@ -50,13 +51,10 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
   const double peak = peaks[0].gflops;
   std::vector<std::string> written;
   const std::string csv = stem + ".csv", gp = stem + ".gp", png = stem + ".png";
-  {
-    std::ofstream f(csv);
-    f << "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops\n";
-    for (const auto& p : points)
-      f << fmt::format("{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", p.layer, p.pass, p.flops, p.bytes, p.seconds, p.intensity(), p.gflops());
-    check(bool(f), "cannot write " + csv);
-  }
+  std::string rows = "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops\n";
+  for (const auto& p : points)
+    rows += fmt::format("{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", p.layer, p.pass, p.flops, p.bytes, p.seconds, p.intensity(), p.gflops());
+  write_file_atomically(csv, rows, "check that the directory is writable and the disk has room");
   written.push_back(csv);
   double lo = 1e9, hi = 0;
   for (const auto& p : points) lo = std::min(lo, p.intensity()), hi = std::max(hi, p.intensity());
@@ -84,8 +82,7 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
   for (const auto& pass : pass_order)
     point_plots += fmt::format("'{}' using ((stringcolumn(2) eq '{}') ? $6 : 1/0):7 with points pt {} ps 1.3 title '{}', ", csv, pass,
                                std::array{7, 5, 9, 13, 11}[size_t(style++ % 5)], pass);
-  std::ofstream f(gp);
-  f << fmt::format(
+  const std::string script = fmt::format(
       "# Made by dlperf: the roofline of {title}. Rerun with: gnuplot {gp}\n"
       "set terminal pngcairo size 1200,750 enhanced font 'Sans,10'\n"
       "set output '{png}'\n"
@@ -101,8 +98,7 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
       fmt::arg("title", title), fmt::arg("gp", gp), fmt::arg("png", png), fmt::arg("xlo", std::max(lo / 4, 1e-3)),
       fmt::arg("xhi", std::max(hi * 4, 100.0)), fmt::arg("ymax", top * 2), fmt::arg("peak", peak), fmt::arg("roofs", roofs),
       fmt::arg("plots", plots), fmt::arg("csv", csv), fmt::arg("label", peaks[0].label), fmt::arg("point_plots", point_plots));
-  f.close();
-  check(bool(f), "cannot write " + gp);
+  write_file_atomically(gp, script, "check that the directory is writable and the disk has room");
   written.push_back(gp);
   if (draw) {
     report::run_gnuplot(gp);

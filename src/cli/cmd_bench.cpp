@@ -23,6 +23,7 @@
 #include "train/trainer.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "report/table.h"
@@ -467,11 +468,7 @@ void add_bench(CLI::App& app, const Command& self) {
       std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
     }
     const std::string path = args->json_path.empty() ? default_json_path() : args->json_path;
-    std::error_code ec;
-    if (std::filesystem::path(path).has_parent_path()) std::filesystem::create_directories(std::filesystem::path(path).parent_path(), ec);
-    std::ofstream f(path);
-    f << out.dump(2) << "\n";
-    check(bool(f), "cannot write " + path, "pick another --json path");
+    write_file_atomically(path, out.dump(2) + "\n", "pick another --json path");
     std::printf("\nresults: %s\n", path.c_str());
     if (!args->failures.empty()) {
       std::string list;

@@ -11,6 +11,7 @@
 #include "backend/cpu/layouts.h"
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "plan/against.h"
@@ -307,11 +308,10 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                                                                                  : "pass --cpu-watts to predict it");
   }
   if (!a.json_out.empty()) {
-    std::ofstream f(a.json_out);
-    f << nlohmann::json{{"runs", out}, {"ceilings", plan::to_json(c)},
-                        {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},
-                        {"peak_memory_error", {{"median", ms.median}, {"worst", ms.worst}}}}.dump(2) << "\n";
-    check(bool(f), fmt::format("cannot write {}", a.json_out));
+    const nlohmann::json j = {{"runs", out}, {"ceilings", plan::to_json(c)},
+                              {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},
+                              {"peak_memory_error", {{"median", ms.median}, {"worst", ms.worst}}}};
+    write_file_atomically(a.json_out, j.dump(2) + "\n", "pick a writable --json path");
   }
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "core/version.h"
 #include "lab/lab.h"
 #include "report/plot.h"
@@ -35,9 +36,7 @@ std::string text_cell(const json& v, int decimals) {
 }
 
 void write_file(const fs::path& path, const std::string& body) {
-  std::ofstream f(path);
-  f << body;
-  check(bool(f), fmt::format("could not write {}", path.string()), "pick a writable --out directory");
+  write_file_atomically(path.string(), body, "pick a writable --out directory");
 }
 
 void write_csv(const Experiment& e, const fs::path& path) {

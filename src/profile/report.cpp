@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/files.h"
 #include "plan/memory.h"
 #include "report/table.h"
 
@@ -259,9 +260,7 @@ void write_trace(const std::string& path, const std::vector<Event>& events, cons
     gzclose(f);
     check(n == int(body.size()), fmt::format("could not write all of the trace {}", path));
   } else {
-    std::ofstream f(path);
-    f << body;
-    check(bool(f), fmt::format("cannot write the trace {}", path), "check --profile-out");
+    write_file_atomically(path, body, "check --profile-out");
   }
 }
 

@@ -19,6 +19,7 @@
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "core/version.h"
 #include "data/loader.h"
@@ -126,16 +127,9 @@ std::string write_record(const json& record, const std::string& dir, const std::
   // Runs finishing within the same second (the lab's short runs) each keep their own record.
   std::string path = (fs::path(dir) / (name + ".json")).string();
   for (int i = 2; fs::exists(path); ++i) path = (fs::path(dir) / fmt::format("{}-{}.json", name, i)).string();
-  // Written aside and moved into place, so an interrupted write leaves no half record for
-  // `plan --against` or `lab --resume` to trip over.
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << record.dump(2) << "\n";
-    check(bool(out.flush()), fmt::format("could not write the run record {}", tmp), "check --runs-dir");
-  }
-  fs::rename(tmp, path, ec);
-  check(!ec, fmt::format("could not move the run record into place at {}: {}", path, ec.message()), "check --runs-dir");
+  // Atomically, so an interrupted write leaves no half record for `plan --against` or
+  // `lab --resume` to trip over.
+  write_file_atomically(path, record.dump(2) + "\n", "check --runs-dir");
   return path;
 }
 
