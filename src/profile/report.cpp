@@ -20,6 +20,27 @@ using nlohmann::json;
 
 namespace {
 
+// The gzip file format (windowBits 16 + 15) in memory, so a compressed trace is written as
+// atomically as a plain one; gzopen/gzwrite would stream straight into the final file.
+std::string gzip(const std::string& body) {
+  // One deflate call takes at most 4 GiB; a trace that big would not open in Perfetto anyway.
+  check(body.size() < (size_t(1) << 32) - 1024, "the trace is over 4 GiB, too big to compress in one go",
+        "profile fewer steps (--steps) or write it uncompressed");
+  z_stream z{};
+  check(deflateInit2(&z, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 16 + 15, 8, Z_DEFAULT_STRATEGY) == Z_OK,
+        "zlib could not start compressing the trace");
+  std::string out(deflateBound(&z, uLong(body.size())) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(body.data()));
+  z.avail_in = uInt(body.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = uInt(out.size());
+  const int rc = deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  check(rc == Z_STREAM_END, "zlib could not compress the trace", "write an uncompressed trace (a name not ending in .gz)");
+  return out;
+}
+
 // Graph nodes an event of node `n` runs: itself and a relu fused into it (both engines run a
 // relu that only a batchnorm feeds inside that batchnorm; the GPU also one that only a linear
 // layer feeds inside that layer).
@@ -253,15 +274,7 @@ void write_trace(const std::string& path, const std::vector<Event>& events, cons
   }
   const std::string body = json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
   const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  if (gz) {
-    gzFile f = gzopen(path.c_str(), "wb");
-    check(f != nullptr, fmt::format("cannot write the trace {}", path), "check --profile-out");
-    const int n = gzwrite(f, body.data(), unsigned(body.size()));
-    gzclose(f);
-    check(n == int(body.size()), fmt::format("could not write all of the trace {}", path));
-  } else {
-    write_file_atomically(path, body, "check --profile-out");
-  }
+  write_file_atomically(path, gz ? gzip(body) : body, "check --profile-out");
 }
 
 }  // namespace dlperf::profile
