@@ -60,11 +60,14 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --model medium --region mars", "no grid carbon intensity for region 'mars'"},
       {"plan --model medium --batch-size 100000", "--batch-size 100000 is larger than --dataset-size 60000"},
       {"plan --against nonexistent.json", "none of the files given to --against is a training run record"},
+      {"plan --against nonexistent.json", "skipped nonexistent.json: no such file"},
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models --foo", "unexpected '--foo' after 'dlperf models'"},
       {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},
       {"bench nosuch", "nosuch not in"},
+      {"bench gemm --shape 1x1x1", "hint: 'dlperf bench --help' lists its flags"},
+      {"--foo", "hint: 'dlperf help' lists the commands"},
       {"trian", "unknown command 'trian'; did you mean 'train'?"},
   };
   // Without a GPU, asking for one, or for what only a GPU trains, is refused up front.
@@ -78,11 +81,11 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
     EXPECT_NE(o.exit_code, 0);
     EXPECT_NE(o.err.find(c.message), std::string::npos) << o.err;
     EXPECT_EQ(o.out.find("dlperf: error"), std::string::npos) << "the error belongs on stderr";
-    // dlperf's own errors come once, before anything is printed on stdout.
-    if (o.err.find("dlperf: error") != std::string::npos) {
-      EXPECT_EQ(o.err.find("dlperf: error"), o.err.rfind("dlperf: error")) << o.err;
-      EXPECT_EQ(o.out, "") << "output before the error";
-    }
+    // Every error, dlperf's own and the flag parser's, comes once, in one form, before anything
+    // is printed on stdout.
+    EXPECT_NE(o.err.find("dlperf: error: "), std::string::npos) << o.err;
+    EXPECT_EQ(o.err.find("dlperf: error"), o.err.rfind("dlperf: error")) << o.err;
+    EXPECT_EQ(o.out, "") << "output before the error";
   }
 }
 

@@ -38,24 +38,24 @@ size_t distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-void print_commands() {
-  std::printf("usage: dlperf COMMAND [flags]   (dlperf COMMAND --help for its flags)\n\ncommands:\n");
-  for (const auto& c : kCommands) std::printf("  %-8s %s\n", c.name, c.summary);
+void print_commands(FILE* to) {
+  std::fprintf(to, "usage: dlperf COMMAND [flags]   (dlperf COMMAND --help for its flags)\n\ncommands:\n");
+  for (const auto& c : kCommands) std::fprintf(to, "  %-8s %s\n", c.name, c.summary);
 }
 }  // namespace
 
 int main(int argc, char** argv) {
   const std::string first = argc > 1 ? argv[1] : "";
   if (argc == 1 || first == "help") {
-    print_commands();
+    print_commands(argc == 1 ? stderr : stdout);  // asked for: stdout; a bare 'dlperf' is a usage error
     return argc == 1 ? 2 : 0;
   }
   if (first[0] != '-' && std::none_of(std::begin(kCommands), std::end(kCommands), [&](const auto& c) { return first == c.name; })) {
-    std::fprintf(stderr, "dlperf: unknown command '%s'", first.c_str());
+    std::fprintf(stderr, "dlperf: error: unknown command '%s'", first.c_str());
     for (const auto& c : kCommands)
       if (distance(first, c.name) <= 2) std::fprintf(stderr, "; did you mean '%s'?", c.name);
     std::fprintf(stderr, "\n\n");
-    print_commands();
+    print_commands(stderr);
     return 2;
   }
   CLI::App app{"dlperf: a deep-learning performance lab. Trains real networks with its own engine and\n"
@@ -67,7 +67,12 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help and --version end here too
+    // A flag CLI11 could not take: said the way dlperf's own errors are, with where to look.
+    const bool command = first[0] != '-';
+    std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", e.what(),
+                 command ? ("dlperf " + first + " --help").c_str() : "dlperf help", command ? "its flags and their values" : "the commands");
+    return 2;
   } catch (const dlperf::Error& e) {
     std::fprintf(stderr, "\ndlperf: error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());

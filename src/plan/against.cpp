@@ -33,6 +33,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
   for (const auto& file : files) {
     json r;
     try {
+      if (!std::filesystem::exists(file)) {  // most often a glob that matched nothing, passed on as is
+        skipped.push_back(fmt::format("{}: no such file", file));
+        continue;
+      }
       std::ifstream f(file);
       check(bool(f), fmt::format("cannot read {}", file));
       r = json::parse(f);
