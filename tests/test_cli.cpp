@@ -47,6 +47,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --batch-size 0", "--batch-size must be between 1 and 65536"},
       {"train --epochs 0", "--epochs must be at least 1"},
       {"train --lr -1", "--lr must be a positive number"},
+      {"train --threads 100000", "--threads 100000 is not between 0 (all) and the"},
+      {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"train --model truncated.json", "model spec truncated.json is not valid JSON"},
       {"train --model no-layers.json", "needs a non-empty 'layers' list"},

@@ -410,7 +410,7 @@ void add_bench(CLI::App& app, const Command& self) {
   c->add_option("--threads", args->opt.threads, "threads (0 = all cores)")->capture_default_str();
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");
   c->callback([args] {
-    check(args->opt.threads >= 0 && args->opt.threads <= 1024, "--threads must be between 0 and 1024");
+    hw::check_threads(args->opt.threads);
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
     std::printf("dlperf bench on %s (%d threads, %s)\n\n", cpu.model.c_str(), threads, cpu.isa.c_str());

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "backend/cuda/runtime.h"
+#include "core/error.h"
 #include "core/version.h"
 
 namespace dlperf::hw {
@@ -28,10 +29,21 @@ int fma_datapath_lanes(const std::string& vendor, int family, bool avx512f, bool
   return avx ? 8 : 4;
 }
 
+int usable_cpus() {
+  cpu_set_t set;
+  return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
+}
+
+void check_threads(int threads) {
+  const int cpus = usable_cpus();
+  check(threads >= 0 && threads <= cpus,
+        fmt::format("--threads {} is not between 0 (all) and the {} CPU{} this process may run on", threads, cpus, cpus == 1 ? "" : "s"),
+        "more threads than CPUs wait on each other at every step; use --threads 0 for all of them");
+}
+
 CpuInfo cpu_info() {
   CpuInfo c;
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) c.cores = CPU_COUNT(&set);
+  c.cores = usable_cpus();
   std::ifstream f("/proc/cpuinfo");
   std::string line;
   double mhz = 0;

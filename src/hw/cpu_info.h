@@ -24,6 +24,11 @@ struct CpuInfo {
 };
 
 CpuInfo cpu_info();
+/// CPUs this process may run on (its affinity mask, as OpenMP counts them).
+int usable_cpus();
+/// Refuses a --threads above usable_cpus(): OpenMP's threads then wait on each other at every
+/// barrier (one step of `medium` took 48 s with 1000 threads on 2 CPUs). 0 means all of them.
+void check_threads(int threads);
 /// f32 lanes an FMA unit computes per cycle: the widest vector the ISA has, except that AMD's
 /// Zen 4 (family 0x19) executes AVX-512 on 256-bit units. Zen 5 (0x1A) and Intel's AVX-512 cores
 /// have 512-bit units.

@@ -375,7 +375,7 @@ void validate(const TrainConfig& cfg) {
         "--warmup-epochs does not apply to --schedule onecycle (the default), which warms up over its first 30% of steps",
         "drop --warmup-epochs, or pick --schedule constant, step or cosine");
   check(cfg.schedule.step_epochs > 0 && std::isfinite(cfg.schedule.step_epochs), "--step-epochs must be more than 0");
-  check(cfg.threads >= 0 && cfg.threads <= 1024, "--threads must be between 0 and 1024");
+  hw::check_threads(cfg.threads);
   check(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16" || cfg.precision == "fp16",
         fmt::format("--precision {} is not one of fp32, tf32, bf16, fp16", cfg.precision));
   check(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint DIR", "name the directory the checkpoint is in");
