@@ -146,6 +146,8 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   const double tokens = a.tokens > 0 ? a.tokens : 20 * n;  // Chinchilla's 20 tokens a parameter
   const double tokens_per_step = double(a.batch) * double(t.seq);
   const plan::StateBytes sb = plan::state_bytes_per_param(a.precision, a.optimizer);
+  // Checks the layout (--tp divides the heads, ...) before anything prints.
+  const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout);
   std::printf("dlperf plan: Transformer %s (%lld layers, hidden %lld, %lld heads, sequence %lld, vocabulary %lld)\n\n", t.name.c_str(),
               (long long)t.layers, (long long)t.hidden, (long long)t.heads, (long long)t.seq, (long long)t.vocab);
   std::printf("parameters          %.4g\n", n);
@@ -156,7 +158,6 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
               tokens_per_step, (long long)a.batch);
   std::printf("job FLOPs           %.4g (6ND = %.4g)%s\n", per_token * tokens * (1 + plan::recompute_overhead(t, a.layout.checkpointing)),
               6 * n * tokens, a.layout.checkpointing == "none" ? "" : fmt::format(", with {} recomputation", a.layout.checkpointing).c_str());
-  const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout);
   report::Table mt({"memory per device", "bytes"});
   mt.add({"parameters", format_bytes(m.parameters)});
   mt.add({"gradients", format_bytes(m.gradients)});
@@ -320,35 +321,42 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
 void add_plan(CLI::App& app, const Command& self) {
   auto a = std::make_shared<PlanArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
+  // Ranges and which flags go together are checked while parsing, so a mistake is refused before
+  // anything prints and no flag is silently ignored.
   c->add_option("--model,-m", a->model, "preset or .json spec")->capture_default_str();
   c->add_option("--input", a->input, "image shape CxHxW")->capture_default_str();
-  c->add_option("--classes", a->classes, "output classes")->capture_default_str();
-  c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str();
+  c->add_option("--classes", a->classes, "output classes")->capture_default_str()->check(at_least(1));
+  c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str()->check(at_least(1));
   c->add_option("--optimizer", a->optimizer, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
-  c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str();
-  c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str();
-  c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str();
-  c->add_flag("--layers", a->layers, "per-layer predicted times and memory");
-  c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json)");
-  c->add_option("--json", a->json_out, "with --against: write the comparison here");
-  c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");
-  c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)");
-  c->add_option("--micro-batch", a->micro_batch, "Transformer: sequences per device per micro-step")->capture_default_str();
+  c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str()->check(at_least(1));
+  c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
+  auto* layers = c->add_flag("--layers", a->layers, "per-layer predicted times and memory");
+  auto* against_opt = c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json)");
+  c->add_option("--json", a->json_out, "with --against: write the comparison here")->needs(against_opt);
+  auto* transformer = c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");
+  c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)")->check(at_least(1))->needs(transformer);
+  c->add_option("--micro-batch", a->micro_batch, "Transformer: sequences per device per micro-step")
+      ->capture_default_str()->check(at_least(1))->needs(transformer);
   c->add_option("--precision", a->precision, "fp32 | tf32 | bf16 | fp16 (mixed precision keeps fp32 master weights)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
-  c->add_option("--dp", a->layout.dp, "data-parallel degree")->capture_default_str();
-  c->add_option("--tp", a->layout.tp, "tensor-parallel degree")->capture_default_str();
-  c->add_option("--pp", a->layout.pp, "pipeline-parallel degree")->capture_default_str();
-  c->add_option("--zero", a->layout.zero, "ZeRO stage 0-3")->capture_default_str()->check(CLI::Range(0, 3));
-  c->add_option("--checkpointing", a->layout.checkpointing, "activation checkpointing: none | selective | full")
-      ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}));
-  c->add_option("--targets", a->targets, "hardware targets: cpu (this machine) and catalog ids (t4, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, rtx-4090, l4, tpu-v4, tpu-v5e)")
+  c->add_option("--dp", a->layout.dp, "Transformer: data-parallel degree")->capture_default_str()->check(at_least(1))->needs(transformer);
+  c->add_option("--tp", a->layout.tp, "Transformer: tensor-parallel degree")->capture_default_str()->check(at_least(1))->needs(transformer);
+  c->add_option("--pp", a->layout.pp, "Transformer: pipeline-parallel degree")->capture_default_str()->check(at_least(1))->needs(transformer);
+  c->add_option("--zero", a->layout.zero, "Transformer: ZeRO stage 0-3")->capture_default_str()->check(CLI::Range(0, 3))->needs(transformer);
+  c->add_option("--checkpointing", a->layout.checkpointing, "Transformer: activation checkpointing: none | selective | full")
+      ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}))->needs(transformer);
+  auto* targets = c->add_option("--targets", a->targets, "hardware targets: cpu (this machine) and catalog ids (t4, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, rtx-4090, l4, tpu-v4, tpu-v5e)")
       ->delimiter(',');
-  c->add_option("--region", a->region, "grid region for CO2 (world, us, eu, fr, de, gb, no, se, ca, cn, in)")->capture_default_str();
-  c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region");
-  c->add_option("--pue", a->pue, "power usage effectiveness (default: the catalog's 1.1)");
-  c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target");
-  c->add_option("--scaling", a->scaling, "also print weak and strong data-parallel scaling up to N devices on the first target");
+  auto* region = c->add_option("--region", a->region, "grid region for CO2 (world, us, eu, fr, de, gb, no, se, ca, cn, in)")->capture_default_str();
+  auto* grid = c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region")->check(at_least(0))->excludes(region);
+  auto* pue = c->add_option("--pue", a->pue, "power usage effectiveness, 1 or more (default: the catalog's 1.1)")->check(at_least(1));
+  c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target")->check(at_least(1));
+  auto* scaling = c->add_option("--scaling", a->scaling, "also print weak and strong data-parallel scaling up to N devices on the first target")
+      ->check(CLI::Range(2, 65536));
+  transformer->excludes(layers);
+  // --against predicts the runs its records describe, on this machine: no targets, no scaling.
+  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling}) against_opt->excludes(o);
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a] {
     // Unknown targets and regions are refused before the plan prints a page that ends in an error.

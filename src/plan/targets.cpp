@@ -167,7 +167,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   if (d.price_per_hour >= 0) e.cost = d.price_per_hour * hours * e.devices;
   if (d.tdp_w > 0) {
     e.energy_kwh = d.tdp_w * e.devices * hours * pue / 1000;  // at TDP: an upper bound
-    if (grid > 0) e.co2_kg = e.energy_kwh * grid / 1000;
+    if (grid >= 0) e.co2_kg = e.energy_kwh * grid / 1000;  // 0 for a carbon-free supply
   }
   if (!e.fits) e.what_fits = what_would_fit(job, d);
   return e;
