@@ -47,6 +47,10 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --batch-size 0", "--batch-size must be between 1 and 65536"},
       {"train --epochs 0", "--epochs must be at least 1"},
       {"train --lr -1", "--lr must be a positive number"},
+      {"train --momentum 1.5", "--momentum must be in [0, 1)"},
+      {"train --weight-decay -1", "--weight-decay must be 0 or more"},
+      {"train --profile-skip 3", "--profile-skip requires --profile"},
+      {"train --gzip", "--gzip requires --profile"},
       {"train --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
@@ -56,7 +60,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --resume", "--resume needs --checkpoint DIR"},
       {"train --checkpoint ck --resume", "no checkpoint to resume from"},
       {"train --precision bf16 --warmup-epochs 1", "--warmup-epochs does not apply to --schedule onecycle"},
-      {"train --profile-steps -1", "--profile-skip and --profile-steps count steps: they cannot be negative"},
+      {"train --profile --profile-steps -1", "--profile-skip and --profile-steps count steps: they cannot be negative"},
       {"profile --steps -1", "--skip and --steps count steps: they cannot be negative"},
       {"plan --model medium --targets cpu,nosuch", "no device 'nosuch' in the hardware catalog"},
       {"plan --model medium --region mars", "no grid carbon intensity for region 'mars'"},
@@ -83,6 +87,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
   if (!has_gpu()) {
     cases.push_back({"train --device cuda", "--device cuda: no NVIDIA GPU on this machine"});
     cases.push_back({"train --precision fp16", "--precision fp16 cannot train on this CPU"});
+    cases.push_back({"train --no-graphs", "--no-graphs turns off CUDA graphs, and this run is on the CPU"});
+    cases.push_back({"train --pin-memory off", "--pin-memory off changes how batches reach a GPU"});
   }
   for (const auto& c : cases) {
     SCOPED_TRACE("dlperf " + c.args);

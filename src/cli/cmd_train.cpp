@@ -1,4 +1,6 @@
 // dlperf train and dlperf profile: flags map one to one onto train::TrainConfig.
+#include <vector>
+
 #include "cli/commands.h"
 #include "train/trainer.h"
 
@@ -43,12 +45,16 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
 }
 
 void add_profile_flags(CLI::App* c, train::TrainConfig* cfg, bool in_train) {
-  if (in_train) c->add_flag("--profile", cfg->profile, "profile some steps of the first epoch (see dlperf profile)");
-  c->add_option(in_train ? "--profile-skip" : "--skip", cfg->profile_skip, "steps to run before recording (warm-up; counted over the whole run, so recording may start in a later epoch)")->capture_default_str();
-  c->add_option(in_train ? "--profile-steps" : "--steps", cfg->profile_steps, "steps to record (0 = to the end of the epoch recording starts in)")->capture_default_str();
-  c->add_option("--group-by", cfg->profile_group, "layer | op")->capture_default_str()->check(CLI::IsMember({"layer", "op"}));
-  c->add_option(in_train ? "--profile-out" : "--out", cfg->profile_out, "path prefix of the profile's .json and .trace.json (default: in --runs-dir)");
-  c->add_flag("--gzip", cfg->trace_gzip, "write the trace gzip-compressed (.trace.json.gz)");
+  CLI::Option* profile = in_train ? c->add_flag("--profile", cfg->profile, "profile some steps of the first epoch (see dlperf profile)") : nullptr;
+  const std::vector<CLI::Option*> options = {
+      c->add_option(in_train ? "--profile-skip" : "--skip", cfg->profile_skip, "steps to run before recording (warm-up; counted over the whole run, so recording may start in a later epoch)")->capture_default_str(),
+      c->add_option(in_train ? "--profile-steps" : "--steps", cfg->profile_steps, "steps to record (0 = to the end of the epoch recording starts in)")->capture_default_str(),
+      c->add_option("--group-by", cfg->profile_group, "layer | op")->capture_default_str()->check(CLI::IsMember({"layer", "op"})),
+      c->add_option(in_train ? "--profile-out" : "--out", cfg->profile_out, "path prefix of the profile's .json and .trace.json (default: in --runs-dir)"),
+      c->add_flag("--gzip", cfg->trace_gzip, "write the trace gzip-compressed (.trace.json.gz)")};
+  // In dlperf train they mean something only with --profile: refused without it, not ignored.
+  if (profile)
+    for (auto* o : options) o->needs(profile);
 }
 
 void add_train(CLI::App& app, const Command& self) {

@@ -369,6 +369,10 @@ void validate(const TrainConfig& cfg) {
   check(cfg.batch >= 1 && cfg.batch <= 65536, "--batch-size must be between 1 and 65536");
   check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");
   check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  // Momentum at or above 1 (or below 0) makes the velocity grow without bound.
+  check(cfg.optimizer.momentum >= 0 && cfg.optimizer.momentum < 1, "--momentum must be in [0, 1)");
+  check(cfg.optimizer.weight_decay >= 0 && std::isfinite(cfg.optimizer.weight_decay), "--weight-decay must be 0 or more");
+  check(cfg.train_limit >= 0 && cfg.test_limit >= 0, "--train-limit and --test-limit must be 0 (all) or more");
   // onecycle, the default schedule, warms up on its own: a --warmup-epochs it ignored would look applied.
   check(cfg.schedule.warmup_epochs >= 0 && std::isfinite(cfg.schedule.warmup_epochs), "--warmup-epochs must be 0 or more");
   check(cfg.schedule.warmup_epochs == 0 || cfg.schedule.name != "onecycle",
@@ -560,6 +564,9 @@ TrainResult train(const TrainConfig& cfg) {
         "drop --data-on-device, or train on a GPU (--device cuda)");
   check(cfg.layout == "auto", fmt::format("--layout {} sets how the GPU stores activations, and this run is on the CPU", cfg.layout),
         "drop --layout (the CPU engine lets oneDNN pick its layouts), or train on a GPU (--device cuda)");
+  check(cfg.graphs, "--no-graphs turns off CUDA graphs, and this run is on the CPU", "drop --no-graphs, or train on a GPU (--device cuda)");
+  check(cfg.pin_memory, "--pin-memory off changes how batches reach a GPU, and this run is on the CPU",
+        "drop --pin-memory, or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0)
     check_fits(nn::load_model(cfg.model), graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
