@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -37,13 +38,14 @@ struct BenchArgs {
   bench::Options opt;
   std::string json_path;
   std::string models = "small,medium,large,resnet18";
+  bool models_given = false;  ///< --models named: --quick times them instead of medium alone
   std::string input = "3x32x32";
   int64_t batch = 64;
   std::string model = "medium";  ///< roofline
   std::string data = "fashion-mnist";
   int64_t steps = 30;
   int ranks = 2;  ///< allreduce
-  int gpu = 0;    ///< copy, launch, gpu-memory
+  int gpu = 0;    ///< the GPU benchmarks
   std::string device = "auto";     ///< roofline
   std::string precision = "fp32";  ///< roofline on a GPU
   std::vector<std::string> failures;  ///< benchmarks that failed, said again at the end (non-zero exit)
@@ -170,9 +172,9 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
   check(std::sscanf(a.input.c_str(), "%lldx%lldx%lld", &c, &h, &w) == 3 && c > 0 && h > 0 && w > 0,
         "--input must be CxHxW, for example 3x32x32");
   check(a.batch >= 1 && a.batch <= 4096, "--batch-size must be between 1 and 4096");
-  const auto models = a.opt.quick ? std::vector<std::string>{"medium"} : split(a.models);
+  const auto models = a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
-              a.opt.quick ? "medium" : a.models.c_str(), (long long)a.batch, a.input.c_str());
+              a.opt.quick && !a.models_given ? "medium" : a.models.c_str(), (long long)a.batch, a.input.c_str());
   report::Table t({"model", "layer", "input", "out", "k/s/p", "forward", "bwd data", "bwd weights", "fwd % of peak"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : bench::conv_sweep(a.opt, models, {c, h, w}, a.batch)) {
@@ -338,7 +340,7 @@ nlohmann::json run_gpu_conv(BenchArgs& a) {
     return {{"skipped", bench::gpu::why_not()}};
   }
   const Dims chw = parse_chw(a.input);
-  const auto models = a.opt.quick ? std::vector<std::string>{"medium"} : split(a.models);
+  const auto models = a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
   const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
   std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median):\n", a.gpu, (long long)a.batch,
               a.input.c_str());
@@ -394,7 +396,7 @@ void add_bench(CLI::App& app, const Command& self) {
                 "are not part of all; copy, launch and gpu-memory need a GPU and are skipped, saying why, without one)")
       ->capture_default_str()
       ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "roofline", "allreduce", "all"}));
-  c->add_option("--gpu", args->gpu, "copy, launch, gpu-memory: which GPU")->capture_default_str();
+  c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str();
   c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str();
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
   c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
@@ -403,14 +405,26 @@ void add_bench(CLI::App& app, const Command& self) {
   c->add_option("--precision", args->precision, "roofline on a GPU: fp32, tf32, bf16, fp16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
-  c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time")->capture_default_str();
+  c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time (--quick: medium)")->capture_default_str();
   c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
-  c->add_option("--batch-size,-b", args->batch, "conv: batch size")->capture_default_str();
+  c->add_option("--batch-size,-b", args->batch, "conv, roofline: batch size")->capture_default_str();
   c->add_flag("--quick", args->opt.quick, "fewer sizes and repeats: seconds instead of about a minute");
   c->add_option("--threads", args->opt.threads, "threads (0 = all cores)")->capture_default_str();
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");
-  c->callback([args] {
+  c->callback([args, c] {
     hw::check_threads(args->opt.threads);
+    // A flag that only other benchmarks read is refused, not ignored. ("all" runs conv and the
+    // GPU ones, not roofline or allreduce.)
+    const std::vector<std::pair<const char*, std::vector<std::string>>> used_by = {
+        {"--ranks", {"allreduce"}},           {"--model", {"roofline"}},         {"--data", {"roofline"}},
+        {"--steps", {"roofline"}},            {"--device", {"roofline"}},        {"--precision", {"roofline"}},
+        {"--models", {"conv", "all"}},        {"--input", {"conv", "all"}},      {"--batch-size", {"conv", "roofline", "all"}},
+        {"--gpu", {"gemm", "conv", "copy", "launch", "gpu-memory", "all"}}};
+    for (const auto& [flag, whats] : used_by)
+      check(c->count(flag) == 0 || std::find(whats.begin(), whats.end(), args->what) != whats.end(),
+            fmt::format("{} is for 'dlperf bench {}', not 'dlperf bench {}'", flag, fmt::join(whats, "|"), args->what),
+            fmt::format("drop {}, or run one of the benchmarks it is for", flag));
+    args->models_given = c->count("--models") > 0;
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
     std::printf("dlperf bench on %s (%d threads, %s)\n\n", cpu.model.c_str(), threads, cpu.isa.c_str());
