@@ -215,6 +215,24 @@ TEST(Lab, RefusesUnknownExperiments) {
   EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("no lab experiment 'bacth'"), std::string::npos);
 }
 
+// Settings that would fail every row are refused before the first run; a lab whose runs all
+// failed anyway still writes its report and then fails.
+TEST(Lab, BadSettingsStopTheLabAndALabThatTrainedNothingFails) {
+  TempDir dir;
+  lab::LabConfig c = tiny_lab(dir.path);
+  c.models = {"small", "nosuch"};
+  EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("model 'nosuch' is neither a preset"), std::string::npos);
+  c = tiny_lab(dir.path);
+  c.data = (dir.path / "missing").string();
+  EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("the lab's base run (small at batch 32 on"), std::string::npos);
+  EXPECT_FALSE(fs::exists(dir.path / "README.md"));
+  c = tiny_lab(dir.path);
+  c.experiments = {"batch"};
+  c.batches = {4096};  // more than the 192 images: both rows fail, the base run (batch 32) does not
+  EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("no run of the lab trained"), std::string::npos);
+  EXPECT_TRUE(fs::exists(dir.path / "README.md"));
+}
+
 TEST(Lab, WorkerCountsAreBoundedByTheCores) {
   EXPECT_EQ(lab::worker_counts(2, 0), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(lab::worker_counts(1, 0), (std::vector<int>{0, 1}));

@@ -15,12 +15,14 @@ void add_lab(CLI::App& app, const Command& self) {
   c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
   c->add_option("--out,-o", cfg->out, "the report folder (README.md, CSV, JSON, plots, run records)")->capture_default_str();
   c->add_option("--model,-m", cfg->base_model, "the model of the device, batch, workers and precision experiments")->capture_default_str();
+  c->add_option("--batch-size,-b", cfg->base_batch, "the batch size of the device, model, workers and precision experiments")
+      ->capture_default_str()->check(at_least(1));
   c->add_option("--models", cfg->models, "the model experiment's models")->delimiter(',')->capture_default_str();
-  c->add_option("--batches", cfg->batches, "the batch experiment's batch sizes")->delimiter(',')->capture_default_str();
-  c->add_option("--epochs,-e", cfg->epochs, "epochs per run (default: 1 with --quick, 5 with --full)");
-  c->add_option("--train-limit", cfg->train_limit, "training images per run (default: 20000 with --quick, all with --full)");
-  c->add_option("--test-limit", cfg->test_limit, "test images per run (default: 5000 with --quick, all with --full)");
-  c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)");
+  c->add_option("--batches", cfg->batches, "the batch experiment's batch sizes")->delimiter(',')->capture_default_str()->check(at_least(1));
+  c->add_option("--epochs,-e", cfg->epochs, "epochs per run (default: 1 with --quick, 5 with --full)")->check(at_least(1));
+  c->add_option("--train-limit", cfg->train_limit, "training images per run, 0 for all (default: 20000 with --quick, all with --full)")->check(at_least(0));
+  c->add_option("--test-limit", cfg->test_limit, "test images per run, 0 for all (default: 5000 with --quick, all with --full)")->check(at_least(0));
+  c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)")->check(at_least(1));
   c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str();
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
   c->add_flag("--resume", cfg->resume,

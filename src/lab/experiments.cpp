@@ -15,6 +15,7 @@
 #include "core/version.h"
 #include "hw/cpu_info.h"
 #include "lab/lab.h"
+#include "nn/graph.h"
 #include "report/table.h"
 #include "train/trainer.h"
 
@@ -107,17 +108,21 @@ class Runner {
   }
 
   /// A few steps of the base model before anything is timed, so the first measured run does
-  /// not pay the process's one-off costs (page faults, thread start-up, kernel generation).
+  /// not pay the process's one-off costs (page faults, thread start-up, kernel generation). It
+  /// also checks the lab's settings: where the base run cannot train (no such data, too few
+  /// images for its batch), no experiment can, so the lab stops here with the reason.
   void warm_up() {
     train::TrainConfig c = base_;
-    c.train_limit = c.test_limit = 4 * c.batch;
+    if (c.train_limit == 0 || c.train_limit > 4 * c.batch) c.train_limit = 4 * c.batch;
+    if (c.test_limit == 0 || c.test_limit > 4 * c.batch) c.test_limit = 4 * c.batch;
     c.epochs = 1;
     c.runs_dir.clear();
     c.progress = false;
     try {
       train::train(c);
-    } catch (const Error&) {
-      // The measured runs report any problem with their own configuration.
+    } catch (const Error& e) {
+      throw Error(fmt::format("the lab's base run ({} at batch {} on {}) cannot train: {}", c.model, c.batch, c.data, e.what()),
+                  e.hint());
     }
   }
   const train::TrainConfig& base() const { return base_; }
@@ -426,9 +431,15 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     check(std::find(experiment_names().begin(), experiment_names().end(), name) != experiment_names().end(),
           fmt::format("there is no lab experiment '{}'", name), "choose from device, batch, model, workers, precision");
   check(!cfg.models.empty() && !cfg.batches.empty(), "the lab needs at least one model and one batch size");
+  for (const int64_t batch : cfg.batches)
+    check(batch >= 1 && batch <= 65536, fmt::format("--batches: {} is not a batch size between 1 and 65536", batch));
+  // Every model now, not at its row minutes later (load_model names the presets if one is wrong).
+  for (const auto& m : cfg.models) (void)nn::load_model(m);
+  (void)nn::load_model(cfg.base_model);
   const bool quick = !*cfg.full;
   const double t0 = now_s();
   Runner runner(cfg, quick);
+  runner.warm_up();
   const auto& b = runner.base();
   if (!cfg.quiet)
     std::printf("dlperf lab (%s): %s, %lld epoch%s per run, %s training images%s; report in %s\n\n",
@@ -445,7 +456,6 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     std::printf("note: %s/runs already holds %zu run record%s; this lab adds its own beside them (--resume reuses "
                 "the finished runs of an interrupted lab)\n\n", cfg.out.c_str(), n, n == 1 ? "" : "s");
   }
-  runner.warm_up();
   const double noise = runner.measure_noise();
   std::vector<Experiment> exps;
   auto finish = [&](Experiment e) {
@@ -476,6 +486,10 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
       std::printf("\nRun-to-run noise: two identical runs differed by %.1f%% in images/s; smaller differences above are noise.\n", noise);
     std::printf("\nlab done in %.0f s; report: %s/README.md (CSV, JSON and plots beside it)\n", seconds, cfg.out.c_str());
   }
+  // A lab whose every run failed has measured nothing: the report says why row by row, and the
+  // exit status says so too.
+  const bool any = std::any_of(exps.begin(), exps.end(), [](const Experiment& e) { return e.name != "plan" && !e.measured().empty(); });
+  check(any || exps.empty(), "no run of the lab trained", fmt::format("each row of {}/README.md says why", cfg.out));
   return exps;
 }
 
