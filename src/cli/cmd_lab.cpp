@@ -23,7 +23,7 @@ void add_lab(CLI::App& app, const Command& self) {
   c->add_option("--train-limit", cfg->train_limit, "training images per run, 0 for all (default: 20000 with --quick, all with --full)")->check(at_least(0));
   c->add_option("--test-limit", cfg->test_limit, "test images per run, 0 for all (default: 5000 with --quick, all with --full)")->check(at_least(0));
   c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)")->check(at_least(1));
-  c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str();
+  c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str()->check(at_least(0));
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
   c->add_flag("--resume", cfg->resume,
               "reuse the finished runs an interrupted lab left in --out's runs/ (same settings, machine and dlperf build)");

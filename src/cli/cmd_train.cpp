@@ -24,7 +24,7 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_flag("--augment,!--no-augment", cfg->augment, "random crop (2 px padding) and, where the data allows, horizontal flip; pays off in runs longer than 5 epochs");
   c->add_option("--workers,-j", cfg->workers, "data-loader threads (0 = load in the training thread)")->capture_default_str();
   c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
-  c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str();
+  c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str()->check(at_least(0));
   c->add_option("--device", cfg->device, "auto (a GPU when there is one) | cpu | cuda | cuda:N")->capture_default_str();
   c->add_option("--precision", cfg->precision, "fp32 | tf32 | bf16 | fp16 (tf32 and fp16 need a GPU; bf16 a GPU or AVX512-BF16)")
       ->capture_default_str()->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}));
@@ -35,8 +35,8 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--layout", cfg->layout, "GPU: how activations are stored: nchw, nhwc (channels last), or auto = nhwc for bf16 and fp16, nchw for fp32 and tf32")
       ->capture_default_str()->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   c->add_flag("--data-on-device", cfg->data_on_device, "GPU: keep the dataset in GPU memory and build batches there (shuffle, augment, normalize)");
-  c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str();
-  c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str();
+  c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str()->check(at_least(0));
+  c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str()->check(at_least(0));
   c->add_option("--checkpoint", cfg->checkpoint_dir, "save a checkpoint in DIR after every epoch");
   c->add_flag("--resume", cfg->resume, "continue from the checkpoint in --checkpoint DIR");
   c->add_option("--runs-dir", cfg->runs_dir, "where the run record (JSON) goes; empty for none")->capture_default_str();
