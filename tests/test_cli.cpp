@@ -43,6 +43,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
   TempDir dir;
   std::ofstream(dir.path / "truncated.json") << "{\"layers\": [";
   std::ofstream(dir.path / "no-layers.json") << "{}";
+  std::ofstream(dir.path / "damaged-record.json") << R"({"command": "train", "summary": {}, "config": {"batch_size": "x"}})";
   std::vector<BadInput> cases = {
       {"train --batch-size 0", "--batch-size must be between 1 and 65536"},
       {"train --epochs 0", "--epochs must be at least 1"},
@@ -74,6 +75,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer 12,768,12,1024,50257 --tp 5", "--tp 5 does not divide the 12 attention heads"},
       {"plan --against nonexistent.json", "none of the files given to --against is a training run record"},
       {"plan --against nonexistent.json", "skipped nonexistent.json: no such file"},
+      {"plan --against damaged-record.json", "skipped damaged-record.json: a damaged run record: /config/batch_size is missing"},
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models --foo", "unexpected '--foo' after 'dlperf models'"},

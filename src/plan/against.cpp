@@ -26,6 +26,32 @@ ErrorSummary summarize(std::vector<double> errors) {
   return {n % 2 ? errors[n / 2] : (errors[n / 2 - 1] + errors[n / 2]) / 2, errors.back()};
 }
 
+namespace {
+
+// The fields a record needs to be planned, as JSON pointers: a damaged or hand-edited record is
+// skipped naming the first one missing (or of the wrong type), rather than stopping the whole
+// comparison with a bare JSON error.
+std::string missing_field(const json& r) {
+  const std::vector<std::pair<const char*, bool (*)(const json&)>> need = {
+      {"/config/batch_size", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() > 0; }},
+      {"/config/model", [](const json& v) { return v.is_string(); }},
+      {"/data/shape", [](const json& v) { return v.is_array() && v.size() == 3 && v[0].is_number() && v[1].is_number() && v[2].is_number(); }},
+      {"/data/classes", [](const json& v) { return v.is_number_integer(); }},
+      {"/data/train_images", [](const json& v) { return v.is_number(); }},
+      {"/epochs", [](const json& v) { return v.is_array() && !v.empty() && v.back().is_object(); }},
+      {"/summary/peak_bytes", [](const json& v) { return v.is_number(); }}};
+  for (const auto& [pointer, ok] : need) {
+    const json::json_pointer p(pointer);
+    if (!r.contains(p) || !ok(r[p])) return pointer;
+  }
+  for (const char* key : {"images_per_s", "train_s"})
+    if (!r["epochs"].back().value(key, json()).is_number()) return fmt::format("/epochs/-1/{}", key);
+  if (r.contains("profile") && !r.contains(json::json_pointer("/profile/step/step_s"))) return "/profile/step/step_s";
+  return "";
+}
+
+}  // namespace
+
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
                                              std::vector<std::string>& skipped, double cpu_watts) {
   std::vector<Comparison> out;
@@ -44,8 +70,12 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       skipped.push_back(fmt::format("{}: not a JSON run record ({})", file, e.what()));
       continue;
     }
-    if (r.value("command", "") != "train" || !r.contains("summary")) {
+    if (!r.is_object() || r.value("command", "") != "train" || !r.contains("summary")) {
       skipped.push_back(fmt::format("{}: not a finished training run record", file));
+      continue;
+    }
+    if (const std::string field = missing_field(r); !field.empty()) {
+      skipped.push_back(fmt::format("{}: a damaged run record: {} is missing or not what dlperf wrote", file, field));
       continue;
     }
     const json& cfg = r["config"];
