@@ -392,7 +392,24 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   EXPECT_EQ(saved.peak_gflops, 12.5);
   EXPECT_EQ(saved.dram_gbps, 7.0);
   EXPECT_NE(saved.source.find("measured by 'dlperf bench all'"), std::string::npos) << saved.source;
+  // A damaged profile (a field of the wrong type, or not JSON) counts as none, not as an error.
+  for (const std::string body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru")}) {
+    std::ofstream(bench::kMachineProfile) << body;
+    const plan::CpuCeilings ignored = plan::host_ceilings(1);
+    EXPECT_EQ(ignored.peak_gflops, c.peak_gflops) << body;
+    EXPECT_NE(ignored.source.find("measured just now"), std::string::npos) << ignored.source;
+  }
   std::filesystem::current_path(cwd);
+}
+
+TEST(PlanCatalog, AnEntryDlperfDoesNotReadIsRefused) {
+  TempDir t;
+  const std::string file = (t.path / "mine.json").string();
+  std::ofstream(file) << R"({"gpus": [{"id": "x", "memory_gb": 16, "bandwidth_gbps": 300}]})";
+  EXPECT_NE(error_of([&] { plan::load_catalog(file); }).find("has an entry 'gpus' that dlperf does not read"), std::string::npos);
+  std::ofstream(file) << R"({"devices": [{"id": "x", "memory_gb": 16, "bandwidth_gbps": 300}]})";
+  const plan::Catalog cat = plan::load_catalog(file);
+  EXPECT_EQ(cat.find("x").memory_gb, 16);
 }
 
 TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {

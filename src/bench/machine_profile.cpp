@@ -1,5 +1,9 @@
 #include "bench/machine_profile.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -10,14 +14,38 @@ namespace dlperf::bench {
 
 namespace {
 
+// A damaged profile counts as none, said once on stderr: the ceilings then come from elsewhere
+// (measured on the spot, or the datasheet), and the user should know why they changed.
+nlohmann::json damaged(const std::string& why) {
+  static bool said = false;
+  if (!said) std::fprintf(stderr, "note: ignoring %s: %s ('dlperf bench all' writes it again)\n", kMachineProfile, why.c_str());
+  said = true;
+  return {};
+}
+
 nlohmann::json read_profile() {
   std::ifstream f(kMachineProfile);
   if (!f) return {};
+  nlohmann::json p;
   try {
-    return nlohmann::json::parse(f);
-  } catch (const std::exception&) {  // a damaged profile counts as none
-    return {};
+    p = nlohmann::json::parse(f);
+  } catch (const std::exception& e) {
+    return damaged(fmt::format("it is not valid JSON ({})", e.what()));
   }
+  if (!p.is_object()) return damaged("it is not a JSON object");
+  // The fields the readers below take, with their types: value() would throw on a wrong one.
+  auto is_numbers = [](const nlohmann::json& o) {
+    return o.is_object() && std::all_of(o.begin(), o.end(), [](const nlohmann::json& v) { return v.is_number(); });
+  };
+  if (!p.value("cpu", nlohmann::json()).is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
+      !p.value("f32_gflops", nlohmann::json()).is_number() || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object())))
+    return damaged("its cpu, threads, f32_gflops or bandwidth_gbps field is missing or of the wrong type");
+  for (const auto& g : p.value("gpus", nlohmann::json::array()))
+    if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
+        !is_numbers(g.value("peak_gflops", nlohmann::json::object())) || !is_numbers(g.value("bandwidth_gbps", nlohmann::json::object())) ||
+        !g.value("bandwidth_kernel", nlohmann::json("")).is_string() || !g.value("quick", nlohmann::json(false)).is_boolean())
+      return damaged("a GPU entry lacks its name, or a field has the wrong type");
+  return p;
 }
 
 }  // namespace

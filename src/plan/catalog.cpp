@@ -105,6 +105,12 @@ Catalog load_catalog(const std::string& extra_file) {
   } catch (const json::exception& e) {
     throw Error(fmt::format("the catalog {} is not valid JSON: {}", extra_file, e.what()));
   }
+  // A key the catalog does not know would add nothing, silently (a "gpus" list, say).
+  check(j.is_object(), fmt::format("the catalog {} is not a JSON object", extra_file), "follow the format of data/hardware.json (docs/plan.md)");
+  for (const auto& [key, value] : j.items())
+    check(key == "devices" || key == "cpus" || key == "grid_gco2_per_kwh" || key == "pue" || key == "about",
+          fmt::format("the catalog {} has an entry '{}' that dlperf does not read", extra_file, key),
+          "its entries are devices, cpus, grid_gco2_per_kwh, pue and about, as in data/hardware.json (docs/plan.md)");
   const Catalog extra = parse_catalog(j, extra_file);
   for (const auto& d : extra.devices) {
     auto it = std::find_if(c.devices.begin(), c.devices.end(), [&](const Device& x) { return x.id == d.id; });
