@@ -227,7 +227,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   mt.print();
   const double avail = hw::available_memory_bytes();
   if (avail > 0) {
-    const bool fits = m.total() <= 0.9 * avail;
+    const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
     std::printf("%s: %s of %s available\n\n", fits ? "fits" : "does NOT fit", format_bytes(m.total()).c_str(), format_bytes(avail).c_str());
   }
   std::printf("step time         %s (forward %s, backward %s, optimizer %s)\n", seconds(p.step_s).c_str(), seconds(p.forward_s).c_str(),

@@ -36,6 +36,11 @@ int fma_datapath_lanes(const std::string& vendor, int family, bool avx512f, bool
 nlohmann::json to_json(const CpuInfo& c);
 /// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
 double available_memory_bytes();
+/// The share of MemAvailable a run may plan its buffers in (train refuses above it, plan says
+/// "does not fit"): the rest stays for what the byte count leaves out (the process's libraries,
+/// threads and heap, about 0.2-0.3 GB of RSS here) and the page cache. 0 if unknown.
+inline constexpr double kUsableMemoryShare = 0.9;
+inline double usable_memory_bytes() { return kUsableMemoryShare * available_memory_bytes(); }
 /// The machine: CPU, OS, library versions, for run records.
 nlohmann::json machine_json();
 

@@ -29,7 +29,7 @@ Device host_device(const CpuCeilings& c, double watts) {
   d.kind = "cpu";
   d.tflops["fp32"] = c.peak_gflops / 1e3;
   if (cpu::has_bf16_kernels()) d.tflops["bf16"] = with_precision(c, "bf16").peak_gflops / 1e3;  // as dlperf train runs it
-  d.memory_gb = hw::available_memory_bytes() / 1e9;
+  d.memory_gb = hw::usable_memory_bytes() / 1e9;  // as dlperf train counts it
   d.bandwidth_gbps = c.dram_gbps;
   d.tdp_w = watts;
   d.sources = {{"specs", c.source}};

@@ -352,13 +352,13 @@ double estimate_train_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, 
 void check_fits(const nn::ModelSpec& spec, const nn::Graph& g, const nn::OptimizerConfig& opt, double available, int workers,
                 const std::string& precision) {
   const double need = plan::engine_memory(g, opt, workers, precision).total();
-  if (need <= 0.9 * available) return;
+  if (need <= hw::kUsableMemoryShare * available) return;
   const Dims chw(g.input.begin() + 1, g.input.end());
-  const int64_t fits = plan::largest_batch_within(spec, chw, g.classes, g.batch() - 1, 0.9 * available, [&](const nn::Graph& b) {
+  const int64_t fits = plan::largest_batch_within(spec, chw, g.classes, g.batch() - 1, hw::kUsableMemoryShare * available, [&](const nn::Graph& b) {
     return plan::engine_memory(b, opt, workers, precision).total();
   });
-  throw Error(fmt::format("model {} at batch size {} needs about {} of memory, but {} is available", g.model,
-                          g.batch(), format_bytes(need), format_bytes(available)),
+  throw Error(fmt::format("model {} at batch size {} needs about {} of memory, but {} is available (dlperf plans on {:.0f}% of it)",
+                          g.model, g.batch(), format_bytes(need), format_bytes(available), 100 * hw::kUsableMemoryShare),
               fits >= 1 ? fmt::format("use --batch-size {} or less", fits) : "use a smaller model");
 }
 
