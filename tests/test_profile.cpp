@@ -166,6 +166,12 @@ TEST(Profile, TraceIsValidNestedJsonWithLoaderAndMemoryTracks) {
   // The table lands beside it.
   EXPECT_TRUE(fs::exists(dir.path / "prof.json"));
 
+  // A directory as --out gets the default names inside it, not hidden '..json' files beside it.
+  c.profile_out = (dir.path / "into" / "").string();
+  const auto in_dir = train::train(c);
+  EXPECT_EQ(fs::path(in_dir.trace_path).parent_path(), dir.path / "into");
+  EXPECT_NE(fs::path(in_dir.trace_path).filename().string().find("-profile-"), std::string::npos) << in_dir.trace_path;
+
   c.trace_gzip = true;
   c.profile_out = (dir.path / "gz").string();
   const auto g = train::train(c);

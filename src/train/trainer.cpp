@@ -100,17 +100,21 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   result.profile["peak_bytes_by_category"] = peaks;
   result.record["profile"] = result.profile;
   if (say) profile::print_report(rep);
+  const std::string stem = fmt::format("{}-profile-{}-b{}", timestamp(), graph.model, cfg.batch);
   std::string prefix = cfg.profile_out;
-  if (prefix.empty() && !cfg.runs_dir.empty())
-    prefix = (fs::path(cfg.runs_dir) / fmt::format("{}-profile-{}-b{}", timestamp(), graph.model, cfg.batch)).string();
+  // A directory (existing, or named with a trailing '/') gets the default names inside it:
+  // '--out .' would otherwise write the hidden files '..json' and '..trace.json'.
+  if (detail::names_a_directory(prefix)) prefix = (fs::path(prefix) / stem).string();
+  if (prefix.empty() && !cfg.runs_dir.empty()) prefix = (fs::path(cfg.runs_dir) / stem).string();
   if (prefix.empty()) return;
   result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
   profile::write_trace(result.trace_path, events, rec.memory());
-  write_record(result.profile, fs::path(prefix).parent_path().string().empty() ? "." : fs::path(prefix).parent_path().string(),
-               fs::path(prefix).filename().string());
+  const std::string table = write_record(
+      result.profile, fs::path(prefix).parent_path().string().empty() ? "." : fs::path(prefix).parent_path().string(),
+      fs::path(prefix).filename().string());
   if (say)
-    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s.json\n", result.trace_path.c_str(),
-                prefix.c_str());
+    std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s\n", result.trace_path.c_str(),
+                table.c_str());
 }
 
 json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epochs_done, int64_t optimizer_steps,
@@ -396,7 +400,8 @@ void validate(const TrainConfig& cfg) {
         fmt::format("{} and {} count steps: they cannot be negative", detail::profile_flag(cfg, "skip"),
                     detail::profile_flag(cfg, "steps")));
   if (cfg.profile && !cfg.profile_out.empty()) {
-    const std::string dir = fs::path(cfg.profile_out).parent_path().string();
+    const std::string dir =
+        detail::names_a_directory(cfg.profile_out) ? cfg.profile_out : fs::path(cfg.profile_out).parent_path().string();
     writable_dir(dir.empty() ? "." : dir, "the profile", detail::profile_flag(cfg, "out"));
   }
 }
