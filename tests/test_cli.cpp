@@ -86,6 +86,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"bench nosuch", "nosuch not in"},
       {"bench flops --ranks 4", "--ranks is for 'dlperf bench allreduce', not 'dlperf bench flops'"},
       {"bench all --steps 5", "--steps is for 'dlperf bench roofline', not 'dlperf bench all'"},
+      {"bench flops --json .", "--json . is a directory"},
       {"bench gemm --shape 1x1x1", "hint: 'dlperf bench --help' lists its flags"},
       {"--foo", "hint: 'dlperf help' lists the commands"},
       {"trian", "unknown command 'trian'; did you mean 'train'?"},

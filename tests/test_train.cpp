@@ -148,6 +148,12 @@ TEST(Files, AreWrittenWholeOrNotAtAll) {
   const std::string bad = (dir.path / "plain" / "record.json").string();
   EXPECT_EQ(error_of([&] { write_file_atomically(bad, "body", "check --runs-dir"); }),
             "could not write " + bad + " (is the disk full, or the directory read-only?) | check --runs-dir");
+  // A directory is not a file to write, and is said to be one, before any work for check_file_path.
+  EXPECT_EQ(error_of([&] { write_file_atomically(dir.path.string(), "body", "h"); }),
+            "could not write " + dir.path.string() + ": it is a directory | h");
+  EXPECT_NE(error_of([&] { check_file_path((dir.path / "sub").string(), "--json"); }).find("is a directory"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_file_path(bad, "--json"); }).find("cannot write to"), std::string::npos);
+  EXPECT_EQ(error_of([&] { check_file_path((dir.path / "new" / "r.json").string(), "--json"); }), "");
   // A full disk: a short body fails only when the stream is flushed, at close.
   if (fs::exists("/dev/full")) {
     const auto target = dir.path / "full.json";

@@ -425,6 +425,7 @@ void add_bench(CLI::App& app, const Command& self) {
             fmt::format("{} is for 'dlperf bench {}', not 'dlperf bench {}'", flag, fmt::join(whats, "|"), args->what),
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
     args->models_given = c->count("--models") > 0;
+    if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
     std::printf("dlperf bench on %s (%d threads, %s)\n\n", cpu.model.c_str(), threads, cpu.isa.c_str());

@@ -366,6 +366,7 @@ void add_plan(CLI::App& app, const Command& self) {
         if (id != "cpu") (void)cat.find(id);  // throws, listing the known ids
       (void)grid_intensity(*a, cat);
     }
+    if (!a->json_out.empty()) check_file_path(a->json_out, "--json");
     const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
     if (!a->transformer.empty())
       plan_transformer(*a, ceilings);

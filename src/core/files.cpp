@@ -1,5 +1,8 @@
 #include "core/files.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -7,9 +10,21 @@
 
 namespace dlperf {
 
+void check_file_path(const std::string& path, const std::string& flag) {
+  namespace fs = std::filesystem;
+  check(!path.empty() && path.back() != '/' && !fs::is_directory(path), fmt::format("{} {} is a directory", flag, path),
+        fmt::format("give {} a file name, for example {}", flag, (fs::path(path) / "results.json").string()));
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (!ec && ::access(dir.c_str(), W_OK) != 0) ec = std::error_code(errno, std::generic_category());
+  check(!ec, fmt::format("{} {}: cannot write to {}: {}", flag, path, dir.string(), ec.message()), fmt::format("pick a writable {}", flag));
+}
+
 void write_file_atomically(const std::string& path, const std::string& body, const std::string& hint) {
   namespace fs = std::filesystem;
   std::error_code ec;
+  check(!fs::is_directory(path), fmt::format("could not write {}: it is a directory", path), hint);
   if (const fs::path dir = fs::path(path).parent_path(); !dir.empty()) fs::create_directories(dir, ec);
   const std::string tmp = path + ".tmp";
   std::ofstream f(tmp, std::ios::binary);

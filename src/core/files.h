@@ -11,4 +11,9 @@ namespace dlperf {
 /// closed, which flushes it, before it is checked. Creates `path`'s directory.
 void write_file_atomically(const std::string& path, const std::string& body, const std::string& hint);
 
+/// Checks, before any work, that `path` (given with `flag`) can later be written as a file: it is
+/// not a directory, and its directory exists (or can be made) and is writable. So a long
+/// benchmark is not run only to find its output path unusable.
+void check_file_path(const std::string& path, const std::string& flag);
+
 }  // namespace dlperf
