@@ -37,8 +37,10 @@ nlohmann::json read_profile() {
   auto is_numbers = [](const nlohmann::json& o) {
     return o.is_object() && std::all_of(o.begin(), o.end(), [](const nlohmann::json& v) { return v.is_number(); });
   };
-  if (!p.value("cpu", nlohmann::json()).is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
-      !p.value("f32_gflops", nlohmann::json()).is_number() || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object())))
+  // The CPU's part may be absent (then it holds no CPU ceilings); where present it must be whole.
+  if (p.contains("cpu") &&
+      (!p["cpu"].is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
+       !p.value("f32_gflops", nlohmann::json()).is_number() || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object()))))
     return damaged("its cpu, threads, f32_gflops or bandwidth_gbps field is missing or of the wrong type");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
     if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
