@@ -79,7 +79,6 @@ void say_failed_points(BenchArgs& a, const std::string& what, const std::vector<
 // All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
 // is installed) under mpirun and reads the JSON it prints.
 nlohmann::json run_allreduce(const BenchArgs& a) {
-  check(a.ranks >= 2 && a.ranks <= 256, "--ranks must be between 2 and 256");
   const auto self = std::filesystem::read_symlink("/proc/self/exe");
   const auto helper = self.parent_path() / "dlperf-allreduce";
   check(std::filesystem::exists(helper), "this build has no MPI all-reduce benchmark (dlperf-allreduce)",
@@ -171,7 +170,6 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
   long long c, h, w;
   check(std::sscanf(a.input.c_str(), "%lldx%lldx%lld", &c, &h, &w) == 3 && c > 0 && h > 0 && w > 0,
         "--input must be CxHxW, for example 3x32x32");
-  check(a.batch >= 1 && a.batch <= 4096, "--batch-size must be between 1 and 4096");
   const auto models = a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
               a.opt.quick && !a.models_given ? "medium" : a.models.c_str(), (long long)a.batch, a.input.c_str());
@@ -396,18 +394,18 @@ void add_bench(CLI::App& app, const Command& self) {
                 "are not part of all; copy, launch and gpu-memory need a GPU and are skipped, saying why, without one)")
       ->capture_default_str()
       ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "roofline", "allreduce", "all"}));
-  c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str();
-  c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str();
+  c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str()->check(at_least(0));
+  c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str()->check(CLI::Range(2, 256));
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
   c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
-  c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str();
+  c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str()->check(CLI::Range(3, 100000));
   c->add_option("--device", args->device, "roofline: auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
   c->add_option("--precision", args->precision, "roofline on a GPU: fp32, tf32, bf16, fp16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time (--quick: medium)")->capture_default_str();
   c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
-  c->add_option("--batch-size,-b", args->batch, "conv, roofline: batch size")->capture_default_str();
+  c->add_option("--batch-size,-b", args->batch, "conv, roofline: batch size")->capture_default_str()->check(CLI::Range(1, 4096));
   c->add_flag("--quick", args->opt.quick, "fewer sizes and repeats: seconds instead of about a minute");
   c->add_option("--threads", args->opt.threads, "threads (0 = all cores)")->capture_default_str();
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");
