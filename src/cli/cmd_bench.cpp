@@ -152,6 +152,11 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
+// The models whose convolutions conv times: --models, or medium alone with --quick unless --models was named.
+std::vector<std::string> conv_models(const BenchArgs& a) {
+  return a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
+}
+
 nlohmann::json run_gemm(const bench::Options& o, double peak) {
   std::printf("\nGEMM through oneDNN matmul (f32, median of repeats; inputs rotate over copies spanning 2x the L3):\n");
   report::Table t({"M", "N", "K", "GFLOP/s", "spread", "% of FMA peak", "max rel. error", "input copies"});
@@ -170,9 +175,9 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
   long long c, h, w;
   check(std::sscanf(a.input.c_str(), "%lldx%lldx%lld", &c, &h, &w) == 3 && c > 0 && h > 0 && w > 0,
         "--input must be CxHxW, for example 3x32x32");
-  const auto models = a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
+  const auto models = conv_models(a);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
-              a.opt.quick && !a.models_given ? "medium" : a.models.c_str(), (long long)a.batch, a.input.c_str());
+              fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str());
   report::Table t({"model", "layer", "input", "out", "k/s/p", "forward", "bwd data", "bwd weights", "fwd % of peak"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : bench::conv_sweep(a.opt, models, {c, h, w}, a.batch)) {
@@ -338,7 +343,7 @@ nlohmann::json run_gpu_conv(BenchArgs& a) {
     return {{"skipped", bench::gpu::why_not()}};
   }
   const Dims chw = parse_chw(a.input);
-  const auto models = a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
+  const auto models = conv_models(a);
   const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
   std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median):\n", a.gpu, (long long)a.batch,
               a.input.c_str());

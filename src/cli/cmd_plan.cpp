@@ -140,7 +140,6 @@ void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::Cpu
 
 void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::TransformerSpec t = plan::transformer(a.transformer);
-  check(a.batch >= 1 && a.micro_batch >= 1, "--batch-size and --micro-batch must be at least 1");
   const double n = plan::transformer_params(t);
   const double per_token = plan::transformer_train_flops_per_token(t);
   const double tokens = a.tokens > 0 ? a.tokens : 20 * n;  // Chinchilla's 20 tokens a parameter
@@ -198,7 +197,6 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
-  check(a.batch >= 1, "--batch-size must be at least 1");
   check(a.dataset >= a.batch, fmt::format("--batch-size {} is larger than --dataset-size {}", a.batch, a.dataset),
         "lower --batch-size, or give the training set's real size with --dataset-size");
   const nn::ModelSpec spec = nn::load_model(a.model);

@@ -10,15 +10,24 @@
 
 namespace dlperf {
 
+bool names_a_directory(const std::string& path) {
+  return !path.empty() && (path.back() == '/' || std::filesystem::is_directory(path));
+}
+
+std::error_code make_writable_dir(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (!ec && ::access(dir.c_str(), W_OK) != 0) ec = std::error_code(errno, std::generic_category());
+  return ec;
+}
+
 void check_file_path(const std::string& path, const std::string& flag) {
   namespace fs = std::filesystem;
-  check(!path.empty() && path.back() != '/' && !fs::is_directory(path), fmt::format("{} {} is a directory", flag, path),
+  check(!path.empty() && !names_a_directory(path), fmt::format("{} {} is a directory", flag, path),
         fmt::format("give {} a file name, for example {}", flag, (fs::path(path) / "results.json").string()));
-  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (!ec && ::access(dir.c_str(), W_OK) != 0) ec = std::error_code(errno, std::generic_category());
-  check(!ec, fmt::format("{} {}: cannot write to {}: {}", flag, path, dir.string(), ec.message()), fmt::format("pick a writable {}", flag));
+  const std::string dir = fs::path(path).parent_path().empty() ? "." : fs::path(path).parent_path().string();
+  const std::error_code ec = make_writable_dir(dir);
+  check(!ec, fmt::format("{} {}: cannot write to {}: {}", flag, path, dir, ec.message()), fmt::format("pick a writable {}", flag));
 }
 
 void write_file_atomically(const std::string& path, const std::string& body, const std::string& hint) {

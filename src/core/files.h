@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <system_error>
 
 namespace dlperf {
 
@@ -10,6 +11,13 @@ namespace dlperf {
 /// full disk is an Error (with `hint`) rather than a silently truncated file: the stream is
 /// closed, which flushes it, before it is checked. Creates `path`'s directory.
 void write_file_atomically(const std::string& path, const std::string& body, const std::string& hint);
+
+/// Whether `path` names a directory: one that exists, or a name ending in '/'.
+bool names_a_directory(const std::string& path);
+
+/// Makes `dir` (with its parents) where it is missing and checks this process may write in it;
+/// returns what went wrong, if anything, for the caller to say in its own words.
+std::error_code make_writable_dir(const std::string& dir);
 
 /// Checks, before any work, that `path` (given with `flag`) can later be written as a file: it is
 /// not a directory, and its directory exists (or can be made) and is writable. So a long

@@ -6,7 +6,6 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
-#include <filesystem>
 #include <string>
 
 #include "core/error.h"
@@ -80,11 +79,6 @@ struct EpochTally {
 /// `dlperf train` prefixes them with --profile-.
 inline std::string profile_flag(const TrainConfig& cfg, const std::string& name) {
   return (cfg.profile_only ? "--" : "--profile-") + name;
-}
-/// Whether a --profile-out / --out value names a directory (one that exists, or ends in '/')
-/// rather than a path prefix.
-inline bool names_a_directory(const std::string& path) {
-  return !path.empty() && (path.back() == '/' || std::filesystem::is_directory(path));
 }
 /// The profile's window (--profile-skip, --profile-steps): steps [skip, skip + steps) counted from
 /// the first step this run trains, so a window may start in any epoch (a benchmark of what

@@ -104,7 +104,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   std::string prefix = cfg.profile_out;
   // A directory (existing, or named with a trailing '/') gets the default names inside it:
   // '--out .' would otherwise write the hidden files '..json' and '..trace.json'.
-  if (detail::names_a_directory(prefix)) prefix = (fs::path(prefix) / stem).string();
+  if (names_a_directory(prefix)) prefix = (fs::path(prefix) / stem).string();
   if (prefix.empty() && !cfg.runs_dir.empty()) prefix = (fs::path(cfg.runs_dir) / stem).string();
   if (prefix.empty()) return;
   result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
@@ -389,9 +389,7 @@ void validate(const TrainConfig& cfg) {
   check(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint DIR", "name the directory the checkpoint is in");
   // Every place a run writes to is checked now, not after the epochs that would then be lost.
   auto writable_dir = [](const std::string& dir, const std::string& what, const std::string& flag) {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (!ec && ::access(dir.c_str(), W_OK) != 0) ec = std::error_code(errno, std::generic_category());
+    const std::error_code ec = make_writable_dir(dir);
     check(!ec, fmt::format("cannot write {} to {}: {}", what, dir, ec.message()), fmt::format("pick a writable {}", flag));
   };
   if (!cfg.runs_dir.empty()) writable_dir(cfg.runs_dir, "run records", "--runs-dir");
@@ -401,7 +399,7 @@ void validate(const TrainConfig& cfg) {
                     detail::profile_flag(cfg, "steps")));
   if (cfg.profile && !cfg.profile_out.empty()) {
     const std::string dir =
-        detail::names_a_directory(cfg.profile_out) ? cfg.profile_out : fs::path(cfg.profile_out).parent_path().string();
+        names_a_directory(cfg.profile_out) ? cfg.profile_out : fs::path(cfg.profile_out).parent_path().string();
     writable_dir(dir.empty() ? "." : dir, "the profile", detail::profile_flag(cfg, "out"));
   }
 }
