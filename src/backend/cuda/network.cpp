@@ -245,24 +245,31 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
 void Network::build(uint64_t seed, int device) {
   check(opts_.precision != Precision::fp8, "the GPU executor trains in fp32, tf32, bf16 or fp16", "pick one of those");
   dt_ = dtype_of(opts_.precision);
-  const size_t es = bytes_of(dt_);
   if (opts_.graphs) why_not_graphed_ = "not captured yet (the first step runs eagerly)";
   ok(cudaSetDevice(device), "cudaSetDevice");
   ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   void* slots = nullptr;
   ok(cudaHostAlloc(&slots, sizeof(StepArgs) * kArgSlots, cudaHostAllocDefault), "pinning the step values' slots");
   arg_slots_ = static_cast<StepArgs*>(slots);
-  const auto& nodes = graph_.nodes;
-  const int64_t batch = graph_.batch();
-  const bool mixed = dt_ != DType::f32;
-
-  // Parameters: fp32 flat buffers for values, gradients and momentum, initialized with the CPU
-  // engine's exact values; in mixed precision also half copies of the conv and linear weights
-  // and half gradients of the conv weights (cuDNN writes a conv's weight gradient in its type).
   const ParamPlan plan = plan_params(graph_);
   param_count_ = plan.total;
   conv_span_ = plan.conv_span;
   matmul_span_ = plan.matmul_span;
+  init_parameters(seed, plan.offset);
+  alloc_values();
+  size_t tensor = 0, bn_workspace = 0, conv_workspace = 0;
+  for (size_t i = 0; i < graph_.nodes.size(); ++i) add_layer(i, plan.offset, tensor, bn_workspace, conv_workspace);
+  alloc_workspaces(bn_workspace, conv_workspace);
+  check(graph_.nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
+  ok(cudaStreamSynchronize(stream_), "network set-up");
+}
+
+// Parameters: fp32 flat buffers for values, gradients and momentum, initialized with the CPU
+// engine's exact values; in mixed precision also half copies of the conv and linear weights and
+// half gradients of the conv weights (cuDNN writes a conv's weight gradient in its type).
+void Network::init_parameters(uint64_t seed, const std::vector<int64_t>& offsets) {
+  const bool mixed = dt_ != DType::f32;
+  const size_t es = bytes_of(dt_);
   params_ = alloc(size_t(param_count_), MemCategory::parameters);
   grads_ = alloc(size_t(param_count_), MemCategory::gradients);
   state_m_ = alloc(size_t(param_count_), MemCategory::optimizer_state);
@@ -284,11 +291,11 @@ void Network::build(uint64_t seed, int device) {
   const bool nhwc = opts_.layout == Layout::nhwc;
   std::vector<float> init(static_cast<size_t>(param_count_), 0.f);
   int index = 0;
-  for (const auto& n : nodes)
+  for (const auto& n : graph_.nodes)
     for (size_t pi = 0; pi < n.params.size(); ++pi) {
       const auto& p = n.params[pi];
       Rng rng(hash_coords(seed, 0x1417, uint64_t(index)));
-      Place place{plan.offset[size_t(index++)], numel(p.dims)};
+      Place place{offsets[size_t(index++)], numel(p.dims)};
       if (nhwc && n.kind == ops::OpKind::conv2d && pi == 0) place.k = p.dims[0], place.c = p.dims[1], place.rs = p.dims[2] * p.dims[3];
       const bool bn = n.kind == ops::OpKind::batchnorm2d;
       const int64_t fan_in = n.kind == ops::OpKind::conv2d ? n.in_dims[0][1] * n.attrs.kernel * n.attrs.kernel : n.in_dims[0][1];
@@ -303,9 +310,15 @@ void Network::build(uint64_t seed, int device) {
   // Synchronous: `init` is freed at the end of the constructor.
   ok(cudaMemcpy(params_, init.data(), init.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
   if (mixed) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
+}
 
-  // Values: the input (fp32 as the loaders make it; its half copy in mixed precision), then
-  // every node's output and its gradient (flatten is a view).
+// The input (fp32 as the loaders make it; a copy in the activations' type and layout where they
+// differ), the labels and the step's sums. Every node's output and gradient come with its layer.
+void Network::alloc_values() {
+  const auto& nodes = graph_.nodes;
+  const int64_t batch = graph_.batch();
+  const bool mixed = dt_ != DType::f32;
+  const size_t es = bytes_of(dt_);
   act_.assign(nodes.size() + 1, nullptr);
   diff_.assign(nodes.size() + 1, nullptr);
   input32_ = alloc(size_t(numel(graph_.input)), MemCategory::data);
@@ -319,117 +332,141 @@ void Network::build(uint64_t seed, int device) {
   ok(cudaMemsetAsync(loss_sum_, 0, sizeof(double), stream_), "cudaMemset");
   ok(cudaMemsetAsync(correct_, 0, sizeof(int32_t), stream_), "cudaMemset");
   write_args();
-  size_t t = 0, bn_workspace = 0, conv_workspace = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    const nn::Node& n = nodes[i];
-    auto l = std::make_unique<Layer>();
-    l->node = &n;
-    l->name = n.name;
-    l->out = int(i) + 1;
-    for (int in : n.inputs) l->in.push_back(in < 0 ? 0 : in + 1);
-    // A relu whose input is a batchnorm that feeds nothing else runs inside that batchnorm (the
-    // CPU engine's rule, plan::relu_fused_into_batchnorm): it shares the batchnorm's output.
-    if (plan::relu_fused_into_batchnorm(graph_, i)) {
-      Layer& bn = *layers_[size_t(n.inputs[0])];
-      bn.bn.relu = true;
-      bn.name += "+" + n.name;
-      l->fused_away = true;
-    }
-    // Likewise a relu after a linear layer that feeds nothing else (plan::relu_fused_into_linear):
-    // the linear's GEMM epilogue or bias add applies it, and its bias-gradient pass its backward.
-    if (plan::relu_fused_into_linear(graph_, i)) {
-      Layer& fc = *layers_[size_t(n.inputs[0])];
-      fc.name += "+" + n.name;
-      l->fused_away = true;
-    }
-    if (!n.params.empty()) {
-      const int64_t wo = plan.offset[t++];
-      l->w = params_ + wo, l->dw = grads_ + wo;
-      l->wh = l->w, l->dwh = l->dw;
-      if (mixed && is_matmul(n.kind)) l->wh = static_cast<char*>(params_h_) + size_t(wo) * es;
-      if (mixed && n.kind == ops::OpKind::conv2d) l->dwh = static_cast<char*>(grads_h_) + size_t(wo) * es;
-      if (n.params.size() > 1) {
-        const int64_t bo = plan.offset[t++];
-        l->b = params_ + bo, l->db = grads_ + bo;
-      }
-    }
-    const size_t out = size_t(numel(n.out_dims));
-    const Dims& x = n.in_dims[0];
-    // A flatten is a view, except of maps NHWC stores differently: the layer after it reads the
-    // CPU engine's NCHW feature order, so it moves the features there.
-    l->view = l->fused_away || (n.kind == ops::OpKind::flatten && !stored_differently(opts_.layout, x));
-    if (l->view) {
-      act_[size_t(l->out)] = act_[size_t(l->in[0])];
-      diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
-    } else {
-      act_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
-      diff_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
-    }
-    switch (n.kind) {
-      case ops::OpKind::conv2d:
-        l->conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
-                                                        n.attrs.padding},
-                                              opts_.precision, nhwc, /*own_workspace=*/false);
-        conv_workspace = std::max(conv_workspace, l->conv->workspace_bytes());
-        break;
-      case ops::OpKind::linear: {
-        const int64_t in_f = x[1], out_f = n.attrs.out_features;
-        // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on. In
-        // mixed precision the activations' GEMMs write their type and the weight gradient fp32.
-        // fp32 and tf32 add the bias inside the forward GEMM, and the relu after it when there is
-        // one to fuse (cuBLASLt's bias takes the output's type, so the half types, whose
-        // activations are half, add the fp32 bias, and the relu, in one launch of their own).
-        const std::vector<int> readers = graph_.consumers(int(i));
-        l->relu_after = readers.size() == 1 && plan::relu_fused_into_linear(graph_, size_t(readers[0]));
-        constexpr size_t ws = size_t(4) << 20;
-        GemmEpilogue fwd_epi, weight_epi;
-        if (!mixed) fwd_epi.bias = l->b, fwd_epi.relu = l->relu_after;
-        // The weight gradient's GEMM (fp32 in every precision) also sums dy over the batch into
-        // the bias gradient, unless the relu's backward pass already does (relu_bias_grad).
-        if (l->db && !l->relu_after) weight_epi.bias_grad = l->db;
-        l->fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, fwd_epi);
-        l->bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws, true);
-        l->bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false, weight_epi);
-        break;
-      }
-      case ops::OpKind::batchnorm2d: {
-        l->bn_shape = {x[0], x[1], x[2] * x[3], opts_.layout};
-        BatchnormParams& b = l->bn;
-        b.gamma = l->w, b.beta = l->b;
-        b.running_mean = alloc(size_t(x[1]), MemCategory::parameters);
-        b.running_var = alloc(size_t(x[1]), MemCategory::parameters);
-        b.batch_mean = alloc(size_t(x[1]), MemCategory::activations);
-        b.batch_inv_std = alloc(size_t(x[1]), MemCategory::activations);
-        b.eps = float(n.attrs.eps), b.momentum = float(n.attrs.momentum);
-        fill(b.running_mean, x[1], 0.f, stream_);
-        fill(b.running_var, x[1], 1.f, stream_);
-        bn_workspace = std::max(bn_workspace, size_t(bn_workspace_bytes(x[0], x[1], x[2] * x[3], nhwc)));
-        break;
-      }
-      case ops::OpKind::maxpool2d:
-      case ops::OpKind::avgpool2d:
-      case ops::OpKind::global_avgpool: {
-        const bool global = n.kind == ops::OpKind::global_avgpool;
-        PoolShape& p = l->pool;
-        p.planes = x[0] * x[1], p.h = x[2], p.w = x[3];
-        p.out_h = global ? 1 : n.out_dims[2], p.out_w = global ? 1 : n.out_dims[3];  // global: [N, C] or [N, C, 1, 1] alike
-        p.kh = global ? x[2] : n.attrs.kernel, p.kw = global ? x[3] : n.attrs.kernel;
-        p.stride = global ? 1 : n.attrs.stride, p.pad = global ? 0 : n.attrs.padding;
-        p.max = n.kind == ops::OpKind::maxpool2d;
-        p.channels = x[1], p.layout = opts_.layout;
-        break;
-      }
-      case ops::OpKind::dropout:
-        l->mask = reinterpret_cast<uint8_t*>(alloc((out + 3) / 4, MemCategory::activations));
-        l->seed = hash_coords(seed, 0xD20, i);  // the CPU engine's per-layer dropout seed
-        break;
-      default: break;
-    }
-    layers_.push_back(std::move(l));
+}
+
+// Node i's layer: which relu it runs inside it, where its parameters and values live (a view
+// shares its input's), and what it runs with (set_up_op). `tensor` walks the parameter tensors in
+// graph order.
+void Network::add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& tensor, size_t& bn_workspace, size_t& conv_workspace) {
+  const bool mixed = dt_ != DType::f32;
+  const size_t es = bytes_of(dt_);
+  const nn::Node& n = graph_.nodes[i];
+  auto l = std::make_unique<Layer>();
+  l->node = &n;
+  l->name = n.name;
+  l->out = int(i) + 1;
+  for (int in : n.inputs) l->in.push_back(in < 0 ? 0 : in + 1);
+  // A relu whose input is a batchnorm that feeds nothing else runs inside that batchnorm (the
+  // CPU engine's rule, plan::relu_fused_into_batchnorm): it shares the batchnorm's output.
+  if (plan::relu_fused_into_batchnorm(graph_, i)) {
+    Layer& bn = *layers_[size_t(n.inputs[0])];
+    bn.bn.relu = true;
+    bn.name += "+" + n.name;
+    l->fused_away = true;
   }
+  // Likewise a relu after a linear layer that feeds nothing else (plan::relu_fused_into_linear):
+  // the linear's GEMM epilogue or bias add applies it, and its bias-gradient pass its backward.
+  if (plan::relu_fused_into_linear(graph_, i)) {
+    Layer& fc = *layers_[size_t(n.inputs[0])];
+    fc.name += "+" + n.name;
+    l->fused_away = true;
+  }
+  if (!n.params.empty()) {
+    const int64_t wo = offsets[tensor++];
+    l->w = params_ + wo, l->dw = grads_ + wo;
+    l->wh = l->w, l->dwh = l->dw;
+    if (mixed && is_matmul(n.kind)) l->wh = static_cast<char*>(params_h_) + size_t(wo) * es;
+    if (mixed && n.kind == ops::OpKind::conv2d) l->dwh = static_cast<char*>(grads_h_) + size_t(wo) * es;
+    if (n.params.size() > 1) {
+      const int64_t bo = offsets[tensor++];
+      l->b = params_ + bo, l->db = grads_ + bo;
+    }
+  }
+  const size_t out = size_t(numel(n.out_dims));
+  const Dims& x = n.in_dims[0];
+  // A flatten is a view, except of maps NHWC stores differently: the layer after it reads the
+  // CPU engine's NCHW feature order, so it moves the features there.
+  l->view = l->fused_away || (n.kind == ops::OpKind::flatten && !stored_differently(opts_.layout, x));
+  if (l->view) {
+    act_[size_t(l->out)] = act_[size_t(l->in[0])];
+    diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
+  } else {
+    act_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
+    diff_[size_t(l->out)] = alloc_bytes(out * es, MemCategory::activations);
+  }
+  set_up_op(*l, bn_workspace, conv_workspace);
+  layers_.push_back(std::move(l));
+}
+
+// What a layer runs with: cuDNN and cuBLASLt descriptors, batchnorm statistics, pooling shapes,
+// a dropout mask. The workspaces it needs raise `bn_workspace` and `conv_workspace`, which all
+// layers share (they run one at a time).
+void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) {
+  const nn::Node& n = *l.node;
+  const size_t i = size_t(l.out - 1);
+  const int64_t batch = graph_.batch();
+  const bool mixed = dt_ != DType::f32;
+  const bool nhwc = opts_.layout == Layout::nhwc;
+  const size_t out = size_t(numel(n.out_dims));
+  const Dims& x = n.in_dims[0];
+  switch (n.kind) {
+    case ops::OpKind::conv2d:
+      l.conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
+                                                      n.attrs.padding},
+                                            opts_.precision, nhwc, /*own_workspace=*/false);
+      conv_workspace = std::max(conv_workspace, l.conv->workspace_bytes());
+      break;
+    case ops::OpKind::linear: {
+      const int64_t in_f = x[1], out_f = n.attrs.out_features;
+      // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on. In
+      // mixed precision the activations' GEMMs write their type and the weight gradient fp32.
+      // fp32 and tf32 add the bias inside the forward GEMM, and the relu after it when there is
+      // one to fuse (cuBLASLt's bias takes the output's type, so the half types, whose
+      // activations are half, add the fp32 bias, and the relu, in one launch of their own).
+      const std::vector<int> readers = graph_.consumers(int(i));
+      l.relu_after = readers.size() == 1 && plan::relu_fused_into_linear(graph_, size_t(readers[0]));
+      constexpr size_t ws = size_t(4) << 20;
+      GemmEpilogue fwd_epi, weight_epi;
+      if (!mixed) fwd_epi.bias = l.b, fwd_epi.relu = l.relu_after;
+      // The weight gradient's GEMM (fp32 in every precision) also sums dy over the batch into
+      // the bias gradient, unless the relu's backward pass already does (relu_bias_grad).
+      if (l.db && !l.relu_after) weight_epi.bias_grad = l.db;
+      l.fwd = std::make_unique<LtGemm>(opts_.precision, true, false, out_f, batch, in_f, ws, true, fwd_epi);
+      l.bwd_data = std::make_unique<LtGemm>(opts_.precision, false, false, in_f, batch, out_f, ws, true);
+      l.bwd_weight = std::make_unique<LtGemm>(opts_.precision, false, true, in_f, out_f, batch, ws, false, weight_epi);
+      break;
+    }
+    case ops::OpKind::batchnorm2d: {
+      l.bn_shape = {x[0], x[1], x[2] * x[3], opts_.layout};
+      BatchnormParams& b = l.bn;
+      b.gamma = l.w, b.beta = l.b;
+      b.running_mean = alloc(size_t(x[1]), MemCategory::parameters);
+      b.running_var = alloc(size_t(x[1]), MemCategory::parameters);
+      b.batch_mean = alloc(size_t(x[1]), MemCategory::activations);
+      b.batch_inv_std = alloc(size_t(x[1]), MemCategory::activations);
+      b.eps = float(n.attrs.eps), b.momentum = float(n.attrs.momentum);
+      fill(b.running_mean, x[1], 0.f, stream_);
+      fill(b.running_var, x[1], 1.f, stream_);
+      bn_workspace = std::max(bn_workspace, size_t(bn_workspace_bytes(x[0], x[1], x[2] * x[3], nhwc)));
+      break;
+    }
+    case ops::OpKind::maxpool2d:
+    case ops::OpKind::avgpool2d:
+    case ops::OpKind::global_avgpool: {
+      const bool global = n.kind == ops::OpKind::global_avgpool;
+      PoolShape& p = l.pool;
+      p.planes = x[0] * x[1], p.h = x[2], p.w = x[3];
+      p.out_h = global ? 1 : n.out_dims[2], p.out_w = global ? 1 : n.out_dims[3];  // global: [N, C] or [N, C, 1, 1] alike
+      p.kh = global ? x[2] : n.attrs.kernel, p.kw = global ? x[3] : n.attrs.kernel;
+      p.stride = global ? 1 : n.attrs.stride, p.pad = global ? 0 : n.attrs.padding;
+      p.max = n.kind == ops::OpKind::maxpool2d;
+      p.channels = x[1], p.layout = opts_.layout;
+      break;
+    }
+    case ops::OpKind::dropout:
+      l.mask = reinterpret_cast<uint8_t*>(alloc((out + 3) / 4, MemCategory::activations));
+      l.seed = hash_coords(seed_, 0xD20, i);  // the CPU engine's per-layer dropout seed
+      break;
+    default: break;
+  }
+}
+
+// What the layers share: the scratch value, batchnorm's partial sums and cuDNN's workspace.
+void Network::alloc_workspaces(size_t bn_workspace, size_t conv_workspace) {
+  const size_t es = bytes_of(dt_);
   // Where a second gradient of a value is summed from, and where an unread dx goes.
   size_t biggest = 0;
-  for (const auto& n : nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
+  for (const auto& n : graph_.nodes) biggest = std::max(biggest, size_t(numel(n.in_dims[0])));
   scratch_ = alloc_bytes(biggest * es, MemCategory::workspace);
   for (auto& l : layers_) l->backward_name = l->name + " backward";  // names are final once every relu is fused
   if (bn_workspace) bn_workspace_ = alloc_bytes(bn_workspace, MemCategory::workspace);  // batchnorm layers run one at a time
@@ -439,8 +476,6 @@ void Network::build(uint64_t seed, int device) {
     for (auto& l : layers_)
       if (l->conv) l->conv->set_workspace(w);
   }
-  check(nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
-  ok(cudaStreamSynchronize(stream_), "network set-up");
 }
 
 Network::~Network() { release(); }

@@ -183,7 +183,12 @@ class Network {
   void end_span(size_t index) noexcept;
   struct ProfileSlot;
   void read_profiled(ProfileSlot& slot);  // waits for the slot's step and reads its events
-  void build(uint64_t seed, int device);  // the constructor's work
+  void build(uint64_t seed, int device);  // the constructor's work: the steps below, in order
+  void init_parameters(uint64_t seed, const std::vector<int64_t>& offsets);
+  void alloc_values();
+  void add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& tensor, size_t& bn_workspace, size_t& conv_workspace);
+  void set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace);
+  void alloc_workspaces(size_t bn_workspace, size_t conv_workspace);
   void release();                          // gives back every resource (destructor, failed build)
   float* alloc(size_t floats, MemCategory c);
   void* alloc_bytes(size_t bytes, MemCategory c);
