@@ -9,8 +9,8 @@
 //     dataset there, in the host loader's exact order and crops;
 //   - the GPU's power comes from NVML.
 // Precision: fp32, tf32, or bf16/fp16 mixed precision (cuda::Network). Checkpoints use the CPU
-// engine's tensor names, so a run resumes on either device. Not yet on the GPU: --layer-times
-// and --profile (refused with a message).
+// engine's tensor names, so a run resumes on either device. --profile times each layer with CUDA
+// events (GpuProfile); --layer-times, the CPU's per-layer timer, is refused here.
 #include <cuda_runtime.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -20,6 +20,8 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <functional>
+#include <memory>
 #include <optional>
 
 #include "backend/cuda/check.h"
@@ -39,6 +41,7 @@ namespace dlperf::train::detail {
 
 namespace {
 using cuda::ok;
+using nlohmann::json;
 
 cuda::Precision precision_of(const std::string& p) {
   if (p == "tf32") return cuda::Precision::tf32;
@@ -279,156 +282,209 @@ void add_gpu_step(const cuda::ProfiledStep& p, const HostStep& h, double origin)
                                    : "use a smaller model or a GPU with more memory");
 }
 
-}  // namespace
 
-TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph) {
-  check(!cfg.layer_times, "--layer-times does not run on the GPU", "use --profile there (per-layer time on the device from CUDA events)");
-  const bool say = !cfg.quiet;
-  std::vector<float> mean, stddev;
-  data::channel_stats(d.train, mean, stddev);
-  const data::LoaderConfig train_lc = loader_config(cfg, true), test_lc = loader_config(cfg, false);
-  check(d.train.size() >= cfg.batch, fmt::format("--batch-size {} is larger than the {} training images", cfg.batch, d.train.size()),
-        "use a smaller --batch-size or more data");
-  CachingAllocator& mem = cuda::device_allocator(device);
-  mem.trim();
-  mem.reset_peaks();
-  ok(cudaSetDevice(device), "cudaSetDevice");
-  const cuda::GpuInfo info = cuda::gpu_info(device);
-  check(cuda::supported(precision_of(cfg.precision), info.cc_major, info.cc_minor),
-        fmt::format("--precision {} needs tensor cores this GPU ({}, compute capability {}.{}) lacks", cfg.precision, info.name,
-                    info.cc_major, info.cc_minor),
-        "tf32 and bf16 need compute capability 8.0 (Ampere) or later, fp16 7.0; use --precision fp32");
-  {  // refuse a run that cannot fit before allocating anything
-    size_t free_b = 0, total_b = 0;
-    ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-    if (gpu_fit(cfg, graph, d, double(free_b)).need > 0.95 * double(free_b)) out_of_memory(cfg, graph, d, "checked before starting", device);
-  }
-  cuda::NetworkOptions opts;
-  opts.precision = precision_of(cfg.precision);
-  opts.optimizer = cfg.optimizer.name;
-  opts.graphs = cfg.graphs;
-  opts.layout = cuda::resolve_layout(cfg.layout, cfg.precision);
-  opts.input_as_stored = cfg.data_on_device;  // DeviceDataset::loader writes the stored input
-  std::unique_ptr<cuda::Network> net_owner;
-  std::unique_ptr<DeviceDataset> train_dev, test_dev;
-  std::unique_ptr<PinnedUploader> pinned;
-  try {
-    net_owner = std::make_unique<cuda::Network>(graph, cfg.seed, device, opts);
-    if (cfg.data_on_device) {
-      train_dev = std::make_unique<DeviceDataset>(d.train, train_lc, mean, stddev, device);
-      test_dev = std::make_unique<DeviceDataset>(d.test, test_lc, mean, stddev, device);
-    } else if (cfg.pin_memory) {
-      pinned = std::make_unique<PinnedUploader>(*net_owner, device);
+// dlperf profile's window on the GPU: starts and stops the recording at the window's edges, and
+// puts each recorded step's CUDA events on the GPU track as they are read, two steps after the
+// step was queued (cuda::Network::begin_profile).
+class GpuProfile {
+ public:
+  /// `first_step`: the run's step count when this run starts training (the window counts from it).
+  GpuProfile(const TrainConfig& cfg, int64_t per_epoch, int64_t epochs_to_train, int64_t first_step, cuda::Network& net,
+             CachingAllocator& mem)
+      : window_(cfg, per_epoch, epochs_to_train), first_step_(first_step), net_(net), mem_(mem) {}
+  bool done() const { return done_; }
+  bool recording() const { return profile::Recorder::get().on(); }
+
+  /// Before the run's step `step`: starts or stops the recording where the window starts or ends.
+  /// Returns true when it stopped here.
+  bool before_step(int64_t step) {
+    if (done_) return false;
+    profile::Recorder& rec = profile::Recorder::get();
+    const int64_t k = step - first_step_;
+    if (window_.starts_at(k)) start();
+    if (rec.on() && window_.ends_at(k)) {
+      stop();
+      return true;
     }
-  } catch (const Error& e) {
-    if (std::string(e.what()).find("out of GPU") == std::string::npos) throw;
-    out_of_memory(cfg, graph, d, "allocation failed", device);
+    if (rec.on()) rec.set_step(k - window_.skip);
+    return false;
   }
-  cuda::Network& net = *net_owner;
-  // The host loaders run only when the data is not on the GPU.
-  std::unique_ptr<data::Loader> train_loader, test_loader;
-  if (!cfg.data_on_device) {
-    train_loader = std::make_unique<data::Loader>(d.train, train_lc, mean, stddev);
-    test_loader = std::make_unique<data::Loader>(d.test, test_lc, mean, stddev);
+  /// Bracket a recorded step; `wait_end`: when its data wait ended (recorder time; none: -inf).
+  void begin_step() { net_.begin_profiled_step(); }
+  void end_step(double wait_end) {
+    net_.end_profiled_step();
+    queued_.push_back({profile::Recorder::get().step(), wait_end});
+    add_read_steps();
   }
-  auto upload = [&](const data::Batch& b) {
-    if (pinned) pinned->upload(b);
-    else upload_pageable(net, b);
-  };
+  /// Ends the recording: at the window's end, or at the end of the epoch it started in.
+  void stop() {
+    net_.end_profile();
+    add_read_steps();
+    profile::Recorder::get().stop();
+    mem_.set_observer(nullptr);
+    done_ = true;
+  }
+
+ private:
+  void start() {
+    ok(cudaStreamSynchronize(net_.stream()), "starting the profile");
+    profile::Recorder& rec = profile::Recorder::get();
+    rec.start();
+    HostAllocator::instance().set_observer(nullptr);  // the timeline is the GPU's memory
+    mem_.set_observer([](const MemoryStats& m) { profile::Recorder::get().sample_memory(m); });
+    rec.sample_memory(mem_.stats());
+    net_.begin_profile();
+    origin_ = rec.now();
+  }
+  void add_read_steps() {
+    for (const cuda::ProfiledStep& p : net_.take_profiled()) {
+      add_gpu_step(p, queued_.front(), origin_);
+      queued_.pop_front();
+    }
+  }
+  ProfileWindow window_;
+  int64_t first_step_;
+  cuda::Network& net_;
+  CachingAllocator& mem_;
+  std::deque<HostStep> queued_;  ///< what the host knew of each recorded step until its events are read
+  double origin_ = 0;            ///< recorder time of the profile's time origin
+  bool done_ = false;
+};
+
+std::string pci_bus_id(int device) {
   char bus[32] = {};
   cudaDeviceGetPCIBusId(bus, sizeof bus, device);
-  hw::GpuPowerMeter power(bus);
-  const int64_t per_epoch = cfg.data_on_device ? train_dev->batches() : train_loader->batches_per_epoch();
-  const int64_t total_steps = per_epoch * cfg.epochs;
-  const std::string feed = cfg.data_on_device ? "data on the GPU" : cfg.pin_memory ? "pinned copies" : "pageable copies";
-  // A missing, damaged or mismatched checkpoint is refused before anything is printed.
-  TrainResult result;
-  int64_t start_epoch = 0;
-  if (cfg.resume) {
+  return bus;
+}
+
+// Everything one GPU training run holds, in the order it is built (as the CPU loop's Run).
+struct GpuRun {
+  const TrainConfig& cfg;
+  const int device;
+  data::DataPair data;
+  nn::Graph graph;
+  std::vector<float> mean, stddev;  ///< the training set's per-channel normalization
+  CachingAllocator& mem;
+  cuda::GpuInfo info;
+  cuda::NetworkOptions opts;
+  std::unique_ptr<cuda::Network> net;
+  std::unique_ptr<DeviceDataset> train_dev, test_dev;        ///< --data-on-device
+  std::unique_ptr<PinnedUploader> pinned;                    ///< --pin-memory on
+  std::unique_ptr<data::Loader> train_loader, test_loader;  ///< the data from the host
+  std::optional<hw::GpuPowerMeter> power;
+  int64_t per_epoch = 0, total_steps = 0;
+  int64_t step = 0;  ///< steps trained, resumed ones included (the schedule's clock)
+  std::optional<GpuProfile> profile;
+
+  /// Checks that the run can go (precision, memory) before it allocates, then builds the network
+  /// and the feed; out of memory is reported with the largest batch size that fits.
+  GpuRun(const TrainConfig& c, int dev, data::DataPair d, nn::Graph g)
+      : cfg(c), device(dev), data(std::move(d)), graph(std::move(g)), mem(cuda::device_allocator(dev)) {
+    check(!cfg.layer_times, "--layer-times does not run on the GPU", "use --profile there (per-layer time on the device from CUDA events)");
+    data::channel_stats(data.train, mean, stddev);
+    check(data.train.size() >= cfg.batch, fmt::format("--batch-size {} is larger than the {} training images", cfg.batch, data.train.size()),
+          "use a smaller --batch-size or more data");
+    mem.trim();
+    mem.reset_peaks();
+    ok(cudaSetDevice(device), "cudaSetDevice");
+    info = cuda::gpu_info(device);
+    check(cuda::supported(precision_of(cfg.precision), info.cc_major, info.cc_minor),
+          fmt::format("--precision {} needs tensor cores this GPU ({}, compute capability {}.{}) lacks", cfg.precision, info.name,
+                      info.cc_major, info.cc_minor),
+          "tf32 and bf16 need compute capability 8.0 (Ampere) or later, fp16 7.0; use --precision fp32");
+    {  // refuse a run that cannot fit before allocating anything
+      size_t free_b = 0, total_b = 0;
+      ok(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+      if (gpu_fit(cfg, graph, data, double(free_b)).need > 0.95 * double(free_b))
+        out_of_memory(cfg, graph, data, "checked before starting", device);
+    }
+    opts.precision = precision_of(cfg.precision);
+    opts.optimizer = cfg.optimizer.name;
+    opts.graphs = cfg.graphs;
+    opts.layout = cuda::resolve_layout(cfg.layout, cfg.precision);
+    opts.input_as_stored = cfg.data_on_device;  // DeviceDataset::loader writes the stored input
+    const data::LoaderConfig train_lc = loader_config(cfg, true), test_lc = loader_config(cfg, false);
+    try {
+      net = std::make_unique<cuda::Network>(graph, cfg.seed, device, opts);
+      if (cfg.data_on_device) {
+        train_dev = std::make_unique<DeviceDataset>(data.train, train_lc, mean, stddev, device);
+        test_dev = std::make_unique<DeviceDataset>(data.test, test_lc, mean, stddev, device);
+      } else if (cfg.pin_memory) {
+        pinned = std::make_unique<PinnedUploader>(*net, device);
+      }
+    } catch (const Error& e) {
+      if (std::string(e.what()).find("out of GPU") == std::string::npos) throw;
+      out_of_memory(cfg, graph, data, "allocation failed", device);
+    }
+    if (!cfg.data_on_device) {  // the host loaders run only when the data is not on the GPU
+      train_loader = std::make_unique<data::Loader>(data.train, train_lc, mean, stddev);
+      test_loader = std::make_unique<data::Loader>(data.test, test_lc, mean, stddev);
+    }
+    power.emplace(pci_bus_id(device));
+    per_epoch = cfg.data_on_device ? train_dev->batches() : train_loader->batches_per_epoch();
+    total_steps = per_epoch * cfg.epochs;
+  }
+
+  std::string feed() const { return cfg.data_on_device ? "data on the GPU" : cfg.pin_memory ? "pinned copies" : "pageable copies"; }
+
+  /// Restores weights, optimizer state and history from the checkpoint; returns the epochs done.
+  /// A missing, damaged or mismatched checkpoint is refused (before anything is printed).
+  int64_t resume(std::vector<EpochStats>& history) {
     const Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
     check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch);
-    net.restore([&](const std::string& name, size_t count) -> const std::vector<float>& { return checkpoint_tensor(ck, name, count); },
-                cfg.optimizer, ck.meta.at("optimizer_steps").get<int64_t>());
-    for (const auto& e : ck.meta.at("history")) result.epochs.push_back(epoch_from_json(e));
-    start_epoch = ck.meta.at("epoch_done").get<int64_t>();
+    net->restore([&](const std::string& name, size_t count) -> const std::vector<float>& { return checkpoint_tensor(ck, name, count); },
+                 cfg.optimizer, ck.meta.at("optimizer_steps").get<int64_t>());
+    for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));
+    return ck.meta.at("epoch_done").get<int64_t>();
   }
-  if (say) {
-    std::printf("dlperf train: model %s (%.3fM parameters) on %s, %lld train / %lld test images\n", graph.model.c_str(),
-                double(graph.param_count()) / 1e6, d.train.name.c_str(), (long long)d.train.size(), (long long)d.test.size());
-    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s, CUDA graphs %s, seed %llu\n\n%s", device,
+
+  /// The run's header (as the CPU loop's), and the epochs a resumed run has done.
+  void print_header(int64_t start_epoch, const std::vector<EpochStats>& history) const {
+    const auto& t = data.train;
+    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
+    std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
+                graph.model.c_str(), double(graph.param_count()) / 1e6, graph.forward_flops() / double(cfg.batch) / 1e6, t.name.c_str(),
+                dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)data.test.size());
+    const std::string workers =
+        cfg.data_on_device ? "" : fmt::format(" ({} loader worker{})", cfg.workers, cfg.workers == 1 ? "" : "s");
+    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s%s, CUDA graphs %s, seed %llu\n\n%s", device,
                 info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(),
-                cuda::to_string(opts.layout), (long long)cfg.batch,
-                cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), feed.c_str(), cfg.graphs ? "on" : "off",
-                (unsigned long long)cfg.seed, kEpochHeader);
-    if (cfg.resume) {
-      std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
-      for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
-    }
+                cuda::to_string(opts.layout), (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(),
+                feed().c_str(), workers.c_str(), cfg.graphs ? "on" : "off", (unsigned long long)cfg.seed, kEpochHeader);
+    for (const auto& e : history) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
   }
-  int64_t step = start_epoch * per_epoch;
-  const int64_t first_step = step;  // the profile's window counts the steps this run trains
-  std::optional<ProfileWindow> window;
-  if (cfg.profile) window.emplace(cfg, per_epoch, cfg.epochs - start_epoch);
-  bool profiled = !cfg.profile;
-  profile::Recorder& rec = profile::Recorder::get();
-  // Profiled steps reach the GPU track as their events are read, two steps after they were
-  // queued (Network::begin_profile); `queued` holds what the host knew of each until then.
-  std::deque<HostStep> queued;
-  double origin = 0;
-  auto add_read_steps = [&] {
-    for (const cuda::ProfiledStep& p : net.take_profiled()) {
-      add_gpu_step(p, queued.front(), origin);
-      queued.pop_front();
-    }
-  };
-  auto stop_profile = [&] {
-    net.end_profile();
-    add_read_steps();
-    rec.stop();
-    mem.set_observer(nullptr);
-    profiled = true;
-  };
-  const bool bar = cfg.progress && isatty(STDERR_FILENO);
-  auto diverged = [&](double loss, int64_t epoch, int64_t upto) {
+
+  Error diverged(double loss, int64_t epoch, int64_t upto) const {
     return Error(fmt::format("training diverged: the loss became {} during epoch {} (by step {} of {})", loss, epoch + 1, upto, per_epoch),
                  fmt::format("lower --lr (now {}){}", cfg.lr,
                              cfg.checkpoint_dir.empty() ? "" : "; the last good checkpoint is in " + cfg.checkpoint_dir));
-  };
-  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
-    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
+  }
+
+  void upload(const data::Batch& b) {
+    if (pinned) pinned->upload(b);
+    else upload_pageable(*net, b);
+  }
+
+  /// One epoch: its training steps (the host never waits for them; the loss and accuracy are
+  /// summed on the GPU and read at the end, and when the progress bar redraws), then evaluation.
+  EpochStats epoch(int64_t epoch, bool bar) {
     mem.reset_peaks();
     EpochStats st;
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
-    net.tally(true);
-    const double t_start = now_s(), j_start = power.joules();
-    if (cfg.data_on_device) train_dev->set_order(epoch, net.stream());
+    net->tally(true);
+    const double t_start = now_s(), j_start = power->joules();
+    if (cfg.data_on_device) train_dev->set_order(epoch, net->stream());
     else train_loader->start_epoch(epoch);
-    const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(net, -1) : nullptr;
+    const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(*net, -1) : nullptr;
     int64_t seen = 0;
     for (int64_t i = 0; i < per_epoch; ++i) {
-      if (!profiled) {  // the profile's window (ProfileWindow)
-        const int64_t k = step - first_step;
-        if (window->starts_at(k)) {
-          ok(cudaStreamSynchronize(net.stream()), "starting the profile");
-          rec.start();
-          HostAllocator::instance().set_observer(nullptr);  // the timeline is the GPU's memory
-          mem.set_observer([](const MemoryStats& m) { profile::Recorder::get().sample_memory(m); });
-          rec.sample_memory(mem.stats());
-          net.begin_profile();
-          origin = rec.now();
-        }
-        if (rec.on() && window->ends_at(k)) {
-          stop_profile();
-          if (cfg.profile_only) break;
-        }
-        if (rec.on()) rec.set_step(k - window->skip);
-      }
-      const bool timing = rec.on();
+      if (profile && profile->before_step(step) && cfg.profile_only) break;
+      const bool timing = profile && profile->recording();
       const profile::Scope step_scope("step", profile::Phase::step);
-      if (timing) net.begin_profiled_step();
-      double t_wait1 = -std::numeric_limits<double>::infinity();  // when the step's data wait ended; none on the GPU
+      if (timing) profile->begin_step();
+      double wait_end = -std::numeric_limits<double>::infinity();  // none when the data is on the GPU
       int64_t valid = cfg.batch;
       if (!cfg.data_on_device) {
         const double t0 = now_s();
@@ -439,112 +495,143 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
         }
         st.data_wait_s += now_s() - t0;
         if (!b) break;
-        if (timing) t_wait1 = rec.now();
+        if (timing) wait_end = profile::Recorder::get().now();
         valid = b->valid;
         const profile::Scope copy("input copy", profile::Phase::copy);
         upload(*b);
       }
       st.lr = nn::learning_rate(cfg.schedule, cfg.lr, step, total_steps, per_epoch);
-      net.train_step(gather, valid, cfg.label_smoothing, cfg.optimizer, {st.lr, uint64_t(step), i, epoch});
-      if (timing) {
-        net.end_profiled_step();
-        queued.push_back({rec.step(), t_wait1});
-        add_read_steps();
-      }
+      net->train_step(gather, valid, cfg.label_smoothing, cfg.optimizer, {st.lr, uint64_t(step), i, epoch});
+      if (timing) profile->end_step(wait_end);
       ++step;
       seen += valid;
       if (progress.due()) {  // reading the tally waits for the GPU: only when the bar redraws
-        const cuda::GpuTally t = net.tally(false);
+        const cuda::GpuTally t = net->tally(false);
         if (!std::isfinite(t.loss_sum)) throw diverged(t.loss_sum, epoch, i + 1);
         progress.update(i + 1, seen, t.loss_sum / double(seen));
       }
     }
-    if (rec.on()) stop_profile();  // the epoch ended inside the recording window
-    const cuda::GpuTally t = net.tally(true);  // waits for the epoch's last step
+    if (profile && profile->recording()) profile->stop();  // the epoch ended inside the recording window
+    const cuda::GpuTally t = net->tally(true);              // waits for the epoch's last step
     st.train_s = now_s() - t_start;
     st.compute_s = st.train_s - st.data_wait_s;
     if (!std::isfinite(t.loss_sum)) throw diverged(t.loss_sum, epoch, per_epoch);
-    if (power.available()) st.energy_j = power.joules() - j_start;
+    if (power->available()) st.energy_j = power->joules() - j_start;
     progress.clear();
     EpochTally tally;
     tally.loss_sum = t.loss_sum;
     tally.correct = t.correct;
     tally.seen = seen;
     tally.finish(st);
-
     const double e0 = now_s();
-    if (cfg.profile_only && profiled) {  // dlperf profile stops after its steps, unevaluated
-      st.evaluated = false;
-      record_peaks(st, mem.stats());
-      result.epochs.push_back(st);
-      if (say) std::fputs(epoch_row(st).c_str(), stdout);
-      break;
-    }
+    if (cfg.profile_only && profiled()) st.evaluated = false;  // dlperf profile stops after its steps
+    else evaluate(st);
+    st.eval_s = now_s() - e0;
+    record_peaks(st, mem.stats());
+    return st;
+  }
+
+  /// Whether the profile's window has been recorded (always, when not profiling).
+  bool profiled() const { return !profile || profile->done(); }
+
+  void evaluate(EpochStats& st) {
     if (cfg.data_on_device) {
-      for (int64_t i = 0; i < test_dev->batches(); ++i) net.eval_step(test_dev->loader(net, i), test_dev->valid(i));
+      for (int64_t i = 0; i < test_dev->batches(); ++i) net->eval_step(test_dev->loader(*net, i), test_dev->valid(i));
     } else {
       test_loader->start_epoch(0);
       while (const data::Batch* b = test_loader->next()) {
         upload(*b);
-        net.eval_step(nullptr, b->valid);
+        net->eval_step(nullptr, b->valid);
       }
     }
-    const cuda::GpuTally e = net.tally(true);
-    st.eval_s = now_s() - e0;
-    st.test_loss = e.loss_sum / double(d.test.size());
-    st.test_acc = double(e.correct) / double(d.test.size());
-    record_peaks(st, mem.stats());
-    result.epochs.push_back(st);
+    const cuda::GpuTally e = net->tally(true);
+    st.test_loss = e.loss_sum / double(data.test.size());
+    st.test_acc = double(e.correct) / double(data.test.size());
+  }
+
+  void save(int64_t epochs_done, const std::vector<EpochStats>& history) {
+    Checkpoint ck;
+    ck.meta = checkpoint_meta(cfg, graph, epochs_done, net->updates_done(), history);
+    for (auto& [name, v] : net->snapshot(cfg.optimizer)) ck.tensors[name] = std::move(v);
+    save_checkpoint(cfg.checkpoint_dir, ck);
+  }
+
+  /// The run record: the CPU loop's, plus the GPU, how its steps ran and fp16's loss scaling.
+  json record(const std::vector<EpochStats>& epochs) const {
+    json r = build_record(cfg, graph, data, epochs, 0, power->available() ? "NVML board energy counter (the whole GPU board)" : power->why_not());
+    r["device"] = cuda::to_json(info);
+    r["config"]["device_used"] = fmt::format("cuda:{}", device);
+    r["gpu_step"] = {{"layout", cuda::to_string(opts.layout)},
+                     {"cuda_graph", net->graphed()},
+                     {"why_not_graph", net->graphed() ? "" : net->why_not_graphed()},
+                     {"feed", feed()}};
+    if (cfg.profile) r["gpu_step"]["profiled_steps"] = net->profiled_steps();
+    const cuda::GraphNodes& nodes = net->step_nodes();
+    if (net->graphed())
+      r["gpu_step"]["graph_nodes"] = {{"kernels", nodes.kernels}, {"copies", nodes.copies}, {"memsets", nodes.memsets}, {"other", nodes.other}};
+    if (cfg.precision == "fp16") {  // dynamic loss scaling's account
+      const cuda::LossScale ls = net->loss_scale();
+      r["summary"]["loss_scale_skips"] = ls.skipped;
+      r["summary"]["final_loss_scale"] = ls.scale;
+    }
+    return r;
+  }
+
+  /// What the run did, after its epoch table: fp16's skipped steps, the step's graph, the totals.
+  void print_summary(const TrainResult& result) const {
+    if (cfg.precision == "fp16") {
+      const cuda::LossScale ls = net->loss_scale();
+      std::printf("\nfp16 loss scaling: %lld of %lld steps skipped for overflow, final scale %g\n", (long long)ls.skipped,
+                  (long long)step, double(ls.scale));
+    }
+    if (cfg.graphs && !net->graphed()) std::printf("\nnote: steps ran eagerly: %s\n", net->why_not_graphed().c_str());
+    if (net->graphed()) {
+      const cuda::GraphNodes& nodes = net->step_nodes();
+      std::printf("\nCUDA graph: a step is %lld kernels, %lld copies and %lld memsets\n", (long long)nodes.kernels,
+                  (long long)nodes.copies, (long long)nodes.memsets);
+    }
+    if (result.record.contains("summary")) {
+      const json& s = result.record["summary"];
+      std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), %s, peak GPU memory %s\n", result.epochs.size(),
+                  result.epochs.size() == 1 ? "" : "s", s["train_s"].get<double>(), s["images_per_s"].get<double>(),
+                  final_accuracy(s).c_str(), format_bytes(s["peak_bytes"].get<double>()).c_str());
+    }
+  }
+};
+
+}  // namespace
+
+TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph) {
+  GpuRun run(cfg, device, std::move(d), std::move(graph));
+  const bool say = !cfg.quiet;
+  TrainResult result;
+  const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
+  if (say) run.print_header(start_epoch, result.epochs);
+  run.step = start_epoch * run.per_epoch;
+  if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
+  const bool bar = cfg.progress && isatty(STDERR_FILENO);
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
+    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
+    result.epochs.push_back(run.epoch(epoch, bar));
     if (say) {
-      std::fputs(epoch_row(st).c_str(), stdout);
+      std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
       std::fflush(stdout);
     }
-    if (!cfg.checkpoint_dir.empty()) {
-      Checkpoint ck;
-      ck.meta = checkpoint_meta(cfg, graph, epoch + 1, net.updates_done(), result.epochs);
-      for (auto& [name, v] : net.snapshot(cfg.optimizer)) ck.tensors[name] = std::move(v);
-      save_checkpoint(cfg.checkpoint_dir, ck);
-    }
+    if (cfg.profile_only && run.profiled()) break;  // dlperf profile writes no checkpoint: its epoch stopped early
+    if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
   }
-  result.record = build_record(cfg, graph, d, result.epochs, 0,
-                               power.available() ? "NVML board energy counter (the whole GPU board)" : power.why_not());
-  result.record["device"] = cuda::to_json(info);
-  result.record["config"]["device_used"] = fmt::format("cuda:{}", device);
-  result.record["gpu_step"] = {{"layout", cuda::to_string(opts.layout)},
-                               {"cuda_graph", net.graphed()},
-                               {"why_not_graph", net.graphed() ? "" : net.why_not_graphed()},
-                               {"feed", feed}};
-  if (cfg.profile) result.record["gpu_step"]["profiled_steps"] = net.profiled_steps();
-  const cuda::GraphNodes& nodes = net.step_nodes();
-  if (net.graphed())
-    result.record["gpu_step"]["graph_nodes"] = {
-        {"kernels", nodes.kernels}, {"copies", nodes.copies}, {"memsets", nodes.memsets}, {"other", nodes.other}};
-  if (cfg.precision == "fp16") {  // dynamic loss scaling's account
-    const cuda::LossScale ls = net.loss_scale();
-    result.record["summary"]["loss_scale_skips"] = ls.skipped;
-    result.record["summary"]["final_loss_scale"] = ls.scale;
-    if (say) std::printf("\nfp16 loss scaling: %lld of %lld steps skipped for overflow, final scale %g\n", (long long)ls.skipped,
-                         (long long)step, double(ls.scale));
-  }
+  result.record = run.record(result.epochs);
+  if (say) run.print_summary(result);
   if (cfg.profile) {
-    const plan::CpuCeilings c = gpu_ceilings(info, cfg.precision == "fp32" ? "fp32" : cfg.precision);
-    finish_profile(cfg, graph, c, mem.stats(), result, net.graphed() ? nodes.kernels : 0);
+    const cuda::GraphNodes& nodes = run.net->step_nodes();
+    finish_profile(cfg, run.graph, gpu_ceilings(run.info, cfg.precision), run.mem.stats(), result, run.net->graphed() ? nodes.kernels : 0);
   }
-  if (say && cfg.graphs && !net.graphed()) std::printf("\nnote: steps ran eagerly: %s\n", net.why_not_graphed().c_str());
-  if (say && net.graphed())
-    std::printf("\nCUDA graph: a step is %lld kernels, %lld copies and %lld memsets\n", (long long)nodes.kernels,
-                (long long)nodes.copies, (long long)nodes.memsets);
-  if (say && result.record.contains("summary"))
-    std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), %s, peak GPU memory %s\n", result.epochs.size(),
-                result.epochs.size() == 1 ? "" : "s", result.record["summary"]["train_s"].get<double>(),
-                result.record["summary"]["images_per_s"].get<double>(), final_accuracy(result.record["summary"]).c_str(),
-                format_bytes(result.record["summary"]["peak_bytes"].get<double>()).c_str());
   if (!cfg.runs_dir.empty()) {
     result.record_path = write_record(result.record, cfg.runs_dir,
-                                      fmt::format("{}-train-{}-{}-b{}-cuda", timestamp(), graph.model, d.train.name, cfg.batch));
+                                      fmt::format("{}-train-{}-{}-b{}-cuda", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
-  result.weights = net.parameters();
+  result.weights = run.net->parameters();
   return result;
 }
 
