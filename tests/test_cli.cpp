@@ -63,6 +63,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --precision bf16 --warmup-epochs 1", "--warmup-epochs does not apply to --schedule onecycle"},
       {"train --profile --profile-steps -1", "--profile-skip and --profile-steps count steps: they cannot be negative"},
       {"profile --steps -1", "--skip and --steps count steps: they cannot be negative"},
+      {"profile --checkpoint ck", "dlperf profile writes no checkpoint: it stops mid-epoch"},
       {"plan --model medium --targets cpu,nosuch", "no device 'nosuch' in the hardware catalog"},
       {"plan --model medium --region mars", "no grid carbon intensity for region 'mars'"},
       {"plan --model medium --batch-size 100000", "--batch-size 100000 is larger than --dataset-size 60000"},

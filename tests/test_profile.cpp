@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <set>
 
 #include "profile/recorder.h"
 #include "profile/report.h"
 #include "test_util.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace dlperf::test {
@@ -248,6 +250,36 @@ TEST(Profile, AWindowMayStartInALaterEpoch) {
   c.profile_skip = 3 * 16;
   const std::string e = error_of([&] { train::train(c); });
   EXPECT_NE(e.find("this run trains 48 steps (3 epochs of 16)"), std::string::npos) << e;
+}
+
+// dlperf profile stops its epoch after the recorded steps, so it writes no checkpoint: one that
+// called that epoch done would make a resumed run skip the rest of it. It may profile a run from
+// its checkpoint (--resume), and leaves the checkpoint as it was.
+TEST(Profile, WritesNoCheckpointAndMayProfileAResumedRun) {
+  TempDir dir;
+  auto c = profiled("small", dir.path);  // 16 steps an epoch
+  c.checkpoint_dir = (dir.path / "ck").string();
+  EXPECT_NE(error_of([&] { train::train(c); }).find("dlperf profile writes no checkpoint"), std::string::npos);
+  auto t = c;
+  t.profile = t.profile_only = false;
+  t.epochs = 2;
+  t.stop_after_epochs = 1;
+  train::train(t);  // a checkpoint after epoch 1 of 2
+  const std::string path = train::checkpoint_path(c.checkpoint_dir);
+  const auto before = fs::last_write_time(path);
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  c.resume = true;
+  c.epochs = 2;
+  c.profile_skip = 2;
+  c.profile_steps = 4;
+  const auto r = train::train(c);
+  EXPECT_EQ(r.profile["step"]["steps"], 4);
+  EXPECT_EQ(r.epochs.size(), 2u);  // the resumed epoch, and the profiled one (not evaluated)
+  EXPECT_FALSE(r.epochs.back().evaluated);
+  EXPECT_EQ(fs::last_write_time(path), before);
+  std::ifstream again(path, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), bytes);
 }
 
 }  // namespace

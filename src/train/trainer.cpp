@@ -394,6 +394,9 @@ void validate(const TrainConfig& cfg) {
   };
   if (!cfg.runs_dir.empty()) writable_dir(cfg.runs_dir, "run records", "--runs-dir");
   if (!cfg.checkpoint_dir.empty()) writable_dir(cfg.checkpoint_dir, "checkpoints", "--checkpoint");
+  // Its epoch stops after the recorded steps: a checkpoint would call a part-trained epoch done.
+  check(!cfg.profile_only || cfg.checkpoint_dir.empty() || cfg.resume, "dlperf profile writes no checkpoint: it stops mid-epoch",
+        "drop --checkpoint, or add --resume to profile the run saved there");
   check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0,
         fmt::format("{} and {} count steps: they cannot be negative", detail::profile_flag(cfg, "skip"),
                     detail::profile_flag(cfg, "steps")));
@@ -610,8 +613,8 @@ TrainResult train(const TrainConfig& cfg) {
       std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
       std::fflush(stdout);
     }
+    if (cfg.profile_only && run.profiled_) break;  // dlperf profile writes no checkpoint: its epoch stopped early
     if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
-    if (cfg.profile_only && run.profiled_) break;
   }
 
   result.record = run.record(result.epochs, threads);
