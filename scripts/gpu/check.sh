@@ -23,13 +23,13 @@
 # A session's plan (docs/gpu.md, "The GPU session's checklist"): here, scripts/gpu/fetch_debs.sh once;
 # there, with carry [".deb"]:  check.sh tests sanitize train recipe profile,  then  check.sh bench vs-torch.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 budget=570
 if [ "${1:-}" = --budget ]; then budget=$2; shift 2; fi
 usage() { sed -n '2,/^set /{/^#/p}' "$0"; }  # the comment above
 [ $# -gt 0 ] || { usage; exit 2; }
 start=$SECONDS
-work=out-gpu
+work="out-gpu"
 rm -rf "$work"
 mkdir -p "$work"
 out=${OUT:-$work}
@@ -147,7 +147,8 @@ for stage in "$@"; do
       # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the
       # GPU's measured ceilings, which the rooflines after it read.
       for kind in all allreduce; do
-        run_for $([ $kind = all ] && echo 240 || echo 90) $bin bench "$kind" --quick --json "$work/bench-$kind.json" \
+        limit=90; [ "$kind" = all ] && limit=240
+        run_for $limit $bin bench "$kind" --quick --json "$work/bench-$kind.json" \
           > "$work/bench-$kind.txt" 2>&1
         say "  bench $kind: rc $?, $(wc -l < "$work/bench-$kind.txt") lines"
       done
