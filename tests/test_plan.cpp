@@ -393,7 +393,7 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   EXPECT_EQ(saved.dram_gbps, 7.0);
   EXPECT_NE(saved.source.find("measured by 'dlperf bench all'"), std::string::npos) << saved.source;
   // A damaged profile (a field of the wrong type, or not JSON) counts as none, not as an error.
-  for (const std::string body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru")}) {
+  for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru")}) {
     std::ofstream(bench::kMachineProfile) << body;
     const plan::CpuCeilings ignored = plan::host_ceilings(1);
     EXPECT_EQ(ignored.peak_gflops, c.peak_gflops) << body;
@@ -499,6 +499,27 @@ TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
   EXPECT_LT(cmp[0].measured_energy_j, 0);  // a few steps' energy is no epoch's
   // Over the 32 steps an epoch has, the old reading was about 5x too short.
   EXPECT_GT(cmp[0].measured_step_s, r.epochs[0].train_s / 32);
+}
+
+// Runs alike but for the learning rate (the lab's batch sizes with and without the linear
+// scaling rule) are told apart by it; a run unlike the others keeps its short name.
+TEST(PlanAgainst, RunsThatDifferOnlyInTheirLearningRateAreNamedByIt) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  nlohmann::json rec = train::train(c).record;
+  std::ofstream(dir.path / "a.json") << rec.dump();
+  rec["config"]["lr"] = 0.4;
+  std::ofstream(dir.path / "b.json") << rec.dump();
+  rec["config"]["batch_size"] = 32;
+  std::ofstream(dir.path / "c.json") << rec.dump();
+  std::vector<std::string> skipped;
+  const auto cmp = plan::compare_with_records(
+      {(dir.path / "a.json").string(), (dir.path / "b.json").string(), (dir.path / "c.json").string()}, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(cmp.size(), 3u);
+  EXPECT_EQ(cmp[0].run, "small b64 w1 lr 0.1");
+  EXPECT_EQ(cmp[1].run, "small b64 w1 lr 0.4");
+  EXPECT_EQ(cmp[2].run, "small b32 w1");
 }
 
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {

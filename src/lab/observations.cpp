@@ -38,9 +38,12 @@ std::string megabytes(double mb) {
 // claims no more than the measurement shows.
 bool within_noise(double speedup, double noise_pct) { return 100 * std::fabs(speedup - 1) <= std::max(3.0, noise_pct); }
 
-// "2.07x faster than", "1.15x slower than", or "about as fast as" within the noise.
+// "2.07x faster than", "1.15x slower than", "4% slower than" (under 10% apart, where "1.0x
+// slower" would read as no difference), or "about as fast as" within the noise. `speedup`: the
+// row's speed over the one it is compared with.
 std::string relative_speed(double speedup, double noise_pct, int decimals) {
   if (within_noise(speedup, noise_pct)) return "about as fast as";
+  if (std::fabs(speedup - 1) < 0.1) return fmt::format("{:.0f}% {} than", 100 * std::fabs(speedup - 1), speedup >= 1 ? "faster" : "slower");
   return fmt::format("{:.{}f}x {} than", speedup >= 1 ? speedup : 1 / speedup, decimals, speedup >= 1 ? "faster" : "slower");
 }
 

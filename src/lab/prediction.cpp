@@ -20,8 +20,8 @@ Experiment prediction(const std::vector<std::string>& records) {
   e.title = "Prediction: dlperf plan against these runs";
   e.question =
       "Before a run, how close does `dlperf plan` come to the step time and peak memory the run measured? It predicts from "
-      "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else datasheet or "
-      "built-in figures).";
+      "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else measured on the "
+      "spot in about a second).";
   e.columns = {{"run", "run", -1},
                {"step_ms_planned", "step ms planned", 3},
                {"step_ms", "step ms measured", 3},

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 
 #include "backend/cpu/layouts.h"
@@ -94,6 +95,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     Comparison cmp;
     cmp.file = std::filesystem::path(file).filename().string();
     cmp.run = fmt::format("{} b{} w{}", g.model, batch, cfg.value("workers", 0));
+    if (cfg.value("lr", json()).is_number()) cmp.lr = cfg["lr"];
     const json& last = r["epochs"].back();
     const double steps = std::floor(d["train_images"].get<double>() / double(batch));
     // dlperf profile stops after its recorded steps: its one epoch is a few steps, warm-up
@@ -154,6 +156,12 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
   }
+  // Runs that differ only in their learning rate (the lab's batch sizes with and without the
+  // linear scaling rule) are told apart by it.
+  std::map<std::string, int> uses;
+  for (const Comparison& cmp : out) ++uses[cmp.run];
+  for (Comparison& cmp : out)
+    if (uses[cmp.run] > 1 && cmp.lr > 0) cmp.run += fmt::format(" lr {:g}", cmp.lr);
   return out;
 }
 
