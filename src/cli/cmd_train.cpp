@@ -72,6 +72,7 @@ void add_profile(CLI::App& app, const Command& self) {
   auto* c = app.add_subcommand(self.name, self.summary);
   add_train_flags(c, cfg.get());
   add_profile_flags(c, cfg.get(), false);
+  c->get_option("--checkpoint")->description("with --resume: profile the run saved in DIR (profile itself writes no checkpoint)");
   c->callback([cfg] { train::train(*cfg); });
 }
 
