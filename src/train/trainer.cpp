@@ -450,6 +450,22 @@ struct Run {
     return ck.meta.at("epoch_done");
   }
 
+  /// The run's header, and the epochs a resumed run has done.
+  void print_header(int64_t start_epoch, const std::vector<EpochStats>& history, int threads) const {
+    const auto& t = data.train;
+    const hw::CpuInfo cpu = hw::cpu_info();
+    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
+    std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
+                graph.model.c_str(), double(graph.param_count()) / 1e6, graph.forward_flops() / double(cfg.batch) / 1e6, t.name.c_str(),
+                dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)data.test.size());
+    std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
+                threads, cpu.isa.c_str(), net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32",
+                (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), cfg.workers,
+                cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed, kEpochHeader);
+    for (const auto& e : history) std::fputs(epoch_row(e).c_str(), stdout);
+    std::fflush(stdout);
+  }
+
   /// One epoch of training, then evaluation.
   EpochStats epoch(int64_t epoch, bool bar) {
     EpochStats st;
@@ -586,20 +602,7 @@ TrainResult train(const TrainConfig& cfg) {
 
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
-  const hw::CpuInfo cpu = hw::cpu_info();
-  if (say) {
-    const auto& t = run.data.train;
-    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
-    std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
-                run.graph.model.c_str(), double(run.graph.param_count()) / 1e6, run.graph.forward_flops() / double(cfg.batch) / 1e6,
-                t.name.c_str(), dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)run.data.test.size());
-    std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s",
-                cpu.model.c_str(), threads, cpu.isa.c_str(),
-                run.net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32", (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr,
-                cfg.schedule.name.c_str(), cfg.workers, cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed, kEpochHeader);
-    for (const auto& e : result.epochs) std::fputs(epoch_row(e).c_str(), stdout);
-    std::fflush(stdout);
-  }
+  if (say) run.print_header(start_epoch, result.epochs, threads);
 
   run.net.set_timing(cfg.layer_times);
   run.profiling_ = cfg.profile;
