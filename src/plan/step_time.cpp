@@ -173,83 +173,94 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   return predict_step(g, opt, c, engine_model(c.isa));
 }
 
+namespace {
+
+// One layer's forward and backward time (graph node i) on the roofline, with the engine's
+// efficiencies and the bf16 conversions around it.
+LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const EngineModel& m, const ElementBytes& elem) {
+  const bool bf16 = c.precision == "bf16";
+  const nn::Node& n = g.nodes[i];
+  LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
+  const bool has_dx = n.needs_dx;  // no input gradient of the model input (through a flatten too)
+  auto memory_pass = [&](double bytes, double efficiency) {
+    return bytes > 0 ? bytes / (bandwidth_for(bytes, c, m) * efficiency) + m.call_overhead_s : 0.0;
+  };
+  // The passes' bytes at the element size they read (bf16 between convolutions in bf16).
+  const double in_bytes = elem.input[i];
+  const ops::OpCost cost = n.cost_at(in_bytes);
+  // A conversion between fp32 and bf16 reads one and writes the other: the input where its
+  // producer stored another type (and its gradient back), the logits' gradient, and the weights'
+  // bf16 copy every step.
+  const double in = double(numel(n.in_dims[0]));
+  const double producer_bytes = n.inputs[0] >= 0 ? elem.value[size_t(n.inputs[0])] : 4;
+  if (in_bytes != producer_bytes) {
+    lt.forward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
+    if (has_dx) lt.backward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
+  }
+  switch (n.kind) {
+    case ops::OpKind::conv2d:
+    case ops::OpKind::linear: {
+      const auto [kf, kd, kw] = reductions(n);
+      const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m);
+      lt.forward_s += f.s;
+      lt.bound = f.compute_bound ? "compute" : "memory";
+      const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
+      if (has_dx) lt.backward_s += pass_time(cost.backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
+      lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m).s;
+      if (bf16) {
+        lt.forward_s += memory_pass(6 * double(numel(n.params[0].dims)), m.bf16_conversion_efficiency);
+        if (elem.value[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);
+      }
+      break;
+    }
+    case ops::OpKind::batchnorm2d:
+      // As an efficiency, so that the cache level is the one the tensors fit in.
+      lt.forward_s += memory_pass(cost.forward.bytes, 1 / m.batchnorm_passes);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, 1 / m.batchnorm_passes);
+      break;
+    case ops::OpKind::relu:
+      if (relu_fused_into_batchnorm(g, i)) {  // inside the batchnorm: no pass of its own
+        lt.forward_s = lt.backward_s = 0;
+        break;
+      }
+      lt.forward_s += memory_pass(cost.forward.bytes, 1);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
+      break;
+    case ops::OpKind::maxpool2d: {
+      const bool two_by_two = ops::pools_2x2_stride_2(n.attrs);
+      lt.forward_s += memory_pass(cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency);
+      lt.backward_s += memory_pass(cost.backward_data.bytes,
+                                  two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency);
+      break;
+    }
+    case ops::OpKind::dropout: {
+      const double elems = double(numel(n.out_dims));
+      lt.forward_s += elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(cost.forward.bytes, 1);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
+      break;
+    }
+    case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways, unless a view
+      const double bytes = flatten_is_a_view_on_cpu(g, i) ? 0 : 2 * double(numel(n.out_dims)) * in_bytes;
+      lt.forward_s += memory_pass(bytes, 1);
+      lt.backward_s += memory_pass(bytes, 1);
+      break;
+    }
+    default:
+      lt.forward_s += memory_pass(cost.forward.bytes, 1);
+      lt.backward_s += has_dx ? memory_pass(cost.backward_data.bytes, 1) : 0;
+      break;
+  }
+  if (!has_dx && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear) lt.backward_s = 0;
+  return lt;
+}
+
+}  // namespace
+
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c, const EngineModel& m) {
   StepPrediction p;
-  const bool bf16 = c.precision == "bf16";
   const ElementBytes elem = engine_element_bytes(g, c.precision);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const nn::Node& n = g.nodes[i];
-    LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
-    const bool has_dx = n.needs_dx;  // no input gradient of the model input (through a flatten too)
-    auto memory_pass = [&](double bytes, double efficiency) {
-      return bytes > 0 ? bytes / (bandwidth_for(bytes, c, m) * efficiency) + m.call_overhead_s : 0.0;
-    };
-    // The passes' bytes at the element size they read (bf16 between convolutions in bf16).
-    const double in_bytes = elem.input[i];
-    const ops::OpCost cost = n.cost_at(in_bytes);
-    // A conversion between fp32 and bf16 reads one and writes the other: the input where its
-    // producer stored another type (and its gradient back), the logits' gradient, and the weights'
-    // bf16 copy every step.
-    const double in = double(numel(n.in_dims[0]));
-    const double producer_bytes = n.inputs[0] >= 0 ? elem.value[size_t(n.inputs[0])] : 4;
-    if (in_bytes != producer_bytes) {
-      lt.forward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
-      if (has_dx) lt.backward_s += memory_pass((in_bytes + producer_bytes) * in, m.bf16_conversion_efficiency);
-    }
-    switch (n.kind) {
-      case ops::OpKind::conv2d:
-      case ops::OpKind::linear: {
-        const auto [kf, kd, kw] = reductions(n);
-        const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m);
-        lt.forward_s += f.s;
-        lt.bound = f.compute_bound ? "compute" : "memory";
-        const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
-        if (has_dx) lt.backward_s += pass_time(cost.backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
-        lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m).s;
-        if (bf16) {
-          lt.forward_s += memory_pass(6 * double(numel(n.params[0].dims)), m.bf16_conversion_efficiency);
-          if (elem.value[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);
-        }
-        break;
-      }
-      case ops::OpKind::batchnorm2d:
-        // As an efficiency, so that the cache level is the one the tensors fit in.
-        lt.forward_s += memory_pass(cost.forward.bytes, 1 / m.batchnorm_passes);
-        lt.backward_s += memory_pass(cost.backward_data.bytes, 1 / m.batchnorm_passes);
-        break;
-      case ops::OpKind::relu:
-        if (relu_fused_into_batchnorm(g, i)) {  // inside the batchnorm: no pass of its own
-          lt.forward_s = lt.backward_s = 0;
-          break;
-        }
-        lt.forward_s += memory_pass(cost.forward.bytes, 1);
-        lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
-        break;
-      case ops::OpKind::maxpool2d: {
-        const bool two_by_two = ops::pools_2x2_stride_2(n.attrs);
-        lt.forward_s += memory_pass(cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency);
-        lt.backward_s += memory_pass(cost.backward_data.bytes,
-                                    two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency);
-        break;
-      }
-      case ops::OpKind::dropout: {
-        const double elems = double(numel(n.out_dims));
-        lt.forward_s += elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(cost.forward.bytes, 1);
-        lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
-        break;
-      }
-      case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways, unless a view
-        const double bytes = flatten_is_a_view_on_cpu(g, i) ? 0 : 2 * double(numel(n.out_dims)) * in_bytes;
-        lt.forward_s += memory_pass(bytes, 1);
-        lt.backward_s += memory_pass(bytes, 1);
-        break;
-      }
-      default:
-        lt.forward_s += memory_pass(cost.forward.bytes, 1);
-        lt.backward_s += has_dx ? memory_pass(cost.backward_data.bytes, 1) : 0;
-        break;
-    }
-    if (!has_dx && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear) lt.backward_s = 0;
+    const LayerTime lt = layer_time(g, i, c, m, elem);
     p.forward_s += lt.forward_s;
     p.backward_s += lt.backward_s;
     p.layers.push_back(lt);
