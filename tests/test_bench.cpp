@@ -1,8 +1,10 @@
 // The CPU micro-benchmarks: byte and FLOP counts, the statistics, and the quick mode end to end.
 #include <gtest/gtest.h>
 
+#include "backend/ref/ref_ops.h"
 #include "bench/cpu_bench.h"
 #include "core/error.h"
+#include "core/rng.h"
 #include "hw/cpu_info.h"
 
 namespace dlperf::test {
@@ -122,6 +124,40 @@ TEST(Bench, ConvSweepTimesEachDistinctLayer) {
   }
   EXPECT_GT(points[1].backward_data_gflops.median, 0.0);
   EXPECT_EQ(bench::to_json(points[1])["input"], (Dims{8, 16, 8, 8}));
+  for (const auto& p : points) {
+    EXPECT_LT(p.max_rel_error, 1e-5);  // each pass checked against float64 (conv_sweep throws above 1e-5)
+    EXPECT_GE(p.rotated_sets, 1);
+    EXPECT_TRUE(bench::to_json(p).contains("max_rel_error"));
+  }
+}
+
+// The conv benchmark's check: the float64 reference's own passes score as exact, and a pass that
+// is off by 1% anywhere is caught, whichever of forward, weight and data gradient it is.
+TEST(Bench, ConvCheckCatchesAWrongPass) {
+  ops::OpAttrs a;
+  a.out_channels = 5, a.kernel = 3, a.stride = 2, a.padding = 1, a.bias = true;
+  const Dims xd{2, 3, 7, 7};
+  Rng r(9);
+  auto random = [&](int64_t n) {
+    ref::Vec v(static_cast<size_t>(n));
+    for (auto& e : v) e = 2 * r.uniform() - 1;
+    return v;
+  };
+  const ref::Vec x = random(2 * 3 * 7 * 7), w = random(5 * 3 * 3 * 3), b = random(5), dy = random(2 * 5 * 4 * 4);
+  const ref::Vec y = ref::conv2d_forward(x, xd, w, b, a);
+  ref::Vec dx, dw, db;
+  ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+  auto f = [](const ref::Vec& v) { return std::vector<float>(v.begin(), v.end()); };
+  auto off = [&](const ref::Vec& v) {  // 1% too large everywhere
+    std::vector<float> o = f(v);
+    for (auto& e : o) e *= 1.01f;
+    return o;
+  };
+  EXPECT_LT(bench::conv_max_rel_error(xd, a, f(x), f(w), f(b), f(y), f(dy), f(dw), f(dx)), 1e-6);
+  EXPECT_GT(bench::conv_max_rel_error(xd, a, f(x), f(w), f(b), off(y), f(dy), f(dw), f(dx)), 1e-3);
+  EXPECT_GT(bench::conv_max_rel_error(xd, a, f(x), f(w), f(b), f(y), f(dy), off(dw), f(dx)), 1e-3);
+  EXPECT_GT(bench::conv_max_rel_error(xd, a, f(x), f(w), f(b), f(y), f(dy), f(dw), off(dx)), 1e-3);
+  EXPECT_LT(bench::conv_max_rel_error(xd, a, f(x), f(w), f(b), f(y), f(dy), f(dw), {}), 1e-6);  // no data gradient
 }
 
 }  // namespace

@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <utility>
 #include <set>
 
 #include "backend/cpu/ops.h"
@@ -23,6 +25,75 @@ void fill(cpu::Mem& m, uint64_t seed) {  // uniform in [-1, 1), never all zero
   float* p = m.f32();
   for (size_t i = 0; i < cpu::floats_in(m.desc()); ++i) p[i] = 2 * r.uniform() - 1;
 }
+
+// A tensor of logical `dims` in `m`'s layout, uniform in [-1, 1); a blocked layout's padding
+// stays zero, as the engine keeps it (random padding would add phantom channels to a conv).
+void fill_logical(cpu::Mem& m, const Dims& dims, uint64_t seed) {
+  Rng r(seed);
+  std::vector<float> v(size_t(numel(dims)));
+  for (auto& x : v) x = 2 * r.uniform() - 1;
+  cpu::from_plain(m.desc(), dims, v.data(), m);
+}
+
+}  // namespace
+
+double conv_max_rel_error(const Dims& xd, const ops::OpAttrs& a, const std::vector<float>& x, const std::vector<float>& w,
+                  const std::vector<float>& b, const std::vector<float>& y, const std::vector<float>& dy, const std::vector<float>& dw,
+                  const std::vector<float>& dx) {
+  const int64_t N = xd[0], C = xd[1], H = xd[2], W = xd[3], K = a.out_channels, R = a.kernel, S = a.stride, P = a.padding;
+  const int64_t OH = (H + 2 * P - R) / S + 1, OW = (W + 2 * P - R) / S + 1;
+  auto X = [&](int64_t n, int64_t c, int64_t h, int64_t ww) { return double(x[size_t(((n * C + c) * H + h) * W + ww)]); };
+  auto Wt = [&](int64_t k, int64_t c, int64_t r, int64_t q) { return double(w[size_t(((k * C + c) * R + r) * R + q)]); };
+  auto DY = [&](int64_t n, int64_t k, int64_t oh, int64_t ow) { return double(dy[size_t(((n * K + k) * OH + oh) * OW + ow)]); };
+  double worst = 0;
+  auto score = [&](double got, double ref, double scale) { worst = std::max(worst, std::fabs(got - ref) / std::max(scale, 1e-30)); };
+  Rng pick(17);
+  auto any = [&](int64_t n) { return int64_t(pick.below(uint64_t(n))); };
+  for (int s = 0; s < 16; ++s) {
+    {  // forward: y[n, k, oh, ow] = b[k] + sum over c, r, q of x * w
+      const int64_t n = any(N), k = any(K), oh = any(OH), ow = any(OW);
+      double ref = b.empty() ? 0 : double(b[size_t(k)]), scale = std::fabs(ref);
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t q = 0; q < R; ++q) {
+            const int64_t h = oh * S - P + r, ww = ow * S - P + q;
+            if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+            const double t = X(n, c, h, ww) * Wt(k, c, r, q);
+            ref += t, scale += std::fabs(t);
+          }
+      score(y[size_t(((n * K + k) * OH + oh) * OW + ow)], ref, scale);
+    }
+    {  // backward-weights: dw[k, c, r, q] = sum over n, oh, ow of dy * x
+      const int64_t k = any(K), c = any(C), r = any(R), q = any(R);
+      double ref = 0, scale = 0;
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t oh = 0; oh < OH; ++oh)
+          for (int64_t ow = 0; ow < OW; ++ow) {
+            const int64_t h = oh * S - P + r, ww = ow * S - P + q;
+            if (h < 0 || h >= H || ww < 0 || ww >= W) continue;
+            const double t = DY(n, k, oh, ow) * X(n, c, h, ww);
+            ref += t, scale += std::fabs(t);
+          }
+      score(dw[size_t(((k * C + c) * R + r) * R + q)], ref, scale);
+    }
+    if (!dx.empty()) {  // backward-data: dx[n, c, h, w] = sum over the outputs that read it of dy * w
+      const int64_t n = any(N), c = any(C), h = any(H), ww = any(W);
+      double ref = 0, scale = 0;
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t q = 0; q < R; ++q) {
+            const int64_t th = h + P - r, tw = ww + P - q;
+            if (th < 0 || tw < 0 || th % S || tw % S || th / S >= OH || tw / S >= OW) continue;
+            const double t = DY(n, k, th / S, tw / S) * Wt(k, c, r, q);
+            ref += t, scale += std::fabs(t);
+          }
+      score(dx[size_t(((n * C + c) * H + h) * W + ww)], ref, scale);
+    }
+  }
+  return worst;
+}
+
+namespace {
 
 // Median/min/max rate of `work` units per second over repeats, after two warm-up calls.
 template <class F>
@@ -59,6 +130,7 @@ std::vector<GemmPoint> gemm_sweep(const Options& o) {
     for (int r = 0; r < sets; ++r) {
       as.emplace_back(a_md, MemCategory::workspace), bs.emplace_back(b_md, MemCategory::workspace), cs.emplace_back(c_md, MemCategory::workspace);
       fill(as.back(), 1), fill(bs.back(), 2);
+      cs.back().zero();  // touched now: a first write in a timed call would pay its page faults
     }
     const cpu::Mem &a = as[0], &b = bs[0], &c = cs[0];
     auto pd = matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), cpu::default_attr(), cpu::engine());
@@ -102,11 +174,20 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
       if (!seen.insert(key).second) continue;  // the same shape again (ResNet blocks repeat)
       const bool first = !n.needs_dx;  // the first layer computes no data gradient
       auto op = cpu::make_op(n.kind, n.attrs, {cpu::plain_md(n.in_dims[0])}, n.in_dims, n.name, {.need_dx = !first});
-      cpu::Mem x(op->input_md(0), MemCategory::workspace), y(op->output_md(), MemCategory::workspace),
-          dy(op->output_md(), MemCategory::workspace), dx(op->input_md(0), MemCategory::workspace);
-      fill(x, 4), fill(dy, 5);
-      for (auto& p : op->params()) fill(p->value, 6);
-      ConvPoint c{model, n.name, n.in_dims[0], n.attrs, {}, {}, {}, o.quick ? 3 : 10};
+      // As the GEMMs: the tensors rotate over enough copies to span twice the last-level cache,
+      // so every call reads them from memory, not from the cache the last call warmed.
+      const double set_bytes = double(2 * op->input_md(0).get_size() + 2 * op->output_md().get_size());
+      const double llc = double(std::max<int64_t>(hw::cpu_info().l3_bytes, 8 << 20));
+      const int sets = int(std::clamp(std::ceil(2 * llc / set_bytes), 1.0, 64.0));
+      std::vector<cpu::Mem> xs, ys, dys, dxs;
+      for (int r = 0; r < sets; ++r) {
+        xs.emplace_back(op->input_md(0), MemCategory::workspace), ys.emplace_back(op->output_md(), MemCategory::workspace);
+        dys.emplace_back(op->output_md(), MemCategory::workspace), dxs.emplace_back(op->input_md(0), MemCategory::workspace);
+        fill_logical(xs.back(), n.in_dims[0], 4), fill_logical(dys.back(), n.out_dims, 5);
+        ys.back().zero(), dxs.back().zero();  // touched now: a first write in a timed call would pay its page faults
+      }
+      for (size_t i = 0; i < op->params().size(); ++i) fill_logical(op->params()[i]->value, op->params()[i]->dims, 6 + i);
+      ConvPoint c{model, n.name, n.in_dims[0], n.attrs, {}, {}, {}, o.quick ? 3 : 10, 0, sets};
       const auto& cost = n.cost;
       const int calls = int(std::clamp(2e8 / cost.forward.flops, 1.0, 1000.0));  // about 1 ms or more a sample
       auto repeat = [calls](auto&& f) {
@@ -114,9 +195,20 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
           for (int i = 0; i < calls; ++i) f();
         };
       };
-      auto fwd = [&] { op->forward({x.mem}, y.mem, true); };
-      auto bww = [&] { op->backward({x.mem}, y.mem, dy.mem, {dnnl::memory()}); };
-      auto bwd_both = [&] { op->backward({x.mem}, y.mem, dy.mem, {dx.mem}); };
+      size_t next = 0;
+      auto turn = [&] { return std::exchange(next, (next + 1) % size_t(sets)); };
+      auto fwd = [&] {
+        const size_t i = turn();
+        op->forward({xs[i].mem}, ys[i].mem, true);
+      };
+      auto bww = [&] {
+        const size_t i = turn();
+        op->backward({xs[i].mem}, ys[i].mem, dys[i].mem, {dnnl::memory()});
+      };
+      auto bwd_both = [&] {
+        const size_t i = turn();
+        op->backward({xs[i].mem}, ys[i].mem, dys[i].mem, {dxs[i].mem});
+      };
       c.forward_gflops = rate(c.repeats, calls * cost.forward.flops / 1e9, repeat(fwd));
       // backward() runs weights then data; timing it with and without the data gradient separates them.
       c.backward_weights_gflops = rate(c.repeats, calls * cost.backward_weight.flops / 1e9, repeat(bww));
@@ -126,8 +218,16 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
         const double gf = cost.backward_data.flops / 1e9 / data_s;
         c.backward_data_gflops = {gf, gf, gf};  // derived from two medians: no spread of its own
       }
-      for (float v : cpu::to_plain(op->output_md(), n.out_dims, y))
-        check(std::isfinite(v), fmt::format("conv {} of {} produced a non-finite value", n.name, model));
+      // Validate set 0's three passes, run once more on their own, at sampled points.
+      op->forward({xs[0].mem}, ys[0].mem, true);
+      op->backward({xs[0].mem}, ys[0].mem, dys[0].mem, {first ? dnnl::memory() : dxs[0].mem});
+      const auto& ps = op->params();
+      auto plain = [](const cpu::Mem& m, const Dims& d) { return cpu::to_plain(m.desc(), d, m); };
+      c.max_rel_error = conv_max_rel_error(n.in_dims[0], n.attrs, plain(xs[0], n.in_dims[0]), plain(ps[0]->value, ps[0]->dims),
+                                   ps.size() > 1 ? plain(ps[1]->value, ps[1]->dims) : std::vector<float>{},
+                                   plain(ys[0], n.out_dims), plain(dys[0], n.out_dims), plain(ps[0]->grad, ps[0]->dims),
+                                   first ? std::vector<float>{} : plain(dxs[0], n.in_dims[0]));
+      check(c.max_rel_error < 1e-5, fmt::format("conv {} of {} gave wrong results (relative error {:.2g})", n.name, model, c.max_rel_error));
       out.push_back(c);
     }
   }
@@ -145,7 +245,8 @@ nlohmann::json to_json(const ConvPoint& p) {
           {"kernel", p.attrs.kernel}, {"stride", p.attrs.stride}, {"padding", p.attrs.padding},
           {"forward_gflops", p.forward_gflops.median}, {"forward_gflops_min", p.forward_gflops.min},
           {"forward_gflops_max", p.forward_gflops.max}, {"backward_data_gflops", p.backward_data_gflops.median},
-          {"backward_weights_gflops", p.backward_weights_gflops.median}, {"repeats", p.repeats}};
+          {"backward_weights_gflops", p.backward_weights_gflops.median}, {"repeats", p.repeats},
+          {"max_rel_error", p.max_rel_error}, {"rotated_input_sets", p.rotated_sets}};
 }
 
 }  // namespace dlperf::bench

@@ -30,8 +30,18 @@ struct ConvPoint {
   ops::OpAttrs attrs;
   Spread forward_gflops, backward_data_gflops, backward_weights_gflops;
   int repeats = 0;
+  double max_rel_error = 0;  ///< of sampled outputs of the three passes against float64
+  int rotated_sets = 1;      ///< copies of the tensors the calls cycle through (2x the L3)
 };
-/// The distinct conv layers of `models` at `batch` on input `chw`, each timed per pass.
+/// The largest error of 16 sampled outputs of each of a conv's passes (forward y, weight
+/// gradient dw, data gradient dx) against float64 sums, each relative to the sum of its terms'
+/// magnitudes. x [N, C, H, W], w [K, C, R, R], b [K] or empty, dy and y [N, K, OH, OW]; all
+/// plain row-major; dx empty for a layer that computes none.
+double conv_max_rel_error(const Dims& x_dims, const ops::OpAttrs& a, const std::vector<float>& x, const std::vector<float>& w,
+                          const std::vector<float>& b, const std::vector<float>& y, const std::vector<float>& dy,
+                          const std::vector<float>& dw, const std::vector<float>& dx);
+/// The distinct conv layers of `models` at `batch` on input `chw`, each timed per pass, each
+/// pass validated (conv_max_rel_error < 1e-5), the tensors rotated over copies spanning 2x the L3.
 std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::string>& models, const Dims& chw, int64_t batch);
 
 nlohmann::json to_json(const GemmPoint& p);
