@@ -16,6 +16,7 @@
 #include <set>
 #include <chrono>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/check.h"
@@ -333,6 +334,8 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
                             int repeats) {
   ok(cudaSetDevice(device), "cudaSetDevice");
   const cuda::GpuInfo info = cuda::gpu_info(device);
+  int l2 = 0;
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device);
   Timer t;
   std::vector<ConvPoint> out;
   std::set<std::string> seen;
@@ -356,11 +359,20 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
             for (auto& e : *v) e = 2 * rng.uniform() - 1;
           const Quantized qx = quantize(xv, p), qw = quantize(wv, p), qdy = quantize(dyv, p);
           const size_t e = cuda::input_bytes(p);
-          DeviceMem dx_in(qx.bytes.size()), dw_in(qw.bytes.size()), ddy(qdy.bytes.size()), dy_out(size_t(s.n * s.k * oh * ow) * e),
-              dx_out(qx.bytes.size()), dw_out(qw.bytes.size());
-          ok(cudaMemcpy(dx_in.p, qx.bytes.data(), qx.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+          DeviceMem dw_in(qw.bytes.size()), dy_out(size_t(s.n * s.k * oh * ow) * e), dx_out(qx.bytes.size()), dw_out(qw.bytes.size());
           ok(cudaMemcpy(dw_in.p, qw.bytes.data(), qw.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-          ok(cudaMemcpy(ddy.p, qdy.bytes.data(), qdy.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+          // As the GEMMs: the input and the output gradient rotate over copies spanning twice the
+          // L2, so each call reads them from device memory, as a training step does.
+          const int sets = int(std::clamp(std::ceil(2.0 * l2 / double(qx.bytes.size() + qdy.bytes.size())), 1.0, 16.0));
+          std::vector<std::unique_ptr<DeviceMem>> xs, dys;
+          for (int r = 0; r < sets; ++r) {
+            xs.push_back(std::make_unique<DeviceMem>(qx.bytes.size()));
+            dys.push_back(std::make_unique<DeviceMem>(qdy.bytes.size()));
+            ok(cudaMemcpy(xs.back()->p, qx.bytes.data(), qx.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+            ok(cudaMemcpy(dys.back()->p, qdy.bytes.data(), qdy.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+          }
+          size_t next = 0;
+          auto turn = [&] { return std::exchange(next, (next + 1) % size_t(sets)); };
           auto rate = [&](auto&& pass) {
             const int calls = t.calls_for(pass);
             std::vector<double> r;
@@ -373,9 +385,13 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
             return spread_of(r).median;
           };
           ConvPoint pt{model, node.name, cuda::to_string(p), c.algorithms(), {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0, ""};
-          pt.forward_tflops = rate([&] { c.forward(dx_in.p, dw_in.p, dy_out.p, t.stream); });
-          pt.backward_data_tflops = rate([&] { c.backward_data(dw_in.p, ddy.p, dx_out.p, t.stream); });
-          pt.backward_filter_tflops = rate([&] { c.backward_filter(dx_in.p, ddy.p, dw_out.p, t.stream); });
+          pt.rotated_sets = sets;
+          pt.forward_tflops = rate([&] { c.forward(xs[turn()]->p, dw_in.p, dy_out.p, t.stream); });
+          pt.backward_data_tflops = rate([&] { c.backward_data(dw_in.p, dys[turn()]->p, dx_out.p, t.stream); });
+          pt.backward_filter_tflops = rate([&] {
+            const size_t i = turn();
+            c.backward_filter(xs[i]->p, dys[i]->p, dw_out.p, t.stream);
+          });
           // Validate 16 forward outputs against float64 in the tensors' own layouts.
           ok(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize");
           std::vector<unsigned char> yh(size_t(s.n * s.k * oh * ow) * e);
@@ -436,7 +452,7 @@ nlohmann::json to_json(const std::vector<ConvPoint>& c) {
                    {"out_channels", x.out_channels}, {"kernel", x.kernel}, {"stride", x.stride}, {"padding", x.padding},
                    {"forward_tflops", x.forward_tflops}, {"backward_data_tflops", x.backward_data_tflops},
                    {"backward_filter_tflops", x.backward_filter_tflops}, {"algorithms", x.algorithms},
-                   {"max_rel_error", x.max_rel_error}});
+                   {"max_rel_error", x.max_rel_error}, {"rotated_input_sets", x.rotated_sets}});
   for (size_t i = 0; i < c.size(); ++i)
     if (!c[i].failed.empty()) out[i]["failed"] = c[i].failed;
   return out;

@@ -56,6 +56,7 @@ struct ConvPoint {
   double forward_tflops = 0, backward_data_tflops = 0, backward_filter_tflops = 0;  ///< medians
   double max_rel_error = 0;  ///< sampled forward outputs against float64
   std::string failed;        ///< why this point has no figure (cuDNN refused, wrong results); empty when measured
+  int rotated_sets = 1;      ///< copies of the input and output gradient the calls cycle through (2x the L2)
 };
 /// cuDNN forward, backward-data and backward-filter of every distinct conv layer of `models` on
 /// input `chw` at `batch`, in fp32, and in tf32 and bf16 where the GPU has tensor cores for them.

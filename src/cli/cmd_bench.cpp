@@ -348,8 +348,9 @@ nlohmann::json run_gpu_conv(BenchArgs& a) {
   const Dims chw = parse_chw(a.input);
   const auto models = conv_models(a);
   const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
-  std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median):\n", a.gpu, (long long)a.batch,
-              a.input.c_str());
+  std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median; the input and output gradient\n"
+              "rotate over copies spanning 2x the L2; forward checked at 16 sampled outputs against float64):\n",
+              a.gpu, (long long)a.batch, a.input.c_str());
   report::Table t({"model", "layer", "precision", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
   for (const auto& p : pts)
     if (p.failed.empty())  // failed points are listed under the table
