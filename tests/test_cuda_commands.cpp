@@ -66,6 +66,7 @@ TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
   for (const auto& c : convs) {
     EXPECT_TRUE(c.failed.empty()) << c.layer << " " << c.precision << ": " << c.failed;
     EXPECT_GT(c.backward_filter_tflops, 0) << c.layer << " " << c.precision;
+    EXPECT_GE(c.rotated_sets, 1);  // the input and output gradient cycle through copies spanning 2x the L2
   }
   EXPECT_EQ(bench::gpu::to_json(gemms).dump().find("\"failed\"") != std::string::npos,
             std::any_of(gemms.begin(), gemms.end(), [](const auto& g) { return !g.failed.empty(); }));
