@@ -245,6 +245,19 @@ Quantized quantize(const std::vector<float>& x, cuda::Precision p) {
   return q;
 }
 
+// `sets` device copies of `host`: the GEMM and conv benchmarks cycle their calls through copies
+// spanning twice the L2, so each call reads its inputs from device memory, as a training step does.
+std::vector<std::unique_ptr<DeviceMem>> device_copies(const std::vector<unsigned char>& host, int sets) {
+  std::vector<std::unique_ptr<DeviceMem>> out;
+  for (int r = 0; r < sets; ++r) {
+    out.push_back(std::make_unique<DeviceMem>(host.size()));
+    ok(cudaMemcpy(out.back()->p, host.data(), host.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
+  }
+  return out;
+}
+/// How many copies of `set_bytes` span twice an L2 of `l2` bytes (1 to 16).
+int rotated_sets(int l2, double set_bytes) { return int(std::clamp(std::ceil(2.0 * l2 / set_bytes), 1.0, 16.0)); }
+
 double tolerance(cuda::Precision p) {
   switch (p) {
     case cuda::Precision::tf32: return 5e-3;  // inputs rounded to 10 mantissa bits in the tensor cores
@@ -271,15 +284,8 @@ std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int r
         for (auto& v : a) v = 2 * rng.uniform() - 1;  // never zeros: uniform in [-1, 1)
         for (auto& v : b) v = 2 * rng.uniform() - 1;
         const Quantized qa = quantize(a, p), qb = quantize(b, p);
-        const double set_bytes = double(qa.bytes.size() + qb.bytes.size());
-        const int sets = int(std::clamp(std::ceil(2.0 * l2 / set_bytes), 1.0, 16.0));
-        std::vector<std::unique_ptr<DeviceMem>> as, bs;
-        for (int r = 0; r < sets; ++r) {
-          as.push_back(std::make_unique<DeviceMem>(qa.bytes.size()));
-          bs.push_back(std::make_unique<DeviceMem>(qb.bytes.size()));
-          ok(cudaMemcpy(as.back()->p, qa.bytes.data(), qa.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-          ok(cudaMemcpy(bs.back()->p, qb.bytes.data(), qb.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-        }
+        const int sets = rotated_sets(l2, double(qa.bytes.size() + qb.bytes.size()));
+        const auto as = device_copies(qa.bytes, sets), bs = device_copies(qb.bytes, sets);
         DeviceMem d(size_t(m * n) * cuda::output_bytes(p));
         cuda::LtGemm g(p, m, n, k);
         const int calls = t.calls_for([&] { g.run(as[0]->p, bs[0]->p, d.p, t.stream); });
@@ -361,16 +367,9 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
           const size_t e = cuda::input_bytes(p);
           DeviceMem dw_in(qw.bytes.size()), dy_out(size_t(s.n * s.k * oh * ow) * e), dx_out(qx.bytes.size()), dw_out(qw.bytes.size());
           ok(cudaMemcpy(dw_in.p, qw.bytes.data(), qw.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-          // As the GEMMs: the input and the output gradient rotate over copies spanning twice the
-          // L2, so each call reads them from device memory, as a training step does.
-          const int sets = int(std::clamp(std::ceil(2.0 * l2 / double(qx.bytes.size() + qdy.bytes.size())), 1.0, 16.0));
-          std::vector<std::unique_ptr<DeviceMem>> xs, dys;
-          for (int r = 0; r < sets; ++r) {
-            xs.push_back(std::make_unique<DeviceMem>(qx.bytes.size()));
-            dys.push_back(std::make_unique<DeviceMem>(qdy.bytes.size()));
-            ok(cudaMemcpy(xs.back()->p, qx.bytes.data(), qx.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-            ok(cudaMemcpy(dys.back()->p, qdy.bytes.data(), qdy.bytes.size(), cudaMemcpyHostToDevice), "cudaMemcpy");
-          }
+          // As the GEMMs: the input and the output gradient rotate over copies spanning twice the L2.
+          const int sets = rotated_sets(l2, double(qx.bytes.size() + qdy.bytes.size()));
+          const auto xs = device_copies(qx.bytes, sets), dys = device_copies(qdy.bytes, sets);
           size_t next = 0;
           auto turn = [&] { return std::exchange(next, (next + 1) % size_t(sets)); };
           auto rate = [&](auto&& pass) {

@@ -54,6 +54,8 @@ std::string timestamp();
 /// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).
 extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);
+/// The header's first line: the model, its size and forward FLOPs per image, the data and its images.
+std::string model_line(const nn::Graph& graph, const data::DataPair& data);
 /// "resumed from DIR/checkpoint.dlperf after epoch 3", and what is left of --epochs.
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done);
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.

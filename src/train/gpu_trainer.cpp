@@ -440,11 +440,8 @@ struct GpuRun {
 
   /// The run's header (as the CPU loop's), and the epochs a resumed run has done.
   void print_header(int64_t start_epoch, const std::vector<EpochStats>& history) const {
-    const auto& t = data.train;
     if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
-    std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
-                graph.model.c_str(), double(graph.param_count()) / 1e6, graph.forward_flops() / double(cfg.batch) / 1e6, t.name.c_str(),
-                dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)data.test.size());
+    std::fputs(model_line(graph, data).c_str(), stdout);
     const std::string workers =
         cfg.data_on_device ? "" : fmt::format(" ({} loader worker{})", cfg.workers, cfg.workers == 1 ? "" : "s");
     std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s%s, CUDA graphs %s, seed %llu\n\n%s", device,

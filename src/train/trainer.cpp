@@ -59,6 +59,13 @@ std::string epoch_row(const EpochStats& e) {
                      100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
 }
 
+std::string model_line(const nn::Graph& graph, const data::DataPair& data) {
+  const auto& t = data.train;
+  return fmt::format("dlperf train: model {} ({:.3f}M parameters, {:.2f} MFLOP/image forward) on {} {}, {} train / {} test images\n",
+                     graph.model, double(graph.param_count()) / 1e6, graph.forward_flops() / double(graph.batch()) / 1e6, t.name,
+                     dims_str({t.channels, t.height, t.width}), t.size(), data.test.size());
+}
+
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done) {
   const std::string left = epochs_done >= cfg.epochs
                                ? fmt::format(", and --epochs is {}: nothing to train (raise --epochs to train further)", cfg.epochs)
@@ -126,8 +133,6 @@ json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epo
 }
 
 std::string write_record(const json& record, const std::string& dir, const std::string& name) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
   // Runs finishing within the same second (the lab's short runs) each keep their own record.
   std::string path = (fs::path(dir) / (name + ".json")).string();
   for (int i = 2; fs::exists(path); ++i) path = (fs::path(dir) / fmt::format("{}-{}.json", name, i)).string();
@@ -452,12 +457,9 @@ struct Run {
 
   /// The run's header, and the epochs a resumed run has done.
   void print_header(int64_t start_epoch, const std::vector<EpochStats>& history, int threads) const {
-    const auto& t = data.train;
     const hw::CpuInfo cpu = hw::cpu_info();
     if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
-    std::printf("dlperf train: model %s (%.3fM parameters, %.2f MFLOP/image forward) on %s %s, %lld train / %lld test images\n",
-                graph.model.c_str(), double(graph.param_count()) / 1e6, graph.forward_flops() / double(cfg.batch) / 1e6, t.name.c_str(),
-                dims_str({t.channels, t.height, t.width}).c_str(), (long long)t.size(), (long long)data.test.size());
+    std::fputs(model_line(graph, data).c_str(), stdout);
     std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
                 threads, cpu.isa.c_str(), net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32",
                 (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), cfg.workers,
