@@ -53,6 +53,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --profile-skip 3", "--profile-skip requires --profile"},
       {"train --gzip", "--gzip requires --profile"},
       {"train --threads 100000", "--threads 100000 is not between 0 (all) and the"},
+      {"train --workers 100000", "--workers must be between 0 and 256"},  // not "needs 80 GB: lower --batch-size"
       {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"train --model truncated.json", "model spec truncated.json is not valid JSON"},

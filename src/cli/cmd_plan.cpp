@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/memory.h"
+#include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "plan/against.h"
 #include "plan/memory.h"
@@ -326,7 +327,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--classes", a->classes, "output classes")->capture_default_str()->check(at_least(1));
   c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str()->check(at_least(1));
   c->add_option("--optimizer", a->optimizer, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
-  c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, 256));
+  c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, data::kMaxWorkers));
   c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str()->check(at_least(1));
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
   auto* layers = c->add_flag("--layers", a->layers, "per-layer predicted times and memory");

@@ -44,7 +44,7 @@ void channel_stats(const Dataset& d, std::vector<float>& mean, std::vector<float
 Loader::Loader(const Dataset& data, LoaderConfig cfg, std::vector<float> mean, std::vector<float> stddev)
     : data_(data), cfg_(cfg) {
   check(cfg_.batch > 0, "--batch-size must be at least 1");
-  check(cfg_.workers >= 0 && cfg_.workers <= 256, "--workers must be between 0 and 256");
+  check(cfg_.workers >= 0 && cfg_.workers <= kMaxWorkers, fmt::format("--workers must be between 0 and {}", kMaxWorkers));
   check(data_.size() > 0, "the dataset is empty");
   check(!cfg_.drop_last || cfg_.batch <= data_.size(),
         fmt::format("--batch-size {} is larger than the {} training images", cfg_.batch, data_.size()),

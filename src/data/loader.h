@@ -17,6 +17,9 @@
 
 namespace dlperf::data {
 
+/// More loader threads than this only costs memory (each holds two batches ahead).
+constexpr int kMaxWorkers = 256;
+
 struct LoaderConfig {
   int64_t batch = 64;
   bool shuffle = true;

@@ -389,6 +389,8 @@ void validate(const TrainConfig& cfg) {
         "drop --warmup-epochs, or pick --schedule constant, step or cosine");
   check(cfg.schedule.step_epochs > 0 && std::isfinite(cfg.schedule.step_epochs), "--step-epochs must be more than 0");
   hw::check_threads(cfg.threads);
+  // Checked here, before the memory check counts their prefetched batches.
+  check(cfg.workers >= 0 && cfg.workers <= data::kMaxWorkers, fmt::format("--workers must be between 0 and {}", data::kMaxWorkers));
   check(cfg.precision == "fp32" || cfg.precision == "tf32" || cfg.precision == "bf16" || cfg.precision == "fp16",
         fmt::format("--precision {} is not one of fp32, tf32, bf16, fp16", cfg.precision));
   check(!cfg.resume || !cfg.checkpoint_dir.empty(), "--resume needs --checkpoint DIR", "name the directory the checkpoint is in");
