@@ -35,7 +35,7 @@ struct GzFile {
       if (r == 0) break;
       got += size_t(r);
     }
-    check(got == n, fmt::format("{} is truncated: {} needs {} bytes, the file has {}", path, what, n, got), kHint);
+    check(got == n, fmt::format("{} is truncated: it ends {} bytes into {} ({} bytes)", path, got, what, n), kHint);
   }
   bool at_end() {
     char c;
