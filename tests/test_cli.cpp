@@ -1,8 +1,11 @@
 // The dlperf binary itself on bad input: each mistake gets one clear message on stderr, a non-zero
 // exit, and nothing on stdout before it (no half-printed table or plan that then ends in an error).
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -124,6 +127,50 @@ TEST(Cli, GoodInputExitsZero) {
     EXPECT_EQ(o.exit_code, 0) << o.err;
     EXPECT_FALSE(o.out.empty());
   }
+}
+
+// A real Ctrl-C (SIGINT) once the first epoch's row is out: training stops at its next step, says
+// where it stopped without calling it an error, keeps the finished epochs' record, exits 130.
+TEST(Cli, CtrlCStopsTrainingKeepingTheFinishedEpochsAndExits130) {
+  TempDir dir;
+  int out[2];
+  ASSERT_EQ(::pipe(out), 0);
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGINT, SIG_DFL);  // as at a terminal, whatever the test runner ignores
+    if (::chdir(dir.path.c_str()) != 0) std::_Exit(127);
+    const int err = ::open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out[1], STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    ::close(out[0]);
+    ::execl(DLPERF_BIN, "dlperf", "train", "--device", "cpu", "--model", "small", "--data", "synthetic:1x12x12:512", "--batch-size",
+            "32", "--epochs", "10000", "--runs-dir", "runs", "--no-progress", static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  ::close(out[1]);
+  std::string printed;
+  char buf[4096];
+  ssize_t n = 0;
+  while (printed.find("\n    1 ") == std::string::npos && (n = ::read(out[0], buf, sizeof buf)) > 0) printed.append(buf, size_t(n));
+  ::kill(pid, SIGINT);
+  while ((n = ::read(out[0], buf, sizeof buf)) > 0) printed.append(buf, size_t(n));
+  ::close(out[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by a signal: the first Ctrl-C must only ask";
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string err = slurp(dir.path / "err.txt");
+  EXPECT_NE(err.find("dlperf: stopped by SIGINT (Ctrl-C) in epoch "), std::string::npos) << err;
+  EXPECT_EQ(err.find("error"), std::string::npos) << err;
+  EXPECT_NE(printed.find("run record: runs/"), std::string::npos) << printed;
+  size_t records = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path / "runs")) {
+    const nlohmann::json rec = nlohmann::json::parse(std::ifstream(f.path()));
+    EXPECT_EQ(rec["stopped"]["in_epoch"], rec["summary"]["epochs_run"].get<int>() + 1);
+    ++records;
+  }
+  EXPECT_EQ(records, 1u);
 }
 
 }  // namespace

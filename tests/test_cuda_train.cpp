@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cuda/runtime.h"
+#include "core/interrupt.h"
 #include "nn/graph.h"
 #include "profile/recorder.h"
 #include "train/trainer.h"
@@ -80,6 +82,32 @@ TEST(KERNEL_SUITE, CheckpointsResumeOnTheGpuAndOnTheCpu) {
     EXPECT_EQ(cpu.epochs.size(), 2u);
     EXPECT_NEAR(cpu.epochs.back().test_acc, resumed.epochs.back().test_acc, 0.1);
   }
+}
+
+// Ctrl-C on the GPU: the run stops at the next step, its record keeps the finished epoch, and
+// resumed from the checkpoint it ends as the run nobody stopped.
+TEST(KERNEL_SUITE, CtrlCStopsAGpuRunAndResumeEndsItAsIfUnstopped) {
+  REQUIRE_GPU();
+  TempDir dir;
+  train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:256", 32, 2);
+  c.graphs = false;  // eager steps on both sides: the same kernels in the same order
+  const auto whole = train::train(c);
+  c.checkpoint_dir = (dir.path / "ck").string();
+  c.runs_dir = (dir.path / "runs").string();
+  c.sigint_at_step = 256 / 32 + 3;  // in epoch 2
+  const std::string stopped = error_of([&] { train::train(c); });
+  EXPECT_NE(stopped.find("stopped by SIGINT (Ctrl-C) in epoch 2 of 2: the run record"), std::string::npos) << stopped;
+  EXPECT_NE(stopped.find("keeps the 1 finished epoch"), std::string::npos) << stopped;
+  const auto record = std::filesystem::directory_iterator(c.runs_dir)->path();
+  const nlohmann::json rec = nlohmann::json::parse(std::ifstream(record));
+  EXPECT_EQ(rec["summary"]["epochs_run"], 1);
+  EXPECT_EQ(rec["stopped"]["in_epoch"], 2);
+  c.sigint_at_step = -1;
+  c.resume = true;
+  const auto resumed = train::train(c);
+  ASSERT_EQ(resumed.weights.size(), whole.weights.size());
+  for (size_t i = 0; i < whole.weights.size(); ++i)
+    ASSERT_NEAR(resumed.weights[i], whole.weights[i], 1e-4 * (1 + std::fabs(whole.weights[i]))) << i;
 }
 
 // bf16 and fp16 train end to end (graphs, on-device data), fp16 reports its skipped steps.

@@ -2,11 +2,13 @@
 // columns, and the observations follow the numbers.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "backend/cuda/runtime.h"
+#include "core/interrupt.h"
 #include "core/version.h"
 #include "lab/lab.h"
 #include "report/plot.h"
@@ -176,6 +178,31 @@ TEST(Lab, ResumeReusesTheFinishedRunsOfAnInterruptedLab) {
   }
 }
 
+TEST(Lab, CtrlCEndsTheLabAndResumeReusesTheRunsThatFinished) {
+  TempDir dir;
+  lab::LabConfig c = tiny_lab(dir.path);
+  c.experiments = {"batch"};
+  c.sigint_in_run = 3;  // the base run, its noise twin (no record), then batch 8: stopped in its first epoch
+  try {
+    lab::run_lab(c);
+    FAIL() << "the lab was not stopped";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.signal(), SIGINT);
+    EXPECT_NE(std::string(e.what()).find("the lab was stopped by SIGINT (Ctrl-C) during its run of batch 8"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("1 run had finished"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("--resume"), std::string::npos);
+  }
+  const fs::path runs = dir.path / "runs";
+  EXPECT_EQ(records_in(runs), 1u);
+  EXPECT_FALSE(fs::exists(dir.path / "README.md"));  // no report of a lab that stopped
+  c.sigint_in_run = 0;
+  c.resume = true;
+  lab::run_lab(c);
+  EXPECT_EQ(json::parse(slurp(dir.path / "lab.json"))["reused_runs"], 1);
+  EXPECT_EQ(records_in(runs), 3u);
+}
+
 TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {
   const json machine = {{"hostname", "h"}, {"cpu", {{"model", "EPYC"}, {"cores", 2}}}, {"gpus", json::array()}};
   const json config = {{"model", "small"}, {"device", "auto"}, {"batch_size", 32}, {"threads", 0}};
@@ -206,6 +233,9 @@ TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {
   json unfinished = rec;
   unfinished.erase("summary");
   EXPECT_EQ(lab::resumable_run_key(unfinished, machine), "");
+  json stopped = rec;  // Ctrl-C'd: its finished epochs are fewer than the run asked for
+  stopped["stopped"] = {{"signal", "SIGINT (Ctrl-C)"}, {"in_epoch", 2}, {"epochs_asked", 5}};
+  EXPECT_EQ(lab::resumable_run_key(stopped, machine), "");
 }
 
 TEST(Lab, RefusesUnknownExperiments) {

@@ -3,12 +3,14 @@
 // diverging loss stop it with a clear message.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/interrupt.h"
 #include "core/version.h"
 #include "hw/cpu_info.h"
 #include "nn/graph.h"
@@ -112,6 +114,92 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
   // What resuming says: the epochs it trains, or that --epochs leaves none.
   EXPECT_NE(train::detail::resumed_line(c, 1).find("training epochs 2 to 3"), std::string::npos) << train::detail::resumed_line(c, 1);
   EXPECT_NE(train::detail::resumed_line(c, 3).find("nothing to train (raise --epochs"), std::string::npos) << train::detail::resumed_line(c, 3);
+}
+
+size_t json_files_in(const fs::path& dir) {
+  size_t n = 0;
+  for (const auto& f : fs::directory_iterator(dir)) n += f.path().extension() == ".json";
+  return n;
+}
+
+TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
+  TempDir dir;
+  auto c = tiny();
+  const auto whole = train::train(c);
+  const int64_t per_epoch = 1500 / 32;
+  c.checkpoint_dir = (dir.path / "ck").string();
+  c.runs_dir = (dir.path / "runs").string();
+  c.sigint_at_step = per_epoch + 5;  // in epoch 2
+  try {
+    train::train(c);
+    FAIL() << "the run was not stopped";
+  } catch (const Interrupted& e) {
+    EXPECT_EQ(e.signal(), SIGINT);
+    EXPECT_NE(std::string(e.what()).find("stopped by SIGINT (Ctrl-C) in epoch 2 of 3: the run record"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("keeps the 1 finished epoch"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("run the same command with --resume (the checkpoint in " + c.checkpoint_dir + " holds epoch 1)"),
+              std::string::npos) << e.hint();
+  }
+  // Handled only while the run lasts: SIGINT's action is the default again.
+  struct sigaction now {};
+  sigaction(SIGINT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  // The record keeps epoch 1 as it was measured, and says what stopped the run where.
+  ASSERT_EQ(json_files_in(c.runs_dir), 1u);
+  const nlohmann::json rec = nlohmann::json::parse(std::ifstream(fs::directory_iterator(c.runs_dir)->path()));
+  EXPECT_EQ(rec["summary"]["epochs_run"], 1);
+  EXPECT_EQ(rec["epochs"][0]["train_loss"], whole.epochs[0].train_loss);
+  EXPECT_EQ(rec["stopped"]["in_epoch"], 2);
+  EXPECT_EQ(rec["stopped"]["epochs_asked"], 3);
+  // Resumed, it ends as the run nobody stopped.
+  c.sigint_at_step = -1;
+  c.resume = true;
+  EXPECT_EQ(train::train(c).weights, whole.weights);
+  ASSERT_EQ(json_files_in(c.runs_dir), 2u);
+  // Stopped again before a new epoch finished: no record (its epochs are in the last one) and
+  // the checkpoint as it was.
+  const auto saved = fs::last_write_time(train::checkpoint_path(c.checkpoint_dir));
+  c.epochs = 5;
+  c.sigint_at_step = 3 * per_epoch + 1;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("stopped by SIGINT (Ctrl-C) in epoch 4 of 5 |"), std::string::npos)
+      << error_of([&] { train::train(c); });
+  EXPECT_EQ(json_files_in(c.runs_dir), 2u);
+  EXPECT_EQ(fs::last_write_time(train::checkpoint_path(c.checkpoint_dir)), saved);
+}
+
+// Ctrl-C's handling: the first signal asks, a second ends the process, and the handlers and
+// the request last as long as the outermost StopOnSignal.
+TEST(StopOnSignal, FirstSignalAsksASecondEndsTheProcess) {
+  {
+    const StopOnSignal outer;
+    {
+      const StopOnSignal inner;  // a training run inside a lab
+      std::raise(SIGTERM);
+      EXPECT_EQ(stop_signal(), SIGTERM);
+    }
+    EXPECT_EQ(stop_signal(), SIGTERM);  // the lab still sees it
+  }
+  EXPECT_EQ(stop_signal(), 0);
+  struct sigaction now {};
+  sigaction(SIGTERM, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
+  // A signal the process ignores (nohup, a background job) stays ignored.
+  std::signal(SIGINT, SIG_IGN);
+  {
+    const StopOnSignal guard;
+    std::raise(SIGINT);
+    EXPECT_EQ(stop_signal(), 0);
+  }
+  std::signal(SIGINT, SIG_DFL);
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        const StopOnSignal guard;
+        std::raise(SIGINT);
+        if (stop_signal() == SIGINT) std::raise(SIGINT);
+        std::_Exit(0);
+      },
+      ::testing::KilledBySignal(SIGINT), "");
 }
 
 TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {

@@ -10,6 +10,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/version.h"
 
 namespace {
@@ -73,7 +74,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", e.what(),
                  command ? ("dlperf " + first + " --help").c_str() : "dlperf help", command ? "its flags and their values" : "the commands");
     return 2;
+  } catch (const dlperf::Interrupted& e) {  // not an error: what finished was written
+    std::fflush(stdout);  // the lines printed before it come first, also when both go to one file
+    std::fprintf(stderr, "\ndlperf: %s\n", e.what());
+    if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
+    return 128 + e.signal();
   } catch (const dlperf::Error& e) {
+    std::fflush(stdout);
     std::fprintf(stderr, "\ndlperf: error: %s\n", e.what());
     if (!e.hint().empty()) std::fprintf(stderr, "  hint: %s\n", e.hint().c_str());
     return 1;

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/timer.h"
 #include "core/version.h"
 #include "hw/cpu_info.h"
@@ -71,7 +72,7 @@ std::string run_key_of_config(json config) {
 
 std::string resumable_run_key(const json& record, const json& machine) {
   if (!record.is_object() || record.value("command", "") != "train" || !record.contains("summary") ||
-      !record.contains("config") || record.contains("profile"))
+      !record.contains("config") || record.contains("profile") || record.contains("stopped"))
     return "";
   // Another build measured it: its numbers may not be this code's.
   if (record.value("dlperf_version", "") != dlperf_version() || record.value("dlperf_commit", "") != dlperf_commit()) return "";
@@ -120,6 +121,8 @@ class Runner {
     c.progress = false;
     try {
       train::train(c);
+    } catch (const Interrupted& e) {
+      throw stopped(e, "its warm-up run");
     } catch (const Error& e) {
       throw Error(fmt::format("the lab's base run ({} at batch {} on {}) cannot train: {}", c.model, c.batch, c.data, e.what()),
                   e.hint());
@@ -175,8 +178,9 @@ class Runner {
   /// The record files of this lab's runs (measured or reused), in the order they first ran.
   std::vector<std::string> record_paths() const {
     std::vector<std::string> out;
-    for (const std::string& key : order_)
-      if (const Outcome& o = cache_.at(key); o.ok && o.record.contains("record_path")) out.push_back(o.record["record_path"]);
+    for (const std::string& key : order_)  // a run in progress has a key in order_, and no outcome yet
+      if (auto it = cache_.find(key); it != cache_.end() && it->second.ok && it->second.record.contains("record_path"))
+        out.push_back(it->second.record["record_path"]);
     return out;
   }
 
@@ -212,10 +216,15 @@ class Runner {
     }
     Outcome o;
     try {
-      train::TrainResult r = train::train(c);
+      train::TrainConfig run = c;
+      if (++runs_ == lab_.sigint_in_run) run.sigint_at_step = 1;
+      train::TrainResult r = train::train(run);
       o.record = std::move(r.record);
       o.record["record_path"] = r.record_path;
       o.ok = o.record.contains("summary");
+    } catch (const Interrupted& e) {
+      if (!lab_.quiet) std::printf("stopped\n");
+      throw stopped(e, "its run of " + label);
     } catch (const Error& e) {
       o.error = e.what();
     }
@@ -230,6 +239,15 @@ class Runner {
     return o;
   }
 
+  /// A signal stopped the run `during`: the lab ends there, keeping its finished runs' records.
+  Interrupted stopped(const Interrupted& e, const std::string& during) const {
+    const size_t n = record_paths().size();
+    return Interrupted(e.signal(),
+                       fmt::format("the lab was stopped by {} during {}; {} run{} had finished, {} kept in {}", signal_name(e.signal()),
+                                   during, n, n == 1 ? "" : "s", n == 1 ? "its record is" : "their records are", base_.runs_dir),
+                       "go on where it stopped: the same dlperf lab command with --resume reuses the finished runs");
+  }
+
   const LabConfig& lab_;
   train::TrainConfig base_;
   double start_;
@@ -237,6 +255,7 @@ class Runner {
   std::vector<std::string> order_;  ///< cache_'s keys in the order the runs came
   std::map<std::string, json> earlier_;  ///< --resume: finished runs of an earlier lab, by configuration
   size_t reused_ = 0;
+  int runs_ = 0;  ///< training runs started (warm-up excluded)
 };
 
 // The measurements every experiment reports, from a run record.
@@ -438,6 +457,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   (void)nn::load_model(cfg.base_model);
   const bool quick = !*cfg.full;
   const double t0 = now_s();
+  const StopOnSignal stop_on_signal;  // Ctrl-C ends the lab after the run it stops, keeping the finished ones
   Runner runner(cfg, quick);
   runner.warm_up();
   const auto& b = runner.base();

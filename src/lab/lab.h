@@ -55,6 +55,7 @@ struct LabConfig {
   int max_workers = 0;                                 ///< 0 = bounded by the core count
   bool progress = true;
   bool quiet = false;                                  ///< tests
+  int sigint_in_run = 0;                               ///< tests: a Ctrl-C in the lab's Nth training run (1 = the first after the warm-up)
   /// Reuse the finished runs an interrupted lab left in <out>/runs (same configuration, machine
   /// and dlperf build: version and git commit) instead of running them again.
   bool resume = false;

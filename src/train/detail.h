@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/interrupt.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -60,6 +61,14 @@ std::string model_line(const nn::Graph& graph, const data::DataPair& data);
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done);
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.
 std::string final_accuracy(const nlohmann::json& summary);
+/// A run a signal stopped (core/interrupt.h) in epoch `stopped_in` (1-based): the unfinished epoch
+/// is dropped, and the record keeps the finished ones with a "stopped" entry saying so.
+nlohmann::json stopped_json(const TrainConfig& cfg, int64_t stopped_in);
+/// Whether the stopped run has a record to write: an epoch finished in this process (a resumed
+/// run's earlier epochs are in the record its own process wrote).
+inline bool keeps_record(const TrainResult& r, size_t resumed_epochs) { return r.epochs.size() > resumed_epochs; }
+/// What ends the command once the stopped run wrote what it finished: where that is, and how to go on.
+Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainResult& r);
 data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);
 /// Running totals of an epoch's training steps, and what they make of its EpochStats.
 struct EpochTally {

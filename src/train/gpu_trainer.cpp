@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <deque>
 #include <limits>
@@ -316,13 +317,14 @@ class GpuProfile {
     queued_.push_back({profile::Recorder::get().step(), wait_end});
     add_read_steps();
   }
-  /// Ends the recording: at the window's end, or at the end of the epoch it started in.
-  void stop() {
+  /// Ends the recording: at the window's end, or at the end of the epoch it started in. A
+  /// recording a signal cut short (`complete` false) is dropped: done() stays false.
+  void stop(bool complete = true) {
     net_.end_profile();
     add_read_steps();
     profile::Recorder::get().stop();
     mem_.set_observer(nullptr);
-    done_ = true;
+    done_ = complete;
   }
 
  private:
@@ -465,7 +467,8 @@ struct GpuRun {
 
   /// One epoch: its training steps (the host never waits for them; the loss and accuracy are
   /// summed on the GPU and read at the end, and when the progress bar redraws), then evaluation.
-  EpochStats epoch(int64_t epoch, bool bar) {
+  /// None when a signal stopped it (core/interrupt.h).
+  std::optional<EpochStats> epoch(int64_t epoch, bool bar) {
     mem.reset_peaks();
     EpochStats st;
     st.epoch = epoch + 1;
@@ -477,6 +480,13 @@ struct GpuRun {
     const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(*net, -1) : nullptr;
     int64_t seen = 0;
     for (int64_t i = 0; i < per_epoch; ++i) {
+      if (step == cfg.sigint_at_step) std::raise(SIGINT);
+      if (stop_signal() != 0) {
+        if (profile && profile->recording()) profile->stop(false);
+        net->tally(true);  // waits for the queued steps
+        progress.clear();
+        return std::nullopt;
+      }
       if (profile && profile->before_step(step) && cfg.profile_only) break;
       const bool timing = profile && profile->recording();
       const profile::Scope step_scope("step", profile::Phase::step);
@@ -566,7 +576,7 @@ struct GpuRun {
     const cuda::GraphNodes& nodes = net->step_nodes();
     if (net->graphed())
       r["gpu_step"]["graph_nodes"] = {{"kernels", nodes.kernels}, {"copies", nodes.copies}, {"memsets", nodes.memsets}, {"other", nodes.other}};
-    if (cfg.precision == "fp16") {  // dynamic loss scaling's account
+    if (cfg.precision == "fp16" && r.contains("summary")) {  // dynamic loss scaling's account
       const cuda::LossScale ls = net->loss_scale();
       r["summary"]["loss_scale_skips"] = ls.skipped;
       r["summary"]["final_loss_scale"] = ls.scale;
@@ -603,13 +613,20 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   const bool say = !cfg.quiet;
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
+  const size_t resumed_epochs = result.epochs.size();
   if (say) run.print_header(start_epoch, result.epochs);
   run.step = start_epoch * run.per_epoch;
   if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
   const bool bar = cfg.progress && isatty(STDERR_FILENO);
+  int64_t stopped_in = 0;  // the epoch a signal stopped (1-based), or 0
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
-    result.epochs.push_back(run.epoch(epoch, bar));
+    std::optional<EpochStats> st = run.epoch(epoch, bar);
+    if (!st) {
+      stopped_in = epoch + 1;
+      break;
+    }
+    result.epochs.push_back(*st);
     if (say) {
       std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
       std::fflush(stdout);
@@ -618,16 +635,18 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
   }
   result.record = run.record(result.epochs);
+  if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);
   if (say) run.print_summary(result);
-  if (cfg.profile) {
+  if (cfg.profile && (stopped_in == 0 || run.profiled())) {
     const cuda::GraphNodes& nodes = run.net->step_nodes();
     finish_profile(cfg, run.graph, gpu_ceilings(run.info, cfg.precision), run.mem.stats(), result, run.net->graphed() ? nodes.kernels : 0);
   }
-  if (!cfg.runs_dir.empty()) {
+  if (!cfg.runs_dir.empty() && (stopped_in == 0 || keeps_record(result, resumed_epochs))) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}-cuda", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
+  if (stopped_in > 0) throw stopped_run(cfg, stopped_in, result);
   result.weights = run.net->parameters();
   return result;
 }

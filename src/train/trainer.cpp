@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <csignal>
 #include <cmath>
 #include <cstring>
 #include <ctime>
@@ -71,6 +72,26 @@ std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done) {
                                ? fmt::format(", and --epochs is {}: nothing to train (raise --epochs to train further)", cfg.epochs)
                                : fmt::format(", training epochs {} to {}", epochs_done + 1, cfg.epochs);
   return fmt::format("resumed from {} after epoch {}{}\n", checkpoint_path(cfg.checkpoint_dir), epochs_done, left);
+}
+
+json stopped_json(const TrainConfig& cfg, int64_t stopped_in) {
+  return {{"signal", signal_name(stop_signal())}, {"in_epoch", stopped_in}, {"epochs_asked", cfg.epochs}};
+}
+
+Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainResult& r) {
+  const int sig = stop_signal();
+  const size_t done = r.epochs.size();
+  std::string what = fmt::format("stopped by {} in epoch {} of {}", signal_name(sig), stopped_in, cfg.epochs);
+  if (!r.record_path.empty())
+    what += fmt::format(": the run record {} keeps the {} finished epoch{}", r.record_path, done, done == 1 ? "" : "s");
+  std::string hint;
+  if (cfg.profile_only) hint = "";
+  else if (!cfg.checkpoint_dir.empty() && done > 0)
+    hint = fmt::format("to go on, run the same command with --resume (the checkpoint in {} holds epoch {})", cfg.checkpoint_dir,
+                       r.epochs.back().epoch);
+  else if (cfg.checkpoint_dir.empty())
+    hint = "a run with --checkpoint DIR saves every epoch, and --resume goes on from there";
+  return Interrupted(sig, what, hint);
 }
 
 std::string final_accuracy(const json& summary) {
@@ -470,8 +491,8 @@ struct Run {
     std::fflush(stdout);
   }
 
-  /// One epoch of training, then evaluation.
-  EpochStats epoch(int64_t epoch, bool bar) {
+  /// One epoch of training, then evaluation; none when a signal stopped it (core/interrupt.h).
+  std::optional<EpochStats> epoch(int64_t epoch, bool bar) {
     EpochStats st;
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
@@ -480,6 +501,12 @@ struct Run {
     const double t_start = now_s(), j_start = energy.available() ? energy.joules() : 0;
     profile::Recorder& rec = profile::Recorder::get();
     for (int64_t i = 0;; ++i) {
+      if (opt.steps_done() == cfg.sigint_at_step) std::raise(SIGINT);
+      if (stop_signal() != 0) {  // an unfinished recording is dropped: profiled_ stays false
+        if (rec.on()) rec.stop();
+        progress.clear();
+        return std::nullopt;
+      }
       if (profiling_ && !profiled_) {  // i < per_epoch: a step follows (the loader's end is no step)
         if (i < per_epoch && window->starts_at(steps_run)) rec.start();
         if (rec.on() && (window->ends_at(steps_run) || i == per_epoch)) {
@@ -567,6 +594,7 @@ struct Run {
 
 TrainResult train(const TrainConfig& cfg) {
   validate(cfg);
+  const StopOnSignal stop_on_signal;  // Ctrl-C stops at the next step and keeps the finished epochs
   // A profile an earlier run left recording (it threw mid-window) must not record this one.
   if (profile::Recorder::get().on()) profile::Recorder::get().stop();
   const bool say = !cfg.quiet;
@@ -606,16 +634,23 @@ TrainResult train(const TrainConfig& cfg) {
 
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
+  const size_t resumed_epochs = result.epochs.size();
   if (say) run.print_header(start_epoch, result.epochs, threads);
 
   run.net.set_timing(cfg.layer_times);
   run.profiling_ = cfg.profile;
   if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
   const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
+  int64_t stopped_in = 0;  // the epoch a signal stopped (1-based), or 0
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
     HostAllocator::instance().reset_peaks();
-    result.epochs.push_back(run.epoch(epoch, bar));
+    std::optional<EpochStats> st = run.epoch(epoch, bar);
+    if (!st) {
+      stopped_in = epoch + 1;
+      break;
+    }
+    result.epochs.push_back(*st);
     if (say) {
       std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
       std::fflush(stdout);
@@ -625,19 +660,22 @@ TrainResult train(const TrainConfig& cfg) {
   }
 
   result.record = run.record(result.epochs, threads);
+  if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);
   if (say && result.record.contains("summary")) {
     const json& s = result.record["summary"];
     std::printf("\ndone: %zu epoch%s in %.1f s of training (%.0f img/s), %s, peak tracked memory %s (process RSS %s)\n",
                 result.epochs.size(), result.epochs.size() == 1 ? "" : "s", s["train_s"].get<double>(), s["images_per_s"].get<double>(),
                 final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
   }
-  if (cfg.layer_times) layer_times(run.net, threads, result.record, say);
-  if (cfg.profile) finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
-  if (!cfg.runs_dir.empty()) {
+  if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
+  if (cfg.profile && (stopped_in == 0 || run.profiled_))
+    finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
+  if (!cfg.runs_dir.empty() && (stopped_in == 0 || keeps_record(result, resumed_epochs))) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
+  if (stopped_in > 0) throw stopped_run(cfg, stopped_in, result);
   for (auto& [name, v] : snapshot(run.net, nullptr)) result.weights.insert(result.weights.end(), v.begin(), v.end());
   return result;
 }

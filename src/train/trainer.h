@@ -41,6 +41,7 @@ struct TrainConfig {
   bool progress = true;       ///< progress bar when stderr is a terminal
   bool layer_times = false;   ///< time every layer (adds a clock read per layer)
   int64_t stop_after_epochs = 0;  ///< tests: stop early as if interrupted (0 = never)
+  int64_t sigint_at_step = -1;    ///< tests: raise SIGINT before the run's step N (from 0, over all epochs), as a Ctrl-C then would
   // Profiling (docs/profile.md): record steps [profile_skip, profile_skip + profile_steps),
   // counted from the first step this run trains (in any epoch), then report them.
   bool profile = false;
