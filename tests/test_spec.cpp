@@ -97,6 +97,13 @@ TEST(SpecErrors, SayWhatIsWrongAndWhere) {
   std::string fit = err({{{"type", "conv2d"}, {"name", "big"}, {"out_channels", 4}, {"kernel", 40}}});
   EXPECT_TRUE(has(fit, "layer 'big' (conv2d)")) << fit;
   EXPECT_TRUE(has(fit, "does not fit a 28x28 input")) << fit;
+  // A window one pixel too wide fits nowhere either (28 -> 14 -> 7 -> 3 -> 1, then a 2x2 pooling).
+  json pools = json::array();
+  for (int i = 0; i < 5; ++i) pools.push_back({{"type", "maxpool2d"}, {"name", fmt::format("p{}", i + 1)}, {"kernel", 2}});
+  fit = err(pools);
+  EXPECT_TRUE(has(fit, "layer 'p5' (maxpool2d): maxpool2d with kernel 2 stride 2 padding 0 does not fit a 1x1 input")) << fit;
+  fit = err({{{"type", "conv2d"}, {"out_channels", 4}, {"kernel", 29}, {"stride", 2}}});
+  EXPECT_TRUE(has(fit, "does not fit a 28x28 input")) << fit;
   EXPECT_TRUE(has(err({{{"type", "linear"}, {"name", "fc"}, {"out_features", 10}}}), "layer 'fc' (linear): linear expects a 2-D input"));
   EXPECT_TRUE(has(err({{{"type", "relu"}}, {{"type", "add"}, {"from", "nothere"}}}), "no earlier layer named 'nothere'"));
   EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"out_channels", 3}}, {{"type", "flatten"}},

@@ -20,7 +20,7 @@ void show(const std::string& name, const std::string& input, int64_t classes, bo
     std::printf("%s\n", nn::resolved_json(spec, g).dump(2).c_str());
     return;
   }
-  std::printf("%s: %s\ninput %s, %lld classes (per image)\n\n", spec.name.c_str(), spec.description.c_str(), input.c_str(),
+  std::printf("%s%s\ninput %s, %lld classes (per image)\n\n", spec.name.c_str(), spec.description.empty() ? "" : (": " + spec.description).c_str(), input.c_str(),
               (long long)classes);
   report::Table t({"layer", "type", "output", "params", "fwd MFLOP", "bwd MFLOP", "activation"});
   for (const auto& n : g.nodes)

@@ -79,7 +79,10 @@ OpCost cost(OpKind kind, const OpAttrs& a, const std::vector<Dims>& inputs, doub
 
 /// Output size of a convolution or pooling window along one axis.
 inline int64_t window_out(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
-  return (in + 2 * pad - kernel) / stride + 1;
+  const int64_t span = in + 2 * pad - kernel;  // where the last window may start
+  // A window wider than its padded input fits nowhere: C++ division truncates toward zero, and
+  // span / stride + 1 would then call a 2x2 pooling of a 1x1 input 1x1.
+  return span < 0 ? 0 : span / stride + 1;
 }
 
 /// A pooling of 2x2 windows at stride 2 without padding (every preset's): windows that never
