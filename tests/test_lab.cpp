@@ -106,9 +106,7 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
     }
   }
   // Every measured row has its run record, and the GPU rows say why they are missing.
-  size_t records = 0;
-  for (const auto& f : fs::directory_iterator(dir.path / "runs")) records += f.path().extension() == ".json";
-  EXPECT_GE(records, 7u);  // distinct runs: 2 devices' workloads, 4 batch rows less the shared one, 2 models ...
+  EXPECT_GE(records_in(dir.path / "runs"), 7u);  // distinct runs: 2 devices' workloads, 4 batch rows less the shared one, 2 models ...
   // One configuration, one run: the device experiment's CPU row of the base model and batch is
   // the base run the batch experiment shows (--device auto is the CPU here), not a second
   // measurement of it.
@@ -129,12 +127,6 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
       EXPECT_FALSE(r["note"].get<std::string>().empty());
     }
   EXPECT_NE(readme.find("## Machine"), std::string::npos);
-}
-
-size_t records_in(const fs::path& runs) {
-  size_t n = 0;
-  for (const auto& f : fs::directory_iterator(runs)) n += f.path().extension() == ".json";
-  return n;
 }
 
 // An interrupted lab (here: one that ran the batch experiment only) leaves its finished runs;

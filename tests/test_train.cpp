@@ -116,12 +116,6 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
   EXPECT_NE(train::detail::resumed_line(c, 3).find("nothing to train (raise --epochs"), std::string::npos) << train::detail::resumed_line(c, 3);
 }
 
-size_t json_files_in(const fs::path& dir) {
-  size_t n = 0;
-  for (const auto& f : fs::directory_iterator(dir)) n += f.path().extension() == ".json";
-  return n;
-}
-
 TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
   TempDir dir;
   auto c = tiny();
@@ -145,7 +139,7 @@ TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
   sigaction(SIGINT, nullptr, &now);
   EXPECT_EQ(now.sa_handler, SIG_DFL);
   // The record keeps epoch 1 as it was measured, and says what stopped the run where.
-  ASSERT_EQ(json_files_in(c.runs_dir), 1u);
+  ASSERT_EQ(records_in(c.runs_dir), 1u);
   const nlohmann::json rec = nlohmann::json::parse(std::ifstream(fs::directory_iterator(c.runs_dir)->path()));
   EXPECT_EQ(rec["summary"]["epochs_run"], 1);
   EXPECT_EQ(rec["epochs"][0]["train_loss"], whole.epochs[0].train_loss);
@@ -155,7 +149,7 @@ TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
   c.sigint_at_step = -1;
   c.resume = true;
   EXPECT_EQ(train::train(c).weights, whole.weights);
-  ASSERT_EQ(json_files_in(c.runs_dir), 2u);
+  ASSERT_EQ(records_in(c.runs_dir), 2u);
   // Stopped again before a new epoch finished: no record (its epochs are in the last one) and
   // the checkpoint as it was.
   const auto saved = fs::last_write_time(train::checkpoint_path(c.checkpoint_dir));
@@ -163,7 +157,7 @@ TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
   c.sigint_at_step = 3 * per_epoch + 1;
   EXPECT_NE(error_of([&] { train::train(c); }).find("stopped by SIGINT (Ctrl-C) in epoch 4 of 5 |"), std::string::npos)
       << error_of([&] { train::train(c); });
-  EXPECT_EQ(json_files_in(c.runs_dir), 2u);
+  EXPECT_EQ(records_in(c.runs_dir), 2u);
   EXPECT_EQ(fs::last_write_time(train::checkpoint_path(c.checkpoint_dir)), saved);
 }
 

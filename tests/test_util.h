@@ -57,6 +57,13 @@ struct TempDir {
   TempDir& operator=(const TempDir&) = delete;
 };
 
+/// How many run records (.json files) `dir` holds.
+inline size_t records_in(const std::filesystem::path& dir) {
+  size_t n = 0;
+  for (const auto& f : std::filesystem::directory_iterator(dir)) n += f.path().extension() == ".json";
+  return n;
+}
+
 /// A quiet training run's settings (no console output, no progress bar, no run record).
 inline train::TrainConfig quiet_run(const std::string& model, const std::string& data, int64_t batch, int64_t epochs,
                                     const std::string& device) {

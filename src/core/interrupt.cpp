@@ -45,8 +45,6 @@ StopOnSignal::~StopOnSignal() {
 
 int stop_signal() { return g_stop; }
 
-void request_stop(int signal) { g_stop = signal; }
-
 std::string signal_name(int signal) {
   if (signal == SIGINT) return "SIGINT (Ctrl-C)";
   if (signal == SIGTERM) return "SIGTERM";

@@ -22,8 +22,6 @@ class StopOnSignal {
 
 /// The signal that asked to stop (SIGINT or SIGTERM), or 0.
 int stop_signal();
-/// Asks to stop as `signal` would (tests; the handler).
-void request_stop(int signal);
 
 /// Thrown once a stopped command has written what it finished: the CLI prints it (not as an
 /// error) and exits with 128 + the signal, as a shell reports a process the signal ended.

@@ -5,8 +5,12 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -61,6 +65,26 @@ std::string model_line(const nn::Graph& graph, const data::DataPair& data);
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done);
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.
 std::string final_accuracy(const nlohmann::json& summary);
+/// The epochs both trainers run from `start_epoch` (`Run`, `GpuRun`): each one's row on the
+/// console and a checkpoint after it. Returns the epoch a signal stopped (1-based; it is not in
+/// `epochs`), or 0.
+template <class TrainingRun>
+int64_t run_epochs(const TrainConfig& cfg, TrainingRun& run, int64_t start_epoch, std::vector<EpochStats>& epochs) {
+  const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
+  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
+    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
+    std::optional<EpochStats> st = run.epoch(epoch, bar);
+    if (!st) return epoch + 1;
+    epochs.push_back(*st);
+    if (!cfg.quiet) {
+      std::fputs(epoch_row(epochs.back()).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    if (cfg.profile_only && run.profiled()) break;  // dlperf profile writes no checkpoint: its epoch stopped early
+    if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, epochs);
+  }
+  return 0;
+}
 /// A run a signal stopped (core/interrupt.h) in epoch `stopped_in` (1-based): the unfinished epoch
 /// is dropped, and the record keeps the finished ones with a "stopped" entry saying so.
 nlohmann::json stopped_json(const TrainConfig& cfg, int64_t stopped_in);

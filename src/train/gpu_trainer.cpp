@@ -617,23 +617,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   if (say) run.print_header(start_epoch, result.epochs);
   run.step = start_epoch * run.per_epoch;
   if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
-  const bool bar = cfg.progress && isatty(STDERR_FILENO);
-  int64_t stopped_in = 0;  // the epoch a signal stopped (1-based), or 0
-  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
-    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
-    std::optional<EpochStats> st = run.epoch(epoch, bar);
-    if (!st) {
-      stopped_in = epoch + 1;
-      break;
-    }
-    result.epochs.push_back(*st);
-    if (say) {
-      std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
-      std::fflush(stdout);
-    }
-    if (cfg.profile_only && run.profiled()) break;  // dlperf profile writes no checkpoint: its epoch stopped early
-    if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
-  }
+  const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
   result.record = run.record(result.epochs);
   if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);
   if (say) run.print_summary(result);

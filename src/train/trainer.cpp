@@ -84,12 +84,11 @@ Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainR
   std::string what = fmt::format("stopped by {} in epoch {} of {}", signal_name(sig), stopped_in, cfg.epochs);
   if (!r.record_path.empty())
     what += fmt::format(": the run record {} keeps the {} finished epoch{}", r.record_path, done, done == 1 ? "" : "s");
-  std::string hint;
-  if (cfg.profile_only) hint = "";
-  else if (!cfg.checkpoint_dir.empty() && done > 0)
+  std::string hint;  // none for dlperf profile, which saves nothing
+  if (!cfg.profile_only && !cfg.checkpoint_dir.empty() && done > 0)
     hint = fmt::format("to go on, run the same command with --resume (the checkpoint in {} holds epoch {})", cfg.checkpoint_dir,
                        r.epochs.back().epoch);
-  else if (cfg.checkpoint_dir.empty())
+  else if (!cfg.profile_only && cfg.checkpoint_dir.empty())
     hint = "a run with --checkpoint DIR saves every epoch, and --resume goes on from there";
   return Interrupted(sig, what, hint);
 }
@@ -457,6 +456,8 @@ struct Run {
   int64_t per_epoch, total_steps;
   hw::EnergyMeter energy;
   bool profiling_ = false, profiled_ = false;
+  /// Whether the profile's window has been recorded.
+  bool profiled() const { return profiled_; }
   std::optional<detail::ProfileWindow> window;  ///< set when profiling
   int64_t steps_run = 0;                        ///< steps this run has trained (the window counts them)
 
@@ -493,6 +494,7 @@ struct Run {
 
   /// One epoch of training, then evaluation; none when a signal stopped it (core/interrupt.h).
   std::optional<EpochStats> epoch(int64_t epoch, bool bar) {
+    HostAllocator::instance().reset_peaks();  // the epoch's own peaks
     EpochStats st;
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
@@ -640,24 +642,7 @@ TrainResult train(const TrainConfig& cfg) {
   run.net.set_timing(cfg.layer_times);
   run.profiling_ = cfg.profile;
   if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
-  const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
-  int64_t stopped_in = 0;  // the epoch a signal stopped (1-based), or 0
-  for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
-    if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
-    HostAllocator::instance().reset_peaks();
-    std::optional<EpochStats> st = run.epoch(epoch, bar);
-    if (!st) {
-      stopped_in = epoch + 1;
-      break;
-    }
-    result.epochs.push_back(*st);
-    if (say) {
-      std::fputs(epoch_row(result.epochs.back()).c_str(), stdout);
-      std::fflush(stdout);
-    }
-    if (cfg.profile_only && run.profiled_) break;  // dlperf profile writes no checkpoint: its epoch stopped early
-    if (!cfg.checkpoint_dir.empty()) run.save(epoch + 1, result.epochs);
-  }
+  const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
 
   result.record = run.record(result.epochs, threads);
   if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);
@@ -668,7 +653,7 @@ TrainResult train(const TrainConfig& cfg) {
                 final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
   }
   if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
-  if (cfg.profile && (stopped_in == 0 || run.profiled_))
+  if (cfg.profile && (stopped_in == 0 || run.profiled()))
     finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
   if (!cfg.runs_dir.empty() && (stopped_in == 0 || keeps_record(result, resumed_epochs))) {
     result.record_path = write_record(result.record, cfg.runs_dir,
