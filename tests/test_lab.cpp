@@ -244,6 +244,10 @@ TEST(Lab, BadSettingsStopTheLabAndALabThatTrainedNothingFails) {
   lab::LabConfig c = tiny_lab(dir.path);
   c.models = {"small", "nosuch"};
   EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("model 'nosuch' is neither a preset"), std::string::npos);
+  c = tiny_lab(dir.path / "report");
+  std::ofstream(dir.path / "report") << "a file where the report folder would go";
+  // Refused before the base run, which would have failed first, unable to write its record.
+  EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("cannot create the report folder"), std::string::npos);
   c = tiny_lab(dir.path);
   c.data = (dir.path / "missing").string();
   EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("the lab's base run (small at batch 32 on"), std::string::npos);

@@ -455,6 +455,10 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   // Every model now, not at its row minutes later (load_model names the presets if one is wrong).
   for (const auto& m : cfg.models) (void)nn::load_model(m);
   (void)nn::load_model(cfg.base_model);
+  // The report folder now, not after every run has failed to write its record into it.
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs", ec);
+  check(!ec, fmt::format("cannot create the report folder {}: {}", cfg.out, ec.message()), "pick a writable --out directory");
   const bool quick = !*cfg.full;
   const double t0 = now_s();
   const StopOnSignal stop_on_signal;  // Ctrl-C ends the lab after the run it stops, keeping the finished ones
