@@ -614,9 +614,10 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
   const size_t resumed_epochs = result.epochs.size();
-  if (say) run.print_header(start_epoch, result.epochs);
   run.step = start_epoch * run.per_epoch;
+  // Before the header, so a profile window past the run's end is refused before anything prints.
   if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
+  if (say) run.print_header(start_epoch, result.epochs);
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
   result.record = run.record(result.epochs);
   if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);

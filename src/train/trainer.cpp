@@ -637,11 +637,12 @@ TrainResult train(const TrainConfig& cfg) {
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
   const size_t resumed_epochs = result.epochs.size();
+  // Before the header, so a profile window past the run's end is refused before anything prints.
+  if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
   if (say) run.print_header(start_epoch, result.epochs, threads);
 
   run.net.set_timing(cfg.layer_times);
   run.profiling_ = cfg.profile;
-  if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
 
   result.record = run.record(result.epochs, threads);
