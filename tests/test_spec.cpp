@@ -93,6 +93,9 @@ TEST(SpecErrors, SayWhatIsWrongAndWhere) {
   EXPECT_TRUE(has(err({{{"type", "linear"}}}), "needs out_features"));
   EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"out_channels", "many"}}}), "'out_channels' must be an integer"));
   EXPECT_TRUE(has(err({{{"type", "dropout"}, {"p", 1.5}}}), "p must be in [0, 1)"));
+  EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"eps", 0}}}), "eps must be in (0, 1), got 0"));
+  EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", 2}}}), "momentum must be in [0, 1], got 2"));
+  EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", -0.1}}}), "momentum must be in [0, 1], got -0.1"));
   // Shapes that do not fit name the layer and the input it got.
   std::string fit = err({{{"type", "conv2d"}, {"name", "big"}, {"out_channels", 4}, {"kernel", 40}}});
   EXPECT_TRUE(has(fit, "layer 'big' (conv2d)")) << fit;

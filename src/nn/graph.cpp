@@ -111,6 +111,12 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
       check(s.out_is_classes || a.out_features > 0, where + ": out_features must be > 0 or \"classes\"");
     }
     if (s.kind == OpKind::dropout) check(a.p >= 0 && a.p < 1, where + ": p must be in [0, 1)");
+    if (s.kind == OpKind::batchnorm2d) {
+      // eps 0 divides by zero on a channel that is constant over the batch (a dead relu's, say).
+      check(a.eps > 0 && a.eps < 1, fmt::format("{}: eps must be in (0, 1), got {}", where, a.eps));
+      // The running statistics move by `momentum` of the way to the batch's (PyTorch's meaning).
+      check(a.momentum >= 0 && a.momentum <= 1, fmt::format("{}: momentum must be in [0, 1], got {}", where, a.momentum));
+    }
     if (s.kind == OpKind::add) {
       check(l.contains("from") && l["from"].is_string(), where + ": needs \"from\": the name of the layer to add");
       s.from = l["from"];
