@@ -205,9 +205,16 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   c.resume = true;
   c.model = "medium";
   EXPECT_NE(error_of([&] { train::train(c); }).find("is for model small"), std::string::npos);
+  c.model = "small";
+  c.data = "synthetic:3x12x12:1500";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("was trained on 1x12x12 images (synthetic:1x12x12:1500), not 3x12x12"),
+            std::string::npos);
+  c.data = tiny().data;
+  c.optimizer.name = "adamw";
+  EXPECT_NE(error_of([&] { train::train(c); }).find("holds sgd's state, not adamw's"), std::string::npos);
+  c.optimizer.name = "sgd";
   const auto path = train::checkpoint_path(c.checkpoint_dir);
   fs::resize_file(path, fs::file_size(path) - 8);
-  c.model = "small";
   EXPECT_NE(error_of([&] { train::train(c); }).find("truncated"), std::string::npos);
   std::ofstream(path) << "garbage";
   EXPECT_NE(error_of([&] { train::train(c); }).find("not a dlperf checkpoint"), std::string::npos);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 namespace dlperf::train {
 
 namespace fs = std::filesystem;
+using json = nlohmann::json;
 static constexpr char kMagic[8] = {'D', 'L', 'P', 'E', 'R', 'F', 'C', 'K'};
 
 std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.dlperf").string(); }
@@ -108,11 +110,26 @@ const std::vector<float>& checkpoint_tensor(const Checkpoint& ck, const std::str
   return it->second;
 }
 
-void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, const std::string& model, int64_t batch) {
+void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, const std::string& model, int64_t batch,
+                              const Dims& input, const std::string& optimizer) {
   check(ck.meta.value("model", "") == model && ck.meta.value("batch_size", int64_t(0)) == batch,
         fmt::format("the checkpoint in {} is for model {} at batch size {}, not {} at {}", dir, ck.meta.value("model", "?"),
                     ck.meta.value("batch_size", int64_t(0)), model, batch),
         "resume with the same --model and --batch-size");
+  // Said here rather than as a tensor of the wrong size or a missing optimizer state, which read
+  // as if the model were another one.
+  const json config = ck.meta.value("config", json::object());
+  if (ck.meta.contains("input") && input.size() == 4) {
+    const Dims was = ck.meta["input"].get<Dims>();
+    check(was.size() == 4 && std::equal(was.begin() + 1, was.end(), input.begin() + 1),
+          fmt::format("the checkpoint in {} was trained on {} images ({}), not {}", dir,
+                      was.size() == 4 ? fmt::format("{}x{}x{}", was[1], was[2], was[3]) : "other", config.value("data", "?"),
+                      fmt::format("{}x{}x{}", input[1], input[2], input[3])),
+          "resume with the same --data");
+  }
+  if (const std::string was = config.value("optimizer", ""); !was.empty())
+    check(was == optimizer, fmt::format("the checkpoint in {} holds {}'s state, not {}'s", dir, was, optimizer),
+          fmt::format("resume with --optimizer {}", was));
 }
 
 }  // namespace dlperf::train

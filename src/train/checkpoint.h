@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor.h"
+
 namespace dlperf::train {
 
 struct Checkpoint {
@@ -28,7 +30,9 @@ std::string checkpoint_path(const std::string& dir);
 /// sized for another model. Names are the CPU engine's ("conv1.weight", "bn1.running_mean",
 /// "fc.weight.momentum"), so a checkpoint resumes on either device.
 const std::vector<float>& checkpoint_tensor(const Checkpoint& ck, const std::string& name, size_t count);
-/// Throws unless `ck` was written for this model and batch size.
-void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, const std::string& model, int64_t batch);
+/// Throws unless `ck` was written for this model, batch size, input shape (N, C, H, W; the
+/// batch is not compared) and optimizer.
+void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, const std::string& model, int64_t batch,
+                              const Dims& input, const std::string& optimizer);
 
 }  // namespace dlperf::train

@@ -433,7 +433,7 @@ struct GpuRun {
   /// A missing, damaged or mismatched checkpoint is refused (before anything is printed).
   int64_t resume(std::vector<EpochStats>& history) {
     const Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
-    check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch);
+    check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch, graph.input, cfg.optimizer.name);
     net->restore([&](const std::string& name, size_t count) -> const std::vector<float>& { return checkpoint_tensor(ck, name, count); },
                  cfg.optimizer, ck.meta.at("optimizer_steps").get<int64_t>());
     for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));

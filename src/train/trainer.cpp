@@ -472,7 +472,7 @@ struct Run {
   /// Restores weights, optimizer state and history; returns the epochs already done.
   int64_t resume(std::vector<EpochStats>& history) {
     Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
-    check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch);
+    check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch, graph.input, cfg.optimizer.name);
     restore(net, opt, ck);
     opt.set_steps_done(ck.meta.at("optimizer_steps"));
     for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));
