@@ -66,6 +66,11 @@ TEST(Idx, ReadsRawAndGzipDirectories) {
     EXPECT_EQ(d.train.images[3], uint8_t(21));
     EXPECT_EQ(d.train.labels[13], 3);
   }
+  TempDir t;  // a test set from another dataset
+  write_idx_set(t.path, false);
+  write(t.path / "t10k-images-idx3-ubyte", idx_images(7, 5, 5));
+  EXPECT_NE(error_of([&] { data::load_data(t.path.string()); }).find("the training images are 6x5 and the test images 5x5"),
+            std::string::npos);
 }
 
 TEST(Idx, DamagedFilesGiveOneClearError) {

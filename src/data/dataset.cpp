@@ -37,7 +37,9 @@ DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok
   p.train = read_idx(paths[0], paths[1], name);
   p.test = read_idx(paths[2], paths[3], name);
   check(p.train.height == p.test.height && p.train.width == p.test.width,
-        fmt::format("{}: train and test images differ in size", dir.string()));
+        fmt::format("{}: the training images are {}x{} and the test images {}x{}", dir.string(), p.train.height, p.train.width,
+                    p.test.height, p.test.width),
+        "the train and t10k files must come from the same dataset");
   p.train.flip_ok = p.test.flip_ok = flip_ok;
   p.source = dir.string();
   return p;
