@@ -48,12 +48,13 @@ DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok
 DataPair load_cifar_dir(const fs::path& dir) {
   DataPair p;
   std::vector<std::string> train;
+  const char* needs = "a CIFAR-10 directory needs data_batch_1..5.bin and test_batch.bin";
   for (int i = 1; i <= 5; ++i) {
     auto f = dir / fmt::format("data_batch_{}.bin", i);
-    check(fs::exists(f), fmt::format("{} is missing", f.string()), "a CIFAR-10 directory needs data_batch_1..5.bin and test_batch.bin");
+    check(fs::exists(f), fmt::format("{} is missing", f.string()), needs);
     train.push_back(f.string());
   }
-  check(fs::exists(dir / "test_batch.bin"), fmt::format("{} is missing", (dir / "test_batch.bin").string()));
+  check(fs::exists(dir / "test_batch.bin"), fmt::format("{} is missing", (dir / "test_batch.bin").string()), needs);
   p.train = read_cifar10(train, "cifar10");
   p.test = read_cifar10({(dir / "test_batch.bin").string()}, "cifar10");
   p.source = dir.string();
