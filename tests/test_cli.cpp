@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <regex>
 #include <string>
 
 #include "test_util.h"
@@ -78,6 +79,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --json out.json", "--json requires --against"},
       {"plan --transformer gpt2-small --layers", "--layers excludes --transformer"},
       {"plan --transformer 12,768,12,1024,50257 --tp 5", "--tp 5 does not divide the 12 attention heads"},
+      {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
+      {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
       {"plan --against nonexistent.json", "none of the files given to --against is a training run record"},
       {"plan --against nonexistent.json", "skipped nonexistent.json: no such file"},
       {"plan --against damaged-record.json", "skipped damaged-record.json: a damaged run record: /config/batch_size is missing"},
@@ -127,6 +130,16 @@ TEST(Cli, GoodInputExitsZero) {
     EXPECT_EQ(o.exit_code, 0) << o.err;
     EXPECT_FALSE(o.out.empty());
   }
+}
+
+// GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
+// and $27428890.
+TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "plan --transformer gpt3-175b --tokens 300e9 --batch-size 1536 --targets h100-sxm");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(  \d+ years  )"))) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\$\d{1,3}(,\d{3}){2,}  )"))) << o.out;
 }
 
 // A real Ctrl-C (SIGINT) once the first epoch's row is out: training stops at its next step, says

@@ -56,10 +56,21 @@ std::string seconds(double s) {
   if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
   if (s < 120) return fmt::format("{:.1f} s", s);
   if (s < 7200) return fmt::format("{:.1f} min", s / 60);
-  return fmt::format("{:.1f} h", s / 3600);
+  if (s < 72 * 3600) return fmt::format("{:.1f} h", s / 3600);  // GPU-hours are how jobs are counted
+  constexpr double day = 86400, year = 365.25 * day;
+  if (s < 2 * year) return fmt::format("{:.1f} days", s / day);
+  return fmt::format("{:.3g} years", s / year);
 }
 
-std::string money(double x) { return x < 0 ? "-" : x < 100 ? fmt::format("${:.2f}", x) : fmt::format("${:.0f}", x); }
+// $12.50, $4,108,252; past a trillion dollars, $1.05e+13 (a plan of an absurd job stays readable).
+std::string money(double x) {
+  if (x < 0) return "-";
+  if (x < 100) return fmt::format("${:.2f}", x);
+  if (x >= 1e12) return fmt::format("${:.3g}", x);
+  std::string digits = fmt::format("{:.0f}", x);
+  for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(size_t(i), ",");
+  return "$" + digits;
+}
 std::string or_dash(double x, const char* f) { return x < 0 ? "-" : fmt::format(fmt::runtime(f), x); }
 
 // gCO2e per kWh: --grid-intensity, or the catalog's figure for --region.
@@ -124,7 +135,7 @@ void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::Cpu
     std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", double(per_device * dp) / w.step_s)};
     if (dp == 1) t1_weak = w.step_s;
     row.push_back(fmt::format("{:.0f}%", 100 * t1_weak / w.step_s));
-    if (global / dp >= 1) {
+    if (global % dp == 0) {  // strong scaling splits the global batch evenly, or not at all
       plan::JobSpec strong = rebuild(global / dp, g2);
       strong.layout.dp = dp;
       strong.global_batch = global;
@@ -146,6 +157,13 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   const double tokens = a.tokens > 0 ? a.tokens : 20 * n;  // Chinchilla's 20 tokens a parameter
   const double tokens_per_step = double(a.batch) * double(t.seq);
   const plan::StateBytes sb = plan::state_bytes_per_param(a.precision, a.optimizer);
+  // Each of the dp replicas takes whole micro-batches of the global batch, as Megatron and
+  // DeepSpeed require; 3 sequences over 4 devices would be planned as if each got 0.75.
+  const int64_t split = a.layout.dp * a.micro_batch;
+  check(a.batch % split == 0,
+        fmt::format("--batch-size {} does not split into --dp {} replicas of whole micro-batches of {} (--micro-batch): the global "
+                    "batch must be a multiple of {}", a.batch, a.layout.dp, a.micro_batch, split),
+        fmt::format("use --batch-size {}", (a.batch / split + 1) * split));
   // Checks the layout (--tp divides the heads, ...) before anything prints.
   const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout);
   std::printf("dlperf plan: Transformer %s (%lld layers, hidden %lld, %lld heads, sequence %lld, vocabulary %lld)\n\n", t.name.c_str(),
