@@ -196,7 +196,7 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
 }
 
 nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int threads, nlohmann::json& levels) {
-  std::printf("Memory bandwidth (STREAM byte counts; median of repeats, min-max in brackets):\n");
+  std::printf("\nMemory bandwidth (STREAM byte counts; median of repeats, min-max in brackets):\n");
   const auto points = bench::memory_bandwidth(o);
   report::Table t({"working set", "copy GB/s", "triad GB/s"});
   nlohmann::json rows = nlohmann::json::array();
@@ -259,11 +259,16 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
   return j;
 }
 
+// What `bench copy|launch|gpu-memory` measures, as its skipped or failed line names it.
+const char* gpu_bench_title(const std::string& what) {
+  return what == "copy" ? "Host-device copies" : what == "launch" ? "GPU launch latency" : "GPU memory bandwidth";
+}
+
 // GPU benchmarks: host<->device copies, launch latency, device-memory bandwidth. Without a GPU
 // (or the CUDA backend) they say why and record nothing.
 nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
   if (!bench::gpu::available()) {
-    std::printf("\nGPU %s: skipped: %s\n", what.c_str(), bench::gpu::why_not().c_str());
+    std::printf("\n%s: skipped: %s\n", gpu_bench_title(what), bench::gpu::why_not().c_str());
     return {{"skipped", bench::gpu::why_not()}};
   }
   const int device = a.gpu;
@@ -435,7 +440,8 @@ void add_bench(CLI::App& app, const Command& self) {
     if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
-    std::printf("dlperf bench on %s (%d threads, %s)\n\n", cpu.model.c_str(), threads, cpu.isa.c_str());
+    std::printf("dlperf bench on %s (%d threads, %s)\n",  // every section starts with its blank line
+                cpu.model.c_str(), threads, cpu.isa.c_str());
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
     nlohmann::json levels;
     if (args->what == "memory" || args->what == "all") out["memory"] = run_memory(args->opt, cpu, threads, levels);
@@ -456,7 +462,7 @@ void add_bench(CLI::App& app, const Command& self) {
     if (args->what == "gemm" || args->what == "all") out["gpu_gemm"] = guarded(*args, "GPU GEMM", [&] { return run_gpu_gemm(*args); });
     if (args->what == "conv" || args->what == "all") out["gpu_conv"] = guarded(*args, "GPU conv", [&] { return run_gpu_conv(*args); });
     for (const char* g : {"copy", "launch", "gpu-memory"})
-      if (args->what == g || args->what == "all") out[g] = guarded(*args, std::string("GPU ") + g, [&] { return run_gpu(g, *args); });
+      if (args->what == g || args->what == "all") out[g] = guarded(*args, gpu_bench_title(g), [&] { return run_gpu(g, *args); });
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
     if (args->what == "roofline") out["roofline"] = run_roofline(*args);
     if (args->what == "allreduce") {
