@@ -193,6 +193,20 @@ TEST(Lab, CtrlCEndsTheLabAndResumeReusesTheRunsThatFinished) {
   lab::run_lab(c);
   EXPECT_EQ(json::parse(slurp(dir.path / "lab.json"))["reused_runs"], 1);
   EXPECT_EQ(records_in(runs), 3u);
+  // Stopped in its first run, a lab has nothing to resume, and says so.
+  TempDir fresh;
+  c = tiny_lab(fresh.path);
+  c.experiments = {"batch"};
+  c.sigint_in_run = 1;
+  try {
+    lab::run_lab(c);
+    FAIL() << "the lab was not stopped";
+  } catch (const Interrupted& e) {
+    EXPECT_NE(std::string(e.what()).find("during its run of small at batch 32, before any run had finished"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(e.hint().find("start over"), std::string::npos);
+  }
 }
 
 TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {

@@ -242,6 +242,9 @@ class Runner {
   /// A signal stopped the run `during`: the lab ends there, keeping its finished runs' records.
   Interrupted stopped(const Interrupted& e, const std::string& during) const {
     const size_t n = record_paths().size();
+    if (n == 0)
+      return Interrupted(e.signal(), fmt::format("the lab was stopped by {} during {}, before any run had finished", signal_name(e.signal()), during),
+                         "run the same dlperf lab command again to start over");
     return Interrupted(e.signal(),
                        fmt::format("the lab was stopped by {} during {}; {} run{} had finished, {} kept in {}", signal_name(e.signal()),
                                    during, n, n == 1 ? "" : "s", n == 1 ? "its record is" : "their records are", base_.runs_dir),
@@ -452,6 +455,8 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   check(!cfg.models.empty() && !cfg.batches.empty(), "the lab needs at least one model and one batch size");
   for (const int64_t batch : cfg.batches)
     check(batch >= 1 && batch <= 65536, fmt::format("--batches: {} is not a batch size between 1 and 65536", batch));
+  check(cfg.base_batch >= 1 && cfg.base_batch <= 65536,
+        fmt::format("--batch-size: {} is not a batch size between 1 and 65536", cfg.base_batch));
   // Every model now, not at its row minutes later (load_model names the presets if one is wrong).
   for (const auto& m : cfg.models) (void)nn::load_model(m);
   (void)nn::load_model(cfg.base_model);
