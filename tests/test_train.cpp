@@ -257,9 +257,29 @@ TEST(Train, DivergenceStopsWithAClearMessage) {
   auto c = tiny();
   c.lr = 1e12;
   c.schedule.name = "constant";
-  const std::string e = error_of([&] { train::train(c); });
-  EXPECT_NE(e.find("training diverged"), std::string::npos) << e;
-  EXPECT_NE(e.find("lower --lr"), std::string::npos) << e;
+  TempDir ck;
+  c.checkpoint_dir = ck.path.string();
+  try {
+    train::train(c);
+    FAIL() << "a learning rate of 1e12 trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("training diverged: the loss became NaN at epoch 1, step "), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint(), "lower --lr (now 1000000000000)");  // no checkpoint to point to: no epoch finished
+  }
+  // Diverging after a finished epoch, it points to the checkpoint of that epoch.
+  c.lr = 0.05;
+  c.stop_after_epochs = 1;
+  train::train(c);
+  c.stop_after_epochs = 0;
+  c.resume = true;
+  c.lr = 1e12;
+  try {
+    train::train(c);
+    FAIL() << "a learning rate of 1e12 trained";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at epoch 2, step "), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("add --resume (the checkpoint in " + c.checkpoint_dir + " holds epoch 1)"), std::string::npos) << e.hint();
+  }
 }
 
 TEST(Train, MemoryEstimateIsTheMeasuredPeakAndGuardsRuns) {

@@ -455,9 +455,7 @@ struct GpuRun {
   }
 
   Error diverged(double loss, int64_t epoch, int64_t upto) const {
-    return Error(fmt::format("training diverged: the loss became {} during epoch {} (by step {} of {})", loss, epoch + 1, upto, per_epoch),
-                 fmt::format("lower --lr (now {}){}", cfg.lr,
-                             cfg.checkpoint_dir.empty() ? "" : "; the last good checkpoint is in " + cfg.checkpoint_dir));
+    return diverged_run(cfg, loss, fmt::format("during epoch {} (by step {} of {})", epoch + 1, upto, per_epoch), epoch);
   }
 
   void upload(const data::Batch& b) {

@@ -93,6 +93,16 @@ Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainR
   return Interrupted(sig, what, hint);
 }
 
+Error diverged_run(const TrainConfig& cfg, double loss, const std::string& when, int64_t finished_epochs) {
+  const std::string value = std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf";
+  std::string hint = fmt::format("lower --lr (now {})", cfg.lr);
+  // Only a checkpoint this run wrote or resumed from: an epoch finished, and it was saved.
+  if (!cfg.profile_only && !cfg.checkpoint_dir.empty() && finished_epochs > 0)
+    hint += fmt::format("; to go on from the last good epoch, add --resume (the checkpoint in {} holds epoch {})", cfg.checkpoint_dir,
+                        finished_epochs);
+  return Error(fmt::format("training diverged: the loss became {} {}", value, when), hint);
+}
+
 std::string final_accuracy(const json& summary) {
   const json& acc = summary.at("final_test_acc");
   if (acc.is_null()) return "test accuracy not measured (dlperf profile stops after its recorded steps)";
@@ -541,9 +551,7 @@ struct Run {
         r = net.loss(b->labels.data(), b->valid, cfg.label_smoothing, true);
       }
       if (!std::isfinite(r.loss))
-        throw Error(fmt::format("training diverged: the loss is {} at epoch {}, step {}", r.loss, epoch + 1, i + 1),
-                    fmt::format("lower --lr (now {}){}", cfg.lr,
-                                cfg.checkpoint_dir.empty() ? "" : "; the last good checkpoint is in " + cfg.checkpoint_dir));
+        throw diverged_run(cfg, r.loss, fmt::format("at epoch {}, step {}", epoch + 1, i + 1), epoch);
       net.backward();
       st.lr = nn::learning_rate(cfg.schedule, cfg.lr, step, total_steps, per_epoch);
       {
