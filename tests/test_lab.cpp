@@ -325,9 +325,9 @@ TEST(Lab, BatchObservationsFollowTheData) {
   e.noise_pct = 5;
   EXPECT_TRUE(says(lab::observe(e), "Batch 1024 trains about as fast as batch 16"));
 
-  e.rows[2] = {{"batch", 1024}, {"lr_rule", "linear"}, {"lr", 6.4}, {"status", "diverged"}, {"note", "the loss is nan"}};
+  e.rows[2] = {{"batch", 1024}, {"lr_rule", "linear"}, {"lr", 6.4}, {"status", "diverged"}, {"note", "the loss became NaN at epoch 1, step 4"}};
   obs = lab::observe(e);
-  EXPECT_TRUE(says(obs, "Batch 1024 with the linear lr diverged: the loss is nan"));
+  EXPECT_TRUE(says(obs, "Batch 1024 with the linear lr diverged: the loss became NaN at epoch 1, step 4"));
 }
 
 TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {

@@ -298,8 +298,12 @@ json measured_row(const json& rec) {
 
 // A row for an outcome: the measurements, or why there are none, plus the row's own keys.
 json row_of(const Runner::Outcome& o, json keys) {
-  json r = o.ok ? measured_row(o.record) : json{{"status", "diverged"}, {"note", o.error}};
-  if (!o.ok && o.error.find("diverged") == std::string::npos) r["status"] = "failed";
+  // A diverged run's status says so, and its note how ("the loss became NaN at epoch 1, step 4").
+  const std::string prefix = "training diverged: ";
+  const bool diverged = !o.ok && o.error.rfind(prefix, 0) == 0;
+  json r = o.ok       ? measured_row(o.record)
+           : diverged ? json{{"status", "diverged"}, {"note", o.error.substr(prefix.size())}}
+                      : json{{"status", "failed"}, {"note", o.error}};
   for (auto& [k, v] : keys.items()) r[k] = v;
   return r;
 }
