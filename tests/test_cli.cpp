@@ -58,6 +58,11 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --gzip", "--gzip requires --profile"},
       {"train --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"train --workers 100000", "--workers must be between 0 and 256"},  // not "needs 80 GB: lower --batch-size"
+      // Flags the run would ignore, or a warm-up it would not finish.
+      {"train --step-epochs 2", "--step-epochs sets when the step schedule decays, and this run's schedule is onecycle"},
+      {"train --optimizer adamw --momentum 0.5", "--momentum is SGD's, and this run's optimizer is adamw"},
+      {"profile --optimizer adamw --no-nesterov", "--no-nesterov is SGD's"},
+      {"train --schedule cosine --warmup-epochs 3 --epochs 2", "--warmup-epochs 3 is longer than the run (2 epochs)"},
       {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"train --model truncated.json", "model spec truncated.json is not valid JSON"},

@@ -369,6 +369,8 @@ TEST(Train, ImpossibleSettingsAreRefused) {
   c.schedule.name = "cosine";
   c.epochs = 1;
   EXPECT_EQ(error_of([&] { train::train(c); }), "");
+  c.schedule.warmup_epochs = 1.5;  // a warm-up the run would not finish
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--warmup-epochs 1.5 is longer than the run (1 epoch)"), std::string::npos);
   c = tiny();
   c.schedule.step_epochs = 0;
   EXPECT_NE(error_of([&] { train::train(c); }).find("--step-epochs"), std::string::npos);

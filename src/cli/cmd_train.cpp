@@ -1,7 +1,10 @@
 // dlperf train and dlperf profile: flags map one to one onto train::TrainConfig.
+#include <fmt/format.h>
+
 #include <vector>
 
 #include "cli/commands.h"
+#include "core/error.h"
 #include "train/trainer.h"
 
 namespace dlperf::cli {
@@ -57,12 +60,30 @@ void add_profile_flags(CLI::App* c, train::TrainConfig* cfg, bool in_train) {
     for (auto* o : options) o->needs(profile);
 }
 
+// A flag this run would ignore is refused, as dlperf plan refuses its own: a user who set a decay
+// or a momentum the run never applied would read the run wrongly. These flags have defaults, so
+// only the command line knows whether they were given (validate() in trainer.cpp refuses a
+// --warmup-epochs that onecycle would ignore by its value).
+void refuse_ignored_flags(const CLI::App* c, const train::TrainConfig& cfg) {
+  const auto given = [&](const char* name) { return c->count(name) > 0; };
+  check(!(given("--step-epochs") && cfg.schedule.name != "step"),
+        fmt::format("--step-epochs sets when the step schedule decays, and this run's schedule is {}", cfg.schedule.name),
+        "add --schedule step, or drop --step-epochs");
+  if (cfg.optimizer.name == "adamw")
+    for (const char* sgd_only : {"--momentum", "--no-nesterov"})
+      check(!given(sgd_only), fmt::format("{} is SGD's, and this run's optimizer is adamw (betas 0.9 and 0.999)", sgd_only),
+            fmt::format("drop {}, or use --optimizer sgd", sgd_only));
+}
+
 void add_train(CLI::App& app, const Command& self) {
   auto cfg = std::make_shared<train::TrainConfig>();
   auto* c = app.add_subcommand(self.name, self.summary);
   add_train_flags(c, cfg.get());
   add_profile_flags(c, cfg.get(), true);
-  c->callback([cfg] { train::train(*cfg); });
+  c->callback([cfg, c] {
+    refuse_ignored_flags(c, *cfg);
+    train::train(*cfg);
+  });
 }
 
 void add_profile(CLI::App& app, const Command& self) {
@@ -73,7 +94,10 @@ void add_profile(CLI::App& app, const Command& self) {
   add_train_flags(c, cfg.get());
   add_profile_flags(c, cfg.get(), false);
   c->get_option("--checkpoint")->description("with --resume: profile the run saved in DIR (profile itself writes no checkpoint)");
-  c->callback([cfg] { train::train(*cfg); });
+  c->callback([cfg, c] {
+    refuse_ignored_flags(c, *cfg);
+    train::train(*cfg);
+  });
 }
 
 }  // namespace dlperf::cli

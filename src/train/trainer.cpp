@@ -417,6 +417,10 @@ void validate(const TrainConfig& cfg) {
   check(cfg.schedule.warmup_epochs == 0 || cfg.schedule.name != "onecycle",
         "--warmup-epochs does not apply to --schedule onecycle (the default), which warms up over its first 30% of steps",
         "drop --warmup-epochs, or pick --schedule constant, step or cosine");
+  check(cfg.schedule.warmup_epochs <= double(cfg.epochs),
+        fmt::format("--warmup-epochs {} is longer than the run ({} epoch{}): the rate would not reach --lr before the run ends",
+                    cfg.schedule.warmup_epochs, cfg.epochs, cfg.epochs == 1 ? "" : "s"),
+        "lower --warmup-epochs, or raise --epochs");
   check(cfg.schedule.step_epochs > 0 && std::isfinite(cfg.schedule.step_epochs), "--step-epochs must be more than 0");
   hw::check_threads(cfg.threads);
   // Checked here, before the memory check counts their prefetched batches.
