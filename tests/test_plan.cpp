@@ -212,6 +212,21 @@ TEST(PlanMemory, EnginePredictionIsTheMeasuredPeak) {
   std::vector<std::string> skipped;
   EXPECT_TRUE(plan::compare_with_records({(dir.path / "junk.json").string()}, plan::host_ceilings(1), skipped).empty());
   EXPECT_EQ(skipped.size(), 1u);
+  // runs/*.json also matches dlperf's other outputs: named for what they are, or counted by kind.
+  std::ofstream(dir.path / "bench.json") << R"({"command": "bench", "machine": {}})";
+  std::ofstream(dir.path / "p.trace.json") << R"({"traceEvents": []})";
+  std::ofstream(dir.path / "p.json") << R"({"rows": [], "step": {}, "ceilings": {}})";
+  const std::vector<std::string> outputs = {(dir.path / "bench.json").string(), (dir.path / "p.trace.json").string(),
+                                            (dir.path / "p.json").string()};
+  skipped.clear();
+  EXPECT_TRUE(plan::compare_with_records(outputs, plan::host_ceilings(1), skipped).empty());
+  ASSERT_EQ(skipped.size(), 3u);
+  EXPECT_NE(skipped[0].find("bench.json: a bench result, not a training run record"), std::string::npos) << skipped[0];
+  std::map<std::string, int> others;
+  skipped.clear();
+  EXPECT_TRUE(plan::compare_with_records(outputs, plan::host_ceilings(1), skipped, 0, &others).empty());
+  EXPECT_TRUE(skipped.empty());
+  EXPECT_EQ(others, (std::map<std::string, int>{{"bench result", 1}, {"profile table", 1}, {"trace", 1}}));
 }
 
 // The engine memory model, category by category and byte for byte, against what the CPU engine

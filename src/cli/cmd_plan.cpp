@@ -291,8 +291,14 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
 
 void against(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::vector<std::string> skipped;
-  const auto rows = plan::compare_with_records(a.against, c, skipped, a.cpu_watts);
+  std::map<std::string, int> others;  // runs/*.json also matches the bench results, profile tables, ...
+  const auto rows = plan::compare_with_records(a.against, c, skipped, a.cpu_watts, &others);
   for (const auto& s : skipped) std::fprintf(stderr, "skipped %s\n", s.c_str());
+  if (!others.empty()) {
+    std::string kinds;
+    for (const auto& [kind, n] : others) kinds += fmt::format("{}{} {}{}", kinds.empty() ? "" : ", ", n, kind, n == 1 ? "" : "s");
+    std::fprintf(stderr, "skipped dlperf's other files: %s\n", kinds.c_str());
+  }
   check(!rows.empty(), "none of the files given to --against is a training run record",
         "pass run records of 'dlperf train' or 'dlperf lab', for example runs/*.json or reports/lab/runs/*.json");
   report::Table t({"run", "step ms pred", "step ms meas", "time err", "peak MB pred", "peak MB meas", "mem err"});

@@ -53,8 +53,20 @@ std::string missing_field(const json& r) {
 
 }  // namespace
 
+std::string other_dlperf_output(const json& j) {
+  if (!j.is_object()) return "";
+  if (j.contains("traceEvents")) return "trace";
+  const std::string command = j.value("command", "");
+  if (command == "bench") return "bench result";
+  if (command == "lab") return "lab summary";
+  if (j.contains("rows") && j.contains("step") && j.contains("ceilings")) return "profile table";
+  if (j.contains("f32_gflops") && j.contains("bandwidth_gbps")) return "machine profile";
+  return "";
+}
+
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
-                                             std::vector<std::string>& skipped, double cpu_watts) {
+                                             std::vector<std::string>& skipped, double cpu_watts,
+                                             std::map<std::string, int>* others) {
   std::vector<Comparison> out;
   std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
   for (const auto& file : files) {
@@ -72,7 +84,13 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       continue;
     }
     if (!r.is_object() || r.value("command", "") != "train" || !r.contains("summary")) {
-      skipped.push_back(fmt::format("{}: not a finished training run record", file));
+      const std::string kind = other_dlperf_output(r);
+      if (others && !kind.empty()) {
+        ++(*others)[kind];
+        continue;
+      }
+      skipped.push_back(kind.empty() ? fmt::format("{}: not a finished training run record", file)
+                                     : fmt::format("{}: a {}, not a training run record", file, kind));
       continue;
     }
     if (const std::string field = missing_field(r); !field.empty()) {

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,11 +23,18 @@ struct Comparison {
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };
 
+/// What another file dlperf writes is ("bench result", "profile table", "trace", "machine
+/// profile", "lab summary"), or "" for anything else.
+std::string other_dlperf_output(const nlohmann::json& j);
+
 /// Predicts the training run a record describes (run records of `dlperf train`; other files
-/// are skipped with a notice in `skipped`).
-/// `cpu_watts` > 0 predicts energy as watts x predicted training time.
+/// are skipped with a notice "<file>: <why>" in `skipped`). With `others`, dlperf's other outputs
+/// (bench results, profile tables, traces: runs/*.json matches them all) are counted there by
+/// kind instead of each getting a notice. `cpu_watts` > 0 predicts energy as watts x predicted
+/// training time.
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
-                                             std::vector<std::string>& skipped, double cpu_watts = 0);
+                                             std::vector<std::string>& skipped, double cpu_watts = 0,
+                                             std::map<std::string, int>* others = nullptr);
 
 struct ErrorSummary {
   double median = 0, worst = 0;  ///< of |error|
