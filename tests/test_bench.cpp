@@ -16,6 +16,21 @@ TEST(Bench, CountsBytesAndFlopsAsStreamDoes) {
   EXPECT_DOUBLE_EQ(bench::stream_flops("triad", 1000), 2000.0);
   EXPECT_DOUBLE_EQ(bench::stream_flops("copy", 1000), 0.0);
   EXPECT_THROW(bench::stream_bytes("scale", 1), Error);
+  // Threads' slices cover the arrays once, in order, and meet on cache-line boundaries.
+  for (size_t n : {size_t(1365), size_t(2048), size_t(10), size_t(100003)})
+    for (size_t threads : {1, 2, 3, 16}) {
+      size_t next = 0;
+      for (size_t t = 0; t < threads; ++t) {
+        const auto [lo, hi] = bench::thread_slice(n, t, threads);
+        EXPECT_EQ(lo, next) << n << " " << threads;
+        EXPECT_LE(lo, hi);
+        if (t > 0) {
+          EXPECT_EQ(lo % 16, 0u) << n << " " << threads;
+        }
+        next = hi;
+      }
+      EXPECT_EQ(next, n);
+    }
 }
 
 TEST(Bench, SpreadIsMedianMinMax) {

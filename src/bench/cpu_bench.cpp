@@ -30,9 +30,16 @@ double stream_bytes(const std::string& kernel, size_t n) {
 
 double stream_flops(const std::string& kernel, size_t n) { return kernel == "triad" ? 2.0 * double(n) : 0.0; }
 
+std::pair<size_t, size_t> thread_slice(size_t n, size_t t, size_t threads) {
+  constexpr size_t line = 64 / sizeof(float);
+  const auto cut = [&](size_t k) { return k == threads ? n : n * k / threads / line * line; };
+  return {cut(t), cut(t + 1)};
+}
+
 namespace {
 
 int thread_count(const Options& o) { return o.threads > 0 ? o.threads : omp_get_max_threads(); }
+
 
 // `passes` passes of a kernel inside one parallel region: each thread repeats its own static
 // slice, so small (cache-sized) working sets measure the cache, not the cost of forking threads.
@@ -40,8 +47,7 @@ void run_kernel(const std::string& kernel, float* a, float* b, const float* c, s
   const bool copy = kernel == "copy";
 #pragma omp parallel num_threads(threads)
   {
-    const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
-    const size_t lo = n * t / nt, hi = n * (t + 1) / nt;
+    const auto [lo, hi] = thread_slice(n, size_t(omp_get_thread_num()), size_t(omp_get_num_threads()));
     for (int p = 0; p < passes; ++p) {
       if (copy) {
         for (size_t i = lo; i < hi; ++i) b[i] = a[i];
@@ -79,8 +85,8 @@ std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
       // First touch by the same static slices the kernel uses (pages land near their thread).
 #pragma omp parallel num_threads(threads)
       {
-        const size_t t = size_t(omp_get_thread_num()), nt = size_t(omp_get_num_threads());
-        for (size_t i = n * t / nt; i < n * (t + 1) / nt; ++i) {
+        const auto [lo, hi] = thread_slice(n, size_t(omp_get_thread_num()), size_t(omp_get_num_threads()));
+        for (size_t i = lo; i < hi; ++i) {
           a[i] = 1.0f + float(i % 7), b[i] = 2.0f;
           if (c) c[i] = 0.5f;
         }

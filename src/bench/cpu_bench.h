@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dlperf::bench {
@@ -29,6 +30,11 @@ struct Options {
 double stream_bytes(const std::string& kernel, size_t n);
 /// FLOPs of one pass: triad does a multiply and an add per element, copy none.
 double stream_flops(const std::string& kernel, size_t n);
+/// Thread t's static slice [lo, hi) of n floats out of `threads`, its ends on 64-byte cache lines
+/// (the arrays start on lines): a line two threads write moves between their cores at every
+/// pass. Triad's 1365-float L1 working set split at float 682 measured 300 GB/s on 2 threads, as
+/// on one, while copy's line-aligned halves measured twice one thread's (docs/benchmarks.md).
+std::pair<size_t, size_t> thread_slice(size_t n, size_t t, size_t threads);
 
 struct MemoryPoint {
   std::string kernel;        ///< copy | triad
