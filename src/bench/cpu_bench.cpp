@@ -40,7 +40,6 @@ namespace {
 
 int thread_count(const Options& o) { return o.threads > 0 ? o.threads : omp_get_max_threads(); }
 
-
 // `passes` passes of a kernel inside one parallel region: each thread repeats its own static
 // slice, so small (cache-sized) working sets measure the cache, not the cost of forking threads.
 void run_kernel(const std::string& kernel, float* a, float* b, const float* c, size_t n, int threads, int passes) {

@@ -134,6 +134,7 @@ class Runner {
     bool ok = false;
     std::string error;  ///< when !ok: the trainer's message (divergence, out of memory, ...)
     json record;
+    std::string diverged;  ///< when the loss stopped being finite: how ("the loss became NaN at ...")
   };
 
   /// Runs the base configuration twice: the first becomes the shared base run, the second
@@ -206,7 +207,7 @@ class Runner {
     if (!lab_.quiet)
       std::printf("  [%6.1f s] %-9s %s ... reused %s\n", now_s() - start_, experiment.c_str(), label.c_str(),
                   record["record_path"].get<std::string>().c_str());
-    return {true, "", record};
+    return {true, "", record, ""};
   }
 
   Outcome execute(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
@@ -225,6 +226,9 @@ class Runner {
     } catch (const Interrupted& e) {
       if (!lab_.quiet) std::printf("stopped\n");
       throw stopped(e, "its run of " + label);
+    } catch (const train::Diverged& e) {
+      o.error = e.what();
+      o.diverged = e.how();
     } catch (const Error& e) {
       o.error = e.what();
     }
@@ -299,11 +303,9 @@ json measured_row(const json& rec) {
 // A row for an outcome: the measurements, or why there are none, plus the row's own keys.
 json row_of(const Runner::Outcome& o, json keys) {
   // A diverged run's status says so, and its note how ("the loss became NaN at epoch 1, step 4").
-  const std::string prefix = "training diverged: ";
-  const bool diverged = !o.ok && o.error.rfind(prefix, 0) == 0;
-  json r = o.ok       ? measured_row(o.record)
-           : diverged ? json{{"status", "diverged"}, {"note", o.error.substr(prefix.size())}}
-                      : json{{"status", "failed"}, {"note", o.error}};
+  json r = o.ok                  ? measured_row(o.record)
+           : !o.diverged.empty() ? json{{"status", "diverged"}, {"note", o.diverged}}
+                                 : json{{"status", "failed"}, {"note", o.error}};
   for (auto& [k, v] : keys.items()) r[k] = v;
   return r;
 }
@@ -457,10 +459,12 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     check(std::find(experiment_names().begin(), experiment_names().end(), name) != experiment_names().end(),
           fmt::format("there is no lab experiment '{}'", name), "choose from device, batch, model, workers, precision");
   check(!cfg.models.empty() && !cfg.batches.empty(), "the lab needs at least one model and one batch size");
-  for (const int64_t batch : cfg.batches)
-    check(batch >= 1 && batch <= 65536, fmt::format("--batches: {} is not a batch size between 1 and 65536", batch));
-  check(cfg.base_batch >= 1 && cfg.base_batch <= 65536,
-        fmt::format("--batch-size: {} is not a batch size between 1 and 65536", cfg.base_batch));
+  const auto check_batch = [](const char* flag, int64_t batch) {
+    check(batch >= 1 && batch <= train::kMaxBatch,
+          fmt::format("{}: {} is not a batch size between 1 and {}", flag, batch, train::kMaxBatch));
+  };
+  for (const int64_t batch : cfg.batches) check_batch("--batches", batch);
+  check_batch("--batch-size", cfg.base_batch);
   // Every model now, not at its row minutes later (load_model names the presets if one is wrong).
   for (const auto& m : cfg.models) (void)nn::load_model(m);
   (void)nn::load_model(cfg.base_model);

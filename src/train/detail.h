@@ -95,7 +95,7 @@ inline bool keeps_record(const TrainResult& r, size_t resumed_epochs) { return r
 Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainResult& r);
 /// A run whose loss became `loss` (NaN or infinite) `when` ("at epoch 2, step 40"), after
 /// `finished_epochs` epochs (resumed ones included): what happened, and how to go on.
-Error diverged_run(const TrainConfig& cfg, double loss, const std::string& when, int64_t finished_epochs);
+Diverged diverged_run(const TrainConfig& cfg, double loss, const std::string& when, int64_t finished_epochs);
 data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);
 /// Running totals of an epoch's training steps, and what they make of its EpochStats.
 struct EpochTally {

@@ -454,7 +454,7 @@ struct GpuRun {
     std::fflush(stdout);
   }
 
-  Error diverged(double loss, int64_t epoch, int64_t upto) const {
+  Diverged diverged(double loss, int64_t epoch, int64_t upto) const {
     return diverged_run(cfg, loss, fmt::format("during epoch {} (by step {} of {})", epoch + 1, upto, per_epoch), epoch);
   }
 

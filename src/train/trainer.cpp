@@ -78,6 +78,13 @@ json stopped_json(const TrainConfig& cfg, int64_t stopped_in) {
   return {{"signal", signal_name(stop_signal())}, {"in_epoch", stopped_in}, {"epochs_asked", cfg.epochs}};
 }
 
+// "the checkpoint in DIR holds epoch N" when this run saved (or resumed from) one holding its
+// last finished epoch, else "": dlperf profile saves none, and neither does a run before its first epoch ends.
+std::string checkpoint_holds(const TrainConfig& cfg, int64_t finished_epochs) {
+  if (cfg.profile_only || cfg.checkpoint_dir.empty() || finished_epochs <= 0) return "";
+  return fmt::format("the checkpoint in {} holds epoch {}", cfg.checkpoint_dir, finished_epochs);
+}
+
 Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainResult& r) {
   const int sig = stop_signal();
   const size_t done = r.epochs.size();
@@ -85,22 +92,19 @@ Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainR
   if (!r.record_path.empty())
     what += fmt::format(": the run record {} keeps the {} finished epoch{}", r.record_path, done, done == 1 ? "" : "s");
   std::string hint;  // none for dlperf profile, which saves nothing
-  if (!cfg.profile_only && !cfg.checkpoint_dir.empty() && done > 0)
-    hint = fmt::format("to go on, run the same command with --resume (the checkpoint in {} holds epoch {})", cfg.checkpoint_dir,
-                       r.epochs.back().epoch);
+  if (const std::string held = checkpoint_holds(cfg, done > 0 ? r.epochs.back().epoch : 0); !held.empty())
+    hint = fmt::format("to go on, run the same command with --resume ({})", held);
   else if (!cfg.profile_only && cfg.checkpoint_dir.empty())
     hint = "a run with --checkpoint DIR saves every epoch, and --resume goes on from there";
   return Interrupted(sig, what, hint);
 }
 
-Error diverged_run(const TrainConfig& cfg, double loss, const std::string& when, int64_t finished_epochs) {
+Diverged diverged_run(const TrainConfig& cfg, double loss, const std::string& when, int64_t finished_epochs) {
   const std::string value = std::isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf";
   std::string hint = fmt::format("lower --lr (now {})", cfg.lr);
-  // Only a checkpoint this run wrote or resumed from: an epoch finished, and it was saved.
-  if (!cfg.profile_only && !cfg.checkpoint_dir.empty() && finished_epochs > 0)
-    hint += fmt::format("; to go on from the last good epoch, add --resume (the checkpoint in {} holds epoch {})", cfg.checkpoint_dir,
-                        finished_epochs);
-  return Error(fmt::format("training diverged: the loss became {} {}", value, when), hint);
+  if (const std::string held = checkpoint_holds(cfg, finished_epochs); !held.empty())
+    hint += fmt::format("; to go on from the last good epoch, add --resume ({})", held);
+  return Diverged(fmt::format("the loss became {} {}", value, when), hint);
 }
 
 std::string final_accuracy(const json& summary) {
@@ -405,7 +409,7 @@ namespace {
 
 void validate(const TrainConfig& cfg) {
   check(cfg.epochs >= 1, "--epochs must be at least 1");
-  check(cfg.batch >= 1 && cfg.batch <= 65536, "--batch-size must be between 1 and 65536");
+  check(cfg.batch >= 1 && cfg.batch <= kMaxBatch, fmt::format("--batch-size must be between 1 and {}", kMaxBatch));
   check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");
   check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
   // Momentum at or above 1 (or below 0) makes the velocity grow without bound.

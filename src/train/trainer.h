@@ -6,12 +6,17 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
 
 namespace dlperf::train {
+
+/// The largest --batch-size a run takes (train, profile, and each of the lab's runs).
+constexpr int64_t kMaxBatch = 65536;
 
 struct TrainConfig {
   std::string model = "medium";
@@ -80,6 +85,17 @@ struct TrainResult {
 };
 
 TrainResult train(const TrainConfig& cfg);
+
+/// Thrown when the loss stops being finite; what() is the whole message, how() the part after
+/// "training diverged: " ("the loss became NaN at epoch 1, step 4"), which the lab's rows show.
+class Diverged : public Error {
+ public:
+  Diverged(const std::string& how, std::string hint) : Error("training diverged: " + how, std::move(hint)), how_(how) {}
+  const std::string& how() const { return how_; }
+
+ private:
+  std::string how_;
+};
 
 /// Why `precision` cannot train on this machine's CPU, or "" when it can.
 std::string cpu_precision_refusal(const std::string& precision);
