@@ -71,6 +71,8 @@ TEST(Cuda, DeviceQueriesNeverThrowAndDeviceFlagsAreChecked) {
   EXPECT_NE(error_of([] { cuda::resolve_device("gpu0"); }).find("not auto, cpu, cuda or cuda:N"), std::string::npos);
   EXPECT_NE(error_of([] { cuda::resolve_device("cuda:x"); }), "");
   EXPECT_NE(error_of([] { cuda::resolve_device("cuda:99"); }), "");
+  const std::string huge = error_of([] { cuda::resolve_device("cuda:99999999999999999999"); });
+  EXPECT_EQ(huge.rfind("--device cuda:99999999999999999999: ", 0), 0u) << huge;  // not stoi's out_of_range
   if (n == 0) {
     EXPECT_NE(error_of([] { cuda::resolve_device("cuda"); }).find(cuda::why_no_device()), std::string::npos);
   } else {

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <charconv>
+#include <limits>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -88,7 +90,9 @@ int resolve_device(const std::string& flag) {
   if (flag != "cuda") {
     check(flag.rfind("cuda:", 0) == 0 && flag.size() > 5 && flag.find_first_not_of("0123456789", 5) == std::string::npos,
           fmt::format("--device {} is not auto, cpu, cuda or cuda:N", flag));
-    index = std::stoi(flag.substr(5));
+    // from_chars, not stoi: a number past int's range is an index past the last GPU, not an exception.
+    const auto [end, ec] = std::from_chars(flag.data() + 5, flag.data() + flag.size(), index);
+    if (ec != std::errc()) index = std::numeric_limits<int>::max();
   }
   const int n = device_count();
   check(n > 0, fmt::format("--device {}: {}", flag, no_device_reason), "use --device cpu, or run on a machine with an NVIDIA GPU");
