@@ -93,6 +93,16 @@ TEST(SpecErrors, SayWhatIsWrongAndWhere) {
   EXPECT_TRUE(has(err({{{"type", "linear"}}}), "needs out_features"));
   EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"out_channels", "many"}}}), "'out_channels' must be an integer"));
   EXPECT_TRUE(has(err({{{"type", "dropout"}, {"p", 1.5}}}), "p must be in [0, 1)"));
+  // Mistyped keys that are not numbers get the same kind of message (they used to surface as
+  // nlohmann's "[json.exception.type_error.302] type must be boolean, but is string").
+  EXPECT_TRUE(has(err({{{"type", "linear"}, {"out_features", 10}, {"bias", "yes"}}}), "'bias' must be true or false, got \"yes\""));
+  EXPECT_TRUE(has(err({{{"type", "relu"}, {"name", 3}}}), "layer 1: 'name' must be a string, got 3"));
+  EXPECT_TRUE(has(err({{{"type", "relu"}, {"input", {"a"}}}}), "'input' must be a string"));
+  EXPECT_TRUE(has(err({{{"type", "relu"}, {"name", ""}}}), "layer 1: 'name' is empty"));
+  EXPECT_TRUE(has(error_of([] { nn::parse_model_spec({{"name", 1}, {"layers", {{{"type", "relu"}}}}}, "a.json"); }),
+                  "model spec a.json: 'name' must be a string, got 1"));
+  EXPECT_TRUE(has(error_of([] { nn::parse_model_spec({{"description", false}, {"layers", {{{"type", "relu"}}}}}, "a.json"); }),
+                  "'description' must be a string"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"eps", 0}}}), "eps must be in (0, 1), got 0"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", 2}}}), "momentum must be in [0, 1], got 2"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", -0.1}}}), "momentum must be in [0, 1], got -0.1"));

@@ -56,6 +56,18 @@ double get_num(const json& l, const char* key, double dflt, const std::string& w
   return l[key].get<double>();
 }
 
+bool get_bool(const json& l, const char* key, bool dflt, const std::string& where) {
+  if (!l.contains(key)) return dflt;
+  check(l[key].is_boolean(), fmt::format("{}: '{}' must be true or false, got {}", where, key, l[key].dump()));
+  return l[key].get<bool>();
+}
+
+std::string get_string(const json& l, const char* key, const std::string& dflt, const std::string& where) {
+  if (!l.contains(key)) return dflt;
+  check(l[key].is_string(), fmt::format("{}: '{}' must be a string, got {}", where, key, l[key].dump()));
+  return l[key].get<std::string>();
+}
+
 }  // namespace
 
 ModelSpec parse_model_spec(const json& j, const std::string& source) {
@@ -67,8 +79,9 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
   check(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(),
         fmt::format("model spec {}: needs a non-empty 'layers' list", source), hint);
   ModelSpec spec;
-  spec.name = j.value("name", std::filesystem::path(source).stem().string());
-  spec.description = j.value("description", "");
+  const std::string top = fmt::format("model spec {}", source);
+  spec.name = get_string(j, "name", std::filesystem::path(source).stem().string(), top);
+  spec.description = get_string(j, "description", "", top);
   std::map<std::string, int> counters;
   std::set<std::string> names;
   for (size_t i = 0; i < j["layers"].size(); ++i) {
@@ -85,20 +98,20 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
     }
     LayerSpec s;
     s.kind = it->second.kind;
-    s.name = l.contains("name") ? l["name"].get<std::string>()
-                                : fmt::format("{}{}", type, ++counters[type]);
+    s.name = l.contains("name") ? get_string(l, "name", "", where) : fmt::format("{}{}", type, ++counters[type]);
+    check(!s.name.empty(), where + ": 'name' is empty", "leave it out for a generated one (" + type + "1, ...)");
     where += fmt::format(" ('{}', {})", s.name, type);
     check(names.insert(s.name).second, where + ": the name is used twice", "give each layer its own name");
     for (auto& [k, v] : l.items())
       check(k == "type" || k == "name" || k == "input" || it->second.keys.count(k),
             fmt::format("{}: unknown parameter '{}' (allowed: {})", where, k, join(it->second.keys)), hint);
-    if (l.contains("input")) s.input = l["input"].get<std::string>();
+    s.input = get_string(l, "input", "", where);
     auto& a = s.attrs;
     a.out_channels = get_int(l, "out_channels", 0, where);
     a.kernel = get_int(l, "kernel", s.kind == OpKind::conv2d ? 3 : 2, where);
     a.stride = get_int(l, "stride", s.kind == OpKind::conv2d ? 1 : a.kernel, where);
     a.padding = get_int(l, "padding", 0, where);
-    a.bias = l.value("bias", true);
+    a.bias = get_bool(l, "bias", true, where);
     a.p = get_num(l, "p", 0.5, where);
     a.eps = get_num(l, "eps", 1e-5, where);
     a.momentum = get_num(l, "momentum", 0.1, where);
