@@ -147,6 +147,16 @@ TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\$\d{1,3}(,\d{3}){2,}  )"))) << o.out;
 }
 
+// A target without a peak for the precision is a row of dashes with the reason below, not the
+// reason in the CO2 column (which pushed every other row's CO2 figure 30 columns right).
+TEST(Cli, PlanSaysBelowTheTableWhyATargetHasNoRow) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "plan --model small --precision bf16 --targets h100-sxm,t4");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nt4( +-){10}\n)"))) << o.out;
+  EXPECT_NE(o.out.find("  * t4: no bf16 peak in the catalog (it lists fp16, fp32)"), std::string::npos) << o.out;
+}
+
 // A real Ctrl-C (SIGINT) once the first epoch's row is out: training stops at its next step, says
 // where it stopped without calling it an error, keeps the finished epochs' record, exits 130.
 TEST(Cli, CtrlCStopsTrainingKeepingTheFinishedEpochsAndExits130) {

@@ -97,6 +97,26 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
   EXPECT_GT(c.grid.at("world"), c.grid.at("fr"));
   EXPECT_NE(error_of([&] { c.find("h300"); }).find("known: t4"), std::string::npos);
   EXPECT_NE(error_of([] { plan::parse_catalog(json{{"devices", {{{"id", "x"}}}}}, "x.json"); }).find("malformed"), std::string::npos);
+  // A value of the wrong type is named, not read as "not published" (which dropped the device's
+  // energy, price or a precision from every plan without a word).
+  auto refused = [](const json& device) {
+    json d = {{"id", "mine"}, {"memory_gb", 16}, {"bandwidth_gbps", 300}, {"tdp_w", 70}, {"price_per_hour", 1.5}, {"tflops", {{"fp32", 10}}}};
+    d.update(device);
+    return error_of([&] { plan::parse_catalog(json{{"devices", {d}}}, "x.json"); });
+  };
+  EXPECT_EQ(refused(json::object()), "");
+  EXPECT_EQ(refused({{"price_per_hour", nullptr}, {"tdp_w", nullptr}, {"tflops", {{"fp32", 10}, {"fp8", nullptr}}}}), "");
+  EXPECT_NE(refused({{"tdp_w", "70"}}).find("device 'mine': 'tdp_w' must be a number, or null where it is not published, got \"70\""), std::string::npos)
+      << refused({{"tdp_w", "70"}});
+  EXPECT_NE(refused({{"price_per_hour", "1.50"}}).find("'price_per_hour' must be a number"), std::string::npos);
+  EXPECT_NE(refused({{"memory_gb", "16"}}).find("'memory_gb' must be a number, got \"16\""), std::string::npos);
+  EXPECT_NE(refused({{"tflops", {{"fp32", "fast"}}}}).find("device 'mine' tflops: 'fp32' must be a number"), std::string::npos);
+  EXPECT_NE(refused({{"tflops", {{"fp32", -1}}}}).find("'fp32' must be a peak above 0"), std::string::npos);
+  EXPECT_NE(refused({{"sources", "me"}}).find("'sources' must be an object"), std::string::npos);
+  EXPECT_NE(refused({{"id", 7}}).find("device 1: 'id' must be a non-empty string, got 7"), std::string::npos);
+  EXPECT_NE(error_of([] { plan::parse_catalog(json{{"devices", {{"id", "x"}}}}, "x.json"); }).find("'devices' must be a list"), std::string::npos);
+  EXPECT_NE(error_of([] { plan::parse_catalog(json{{"grid_gco2_per_kwh", {{"us", "low"}}}}, "x.json"); }).find("grid_gco2_per_kwh: 'us' must be a number"),
+            std::string::npos);
 }
 
 // CPU datasheets for dlperf bench's % of spec: found from the model name the OS reports, peaks

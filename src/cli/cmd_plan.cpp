@@ -95,7 +95,8 @@ void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuC
     const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
     const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
     if (!e.unsupported.empty()) {
-      t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", e.unsupported});
+      t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});  // why goes below: in the CO2 column it pushed the others' figures right
+      notes.push_back(fmt::format("{}: {}", d.id, e.unsupported));
       continue;
     }
     t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",

@@ -146,7 +146,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       const Device& gpu_spec = catalog->find(id);
       const TargetEstimate t = estimate(job, gpu_spec, 0, 1);
       if (!t.unsupported.empty()) {
-        skipped.push_back(fmt::format("{}: {}", file, t.unsupported));
+        skipped.push_back(fmt::format("{}: {}: {}", file, id, t.unsupported));
         continue;
       }
       cmp.run = fmt::format("{} b{} {} on {}{}", g.model, batch, job.precision, id, tag);

@@ -27,51 +27,115 @@ const Device& Catalog::find(const std::string& id) const& {
   throw Error(fmt::format("no device '{}' in the hardware catalog", id), "known: " + ids + "; add one with --catalog FILE");
 }
 
-Catalog parse_catalog(const json& j, const std::string& source) {
-  Catalog c;
-  try {
-    for (const auto& d : j.value("devices", json::array())) {
-      Device x;
-      x.id = d.at("id");
-      x.name = d.value("name", x.id);
-      x.kind = d.value("kind", "gpu");
-      const json tflops = d.value("tflops", json::object());  // items() must not outlive it
-      for (const auto& [p, v] : tflops.items())
-        if (v.is_number()) x.tflops[p] = v;
-      x.memory_gb = d.at("memory_gb");
-      x.bandwidth_gbps = d.at("bandwidth_gbps");
-      x.tdp_w = d.value("tdp_w", json()).is_number() ? d["tdp_w"].get<double>() : 0;
-      x.interconnect_gbps = d.value("interconnect_gbps", json()).is_number() ? d["interconnect_gbps"].get<double>() : 0;
-      x.price_per_hour = d.value("price_per_hour", json()).is_number() ? d["price_per_hour"].get<double>() : -1;
-      x.sources = d.value("sources", json::object());
-      check(x.memory_gb > 0 && x.bandwidth_gbps > 0, fmt::format("device '{}' needs memory_gb and bandwidth_gbps above 0", x.id));
-      c.devices.push_back(x);
-    }
-    for (const auto& d : j.value("cpus", json::array())) {
-      CpuSheet x;
-      x.id = d.at("id");
-      x.name = d.value("name", x.id);
-      x.match = d.at("match");
-      x.cores = d.at("cores");
-      x.base_ghz = d.at("base_ghz");
-      x.boost_ghz = d.value("boost_ghz", 0.0);
-      x.fp32_flops_per_cycle = d.at("fp32_flops_per_cycle");
-      x.dram_gbps = d.at("dram_gbps");
-      x.tdp_w = d.value("tdp_w", 0.0);
-      x.sources = d.value("sources", "");
-      check(!x.match.empty() && x.cores > 0 && x.base_ghz > 0 && x.fp32_flops_per_cycle > 0 && x.dram_gbps > 0,
-            fmt::format("CPU '{}' needs a match, cores, base_ghz, fp32_flops_per_cycle and dram_gbps above 0", x.id));
-      c.cpus.push_back(x);
-    }
-    if (j.contains("grid_gco2_per_kwh"))
-      for (const auto& [k, v] : j["grid_gco2_per_kwh"].items())
-        if (v.is_number()) c.grid[k] = v;
-    if (j.contains("pue")) c.pue = j["pue"].value("default", 1.1);
-    c.about = j.value("about", json());
-  } catch (const json::exception& e) {
-    throw Error(fmt::format("the hardware catalog {} is malformed: {}", source, e.what()),
+namespace {
+
+// Reading one catalog entry. A value of the wrong type is refused by name: read silently as
+// "not published" it would drop a device's energy, price or a precision from every plan.
+struct EntryReader {
+  const json& d;
+  std::string where;  // "the hardware catalog x.json is malformed: device 'h100-sxm'"
+
+  void fail(const char* key, const char* what) const {
+    throw Error(fmt::format("{}: '{}' must be {}, got {}", where, key, what, d.contains(key) ? d[key].dump() : "nothing"),
                 "follow the format of data/hardware.json (docs/plan.md)");
   }
+  /// Missing or null: `dflt` (not published).
+  double number(const char* key, double dflt) const {
+    if (!d.contains(key) || d[key].is_null()) return dflt;
+    if (!d[key].is_number()) fail(key, "a number, or null where it is not published");
+    return d[key].get<double>();
+  }
+  double required_number(const char* key) const {
+    if (!d.contains(key) || !d[key].is_number()) fail(key, "a number");
+    return d[key].get<double>();
+  }
+  std::string text(const char* key, const std::string& dflt) const {
+    if (!d.contains(key)) return dflt;
+    if (!d[key].is_string()) fail(key, "a string");
+    return d[key].get<std::string>();
+  }
+  std::string required_text(const char* key) const {
+    if (!d.contains(key) || !d[key].is_string() || d[key].get<std::string>().empty()) fail(key, "a non-empty string");
+    return d[key].get<std::string>();
+  }
+};
+
+EntryReader entry(const json& d, const std::string& source, const char* kind, size_t index) {
+  std::string where = fmt::format("the hardware catalog {} is malformed: {} {}", source, kind, index + 1);
+  check(d.is_object(), fmt::format("{} is not a JSON object", where), "follow the format of data/hardware.json (docs/plan.md)");
+  if (d.contains("id") && d["id"].is_string()) where = fmt::format("the hardware catalog {} is malformed: {} '{}'", source, kind, d["id"].get<std::string>());
+  return {d, where};
+}
+
+const json& list(const json& j, const char* key, const std::string& source) {
+  static const json empty = json::array();
+  if (!j.contains(key)) return empty;
+  check(j[key].is_array(), fmt::format("the hardware catalog {} is malformed: '{}' must be a list, got {}", source, key, j[key].dump()),
+        "follow the format of data/hardware.json (docs/plan.md)");
+  return j[key];
+}
+
+}  // namespace
+
+Catalog parse_catalog(const json& j, const std::string& source) {
+  check(j.is_object(), fmt::format("the hardware catalog {} is not a JSON object", source), "follow the format of data/hardware.json (docs/plan.md)");
+  Catalog c;
+  const json& devices = list(j, "devices", source);
+  for (size_t i = 0; i < devices.size(); ++i) {
+    const EntryReader r = entry(devices[i], source, "device", i);
+    const json& d = devices[i];
+    Device x;
+    x.id = r.required_text("id");
+    x.name = r.text("name", x.id);
+    x.kind = r.text("kind", "gpu");
+    if (d.contains("tflops")) {
+      if (!d["tflops"].is_object()) r.fail("tflops", "an object of TFLOP/s by precision");
+      const EntryReader peaks{d["tflops"], r.where + " tflops"};
+      for (const auto& [p, v] : d["tflops"].items())
+        if (const double t = peaks.number(p.c_str(), 0); t > 0) x.tflops[p] = t;  // null: unsupported
+        else if (t < 0) peaks.fail(p.c_str(), "a peak above 0, or null where unsupported");
+    }
+    x.memory_gb = r.required_number("memory_gb");
+    x.bandwidth_gbps = r.required_number("bandwidth_gbps");
+    x.tdp_w = r.number("tdp_w", 0);
+    x.interconnect_gbps = r.number("interconnect_gbps", 0);
+    x.price_per_hour = r.number("price_per_hour", -1);
+    x.sources = d.value("sources", json::object());
+    if (!x.sources.is_object()) r.fail("sources", "an object (\"specs\", \"price\": where the figures come from)");
+    check(x.memory_gb > 0 && x.bandwidth_gbps > 0, fmt::format("device '{}' needs memory_gb and bandwidth_gbps above 0", x.id));
+    c.devices.push_back(x);
+  }
+  const json& cpus = list(j, "cpus", source);
+  for (size_t i = 0; i < cpus.size(); ++i) {
+    const EntryReader r = entry(cpus[i], source, "cpu", i);
+    CpuSheet x;
+    x.id = r.required_text("id");
+    x.name = r.text("name", x.id);
+    x.match = r.required_text("match");
+    x.cores = int(r.required_number("cores"));
+    x.base_ghz = r.required_number("base_ghz");
+    x.boost_ghz = r.number("boost_ghz", 0);
+    x.fp32_flops_per_cycle = r.required_number("fp32_flops_per_cycle");
+    x.dram_gbps = r.required_number("dram_gbps");
+    x.tdp_w = r.number("tdp_w", 0);
+    x.sources = r.text("sources", "");
+    check(x.cores > 0 && x.base_ghz > 0 && x.fp32_flops_per_cycle > 0 && x.dram_gbps > 0,
+          fmt::format("CPU '{}' needs a match, cores, base_ghz, fp32_flops_per_cycle and dram_gbps above 0", x.id));
+    c.cpus.push_back(x);
+  }
+  if (j.contains("grid_gco2_per_kwh")) {
+    const json& grid = j["grid_gco2_per_kwh"];
+    const EntryReader r{grid, fmt::format("the hardware catalog {} is malformed: grid_gco2_per_kwh", source)};
+    if (!grid.is_object()) throw Error(r.where + " must be an object of gCO2e per kWh by region", "follow the format of data/hardware.json (docs/plan.md)");
+    for (const auto& [k, v] : grid.items())
+      if (k != "about" && k != "sources") c.grid[k] = r.required_number(k.c_str());
+  }
+  if (j.contains("pue")) {
+    const EntryReader r{j["pue"], fmt::format("the hardware catalog {} is malformed: pue", source)};
+    if (!j["pue"].is_object()) throw Error(r.where + " must be an object with a \"default\"", "follow the format of data/hardware.json (docs/plan.md)");
+    c.pue = r.number("default", 1.1);
+  }
+  c.about = j.value("about", json());
   return c;
 }
 

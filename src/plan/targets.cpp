@@ -120,7 +120,9 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     return e;
   }
   if (peak == 0) {
-    e.unsupported = fmt::format("{} has no {} peak in the catalog", d.id, job.precision);
+    std::string has;
+    for (const auto& [precision, tflops] : d.tflops) has += (has.empty() ? "" : ", ") + precision;
+    e.unsupported = fmt::format("no {} peak in the catalog{}", job.precision, has.empty() ? "" : " (it lists " + has + ")");
     return e;
   }
   const StateBytes sb = state_bytes_per_param(job.precision, job.optimizer);
