@@ -428,7 +428,10 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   EXPECT_EQ(saved.dram_gbps, 7.0);
   EXPECT_NE(saved.source.find("measured by 'dlperf bench all'"), std::string::npos) << saved.source;
   // A damaged profile (a field of the wrong type, or not JSON) counts as none, not as an error.
-  for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru")}) {
+  // So is a rate of 0 or below, which the readers would replace with a fallback without a word.
+  for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru"),
+                                  R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": -5, "bandwidth_gbps": {"DRAM": 7}})",
+                                  R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": 12.5, "bandwidth_gbps": {"DRAM": 0}})"}) {
     std::ofstream(bench::kMachineProfile) << body;
     const plan::CpuCeilings ignored = plan::host_ceilings(1);
     EXPECT_EQ(ignored.peak_gflops, c.peak_gflops) << body;

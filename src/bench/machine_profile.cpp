@@ -34,14 +34,15 @@ nlohmann::json read_profile() {
   }
   if (!p.is_object()) return damaged("it is not a JSON object");
   // The fields the readers below take, with their types: value() would throw on a wrong one.
-  auto is_numbers = [](const nlohmann::json& o) {
-    return o.is_object() && std::all_of(o.begin(), o.end(), [](const nlohmann::json& v) { return v.is_number(); });
-  };
+  // Measured rates are above 0 (bench writes only the levels it found): a 0 or negative one is a
+  // hand-edited or damaged file, which would otherwise be replaced by a fallback without a word.
+  auto is_rate = [](const nlohmann::json& v) { return v.is_number() && v.get<double>() > 0; };
+  auto is_numbers = [&](const nlohmann::json& o) { return o.is_object() && std::all_of(o.begin(), o.end(), is_rate); };
   // The CPU's part may be absent (then it holds no CPU ceilings); where present it must be whole.
   if (p.contains("cpu") &&
       (!p["cpu"].is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
-       !p.value("f32_gflops", nlohmann::json()).is_number() || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object()))))
-    return damaged("its cpu, threads, f32_gflops or bandwidth_gbps field is missing or of the wrong type");
+       !is_rate(p.value("f32_gflops", nlohmann::json())) || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object()))))
+    return damaged("its cpu, threads, f32_gflops or bandwidth_gbps field is missing, of the wrong type, or not above 0");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
     if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
         !is_numbers(g.value("peak_gflops", nlohmann::json::object())) || !is_numbers(g.value("bandwidth_gbps", nlohmann::json::object())) ||
