@@ -520,6 +520,34 @@ TEST(PlanMemory, NhwcCountsTheMapsItMoves) {
 
 // A dlperf profile record's one epoch is a few steps, warm-up included: its measured step is the
 // profile's mean over the recorded steps, not the epoch's time over a whole epoch's steps.
+// A hand-edited record with a field of the wrong type is skipped naming the field; it used to
+// stop the whole comparison with "[json.exception.type_error.302] type must be string".
+TEST(PlanAgainst, AFieldOfTheWrongTypeSkipsTheRecordNamingTheField) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  const nlohmann::json good = train::train(c).record;
+  std::vector<std::string> files;
+  for (const auto& [pointer, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"/config/precision", 5}, {"/config/workers", "two"}, {"/config/optimizer", nullptr}, {"/device", "H100"},
+           {"/energy_source", false}}) {
+    nlohmann::json rec = good;
+    rec[nlohmann::json::json_pointer(pointer)] = value;
+    files.push_back((dir.path / fmt::format("bad{}.json", files.size())).string());
+    std::ofstream(files.back()) << rec.dump();
+  }
+  std::ofstream(dir.path / "good.json") << good.dump();
+  files.push_back((dir.path / "good.json").string());
+  std::vector<std::string> skipped;
+  const auto cmp = plan::compare_with_records(files, plan::host_ceilings(1), skipped);
+  EXPECT_EQ(cmp.size(), 1u);
+  ASSERT_EQ(skipped.size(), 5u);
+  for (const std::string field : {"/config/precision", "/config/workers", "/config/optimizer", "/device", "/energy_source"})
+    EXPECT_TRUE(std::any_of(skipped.begin(), skipped.end(), [&](const std::string& s) {
+      return s.find("a damaged run record: " + field + " is missing or not what dlperf wrote") != std::string::npos;
+    })) << field;
+}
+
 TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
   TempDir dir;
   train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:1024", 32, 1, "cpu");

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 
@@ -47,7 +48,21 @@ std::string missing_field(const json& r) {
   }
   for (const char* key : {"images_per_s", "train_s"})
     if (!r["epochs"].back().value(key, json()).is_number()) return fmt::format("/epochs/-1/{}", key);
-  if (r.contains("profile") && !r.contains(json::json_pointer("/profile/step/step_s"))) return "/profile/step/step_s";
+  if (r.contains("profile") && !r.value(json::json_pointer("/profile/step/step_s"), json()).is_number()) return "/profile/step/step_s";
+  // Fields read with a default where absent (older records lack some), but of the right type where present.
+  auto is_string = [](const json& v) { return v.is_string(); };
+  auto is_number = [](const json& v) { return v.is_number(); };
+  const std::vector<std::pair<const char*, std::function<bool(const json&)>>> typed = {
+      {"/config/optimizer", is_string}, {"/config/precision", is_string}, {"/config/device_used", is_string},
+      {"/config/layout", is_string}, {"/energy_source", is_string}, {"/config/momentum", is_number},
+      {"/config/workers", [](const json& v) { return v.is_number_integer(); }},
+      {"/config/data_on_device", [](const json& v) { return v.is_boolean(); }},
+      {"/device", [](const json& v) { return v.is_object() && v.value("name", json("")).is_string(); }},
+      {"/data/test_images", is_number}};
+  for (const auto& [pointer, ok] : typed) {
+    const json::json_pointer p(pointer);
+    if (r.contains(p) && !ok(r[p])) return pointer;
+  }
   return "";
 }
 
