@@ -144,6 +144,13 @@ TEST(Synthetic, IsDeterministicAndShaped) {
   EXPECT_EQ(a.test.size(), 20);
   EXPECT_EQ(a.train.channels, 3);
   EXPECT_NE(error_of([] { data::load_data("synthetic:0x8"); }).find("expected synthetic"), std::string::npos);
+  EXPECT_EQ(data::load_data("synthetic:1x8x8").train.size(), 10000);
+  // Whatever follows the numbers is refused, not ignored (":10e3" read as 10, ":100:5" as 100).
+  for (const char* spec : {"synthetic:1x8x8:10e3", "synthetic:1x8x8:100:5", "synthetic:1x8x8x2", "synthetic:1x8x8:", "synthetic:1x8x8:100 "})
+    EXPECT_NE(error_of([&] { data::load_data(spec); }).find("expected synthetic"), std::string::npos) << spec;
+  // More images than memory: said as such, before "out of memory" with a hint about the batch.
+  const std::string big = error_of([] { data::load_data("synthetic:64x1024x1024:1000000"); });
+  EXPECT_NE(big.find("1200000 synthetic images of 64x1024x1024 take 80530.6 GB"), std::string::npos) << big;
 }
 
 std::vector<std::vector<float>> epoch_batches(const data::Dataset& d, data::LoaderConfig cfg, int64_t epoch) {

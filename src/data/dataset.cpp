@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::data {
 
@@ -69,11 +70,21 @@ DataPair synthetic_pair(const std::string& spec) {
     std::string rest = spec.substr(colon + 1);
     long long n_ll = n;
     long long cc, hh, ww;
-    const int got = std::sscanf(rest.c_str(), "%lldx%lldx%lld:%lld", &cc, &hh, &ww, &n_ll);
-    check(got >= 3 && cc > 0 && cc <= 64 && hh >= 4 && hh <= 1024 && ww >= 4 && ww <= 1024 && n_ll >= 10,
-          fmt::format("--data {}: expected synthetic[:CxHxW[:N]] with C 1..64, H and W 4..1024, N >= 10", spec));
+    int used = -1;  // characters read: anything after the numbers ("1x28x28:100:5", "...:10e3") is refused, not ignored
+    int got = std::sscanf(rest.c_str(), "%lldx%lldx%lld%n:%lld%n", &cc, &hh, &ww, &used, &n_ll, &used);
+    if (used != int(rest.size())) got = 0;
+    check(got >= 3 && cc > 0 && cc <= 64 && hh >= 4 && hh <= 1024 && ww >= 4 && ww <= 1024 && n_ll >= 10 && n_ll <= 1000000000,
+          fmt::format("--data {}: expected synthetic[:CxHxW[:N]] with C 1..64, H and W 4..1024, N 10..10^9", spec));
     c = cc, h = hh, w = ww, n = n_ll;
   }
+  // The images are made in memory (train plus a fifth for test): more than the machine has would
+  // end in "out of memory" with a hint about the batch size, or in the OOM killer.
+  const double bytes = double(n + n / 5) * double(c * h * w + 1);
+  if (const double avail = hw::available_memory_bytes(); avail > 0)
+    check(bytes < 0.8 * avail,
+          fmt::format("--data {}: {} synthetic images of {}x{}x{} take {:.1f} GB, and {:.1f} GB of memory is available", spec,
+                      n + n / 5, c, h, w, bytes / 1e9, avail / 1e9),
+          "use fewer images (the N in synthetic:CxHxW:N) or smaller ones");
   DataPair p;
   // One stream of samples split into train and test, so both follow the same classes.
   Dataset all = make_synthetic(n + n / 5, c, h, w, 10, 0x5EED);
