@@ -171,17 +171,23 @@ nlohmann::json run_gemm(const bench::Options& o, double peak) {
   return rows;
 }
 
+// conv's --input, and its models checked against it: called before anything is measured, so
+// 'bench all' with a typo in --models fails at once, not after a minute of other benchmarks.
+Dims conv_input(const BenchArgs& a) {
+  const Dims chw = parse_chw(a.input);
+  for (const auto& model : conv_models(a)) nn::build_graph(nn::load_model(model), chw, 10, a.batch);  // throws, saying why
+  return chw;
+}
+
 nlohmann::json run_conv(const BenchArgs& a, double peak) {
-  long long c, h, w;
-  check(std::sscanf(a.input.c_str(), "%lldx%lldx%lld", &c, &h, &w) == 3 && c > 0 && h > 0 && w > 0,
-        "--input must be CxHxW, for example 3x32x32");
+  const Dims chw = conv_input(a);
   const auto models = conv_models(a);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
               fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str());
   report::Table t({"model", "layer", "input", "out", "k/s/p", "forward", "bwd data", "bwd weights", "fwd % of peak", "max rel. error",
                    "input copies"});
   nlohmann::json rows = nlohmann::json::array();
-  for (const auto& p : bench::conv_sweep(a.opt, models, {c, h, w}, a.batch)) {
+  for (const auto& p : bench::conv_sweep(a.opt, models, chw, a.batch)) {
     t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), std::to_string(p.attrs.out_channels),
            fmt::format("{}/{}/{}", p.attrs.kernel, p.attrs.stride, p.attrs.padding), fmt::format("{:.1f}", p.forward_gflops.median),
            p.backward_data_gflops.median > 0 ? fmt::format("{:.1f}", p.backward_data_gflops.median) : "-",
@@ -350,7 +356,7 @@ nlohmann::json run_gpu_conv(BenchArgs& a) {
     std::printf("\nGPU conv: skipped: %s\n", bench::gpu::why_not().c_str());
     return {{"skipped", bench::gpu::why_not()}};
   }
-  const Dims chw = parse_chw(a.input);
+  const Dims chw = conv_input(a);
   const auto models = conv_models(a);
   const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
   std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median; the input and output gradient\n"
@@ -438,6 +444,7 @@ void add_bench(CLI::App& app, const Command& self) {
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
     args->models_given = c->count("--models") > 0;
     if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
+    if (args->what == "conv" || args->what == "all") conv_input(*args);
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
     std::printf("dlperf bench on %s (%d threads, %s)\n",  // every section starts with its blank line
