@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 
+#include "hw/cpu_info.h"
 #include "test_util.h"
 
 namespace dlperf::test {
@@ -137,6 +138,20 @@ TEST(Cli, GoodInputExitsZero) {
     EXPECT_EQ(o.exit_code, 0) << o.err;
     EXPECT_FALSE(o.out.empty());
   }
+}
+
+// More loader workers than CPUs train, with a note saying what they cost (as PyTorch's DataLoader
+// warns); as many as the CPUs, no note.
+TEST(Cli, MoreLoaderWorkersThanCpusTrainWithANote) {
+  TempDir dir;
+  const int cpus = hw::usable_cpus();
+  const std::string run = "train --device cpu --model small --data synthetic:1x12x12:256 --epochs 1 --no-progress --runs-dir runs --workers ";
+  const Outcome over = run_dlperf(dir, run + std::to_string(cpus + 1));
+  ASSERT_EQ(over.exit_code, 0) << over.err;
+  EXPECT_NE(over.out.find(fmt::format("note: {} loader workers on {} CPU", cpus + 1, cpus)), std::string::npos) << over.out;
+  const Outcome fits = run_dlperf(dir, run + std::to_string(cpus));
+  ASSERT_EQ(fits.exit_code, 0) << fits.err;
+  EXPECT_EQ(fits.out.find("loader workers on"), std::string::npos) << fits.out;
 }
 
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h

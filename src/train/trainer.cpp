@@ -620,6 +620,10 @@ TrainResult train(const TrainConfig& cfg) {
   const int threads = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
   data::DataPair d = data::load_data(cfg.data);
   if (!d.notice.empty() && say) std::printf("note: %s\n", d.notice.c_str());
+  // Allowed (the lab's workers experiment measures it), but said, as PyTorch's DataLoader does.
+  if (const int cpus = hw::usable_cpus(); say && cfg.workers > cpus && !cfg.data_on_device)
+    std::printf("note: %d loader workers on %d CPU%s: workers beyond the CPU count take turns on the same cores "
+                "('dlperf lab workers' measures what workers buy here)\n", cfg.workers, cpus, cpus == 1 ? "" : "s");
   d.train.truncate(cfg.train_limit);
   d.test.truncate(cfg.test_limit);
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
