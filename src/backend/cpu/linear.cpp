@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "backend/cpu/ops.h"
+#include "core/error.h"
 
 namespace dlperf::cpu {
 
@@ -39,14 +40,14 @@ struct LinearPasses {
 
 class Linear final : public Op {
  public:
-  Linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o) {
+  Linear(const ops::OpAttrs& a, const Dims& x, const std::string& name, const OpOptions& o) : need_dx_(o.need_dx) {
     const bool copies = makes_copies(o.compute);
     const LinearPasses passes(x, a.out_features, a.bias, o.compute, o.fp32_output);
     const Dims w = {a.out_features, x[1]};
     const md& dy = passes.dy;
     fwd_pd_ = passes.fwd;
     fwd_ = Prim::of<inner_product_forward>(fwd_pd_);
-    bwd_data_ = Prim::of<inner_product_backward_data>(passes.bwd);
+    if (need_dx_) bwd_data_ = Prim::of<inner_product_backward_data>(passes.bwd);  // not for a layer reading the model input
     bwd_weights_ = Prim::of<inner_product_backward_weights>(passes.bww);
     add_param(name + ".weight", w, passes.bww.diff_weights_desc(), Init::uniform_fan_in, x[1]);
     if (a.bias) add_param(name + ".bias", {a.out_features}, passes.bias, Init::uniform_fan_in, x[1]);
@@ -68,13 +69,16 @@ class Linear final : public Op {
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, params_[0]->grad.mem}};
     if (params_.size() > 1) args.emplace(DNNL_ARG_DIFF_BIAS, params_[1]->grad.mem);
     run(bwd_weights_, std::move(args));
-    if (diff_in[0]) run(bwd_data_, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights().mem}, {DNNL_ARG_DIFF_SRC, diff_in[0]}});
+    if (!diff_in[0]) return;
+    check(need_dx_, "linear: input gradient requested from an op built without it");
+    run(bwd_data_, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, weights().mem}, {DNNL_ARG_DIFF_SRC, diff_in[0]}});
   }
 
  private:
   /// The weights forward and backward-data read: the master weights, or their bf16 copy.
   const Mem& weights() const { return w_low_.empty() ? params_[0]->value : w_low_; }
 
+  bool need_dx_;
   inner_product_forward::primitive_desc fwd_pd_;
   Prim fwd_, bwd_data_, bwd_weights_;
   Mem w_low_;   ///< copies: the weights' copy, refreshed from the master weights every forward
@@ -92,7 +96,9 @@ Footprint linear_footprint(const ops::OpAttrs& a, const Dims& x, const OpOptions
   if (a.bias) f.params.push_back(p.bias.get_size());
   if (makes_copies(o.compute)) f.buffers.push_back({MemCategory::parameters, p.fwd.weights_desc().get_size()});
   if (p.dy != p.dst) f.buffers.push_back({MemCategory::activations, p.dy.get_size()});
-  f.scratchpad = std::max({p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size()});
+  // The shared scratchpad grows to the passes that run: no backward-data without need_dx.
+  f.scratchpad = std::max(p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size());
+  if (o.need_dx) f.scratchpad = std::max(f.scratchpad, p.bwd.scratchpad_desc().get_size());
   return f;
 }
 
