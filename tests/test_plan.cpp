@@ -572,8 +572,9 @@ TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
 }
 
 // Runs alike but for the learning rate (the lab's batch sizes with and without the linear
-// scaling rule) are told apart by it; a run unlike the others keeps its short name.
-TEST(PlanAgainst, RunsThatDifferOnlyInTheirLearningRateAreNamedByIt) {
+// scaling rule) are told apart by it, or by the image shape; a run unlike the others keeps its
+// short name.
+TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
   TempDir dir;
   train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
   c.runs_dir = dir.path.string();
@@ -590,6 +591,17 @@ TEST(PlanAgainst, RunsThatDifferOnlyInTheirLearningRateAreNamedByIt) {
   EXPECT_EQ(cmp[0].run, "small b64 w1 lr 0.1");
   EXPECT_EQ(cmp[1].run, "small b64 w1 lr 0.4");
   EXPECT_EQ(cmp[2].run, "small b32 w1");
+  // One model on two image shapes is told apart by the shape, not by a learning rate both share;
+  // a repeat of one configuration keeps its name.
+  rec["config"]["lr"] = 0.1;
+  rec["data"]["shape"] = {1, 12, 12};
+  std::ofstream(dir.path / "d.json") << rec.dump();
+  const auto shapes = plan::compare_with_records(
+      {(dir.path / "c.json").string(), (dir.path / "d.json").string(), (dir.path / "d.json").string()}, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(shapes.size(), 3u);
+  EXPECT_EQ(shapes[0].run, "small b32 w1 on 1x28x28 lr 0.4");
+  EXPECT_EQ(shapes[1].run, "small b32 w1 on 1x12x12 lr 0.1");
+  EXPECT_EQ(shapes[2].run, shapes[1].run);
 }
 
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {

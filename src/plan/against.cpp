@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
@@ -129,6 +130,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     cmp.file = std::filesystem::path(file).filename().string();
     cmp.run = fmt::format("{} b{} w{}", g.model, batch, cfg.value("workers", 0));
     if (cfg.value("lr", json()).is_number()) cmp.lr = cfg["lr"];
+    cmp.input = dims_str(g.input).substr(dims_str(g.input).find('x') + 1);  // without the batch
     const json& last = r["epochs"].back();
     const double steps = std::floor(d["train_images"].get<double>() / double(batch));
     // dlperf profile stops after its recorded steps: its one epoch is a few steps, warm-up
@@ -189,12 +191,17 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
   }
-  // Runs that differ only in their learning rate (the lab's batch sizes with and without the
-  // linear scaling rule) are told apart by it.
-  std::map<std::string, int> uses;
-  for (const Comparison& cmp : out) ++uses[cmp.run];
-  for (Comparison& cmp : out)
-    if (uses[cmp.run] > 1 && cmp.lr > 0) cmp.run += fmt::format(" lr {:g}", cmp.lr);
+  // Runs of one name are told apart by what differs among them: the image shape (one model on
+  // two datasets), the learning rate (the lab's batch sizes with and without the linear scaling
+  // rule). Repeats of one configuration keep the name.
+  std::map<std::string, std::set<std::string>> inputs;
+  std::map<std::string, std::set<double>> lrs;
+  for (const Comparison& cmp : out) inputs[cmp.run].insert(cmp.input), lrs[cmp.run].insert(cmp.lr);
+  for (Comparison& cmp : out) {
+    const std::string name = cmp.run;
+    if (inputs[name].size() > 1) cmp.run += " on " + cmp.input;
+    if (lrs[name].size() > 1 && cmp.lr > 0) cmp.run += fmt::format(" lr {:g}", cmp.lr);
+  }
   return out;
 }
 
