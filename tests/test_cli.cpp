@@ -96,6 +96,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},
       {"lab --batches 16,0", "--batches: must be at least 1, not 0"},
       {"lab --models small,nosuch", "model 'nosuch' is neither a preset nor a readable file"},
+      {"lab --batches 64,256,64", "--batches lists 64 twice"},
+      {"lab model --models small,large,small", "--models lists small twice"},
       {"lab --data /nonexistent", "the lab's base run (medium at batch 64 on /nonexistent) cannot train: --data /nonexistent"},
       {"bench nosuch", "nosuch not in"},
       {"bench flops --ranks 4", "--ranks is for 'dlperf bench allreduce', not 'dlperf bench flops'"},
