@@ -114,6 +114,13 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
   // What resuming says: the epochs it trains, or that --epochs leaves none.
   EXPECT_NE(train::detail::resumed_line(c, 1).find("training epochs 2 to 3"), std::string::npos) << train::detail::resumed_line(c, 1);
   EXPECT_NE(train::detail::resumed_line(c, 3).find("nothing to train (raise --epochs"), std::string::npos) << train::detail::resumed_line(c, 3);
+  // Resumed with nothing left to train: no second copy of the last record in runs/.
+  TempDir runs;
+  c.runs_dir = runs.path.string();
+  const auto again = train::train(c);
+  EXPECT_EQ(again.epochs.size(), 3u);
+  EXPECT_EQ(again.record_path, "");
+  EXPECT_TRUE(fs::is_empty(runs.path));
 }
 
 TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {

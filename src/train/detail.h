@@ -88,8 +88,9 @@ int64_t run_epochs(const TrainConfig& cfg, TrainingRun& run, int64_t start_epoch
 /// A run a signal stopped (core/interrupt.h) in epoch `stopped_in` (1-based): the unfinished epoch
 /// is dropped, and the record keeps the finished ones with a "stopped" entry saying so.
 nlohmann::json stopped_json(const TrainConfig& cfg, int64_t stopped_in);
-/// Whether the stopped run has a record to write: an epoch finished in this process (a resumed
-/// run's earlier epochs are in the record its own process wrote).
+/// Whether the run has a record to write: an epoch finished in this process. A resumed run's
+/// earlier epochs are in the record its own process wrote, so a stopped run with none of its
+/// own, or a resume with nothing left to train, writes none.
 inline bool keeps_record(const TrainResult& r, size_t resumed_epochs) { return r.epochs.size() > resumed_epochs; }
 /// What ends the command once the stopped run wrote what it finished: where that is, and how to go on.
 Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainResult& r);

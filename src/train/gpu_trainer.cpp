@@ -624,7 +624,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
     const cuda::GraphNodes& nodes = run.net->step_nodes();
     finish_profile(cfg, run.graph, gpu_ceilings(run.info, cfg.precision), run.mem.stats(), result, run.net->graphed() ? nodes.kernels : 0);
   }
-  if (!cfg.runs_dir.empty() && (stopped_in == 0 || keeps_record(result, resumed_epochs))) {
+  if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}-cuda", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());

@@ -676,7 +676,7 @@ TrainResult train(const TrainConfig& cfg) {
   if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
   if (cfg.profile && (stopped_in == 0 || run.profiled()))
     finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
-  if (!cfg.runs_dir.empty() && (stopped_in == 0 || keeps_record(result, resumed_epochs))) {
+  if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
