@@ -114,6 +114,22 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
   // What resuming says: the epochs it trains, or that --epochs leaves none.
   EXPECT_NE(train::detail::resumed_line(c, 1).find("training epochs 2 to 3"), std::string::npos) << train::detail::resumed_line(c, 1);
   EXPECT_NE(train::detail::resumed_line(c, 3).find("nothing to train (raise --epochs"), std::string::npos) << train::detail::resumed_line(c, 3);
+  // Settings other than the checkpoint's run are said: all of them, with the schedule's curve
+  // where --epochs changes one that spans the run; a longer constant-rate run is no change.
+  nlohmann::json was = train::to_json(c);
+  EXPECT_EQ(train::detail::resumed_line(c, 1, was).find("note:"), std::string::npos);
+  was["lr"] = 0.4, was["epochs"] = 2, was["seed"] = 7, was["workers"] = 3;
+  const std::string changed = train::detail::resumed_line(c, 1, was);
+  EXPECT_NE(changed.find(fmt::format("note: resumed with other settings than the checkpoint's run: --epochs 2 -> 3, --lr 0.4 -> {:g}, --seed 7 -> {}",
+                                     c.lr, c.seed)),
+            std::string::npos) << changed;
+  EXPECT_EQ(changed.find("workers"), std::string::npos) << changed;
+  EXPECT_NE(changed.find(fmt::format("the {} rate spans --epochs", c.schedule.name)), std::string::npos) << changed;
+  train::TrainConfig constant = c;
+  constant.schedule.name = "constant";
+  was = train::to_json(constant);
+  was["epochs"] = 2;
+  EXPECT_EQ(train::detail::resumed_line(constant, 1, was).find("note:"), std::string::npos);
   // Resumed with nothing left to train: no second copy of the last record in runs/.
   TempDir runs;
   c.runs_dir = runs.path.string();

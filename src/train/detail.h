@@ -61,8 +61,9 @@ extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);
 /// The header's first line: the model, its size and forward FLOPs per image, the data and its images.
 std::string model_line(const nn::Graph& graph, const data::DataPair& data);
-/// "resumed from DIR/checkpoint.dlperf after epoch 3", and what is left of --epochs.
-std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done);
+/// "resumed from DIR/checkpoint.dlperf after epoch 3", what is left of --epochs, and a note naming
+/// the settings that differ from the checkpoint's run (`checkpoint_config`).
+std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const nlohmann::json& checkpoint_config = nlohmann::json::object());
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.
 std::string final_accuracy(const nlohmann::json& summary);
 /// The epochs both trainers run from `start_epoch` (`Run`, `GpuRun`): each one's row on the

@@ -377,6 +377,7 @@ struct GpuRun {
   int64_t per_epoch = 0, total_steps = 0;
   int64_t step = 0;  ///< steps trained, resumed ones included (the schedule's clock)
   std::optional<GpuProfile> profile;
+  nlohmann::json resumed_config = nlohmann::json::object();  ///< --resume: the settings the checkpoint was made with
 
   /// Checks that the run can go (precision, memory) before it allocates, then builds the network
   /// and the feed; out of memory is reported with the largest batch size that fits.
@@ -436,13 +437,14 @@ struct GpuRun {
     check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch, graph.input, cfg.optimizer.name);
     net->restore([&](const std::string& name, size_t count) -> const std::vector<float>& { return checkpoint_tensor(ck, name, count); },
                  cfg.optimizer, ck.meta.at("optimizer_steps").get<int64_t>());
+    resumed_config = ck.meta.value("config", nlohmann::json::object());
     for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));
     return ck.meta.at("epoch_done").get<int64_t>();
   }
 
   /// The run's header (as the CPU loop's), and the epochs a resumed run has done.
   void print_header(int64_t start_epoch, const std::vector<EpochStats>& history) const {
-    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
+    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch, resumed_config).c_str(), stdout);
     std::fputs(model_line(graph, data).c_str(), stdout);
     const std::string workers =
         cfg.data_on_device ? "" : fmt::format(" ({} loader worker{})", cfg.workers, cfg.workers == 1 ? "" : "s");

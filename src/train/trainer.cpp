@@ -67,11 +67,33 @@ std::string model_line(const nn::Graph& graph, const data::DataPair& data) {
                      dims_str({t.channels, t.height, t.width}), t.size(), data.test.size());
 }
 
-std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done) {
+std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const json& was) {
   const std::string left = epochs_done >= cfg.epochs
                                ? fmt::format(", and --epochs is {}: nothing to train (raise --epochs to train further)", cfg.epochs)
                                : fmt::format(", training epochs {} to {}", epochs_done + 1, cfg.epochs);
-  return fmt::format("resumed from {} after epoch {}{}\n", checkpoint_path(cfg.checkpoint_dir), epochs_done, left);
+  std::string line = fmt::format("resumed from {} after epoch {}{}\n", checkpoint_path(cfg.checkpoint_dir), epochs_done, left);
+  // Settings that change the training from here (loader workers, threads and the device do not)
+  // are allowed, as extending a run with more --epochs must be, but said: the run is then not the
+  // one the checkpoint's settings describe.
+  const json now = to_json(cfg);
+  const bool spans_run = cfg.schedule.name == "onecycle" || cfg.schedule.name == "cosine";
+  std::string changed;
+  for (const auto& [key, flag] : std::vector<std::pair<const char*, const char*>>{
+           {"data", "--data"}, {"train_limit", "--train-limit"}, {"precision", "--precision"}, {"epochs", "--epochs"},
+           {"lr", "--lr"}, {"schedule", "--schedule"}, {"warmup_epochs", "--warmup-epochs"}, {"step_epochs", "--step-epochs"},
+           {"momentum", "--momentum"}, {"nesterov", "nesterov"}, {"weight_decay", "--weight-decay"},
+           {"label_smoothing", "--label-smoothing"}, {"augment", "--augment"}, {"seed", "--seed"}}) {
+    if (!was.contains(key) || was[key] == now[key]) continue;
+    if (std::string(key) == "epochs" && !spans_run) continue;  // a longer constant or step run is the same run, extended
+    auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+    changed += fmt::format("{}{} {} -> {}", changed.empty() ? "" : ", ", flag, text(was[key]), text(now[key]));
+  }
+  if (!changed.empty())
+    line += fmt::format("note: resumed with other settings than the checkpoint's run: {}{}\n", changed,
+                        spans_run && was.value("epochs", cfg.epochs) != cfg.epochs
+                            ? fmt::format(" (the {} rate spans --epochs, so from here it follows the {}-epoch curve)", cfg.schedule.name, cfg.epochs)
+                            : "");
+  return line;
 }
 
 json stopped_json(const TrainConfig& cfg, int64_t stopped_in) {
@@ -241,6 +263,8 @@ json to_json(const TrainConfig& c) {
           {"nesterov", c.optimizer.nesterov},
           {"weight_decay", c.optimizer.weight_decay},
           {"schedule", c.schedule.name},
+          {"warmup_epochs", c.schedule.warmup_epochs},
+          {"step_epochs", c.schedule.step_epochs},
           {"label_smoothing", c.label_smoothing},
           {"augment", c.augment},
           {"workers", c.workers},
@@ -478,6 +502,7 @@ struct Run {
   bool profiled() const { return profiled_; }
   std::optional<detail::ProfileWindow> window;  ///< set when profiling
   int64_t steps_run = 0;                        ///< steps this run has trained (the window counts them)
+  json resumed_config = json::object();         ///< --resume: the settings the checkpoint was made with
 
   Run(const TrainConfig& c, data::DataPair d, nn::Graph g)
       : cfg(c), data(std::move(d)), norm(data.train),
@@ -492,6 +517,7 @@ struct Run {
     Checkpoint ck = load_checkpoint(cfg.checkpoint_dir);
     check_checkpoint_matches(ck, cfg.checkpoint_dir, graph.model, cfg.batch, graph.input, cfg.optimizer.name);
     restore(net, opt, ck);
+    resumed_config = ck.meta.value("config", json::object());
     opt.set_steps_done(ck.meta.at("optimizer_steps"));
     for (const auto& e : ck.meta.at("history")) history.push_back(epoch_from_json(e));
     return ck.meta.at("epoch_done");
@@ -500,7 +526,7 @@ struct Run {
   /// The run's header, and the epochs a resumed run has done.
   void print_header(int64_t start_epoch, const std::vector<EpochStats>& history, int threads) const {
     const hw::CpuInfo cpu = hw::cpu_info();
-    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch).c_str(), stdout);
+    if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch, resumed_config).c_str(), stdout);
     std::fputs(model_line(graph, data).c_str(), stdout);
     std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
                 threads, cpu.isa.c_str(), net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32",
