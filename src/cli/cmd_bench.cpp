@@ -174,7 +174,7 @@ nlohmann::json run_gemm(const bench::Options& o, double peak) {
 // conv's --input, and its models checked against it: called before anything is measured, so
 // 'bench all' with a typo in --models fails at once, not after a minute of other benchmarks.
 Dims conv_input(const BenchArgs& a) {
-  const Dims chw = parse_chw(a.input);
+  Dims chw = parse_chw(a.input);
   for (const auto& model : conv_models(a)) nn::build_graph(nn::load_model(model), chw, 10, a.batch);  // throws, saying why
   return chw;
 }

@@ -79,11 +79,12 @@ DataPair synthetic_pair(const std::string& spec) {
   }
   // The images are made in memory (train plus a fifth for test): more than the machine has would
   // end in "out of memory" with a hint about the batch size, or in the OOM killer.
-  const double bytes = double(n + n / 5) * double(c * h * w + 1);
+  const int64_t images = n + n / 5;  // whole images: the test set is the integer fifth
+  const double bytes = double(images) * double(c * h * w + 1);
   if (const double avail = hw::available_memory_bytes(); avail > 0)
     check(bytes < 0.8 * avail,
           fmt::format("--data {}: {} synthetic images of {}x{}x{} take {:.1f} GB, and {:.1f} GB of memory is available", spec,
-                      n + n / 5, c, h, w, bytes / 1e9, avail / 1e9),
+                      images, c, h, w, bytes / 1e9, avail / 1e9),
           "use fewer images (the N in synthetic:CxHxW:N) or smaller ones");
   DataPair p;
   // One stream of samples split into train and test, so both follow the same classes.
