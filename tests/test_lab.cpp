@@ -330,6 +330,15 @@ TEST(Lab, BatchObservationsFollowTheData) {
   EXPECT_TRUE(says(obs, "Batch 1024 with the linear lr diverged: the loss became NaN at epoch 1, step 4"));
 }
 
+// The noise line says up to what difference rows are called alike: the measured noise, or 3%
+// when two runs happened to agree more closely (it said "smaller differences are noise" at 0.0%).
+TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
+  EXPECT_EQ(lab::noise_sentence(4.7), "two identical runs of the base configuration differed by 4.7% in images/s, so rows closer than that are called alike");
+  EXPECT_EQ(lab::noise_sentence(0.02),
+            "two identical runs of the base configuration differed by 0.0% in images/s; rows closer than 3% are still called alike "
+            "(one pair of runs can agree by luck)");
+}
+
 TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   lab::Experiment w;
   w.name = "workers";

@@ -74,6 +74,10 @@ std::vector<Experiment> run_lab(const LabConfig& cfg);
 /// marked missing, with the reason.
 Experiment prediction(const std::vector<std::string>& records);
 
+/// What two identical runs differed by, and the difference up to which rows are called alike:
+/// the noise, never less than 3% (one pair of runs can agree by luck). Without the ".".
+std::string noise_sentence(double noise_pct);
+
 /// The observations for one experiment, from its rows only (so they follow the data).
 std::vector<std::string> observe(const Experiment& e);
 

@@ -34,9 +34,12 @@ std::string megabytes(double mb) {
   return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : mb >= 100 ? fmt::format("{:.0f} MB", mb) : fmt::format("{:.1f} MB", mb);
 }
 
+// The smallest difference a sentence calls a difference: the run-to-run noise, never under 3%.
+constexpr double kNoiseFloorPct = 3;
+
 // Whether two speeds differ by no more than the run-to-run noise (at least 3%), so a sentence
 // claims no more than the measurement shows.
-bool within_noise(double speedup, double noise_pct) { return 100 * std::fabs(speedup - 1) <= std::max(3.0, noise_pct); }
+bool within_noise(double speedup, double noise_pct) { return 100 * std::fabs(speedup - 1) <= std::max(kNoiseFloorPct, noise_pct); }
 
 // "2.07x faster than", "1.15x slower than", "4% slower than" (under 10% apart, where "1.0x
 // slower" would read as no difference), or "about as fast as" within the noise. `speedup`: the
@@ -220,6 +223,12 @@ std::vector<std::string> precision(const Experiment& e) {
 }
 
 }  // namespace
+
+std::string noise_sentence(double noise_pct) {
+  const std::string measured = fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", noise_pct);
+  if (noise_pct >= kNoiseFloorPct) return measured + fmt::format(", so rows closer than that are called alike");
+  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (one pair of runs can agree by luck)", kNoiseFloorPct);
+}
 
 // The planner against the runs: memory to the byte or how far off, step time's median and worst
 // error beside the run-to-run noise.

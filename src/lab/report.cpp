@@ -231,8 +231,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       machine_text(machine), cfg.data,
       run_size(exps),
       cfg.base_model, cfg.base_batch, cfg.base_lr,
-      noise_pct > 0 ? fmt::format("\n\n**Run-to-run noise:** two identical runs of that base configuration differed by "
-                                  "{:.1f}% in images/s; smaller differences between rows are noise.", noise_pct)
+      noise_pct > 0 ? fmt::format("\n\n**Run-to-run noise:** {}.", noise_sentence(noise_pct))
                     : "");
   for (const auto& e : exps) {
     md += fmt::format("## {}\n\n{}\n\n{}\n", e.title, e.question, markdown_table(e));
