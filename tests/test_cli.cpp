@@ -11,6 +11,7 @@
 #include <regex>
 #include <string>
 
+#include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "test_util.h"
 
@@ -82,7 +83,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --pue 0.5", "--pue: must be at least 1, not 0.5"},
       {"plan --grid-intensity -1", "--grid-intensity: must be at least 0, not -1"},
       {"plan --tp 2", "--tp requires --transformer"},
-      {"plan --json out.json", "--json requires --against"},
+      {"plan --json .", "--json . is a directory"},
       {"plan --transformer gpt2-small --layers", "--layers excludes --transformer"},
       {"plan --transformer 12,768,12,1024,50257 --tp 5", "--tp 5 does not divide the 12 attention heads"},
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
@@ -164,6 +165,35 @@ TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(  \d+ years  )"))) << o.out;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\$\d{1,3}(,\d{3}){2,}  )"))) << o.out;
+}
+
+// plan --json writes what the console shows: the same parameters, peak memory, targets and
+// layers, numbers in SI units (it only wrote --against's comparison before).
+TEST(Cli, PlanWritesItsPlanAsJson) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "plan --model small --batch-size 32 --targets cpu,h100-sxm,t4 --precision bf16 --scaling 4 --layers --json p.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir.path / "p.json"));
+  EXPECT_EQ(j["model"], "small");
+  EXPECT_NE(o.out.find(fmt::format("parameters        {} ", j["parameters"].get<int64_t>())), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(format_bytes(j["memory_bytes"]["total"].get<double>())), std::string::npos);
+  double sum = 0;
+  for (const auto& [k, v] : j["memory_bytes"].items())
+    if (k != "total" && k != "available" && k != "fits") sum += v.get<double>();
+  EXPECT_EQ(sum, j["memory_bytes"]["total"].get<double>());
+  ASSERT_EQ(j["targets"]["rows"].size(), 3u);
+  EXPECT_EQ(j["targets"]["rows"][1]["target"], "h100-sxm");
+  EXPECT_GT(j["targets"]["rows"][1]["step_s"].get<double>(), 0);
+  EXPECT_EQ(j["targets"]["rows"][2]["unsupported"], "no bf16 peak in the catalog (it lists fp16, fp32)");
+  EXPECT_EQ(j["scaling"]["rows"].size(), 3u);  // 1, 2, 4 devices
+  EXPECT_EQ(j["layers"].size(), nn::build_graph(nn::load_model("small"), {1, 28, 28}, 10, 32).nodes.size());
+  EXPECT_EQ(j["layers"][0]["layer"], "conv1");
+  const Outcome t = run_dlperf(dir, "plan --transformer gpt2-small --json t.json");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  const nlohmann::json tj = nlohmann::json::parse(slurp(dir.path / "t.json"));
+  EXPECT_EQ(tj["transformer"]["layers"], 12);
+  EXPECT_EQ(tj["targets"]["rows"].size(), 3u);  // the default a100-80gb, h100-sxm, h200
+  EXPECT_TRUE(tj["scaling"].is_null());
 }
 
 // A target without a peak for the precision is a row of dashes with the reason below, not the

@@ -83,7 +83,20 @@ double grid_intensity(const PlanArgs& a, const plan::Catalog& cat) {
 }
 
 // The targets table: one row per hardware target.
-void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
+// One target's estimate for --json: numbers in SI units, null where unknown.
+nlohmann::json to_json(const plan::TargetEstimate& e) {
+  auto known = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
+  if (!e.unsupported.empty()) return {{"target", e.id}, {"unsupported", e.unsupported}};
+  return {{"target", e.id},         {"devices", e.devices},           {"memory_bytes_per_device", e.memory},
+          {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.fits ? nlohmann::json() : nlohmann::json(e.what_fits)},
+          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s},
+          {"allreduce", e.allreduce == "-" ? nlohmann::json() : nlohmann::json(e.allreduce)},
+          {"scaling_efficiency", e.efficiency}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
+          {"energy_kwh", known(e.energy_kwh)}, {"co2_kg", known(e.co2_kg)}};
+}
+
+// The targets table; returns its rows for --json.
+nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const double pue = a.pue > 0 ? a.pue : cat.pue;
   const double grid = grid_intensity(a, cat);
@@ -91,9 +104,11 @@ void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuC
   if (ids.empty()) ids = job.transformer ? std::vector<std::string>{"a100-80gb", "h100-sxm", "h200"} : std::vector<std::string>{"cpu"};
   report::Table t({"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"});
   std::vector<std::string> notes;
+  nlohmann::json rows = nlohmann::json::array();
   for (const auto& id : ids) {
     const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
     const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
+    rows.push_back(to_json(e));
     if (!e.unsupported.empty()) {
       t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});  // why goes below: in the CO2 column it pushed the others' figures right
       notes.push_back(fmt::format("{}: {}", d.id, e.unsupported));
@@ -111,14 +126,16 @@ void print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuC
               pue, grid, a.grid >= 0 ? "--grid-intensity" : a.region.c_str());
   t.print();
   for (const auto& n : notes) std::printf("  * %s\n", n.c_str());
+  return {{"rows", rows}, {"pue", pue}, {"grid_gco2_per_kwh", grid}, {"notes", notes}};
 }
 
 // Weak scaling (the per-device batch stays, the global batch grows with the devices) and strong
 // scaling (the global batch stays and is split), data-parallel 1, 2, 4, ... up to --scaling N on
 // the first target. `rebuild(per_device_batch)` gives the job at another per-device batch.
-void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::CpuCeilings& c,
-                   const std::function<plan::JobSpec(int64_t, nn::Graph&)>& rebuild) {
-  if (a.scaling <= 1) return;
+nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::CpuCeilings& c,
+                             const std::function<plan::JobSpec(int64_t, nn::Graph&)>& rebuild) {
+  if (a.scaling <= 1) return nullptr;
+  nlohmann::json rows = nlohmann::json::array();
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const std::string id = a.targets.empty() ? (base.transformer ? "h100-sxm" : "cpu") : a.targets.front();
   const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
@@ -136,6 +153,8 @@ void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::Cpu
     std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", double(per_device * dp) / w.step_s)};
     if (dp == 1) t1_weak = w.step_s;
     row.push_back(fmt::format("{:.0f}%", 100 * t1_weak / w.step_s));
+    nlohmann::json r = {{"data_parallel", dp}, {"weak", {{"step_s", w.step_s}, {"samples_per_s", double(per_device * dp) / w.step_s},
+                                                         {"efficiency", t1_weak / w.step_s}}}, {"strong", nullptr}};
     if (global % dp == 0) {  // strong scaling splits the global batch evenly, or not at all
       plan::JobSpec strong = rebuild(global / dp, g2);
       strong.layout.dp = dp;
@@ -144,11 +163,19 @@ void print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::Cpu
       if (dp == 1) t1_strong = s.step_s;
       row.insert(row.end(), {std::to_string(global / dp), seconds(s.step_s), fmt::format("{:.2f}x", t1_strong / s.step_s),
                              fmt::format("{:.0f}%", 100 * t1_strong / s.step_s / double(dp))});
+      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s}, {"speed_up", t1_strong / s.step_s},
+                     {"efficiency", t1_strong / s.step_s / double(dp)}};
     }
     t.add(row);
+    rows.push_back(r);
   }
   std::printf("\nScaling on %s (data parallel; ring all-reduce of the gradients, no overlap with compute):\n", d.id.c_str());
   t.print();
+  return {{"target", d.id}, {"rows", rows}};
+}
+
+void write_plan_json(const PlanArgs& a, const nlohmann::json& plan) {
+  if (!a.json_out.empty()) write_file_atomically(a.json_out, plan.dump(2) + "\n", "pick a writable --json path");
 }
 
 void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
@@ -175,7 +202,8 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::printf("FLOPs per token     %.4g training (6N = %.4g, attention adds %.4g)\n", per_token, 6 * n, per_token - 6 * n);
   std::printf("tokens              %.4g%s, %.0f per step (%lld sequences)\n", tokens, a.tokens > 0 ? "" : " (20 per parameter)",
               tokens_per_step, (long long)a.batch);
-  std::printf("job FLOPs           %.4g (6ND = %.4g)%s\n", per_token * tokens * (1 + plan::recompute_overhead(t, a.layout.checkpointing)),
+  const double job_flops = per_token * tokens * (1 + plan::recompute_overhead(t, a.layout.checkpointing));
+  std::printf("job FLOPs           %.4g (6ND = %.4g)%s\n", job_flops,
               6 * n * tokens, a.layout.checkpointing == "none" ? "" : fmt::format(", with {} recomputation", a.layout.checkpointing).c_str());
   report::Table mt({"memory per device", "bytes"});
   mt.add({"parameters", format_bytes(m.parameters)});
@@ -197,14 +225,30 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
   job.precision = a.precision;
   job.optimizer = a.optimizer;
   job.layout = a.layout;
-  print_targets(job, a, c);
-  print_scaling(job, a, c, [&](int64_t per_device, nn::Graph&) {
+  nlohmann::json out = {
+      {"command", "plan"},
+      {"transformer", {{"name", t.name}, {"layers", t.layers}, {"hidden", t.hidden}, {"heads", t.heads}, {"seq", t.seq}, {"vocab", t.vocab}}},
+      {"parameters", n},
+      {"bytes_per_parameter", {{"weights", sb.weights}, {"gradients", sb.gradients}, {"optimizer", sb.optimizer}}},
+      {"precision", a.precision},
+      {"optimizer", a.optimizer},
+      {"flops_per_token", per_token},
+      {"tokens", tokens},
+      {"global_batch", a.batch},
+      {"job_flops", job_flops},
+      {"layout", {{"dp", a.layout.dp}, {"tp", a.layout.tp}, {"pp", a.layout.pp}, {"zero", a.layout.zero},
+                  {"checkpointing", a.layout.checkpointing}, {"micro_batch", a.micro_batch}}},
+      {"memory_bytes_per_device", {{"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer_state", m.optimizer},
+                                   {"activations", m.activations}, {"workspace", m.workspace}, {"total", m.total()}}}};
+  out["targets"] = print_targets(job, a, c);
+  out["scaling"] = print_scaling(job, a, c, [&](int64_t per_device, nn::Graph&) {
     plan::JobSpec j = job;
     j.micro_batch = std::min(per_device, a.micro_batch);
     j.layout.dp = 1;
     j.global_batch = per_device;
     return j;
   });
+  write_plan_json(a, out);
 }
 
 
@@ -236,7 +280,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   std::printf("parameters        %lld (%s as f32)\n", (long long)g.param_count(), format_bytes(double(g.param_count()) * 4).c_str());
   std::printf("FLOPs per step    %.3g forward + %.3g backward = %.3g\n", g.forward_flops(), g.backward_flops(),
               g.forward_flops() + g.backward_flops());
-  std::printf("FLOPs for the job %.3g (%lld epochs of %.0f steps)\n\n", (g.forward_flops() + g.backward_flops()) * steps * double(a.epochs),
+  const double job_flops = (g.forward_flops() + g.backward_flops()) * steps * double(a.epochs);
+  std::printf("FLOPs for the job %.3g (%lld epochs of %.0f steps)\n\n", job_flops,
               (long long)a.epochs, steps);
   report::Table mt({"memory", "bytes"});
   for (int i = 0; i < kMemCategories; ++i) mt.add({std::string(to_string(MemCategory(i))), format_bytes(m.bytes[size_t(i)])});
@@ -262,8 +307,34 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   job.steps = steps * double(a.epochs);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  print_targets(job, a, c);
-  print_scaling(job, a, c, [&](int64_t per_device, nn::Graph& holder) {
+  nlohmann::json memory = nlohmann::json::object();
+  for (int i = 0; i < kMemCategories; ++i) memory[std::string(to_string(MemCategory(i)))] = m.bytes[size_t(i)];
+  memory["total"] = m.total();
+  memory["available"] = avail > 0 ? nlohmann::json(avail) : nlohmann::json();
+  memory["fits"] = avail > 0 ? nlohmann::json(m.total() <= hw::kUsableMemoryShare * avail) : nlohmann::json();
+  nlohmann::json out = {{"command", "plan"},
+                        {"model", g.model},
+                        {"input", a.input},
+                        {"classes", a.classes},
+                        {"batch_size", a.batch},
+                        {"optimizer", a.optimizer},
+                        {"workers", a.workers},
+                        {"dataset_size", a.dataset},
+                        {"epochs", a.epochs},
+                        {"precision", a.precision},
+                        {"cpu_precision", cpu_precision},
+                        {"parameters", g.param_count()},
+                        {"flops_per_step", {{"forward", g.forward_flops()}, {"backward", g.backward_flops()}}},
+                        {"job_flops", job_flops},
+                        {"memory_bytes", memory},
+                        {"step", {{"step_s", p.step_s}, {"forward_s", p.forward_s}, {"backward_s", p.backward_s}, {"optimizer_s", p.optimizer_s}}},
+                        {"images_per_s", double(a.batch) / p.step_s},
+                        {"steps_per_epoch", steps},
+                        {"epoch_s", p.step_s * steps},
+                        {"job_s", p.step_s * steps * double(a.epochs)},
+                        {"ceilings", plan::to_json(c)}};
+  out["targets"] = print_targets(job, a, c);
+  out["scaling"] = print_scaling(job, a, c, [&](int64_t per_device, nn::Graph& holder) {
     holder = nn::build_graph(spec, parse_chw(a.input), a.classes, per_device);
     plan::JobSpec j = job;
     j.graph = &holder;
@@ -276,11 +347,15 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
     check(by_layer.size() == p.layers.size() + 1, "plan: the time and memory models disagree on the layers");
     report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd bound", "memory", "of peak"});
     auto share = [&](double bytes) { return fmt::format("{:.1f}%", 100 * bytes / m.total()); };
+    out["layers"] = nlohmann::json::array();
     for (size_t i = 0; i < p.layers.size(); ++i) {
       const auto& l = p.layers[i];
       t.add({l.name, l.op, fmt::format("{:.3f}", l.forward_s * 1e3), fmt::format("{:.3f}", l.backward_s * 1e3), l.bound,
              format_bytes(by_layer[i].total()), share(by_layer[i].total())});
+      out["layers"].push_back({{"layer", l.name}, {"op", l.op}, {"forward_s", l.forward_s}, {"backward_s", l.backward_s},
+                               {"forward_bound", l.bound}, {"memory_bytes", by_layer[i].total()}});
     }
+    out["memory_bytes_no_layer"] = by_layer.back().total();
     t.separator();
     t.add({"(no layer's)", "", "", "", "", format_bytes(by_layer.back().total()), share(by_layer.back().total())});
     std::printf("\nPer layer: predicted time, and the memory its buffers hold (parameters with their gradients and\n"
@@ -288,6 +363,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
                 "input, the shared oneDNN scratchpad, the loaders' batches.\n");
     t.print();
   }
+  write_plan_json(a, out);
 }
 
 void against(const PlanArgs& a, const plan::CpuCeilings& c) {
@@ -357,7 +433,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
   auto* layers = c->add_flag("--layers", a->layers, "per-layer predicted times and memory");
   auto* against_opt = c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json)");
-  c->add_option("--json", a->json_out, "with --against: write the comparison here")->needs(against_opt);
+  c->add_option("--json", a->json_out, "also write the plan (with --against: the comparison) as JSON here");
   auto* transformer = c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");
   c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)")->check(at_least(1))->needs(transformer);
   c->add_option("--micro-batch", a->micro_batch, "Transformer: sequences per device per micro-step")
