@@ -226,7 +226,7 @@ std::vector<std::string> precision(const Experiment& e) {
 
 std::string noise_sentence(double noise_pct) {
   const std::string measured = fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", noise_pct);
-  if (noise_pct >= kNoiseFloorPct) return measured + fmt::format(", so rows closer than that are called alike");
+  if (noise_pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike";
   return measured + fmt::format("; rows closer than {:.0f}% are still called alike (one pair of runs can agree by luck)", kNoiseFloorPct);
 }
 
