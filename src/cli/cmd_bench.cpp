@@ -106,6 +106,12 @@ nlohmann::json run_allreduce(const BenchArgs& a) {
            fmt::format("{:.1f}-{:.1f}", row["time_us_min"].get<double>(), row["time_us_max"].get<double>()),
            fmt::format("{:.2f}", row["algbw_gbps"].get<double>()), fmt::format("{:.2f}", row["busbw_gbps"].get<double>())});
   t.print();
+  // mpirun --oversubscribe lets more ranks than CPUs start; they then take turns on the cores and
+  // busy-poll while they wait, so the large sizes measure the scheduler, not the all-reduce.
+  if (const int cpus = hw::usable_cpus(); a.ranks > cpus)
+    std::printf("(%d ranks on %d CPUs: the ranks take turns on the cores, so these times include waiting for a core;\n"
+                " --ranks %d or fewer measures the all-reduce itself)\n", a.ranks, cpus, cpus);
+  r["ranks_over_cpus"] = a.ranks > hw::usable_cpus();
   return r;
 }
 
