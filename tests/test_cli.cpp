@@ -157,6 +157,17 @@ TEST(Cli, MoreLoaderWorkersThanCpusTrainWithANote) {
   EXPECT_EQ(fits.out.find("loader workers on"), std::string::npos) << fits.out;
 }
 
+// A profile with nowhere to write its files says so, since its table points to "the JSON" for
+// the rows it leaves out.
+TEST(Cli, AProfileWithoutFilesSaysSo) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "profile --device cpu --model small --data synthetic:1x12x12:256 --runs-dir '' --skip 1 --steps 2 --no-progress");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("no trace or table file: --runs-dir is empty and no --out was given"), std::string::npos) << o.out;
+  for (const auto& f : std::filesystem::directory_iterator(dir.path))
+    EXPECT_NE(f.path().extension(), ".json") << f.path();
+}
+
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
 // and $27428890.
 TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {

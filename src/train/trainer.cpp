@@ -169,7 +169,10 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   // '--out .' would otherwise write the hidden files '..json' and '..trace.json'.
   if (names_a_directory(prefix)) prefix = (fs::path(prefix) / stem).string();
   if (prefix.empty() && !cfg.runs_dir.empty()) prefix = (fs::path(cfg.runs_dir) / stem).string();
-  if (prefix.empty()) return;
+  if (prefix.empty()) {  // the table above points to "the JSON": say that there is none, and how to get it
+    if (say) std::printf("no trace or table file: --runs-dir is empty and no %s was given\n", detail::profile_flag(cfg, "out").c_str());
+    return;
+  }
   result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
   profile::write_trace(result.trace_path, events, rec.memory());
   const std::string table = write_record(
