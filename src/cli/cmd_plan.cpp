@@ -82,7 +82,6 @@ double grid_intensity(const PlanArgs& a, const plan::Catalog& cat) {
   return it->second;
 }
 
-// The targets table: one row per hardware target.
 // One target's estimate for --json: numbers in SI units, null where unknown.
 nlohmann::json to_json(const plan::TargetEstimate& e) {
   auto known = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
@@ -118,7 +117,9 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
            seconds(e.step_s), e.allreduce == "-" ? "-" : seconds(e.comm_s) + " " + e.allreduce, fmt::format("{:.0f}%", 100 * e.efficiency), seconds(e.job_s), money(e.cost),
            or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")});
     if (!e.fits) notes.push_back(fmt::format("{} does not fit; it would with {}", d.id, e.what_fits));
-    if (d.tdp_w <= 0) notes.push_back(fmt::format("{}: no power figure, so no energy or CO2 (pass --cpu-watts for this CPU)", d.id));
+    if (d.tdp_w <= 0)
+      notes.push_back(fmt::format("{}: no power figure, so no energy or CO2 ({})", d.id,
+                                  d.id == "cpu" ? "pass --cpu-watts for this CPU" : "add its tdp_w with --catalog"));
     if (d.price_per_hour < 0 && d.id != "cpu") notes.push_back(fmt::format("{}: no list price in the catalog ({})", d.id, d.sources.value("price", "")));
   }
   std::printf("\nOn hardware targets (%s; energy at TDP x PUE %.2f, CO2 at %.0f gCO2e/kWh for '%s'):\n", 
