@@ -215,6 +215,7 @@ TEST(Cli, PlanSaysBelowTheTableWhyATargetHasNoRow) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nt4( +-){10}\n)"))) << o.out;
   EXPECT_NE(o.out.find("  * t4: no bf16 peak in the catalog (it lists fp16, fp32)"), std::string::npos) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nh100-sxm .* <\$0\.01 )"))) << o.out;  // a second on an H100: under a cent, not "$0.00"
 }
 
 // A real Ctrl-C (SIGINT) once the first epoch's row is out: training stops at its next step, says

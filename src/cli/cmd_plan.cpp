@@ -62,9 +62,11 @@ std::string seconds(double s) {
   return fmt::format("{:.3g} years", s / year);
 }
 
-// $12.50, $4,108,252; past a trillion dollars, $1.05e+13 (a plan of an absurd job stays readable).
+// $12.50, $4,108,252; past a trillion dollars, $1.05e+13 (a plan of an absurd job stays readable);
+// under a cent, "<$0.01" rather than a $0.00 that reads as free.
 std::string money(double x) {
   if (x < 0) return "-";
+  if (x > 0 && x < 0.005) return "<$0.01";
   if (x < 100) return fmt::format("${:.2f}", x);
   if (x >= 1e12) return fmt::format("${:.3g}", x);
   std::string digits = fmt::format("{:.0f}", x);
