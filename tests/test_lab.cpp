@@ -379,6 +379,17 @@ TEST(Lab, PrecisionObservationsFollowTheData) {
             row({{"precision", "fp16"}, {"device", "cuda"}, {"loss_scale_skips", 3}}, 4, 12500, 91.1, 250)};
   auto obs = lab::observe(p);
   EXPECT_TRUE(says(obs, "bf16 trains 2.00x faster than fp32, peak memory 250 MB vs 400 MB")) << obs[0];
+  // With the test set's size, a change the test images cannot tell from chance says so: 0.2
+  // points on 5000 images is within 2 standard errors (1.2 points); 3.0 points on 10000 is not.
+  for (auto& r : p.rows) r["test_images"] = 5000;
+  obs = lab::observe(p);
+  EXPECT_TRUE(says(obs, "test accuracy fell 0.2 points (90.80% vs 91.00%), within the 1.2 points that 5000 test images can resolve."))
+      << obs[0];
+  p.rows[1]["test_acc"] = 88.0;
+  for (auto& r : p.rows) r["test_images"] = 10000;
+  obs = lab::observe(p);
+  EXPECT_TRUE(says(obs, "test accuracy fell 3.0 points (88.00% vs 91.00%).")) << obs[0];
+  p.rows[1]["test_acc"] = 90.8;
   EXPECT_TRUE(says(obs, "skipped 3 steps whose gradients overflowed"));
   p.rows[2]["loss_scale_skips"] = 0;
   EXPECT_TRUE(says(lab::observe(p), "skipped no step"));

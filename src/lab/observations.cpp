@@ -30,6 +30,20 @@ std::string change(double from, double to) {
   return fmt::format("{} {:.1f} point{}", d < 0 ? "fell" : "rose", std::fabs(d), std::fabs(d) >= 0.95 && std::fabs(d) < 1.05 ? "" : "s");
 }
 
+// When two rows say how many test images measured their accuracies: whether those images can
+// tell the difference from chance. A change under twice the standard error of the difference
+// (binomial, as if the two test sets were independent, which over-states it for the one shared
+// set) gets ", within the 1.3 points that 5000 test images can resolve"; otherwise "".
+std::string resolution(const json& from, const json& to) {
+  const double a = num(from, "test_acc"), b = num(to, "test_acc");
+  if (!from.contains("test_images") || !to.contains("test_images") || std::fabs(b - a) < 0.05) return "";
+  const double n = std::min(num(from, "test_images"), num(to, "test_images"));
+  if (n <= 0) return "";
+  const double pa = a / 100, pb = b / 100;
+  const double resolves = 100 * 2 * std::sqrt((pa * (1 - pa) + pb * (1 - pb)) / n);
+  return std::fabs(b - a) < resolves ? fmt::format(", within the {:.1f} points that {:.0f} test images can resolve", resolves, n) : "";
+}
+
 std::string megabytes(double mb) {
   return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : mb >= 100 ? fmt::format("{:.0f} MB", mb) : fmt::format("{:.1f} MB", mb);
 }
@@ -116,9 +130,10 @@ std::vector<std::string> batch(const Experiment& e) {
     const double speed = num(hi, "images_per_s") / num(lo, "images_per_s");
     const std::string how = relative_speed(speed, e.noise_pct, 1);
     out.push_back(fmt::format("Batch {} trains {} batch {} ({:.0f} vs {:.0f} img/s), and test accuracy {} "
-                              "(fixed lr {:g}: {:.2f}% vs {:.2f}%).",
+                              "(fixed lr {:g}: {:.2f}% vs {:.2f}%){}.",
                               hi["batch"].get<int64_t>(), how, lo["batch"].get<int64_t>(), num(hi, "images_per_s"), num(lo, "images_per_s"),
-                              change(num(lo, "test_acc"), num(hi, "test_acc")), num(lo, "lr"), num(hi, "test_acc"), num(lo, "test_acc")));
+                              change(num(lo, "test_acc"), num(hi, "test_acc")), num(lo, "lr"), num(hi, "test_acc"), num(lo, "test_acc"),
+                              resolution(lo, hi)));
     // Equal epochs mean fewer updates for the bigger batch: much of what it loses in accuracy.
     if (lo.contains("train_images") && lo.contains("epochs") && lo["epochs"] == hi["epochs"] && lo["train_images"] == hi["train_images"]) {
       const int64_t images = lo["train_images"], epochs = lo["epochs"];
@@ -138,9 +153,9 @@ std::vector<std::string> batch(const Experiment& e) {
     auto lin = find(linear, [&](const json& r) { return r["batch"] == hi["batch"]; });
     if (lin && num(*lin, "lr") != num(hi, "lr"))
       out.push_back(fmt::format("With the linear scaling rule (lr {:g} at batch {}), test accuracy {} against the fixed lr "
-                                "({:.2f}% vs {:.2f}%).",
+                                "({:.2f}% vs {:.2f}%){}.",
                                 num(*lin, "lr"), hi["batch"].get<int64_t>(), change(num(hi, "test_acc"), num(*lin, "test_acc")),
-                                num(*lin, "test_acc"), num(hi, "test_acc")));
+                                num(*lin, "test_acc"), num(hi, "test_acc"), resolution(hi, *lin)));
   }
   for (const auto& r : e.rows)
     if (r["status"] != "measured")
@@ -206,10 +221,11 @@ std::vector<std::string> precision(const Experiment& e) {
   for (const auto& r : rows) {
     if (!fp32 || r["precision"] == "fp32") continue;
     const double s = num(*fp32, "epoch_s") / num(r, "epoch_s");
-    out.push_back(fmt::format("{} trains {} fp32, peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%).",
+    out.push_back(fmt::format("{} trains {} fp32, peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%){}.",
                               r["precision"].get<std::string>(), relative_speed(s, e.noise_pct, 2),
                               megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
-                              change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc")));
+                              change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc"),
+                              resolution(*fp32, r)));
     if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())
       out.push_back(r["loss_scale_skips"].get<double>() > 0
                         ? fmt::format("fp16's dynamic loss scaling skipped {:.0f} steps whose gradients overflowed.",
