@@ -371,6 +371,30 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   EXPECT_FALSE(says(obs, "the GPU trains"));
 }
 
+TEST(Lab, ModelObservationsFollowTheData) {
+  lab::Experiment m;
+  m.name = "model";
+  auto model_row = [](const char* name, double params_m, double mflops, double epoch_s, double acc, double gflops) {
+    json r = row({{"model", name}}, epoch_s, 1000, acc, 10 * params_m);
+    r["parameters_m"] = params_m, r["mflops_per_image"] = mflops, r["achieved_gflops"] = gflops;
+    return r;
+  };
+  m.rows = {model_row("small", 0.03, 12, 1.7, 87.7, 150), model_row("medium", 0.27, 46, 5.2, 87.1, 190),
+            model_row("large", 4.0, 546, 53.6, 86.4, 220)};
+  auto obs = lab::observe(m);
+  EXPECT_TRUE(says(obs, "large has 133x the parameters and 45.5x the training FLOPs per image of small")) << obs[0];
+  EXPECT_TRUE(says(obs, "Achieved compute rises from 150.0 GFLOP/s (small) to 220.0 GFLOP/s (large): larger layers")) << obs[1];
+  EXPECT_TRUE(says(obs, "The best test accuracy is small's, 87.70%.")) << obs[3];
+  // Measured on 5000 test images, 0.6 points ahead is within what they resolve (1.3 points).
+  for (auto& r : m.rows) r["test_images"] = 5000;
+  obs = lab::observe(m);
+  EXPECT_TRUE(says(obs, "The best test accuracy is small's, 87.70%; medium's 87.10% is within the 1.3 points that 5000 test images can resolve."))
+      << obs[3];
+  m.rows[1]["test_acc"] = 80.0;  // 7.7 points behind: the best is the best
+  m.rows[2]["test_acc"] = 81.0;
+  EXPECT_TRUE(says(lab::observe(m), "The best test accuracy is small's, 87.70%.")) << lab::observe(m)[3];
+}
+
 TEST(Lab, PrecisionObservationsFollowTheData) {
   lab::Experiment p;
   p.name = "precision";

@@ -33,7 +33,7 @@ std::string change(double from, double to) {
 // When two rows say how many test images measured their accuracies: whether those images can
 // tell the difference from chance. A change under twice the standard error of the difference
 // (binomial, as if the two test sets were independent, which over-states it for the one shared
-// set) gets ", within the 1.3 points that 5000 test images can resolve"; otherwise "".
+// set) gets "within the 1.3 points that 5000 test images can resolve"; otherwise "".
 std::string resolution(const json& from, const json& to) {
   const double a = num(from, "test_acc"), b = num(to, "test_acc");
   if (!from.contains("test_images") || !to.contains("test_images") || std::fabs(b - a) < 0.05) return "";
@@ -41,8 +41,11 @@ std::string resolution(const json& from, const json& to) {
   if (n <= 0) return "";
   const double pa = a / 100, pb = b / 100;
   const double resolves = 100 * 2 * std::sqrt((pa * (1 - pa) + pb * (1 - pb)) / n);
-  return std::fabs(b - a) < resolves ? fmt::format(", within the {:.1f} points that {:.0f} test images can resolve", resolves, n) : "";
+  return std::fabs(b - a) < resolves ? fmt::format("within the {:.1f} points that {:.0f} test images can resolve", resolves, n) : "";
 }
+
+// ", " and `s`, or "" for an empty `s`: a clause that may be absent.
+std::string clause(const std::string& s) { return s.empty() ? "" : ", " + s; }
 
 std::string megabytes(double mb) {
   return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : mb >= 100 ? fmt::format("{:.0f} MB", mb) : fmt::format("{:.1f} MB", mb);
@@ -133,7 +136,7 @@ std::vector<std::string> batch(const Experiment& e) {
                               "(fixed lr {:g}: {:.2f}% vs {:.2f}%){}.",
                               hi["batch"].get<int64_t>(), how, lo["batch"].get<int64_t>(), num(hi, "images_per_s"), num(lo, "images_per_s"),
                               change(num(lo, "test_acc"), num(hi, "test_acc")), num(lo, "lr"), num(hi, "test_acc"), num(lo, "test_acc"),
-                              resolution(lo, hi)));
+                              clause(resolution(lo, hi))));
     // Equal epochs mean fewer updates for the bigger batch: much of what it loses in accuracy.
     if (lo.contains("train_images") && lo.contains("epochs") && lo["epochs"] == hi["epochs"] && lo["train_images"] == hi["train_images"]) {
       const int64_t images = lo["train_images"], epochs = lo["epochs"];
@@ -155,7 +158,7 @@ std::vector<std::string> batch(const Experiment& e) {
       out.push_back(fmt::format("With the linear scaling rule (lr {:g} at batch {}), test accuracy {} against the fixed lr "
                                 "({:.2f}% vs {:.2f}%){}.",
                                 num(*lin, "lr"), hi["batch"].get<int64_t>(), change(num(hi, "test_acc"), num(*lin, "test_acc")),
-                                num(*lin, "test_acc"), num(hi, "test_acc"), resolution(hi, *lin)));
+                                num(*lin, "test_acc"), num(hi, "test_acc"), clause(resolution(hi, *lin))));
   }
   for (const auto& r : e.rows)
     if (r["status"] != "measured")
@@ -180,8 +183,15 @@ std::vector<std::string> model(const Experiment& e) {
                             g_lo, a, g_hi, b,
                             g_hi > 1.2 * g_lo ? ": larger layers keep the cores busier, so time grows slower than FLOPs" : ""));
   out.push_back(fmt::format("Peak memory: {} for {}, {} for {}.", megabytes(num(lo, "peak_mb")), a, megabytes(num(hi, "peak_mb")), b));
-  const auto best = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["test_acc"] < y["test_acc"]; });
-  out.push_back(fmt::format("The best test accuracy is {}'s, {:.2f}%.", best["model"].get<std::string>(), num(best, "test_acc")));
+  const json& best = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["test_acc"] < y["test_acc"]; });
+  // The runner-up too, where the test images cannot tell it from the best.
+  const json* second = nullptr;
+  for (const auto& r : rows)
+    if (&r != &best && (!second || num(r, "test_acc") > num(*second, "test_acc"))) second = &r;
+  const std::string tie = second ? resolution(*second, best) : "";
+  out.push_back(fmt::format("The best test accuracy is {}'s, {:.2f}%{}.", best["model"].get<std::string>(), num(best, "test_acc"),
+                            tie.empty() ? "" : fmt::format("; {}'s {:.2f}% is {}", (*second)["model"].get<std::string>(),
+                                                           num(*second, "test_acc"), tie)));
   for (const auto& m : missing_notes(e, "model")) out.push_back("Model " + m + ".");
   return out;
 }
@@ -225,7 +235,7 @@ std::vector<std::string> precision(const Experiment& e) {
                               r["precision"].get<std::string>(), relative_speed(s, e.noise_pct, 2),
                               megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
                               change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc"),
-                              resolution(*fp32, r)));
+                              clause(resolution(*fp32, r))));
     if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())
       out.push_back(r["loss_scale_skips"].get<double>() > 0
                         ? fmt::format("fp16's dynamic loss scaling skipped {:.0f} steps whose gradients overflowed.",
