@@ -108,10 +108,11 @@ nlohmann::json run_allreduce(const BenchArgs& a) {
   t.print();
   // mpirun --oversubscribe lets more ranks than CPUs start; they then take turns on the cores and
   // busy-poll while they wait, so the large sizes measure the scheduler, not the all-reduce.
-  if (const int cpus = hw::usable_cpus(); a.ranks > cpus)
+  const int cpus = hw::usable_cpus();
+  r["ranks_over_cpus"] = a.ranks > cpus;
+  if (a.ranks > cpus)
     std::printf("(%d ranks on %d CPUs: the ranks take turns on the cores, so these times include waiting for a core;\n"
                 " --ranks %d or fewer measures the all-reduce itself)\n", a.ranks, cpus, cpus);
-  r["ranks_over_cpus"] = a.ranks > hw::usable_cpus();
   return r;
 }
 
@@ -185,8 +186,9 @@ Dims conv_input(const BenchArgs& a) {
   return chw;
 }
 
+// After conv_input checked the shape and models (in the command's callback).
 nlohmann::json run_conv(const BenchArgs& a, double peak) {
-  const Dims chw = conv_input(a);
+  const Dims chw = parse_chw(a.input);
   const auto models = conv_models(a);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
               fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str());
@@ -362,7 +364,7 @@ nlohmann::json run_gpu_conv(BenchArgs& a) {
     std::printf("\nGPU conv: skipped: %s\n", bench::gpu::why_not().c_str());
     return {{"skipped", bench::gpu::why_not()}};
   }
-  const Dims chw = conv_input(a);
+  const Dims chw = parse_chw(a.input);
   const auto models = conv_models(a);
   const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
   std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median; the input and output gradient\n"

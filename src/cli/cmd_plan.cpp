@@ -153,21 +153,23 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
     weak.layout.dp = dp;
     weak.global_batch = per_device * dp;
     const auto w = plan::estimate(weak, d, 0, 1);
-    std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", double(per_device * dp) / w.step_s)};
     if (dp == 1) t1_weak = w.step_s;
-    row.push_back(fmt::format("{:.0f}%", 100 * t1_weak / w.step_s));
-    nlohmann::json r = {{"data_parallel", dp}, {"weak", {{"step_s", w.step_s}, {"samples_per_s", double(per_device * dp) / w.step_s},
-                                                         {"efficiency", t1_weak / w.step_s}}}, {"strong", nullptr}};
+    const double samples_per_s = double(per_device * dp) / w.step_s, weak_efficiency = t1_weak / w.step_s;
+    std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", samples_per_s),
+                                    fmt::format("{:.0f}%", 100 * weak_efficiency)};
+    nlohmann::json r = {{"data_parallel", dp},
+                        {"weak", {{"step_s", w.step_s}, {"samples_per_s", samples_per_s}, {"efficiency", weak_efficiency}}},
+                        {"strong", nullptr}};
     if (global % dp == 0) {  // strong scaling splits the global batch evenly, or not at all
       plan::JobSpec strong = rebuild(global / dp, g2);
       strong.layout.dp = dp;
       strong.global_batch = global;
       const auto s = plan::estimate(strong, d, 0, 1);
       if (dp == 1) t1_strong = s.step_s;
-      row.insert(row.end(), {std::to_string(global / dp), seconds(s.step_s), fmt::format("{:.2f}x", t1_strong / s.step_s),
-                             fmt::format("{:.0f}%", 100 * t1_strong / s.step_s / double(dp))});
-      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s}, {"speed_up", t1_strong / s.step_s},
-                     {"efficiency", t1_strong / s.step_s / double(dp)}};
+      const double speed_up = t1_strong / s.step_s;
+      row.insert(row.end(), {std::to_string(global / dp), seconds(s.step_s), fmt::format("{:.2f}x", speed_up),
+                             fmt::format("{:.0f}%", 100 * speed_up / double(dp))});
+      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s}, {"speed_up", speed_up}, {"efficiency", speed_up / double(dp)}};
     }
     t.add(row);
     rows.push_back(r);
@@ -411,12 +413,9 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
     std::printf("energy: not compared: %s\n", rows.front().measured_energy_j < 0 ? rows.front().energy_source.c_str()
                                                                                  : "pass --cpu-watts to predict it");
   }
-  if (!a.json_out.empty()) {
-    const nlohmann::json j = {{"runs", out}, {"ceilings", plan::to_json(c)},
-                              {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},
-                              {"peak_memory_error", {{"median", ms.median}, {"worst", ms.worst}}}};
-    write_file_atomically(a.json_out, j.dump(2) + "\n", "pick a writable --json path");
-  }
+  write_plan_json(a, {{"runs", out}, {"ceilings", plan::to_json(c)},
+                      {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},
+                      {"peak_memory_error", {{"median", ms.median}, {"worst", ms.worst}}}});
 }
 
 }  // namespace

@@ -88,7 +88,7 @@ DataPair synthetic_pair(const std::string& spec) {
           "use fewer images (the N in synthetic:CxHxW:N) or smaller ones");
   DataPair p;
   // One stream of samples split into train and test, so both follow the same classes.
-  Dataset all = make_synthetic(n + n / 5, c, h, w, 10, 0x5EED);
+  Dataset all = make_synthetic(images, c, h, w, 10, 0x5EED);
   p.train = all;
   p.train.truncate(n);
   p.test = all;

@@ -466,13 +466,13 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   for (const int64_t batch : cfg.batches) check_batch("--batches", batch);
   check_batch("--batch-size", cfg.base_batch);
   // A value twice would compare a run with itself ("batch 64 trains about as fast as batch 64").
-  auto check_once = [](const char* flag, const auto& values) {
+  auto check_once = [](const char* flag, const char* what, const auto& values) {
     for (size_t i = 0; i < values.size(); ++i)
       check(std::find(values.begin(), values.begin() + i, values[i]) == values.begin() + i,
-            fmt::format("{} lists {} twice", flag, values[i]), fmt::format("name each {} once", flag == std::string("--batches") ? "batch size" : "model"));
+            fmt::format("{} lists {} twice", flag, values[i]), fmt::format("name each {} once", what));
   };
-  check_once("--batches", cfg.batches);
-  check_once("--models", cfg.models);
+  check_once("--batches", "batch size", cfg.batches);
+  check_once("--models", "model", cfg.models);
   // Every model now, not at its row minutes later (load_model names the presets if one is wrong).
   for (const auto& m : cfg.models) (void)nn::load_model(m);
   (void)nn::load_model(cfg.base_model);

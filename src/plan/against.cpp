@@ -6,7 +6,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -51,9 +50,9 @@ std::string missing_field(const json& r) {
     if (!r["epochs"].back().value(key, json()).is_number()) return fmt::format("/epochs/-1/{}", key);
   if (r.contains("profile") && !r.value(json::json_pointer("/profile/step/step_s"), json()).is_number()) return "/profile/step/step_s";
   // Fields read with a default where absent (older records lack some), but of the right type where present.
-  auto is_string = [](const json& v) { return v.is_string(); };
-  auto is_number = [](const json& v) { return v.is_number(); };
-  const std::vector<std::pair<const char*, std::function<bool(const json&)>>> typed = {
+  const auto is_string = [](const json& v) { return v.is_string(); };
+  const auto is_number = [](const json& v) { return v.is_number(); };
+  const std::vector<std::pair<const char*, bool (*)(const json&)>> typed = {
       {"/config/optimizer", is_string}, {"/config/precision", is_string}, {"/config/device_used", is_string},
       {"/config/layout", is_string}, {"/energy_source", is_string}, {"/config/momentum", is_number},
       {"/config/workers", [](const json& v) { return v.is_number_integer(); }},
@@ -130,7 +129,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     cmp.file = std::filesystem::path(file).filename().string();
     cmp.run = fmt::format("{} b{} w{}", g.model, batch, cfg.value("workers", 0));
     if (cfg.value("lr", json()).is_number()) cmp.lr = cfg["lr"];
-    cmp.input = dims_str(g.input).substr(dims_str(g.input).find('x') + 1);  // without the batch
+    cmp.input = dims_str(Dims(g.input.begin() + 1, g.input.end()));  // without the batch
     const json& last = r["epochs"].back();
     const double steps = std::floor(d["train_images"].get<double>() / double(batch));
     // dlperf profile stops after its recorded steps: its one epoch is a few steps, warm-up

@@ -29,6 +29,8 @@ const Device& Catalog::find(const std::string& id) const& {
 
 namespace {
 
+constexpr const char* kFormatHint = "follow the format of data/hardware.json (docs/plan.md)";
+
 // Reading one catalog entry. A value of the wrong type is refused by name: read silently as
 // "not published" it would drop a device's energy, price or a precision from every plan.
 struct EntryReader {
@@ -37,7 +39,7 @@ struct EntryReader {
 
   void fail(const char* key, const char* what) const {
     throw Error(fmt::format("{}: '{}' must be {}, got {}", where, key, what, d.contains(key) ? d[key].dump() : "nothing"),
-                "follow the format of data/hardware.json (docs/plan.md)");
+                kFormatHint);
   }
   /// Missing or null: `dflt` (not published).
   double number(const char* key, double dflt) const {
@@ -62,7 +64,7 @@ struct EntryReader {
 
 EntryReader entry(const json& d, const std::string& source, const char* kind, size_t index) {
   std::string where = fmt::format("the hardware catalog {} is malformed: {} {}", source, kind, index + 1);
-  check(d.is_object(), fmt::format("{} is not a JSON object", where), "follow the format of data/hardware.json (docs/plan.md)");
+  check(d.is_object(), fmt::format("{} is not a JSON object", where), kFormatHint);
   if (d.contains("id") && d["id"].is_string()) where = fmt::format("the hardware catalog {} is malformed: {} '{}'", source, kind, d["id"].get<std::string>());
   return {d, where};
 }
@@ -71,14 +73,14 @@ const json& list(const json& j, const char* key, const std::string& source) {
   static const json empty = json::array();
   if (!j.contains(key)) return empty;
   check(j[key].is_array(), fmt::format("the hardware catalog {} is malformed: '{}' must be a list, got {}", source, key, j[key].dump()),
-        "follow the format of data/hardware.json (docs/plan.md)");
+        kFormatHint);
   return j[key];
 }
 
 }  // namespace
 
 Catalog parse_catalog(const json& j, const std::string& source) {
-  check(j.is_object(), fmt::format("the hardware catalog {} is not a JSON object", source), "follow the format of data/hardware.json (docs/plan.md)");
+  check(j.is_object(), fmt::format("the hardware catalog {} is not a JSON object", source), kFormatHint);
   Catalog c;
   const json& devices = list(j, "devices", source);
   for (size_t i = 0; i < devices.size(); ++i) {
@@ -126,13 +128,13 @@ Catalog parse_catalog(const json& j, const std::string& source) {
   if (j.contains("grid_gco2_per_kwh")) {
     const json& grid = j["grid_gco2_per_kwh"];
     const EntryReader r{grid, fmt::format("the hardware catalog {} is malformed: grid_gco2_per_kwh", source)};
-    if (!grid.is_object()) throw Error(r.where + " must be an object of gCO2e per kWh by region", "follow the format of data/hardware.json (docs/plan.md)");
+    if (!grid.is_object()) throw Error(r.where + " must be an object of gCO2e per kWh by region", kFormatHint);
     for (const auto& [k, v] : grid.items())
       if (k != "about" && k != "sources") c.grid[k] = r.required_number(k.c_str());
   }
   if (j.contains("pue")) {
     const EntryReader r{j["pue"], fmt::format("the hardware catalog {} is malformed: pue", source)};
-    if (!j["pue"].is_object()) throw Error(r.where + " must be an object with a \"default\"", "follow the format of data/hardware.json (docs/plan.md)");
+    if (!j["pue"].is_object()) throw Error(r.where + " must be an object with a \"default\"", kFormatHint);
     c.pue = r.number("default", 1.1);
   }
   c.about = j.value("about", json());
@@ -170,7 +172,7 @@ Catalog load_catalog(const std::string& extra_file) {
     throw Error(fmt::format("the catalog {} is not valid JSON: {}", extra_file, e.what()));
   }
   // A key the catalog does not know would add nothing, silently (a "gpus" list, say).
-  check(j.is_object(), fmt::format("the catalog {} is not a JSON object", extra_file), "follow the format of data/hardware.json (docs/plan.md)");
+  check(j.is_object(), fmt::format("the catalog {} is not a JSON object", extra_file), kFormatHint);
   for (const auto& [key, value] : j.items())
     check(key == "devices" || key == "cpus" || key == "grid_gco2_per_kwh" || key == "pue" || key == "about",
           fmt::format("the catalog {} has an entry '{}' that dlperf does not read", extra_file, key),

@@ -123,8 +123,8 @@ void check_checkpoint_matches(const Checkpoint& ck, const std::string& dir, cons
     const Dims was = ck.meta["input"].get<Dims>();
     check(was.size() == 4 && std::equal(was.begin() + 1, was.end(), input.begin() + 1),
           fmt::format("the checkpoint in {} was trained on {} images ({}), not {}", dir,
-                      was.size() == 4 ? fmt::format("{}x{}x{}", was[1], was[2], was[3]) : "other", config.value("data", "?"),
-                      fmt::format("{}x{}x{}", input[1], input[2], input[3])),
+                      was.size() == 4 ? dims_str(Dims(was.begin() + 1, was.end())) : "other", config.value("data", "?"),
+                      dims_str(Dims(input.begin() + 1, input.end()))),
           "resume with the same --data");
   }
   if (const std::string was = config.value("optimizer", ""); !was.empty())
