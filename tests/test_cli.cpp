@@ -86,6 +86,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --json .", "--json . is a directory"},
       {"plan --transformer gpt2-small --layers", "--layers excludes --transformer"},
       {"plan --transformer 12,768,12,1024,50257 --tp 5", "--tp 5 does not divide the 12 attention heads"},
+      {"plan --transformer 12,768,7,1024,50257", "HIDDEN 768 does not split into 7 heads"},
+      {"plan --transformer 0,768,12,1024,50257", "LAYERS, HIDDEN, HEADS, SEQ and VOCAB must each be at least 1"},
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
       {"plan --against nonexistent.json", "none of the files given to --against is a training run record"},
@@ -176,6 +178,27 @@ TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(  \d+ years  )"))) << o.out;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\$\d{1,3}(,\d{3}){2,}  )"))) << o.out;
+}
+
+// A job that no change the planner tries can fit says so in words, not "it would with nothing";
+// a size beyond terabytes reads in PB or EB.
+TEST(Cli, PlanSaysWhenNothingMakesAJobFit) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "plan --transformer 96,1000000,100,2048,50257 --targets h100-sxm --json t.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("h100-sxm does not fit at --tp 1 --pp 1, even with ZeRO-3, full activation checkpointing and "
+                       "micro-batch 1: raise --tp or --pp"),
+            std::string::npos)
+      << o.out;
+  EXPECT_EQ(o.out.find("with nothing"), std::string::npos) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\d+\.\d\d PB / 80\.00 GB)"))) << o.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir.path / "t.json"));
+  EXPECT_FALSE(j["targets"]["rows"][0]["fits"].get<bool>());
+  EXPECT_TRUE(j["targets"]["rows"][0]["what_fits"].is_null());
+  // A CNN that does not fit even one image per device says that, not a batch size of 0.
+  const Outcome c = run_dlperf(dir, "plan --model large --input 3x4096x4096 --batch-size 1 --targets t4");
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("t4 does not fit even at batch 1 per device"), std::string::npos) << c.out;
 }
 
 // plan --json writes what the console shows: the same parameters, peak memory, targets and

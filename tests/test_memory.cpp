@@ -89,6 +89,8 @@ TEST(FormatBytes, ReadsLikeATable) {
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(60.13e6), "60.13 MB");
   EXPECT_EQ(format_bytes(2.5e9), "2.50 GB");
+  EXPECT_EQ(format_bytes(3.2e15), "3.20 PB");
+  EXPECT_EQ(format_bytes(4e21), "4000.00 EB");
 }
 
 }  // namespace

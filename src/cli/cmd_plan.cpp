@@ -89,11 +89,20 @@ nlohmann::json to_json(const plan::TargetEstimate& e) {
   auto known = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
   if (!e.unsupported.empty()) return {{"target", e.id}, {"unsupported", e.unsupported}};
   return {{"target", e.id},         {"devices", e.devices},           {"memory_bytes_per_device", e.memory},
-          {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.fits ? nlohmann::json() : nlohmann::json(e.what_fits)},
+          {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.what_fits.empty() ? nlohmann::json() : nlohmann::json(e.what_fits)},
           {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s},
           {"allreduce", e.allreduce == "-" ? nlohmann::json() : nlohmann::json(e.allreduce)},
           {"scaling_efficiency", e.efficiency}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
           {"energy_kwh", known(e.energy_kwh)}, {"co2_kg", known(e.co2_kg)}};
+}
+
+// Why a target does not fit, and the first change the planner found that makes it fit.
+std::string does_not_fit(const plan::JobSpec& job, const plan::TargetEstimate& e) {
+  if (!e.what_fits.empty()) return fmt::format("{} does not fit; it would with {}", e.id, e.what_fits);
+  if (!job.transformer) return fmt::format("{} does not fit even at batch 1 per device", e.id);
+  return fmt::format("{} does not fit at --tp {} --pp {}, even with ZeRO-3, full activation checkpointing and micro-batch 1: "
+                     "raise --tp or --pp",
+                     e.id, job.layout.tp, job.layout.pp);
 }
 
 // The targets table; returns its rows for --json.
@@ -118,7 +127,7 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
     t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",
            seconds(e.step_s), e.allreduce == "-" ? "-" : seconds(e.comm_s) + " " + e.allreduce, fmt::format("{:.0f}%", 100 * e.efficiency), seconds(e.job_s), money(e.cost),
            or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")});
-    if (!e.fits) notes.push_back(fmt::format("{} does not fit; it would with {}", d.id, e.what_fits));
+    if (!e.fits) notes.push_back(does_not_fit(job, e));
     if (d.tdp_w <= 0)
       notes.push_back(fmt::format("{}: no power figure, so no energy or CO2 ({})", d.id,
                                   d.id == "cpu" ? "pass --cpu-watts for this CPU" : "add its tdp_w with --catalog"));

@@ -130,9 +130,9 @@ Buffer::Buffer(size_t bytes, MemCategory category)
 Buffer::~Buffer() { HostAllocator::instance().release(ptr_); }
 
 std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
   int u = 0;
-  while (bytes >= 1000.0 && u < 4) {
+  while (bytes >= 1000.0 && u < 6) {
     bytes /= 1000.0;
     ++u;
   }

@@ -75,7 +75,7 @@ std::string what_would_fit(const JobSpec& job, const Device& d) {
       j.graph = &g;
       return memory_of(j, d);
     });
-    return lo >= 1 ? fmt::format("batch {} per device", lo) : "nothing: the parameters alone do not fit";
+    return lo >= 1 ? fmt::format("batch {} per device", lo) : "";
   }
   JobSpec j = job;
   for (int z = job.layout.zero + 1; z <= 3; ++z) {
@@ -99,7 +99,7 @@ std::string what_would_fit(const JobSpec& job, const Device& d) {
         return fmt::format("ZeRO-3, full checkpointing, micro-batch {}, data-parallel {} ({} devices)", mb, dp, dp * j.layout.tp * j.layout.pp);
     }
   }
-  return "nothing with this tensor and pipeline parallelism: raise --tp or --pp";
+  return "";
 }
 
 }  // namespace

@@ -37,7 +37,7 @@ struct TargetEstimate {
   double devices = 1;
   double memory = 0, capacity = 0;  ///< bytes per device
   bool fits = false;
-  std::string what_fits;        ///< when it does not fit: the first change that makes it fit
+  std::string what_fits;        ///< when it does not fit: the first change that makes it fit; empty when none does
   double compute_s = 0, comm_s = 0, step_s = 0;
   std::string allreduce;        ///< "ring" or "tree", whichever is faster for these bytes; "-" without data parallelism
   double efficiency = 1;        ///< compute / (compute + communication)

@@ -30,15 +30,16 @@ std::vector<std::string> transformer_names() {
 
 TransformerSpec transformer(const std::string& s) {
   if (auto it = known().find(s); it != known().end()) return it->second;
-  TransformerSpec t;
+  const std::string hint =
+      "for example --transformer gpt2-small or --transformer 24,2048,16,2048,50257 (HIDDEN divisible by HEADS)";
   long long l, h, a, q, v;
   char tail;
-  check(std::sscanf(s.c_str(), "%lld,%lld,%lld,%lld,%lld%c", &l, &h, &a, &q, &v, &tail) == 5 && l > 0 && h > 0 && a > 0 &&
-            q > 0 && v > 0 && h % a == 0,
-        fmt::format("--transformer '{}' is neither a known size nor LAYERS,HIDDEN,HEADS,SEQ,VOCAB", s),
-        "for example --transformer gpt2-small or --transformer 24,2048,16,2048,50257 (HIDDEN divisible by HEADS)");
-  t = {s, l, h, a, q, v};
-  return t;
+  check(std::sscanf(s.c_str(), "%lld,%lld,%lld,%lld,%lld%c", &l, &h, &a, &q, &v, &tail) == 5,
+        fmt::format("--transformer '{}' is neither a known size nor LAYERS,HIDDEN,HEADS,SEQ,VOCAB", s), hint);
+  check(l > 0 && h > 0 && a > 0 && q > 0 && v > 0,
+        fmt::format("--transformer '{}': LAYERS, HIDDEN, HEADS, SEQ and VOCAB must each be at least 1", s), hint);
+  check(h % a == 0, fmt::format("--transformer '{}': HIDDEN {} does not split into {} heads", s, h, a), hint);
+  return {s, l, h, a, q, v};
 }
 
 double transformer_params(const TransformerSpec& t) {
