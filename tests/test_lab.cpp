@@ -273,6 +273,18 @@ TEST(Lab, BadSettingsStopTheLabAndALabThatTrainedNothingFails) {
   EXPECT_TRUE(fs::exists(dir.path / "README.md"));
 }
 
+// A tiny run's 5.4 ms epoch reads "0.0054", not "0.01" (twice as long) or "0.00" (free).
+TEST(Lab, TableCellsKeepTwoSignificantDigits) {
+  EXPECT_EQ(lab::cell_text(0.0054108, 2), "0.0054");
+  EXPECT_EQ(lab::cell_text(0.0467, 2), "0.047");
+  EXPECT_EQ(lab::cell_text(12.345, 2), "12.35");
+  EXPECT_EQ(lab::cell_text(0.47, 1), "0.47");
+  EXPECT_EQ(lab::cell_text(387781.2, 0), "387781");
+  EXPECT_EQ(lab::cell_text(0.0, 2), "0.00");
+  EXPECT_EQ(lab::cell_text(nlohmann::json(), 2), "-");
+  EXPECT_EQ(lab::cell_text("fp32", -1), "fp32");
+}
+
 TEST(Lab, WorkerCountsAreBoundedByTheCores) {
   EXPECT_EQ(lab::worker_counts(2, 0), (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(lab::worker_counts(1, 0), (std::vector<int>{0, 1}));

@@ -31,6 +31,15 @@ std::vector<json> Experiment::measured() const {
   return out;
 }
 
+std::string cell_text(const json& v, int decimals) {
+  if (v.is_null()) return "-";
+  if (v.is_string()) return v.get<std::string>();
+  const double x = v.get<double>();
+  int d = std::max(decimals, 0);
+  if (x != 0 && std::isfinite(x)) d = std::max(d, 1 - int(std::floor(std::log10(std::fabs(x)))));
+  return fmt::format("{:.{}f}", x, d);
+}
+
 std::vector<int> worker_counts(int cores, int max_workers) {
   const int bound = max_workers > 0 ? max_workers : std::max(cores, 1);
   std::vector<int> w;
@@ -429,9 +438,7 @@ void print_experiment(const Experiment& e) {
   for (const auto& r : e.rows) {
     std::vector<std::string> cells;
     for (const auto& c : e.columns) {
-      const json v = r.value(c.key, json());
-      cells.push_back(v.is_null() ? "-" : v.is_string() ? v.get<std::string>()
-                                                        : fmt::format("{:.{}f}", v.get<double>(), std::max(c.decimals, 0)));
+      cells.push_back(cell_text(r.value(c.key, json()), c.decimals));
     }
     cells.push_back(r["status"] == "measured" ? "" : r["status"].get<std::string>() + ": " + r["note"].get<std::string>());
     t.add(cells);

@@ -35,6 +35,10 @@ struct Experiment {
   std::vector<nlohmann::json> measured() const;  ///< rows whose status is "measured"
 };
 
+/// A table cell: "-" for null, text as it is, a number with the column's decimals, or more where
+/// those would show fewer than two significant digits (a 5.4 ms epoch is "0.0054", not "0.01").
+std::string cell_text(const nlohmann::json& v, int decimals);
+
 struct LabConfig {
   std::vector<std::string> experiments;  ///< empty = all five
   /// true = --full, false = --quick; unset = --full on a machine with a GPU, --quick without

@@ -29,12 +29,6 @@ std::string csv_cell(const json& v) {
   return q + "\"";
 }
 
-std::string text_cell(const json& v, int decimals) {
-  if (v.is_null()) return "-";
-  if (v.is_string()) return v.get<std::string>();
-  return fmt::format("{:.{}f}", v.get<double>(), std::max(decimals, 0));
-}
-
 void write_file(const fs::path& path, const std::string& body) {
   write_file_atomically(path.string(), body, "pick a writable --out directory");
 }
@@ -146,7 +140,7 @@ std::string markdown_table(const Experiment& e) {
   s += " --- |\n";
   for (const auto& r : e.rows) {
     s += "|";
-    for (const auto& c : e.columns) s += fmt::format(" {} |", text_cell(r.value(c.key, json()), c.decimals));
+    for (const auto& c : e.columns) s += fmt::format(" {} |", cell_text(r.value(c.key, json()), c.decimals));
     s += " ";
     if (r["status"] != "measured") s += fmt::format("{}: {}", r["status"].get<std::string>(), r["note"].get<std::string>());
     s += " |\n";
