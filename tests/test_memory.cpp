@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/timer.h"
 
 namespace dlperf::test {
 namespace {
@@ -91,6 +92,17 @@ TEST(FormatBytes, ReadsLikeATable) {
   EXPECT_EQ(format_bytes(2.5e9), "2.50 GB");
   EXPECT_EQ(format_bytes(3.2e15), "3.20 PB");
   EXPECT_EQ(format_bytes(4e21), "4000.00 EB");
+}
+
+// A tiny run's epoch reads in ms, not "0.0 s"; a huge job in days and years, not millions of hours.
+TEST(FormatSeconds, PicksTheUnitThatKeepsTheDigits) {
+  EXPECT_EQ(format_seconds(362e-6), "362.0 us");
+  EXPECT_EQ(format_seconds(0.00541), "5.41 ms");
+  EXPECT_EQ(format_seconds(12.34), "12.3 s");
+  EXPECT_EQ(format_seconds(600), "10.0 min");
+  EXPECT_EQ(format_seconds(50.8 * 3600), "50.8 h");
+  EXPECT_EQ(format_seconds(26.6 * 86400), "26.6 days");
+  EXPECT_EQ(format_seconds(11.2 * 365.25 * 86400), "11.2 years");
 }
 
 }  // namespace

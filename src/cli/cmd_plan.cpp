@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/memory.h"
+#include "core/timer.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "plan/against.h"
@@ -50,17 +51,6 @@ struct PlanArgs {
   std::string catalog;
   int64_t scaling = 0;
 };
-
-std::string seconds(double s) {
-  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
-  if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
-  if (s < 120) return fmt::format("{:.1f} s", s);
-  if (s < 7200) return fmt::format("{:.1f} min", s / 60);
-  if (s < 72 * 3600) return fmt::format("{:.1f} h", s / 3600);  // GPU-hours are how jobs are counted
-  constexpr double day = 86400, year = 365.25 * day;
-  if (s < 2 * year) return fmt::format("{:.1f} days", s / day);
-  return fmt::format("{:.3g} years", s / year);
-}
 
 // $12.50, $4,108,252; past a trillion dollars, $1.05e+13 (a plan of an absurd job stays readable);
 // under a cent, "<$0.01" rather than a $0.00 that reads as free.
@@ -125,7 +115,7 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
       continue;
     }
     t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",
-           seconds(e.step_s), e.allreduce == "-" ? "-" : seconds(e.comm_s) + " " + e.allreduce, fmt::format("{:.0f}%", 100 * e.efficiency), seconds(e.job_s), money(e.cost),
+           format_seconds(e.step_s), e.allreduce == "-" ? "-" : format_seconds(e.comm_s) + " " + e.allreduce, fmt::format("{:.0f}%", 100 * e.efficiency), format_seconds(e.job_s), money(e.cost),
            or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")});
     if (!e.fits) notes.push_back(does_not_fit(job, e));
     if (d.tdp_w <= 0)
@@ -164,7 +154,7 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
     const auto w = plan::estimate(weak, d, 0, 1);
     if (dp == 1) t1_weak = w.step_s;
     const double samples_per_s = double(per_device * dp) / w.step_s, weak_efficiency = t1_weak / w.step_s;
-    std::vector<std::string> row = {std::to_string(dp), seconds(w.step_s), fmt::format("{:.0f}", samples_per_s),
+    std::vector<std::string> row = {std::to_string(dp), format_seconds(w.step_s), fmt::format("{:.0f}", samples_per_s),
                                     fmt::format("{:.0f}%", 100 * weak_efficiency)};
     nlohmann::json r = {{"data_parallel", dp},
                         {"weak", {{"step_s", w.step_s}, {"samples_per_s", samples_per_s}, {"efficiency", weak_efficiency}}},
@@ -176,7 +166,7 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
       const auto s = plan::estimate(strong, d, 0, 1);
       if (dp == 1) t1_strong = s.step_s;
       const double speed_up = t1_strong / s.step_s;
-      row.insert(row.end(), {std::to_string(global / dp), seconds(s.step_s), fmt::format("{:.2f}x", speed_up),
+      row.insert(row.end(), {std::to_string(global / dp), format_seconds(s.step_s), fmt::format("{:.2f}x", speed_up),
                              fmt::format("{:.0f}%", 100 * speed_up / double(dp))});
       r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s}, {"speed_up", speed_up}, {"efficiency", speed_up / double(dp)}};
     }
@@ -307,11 +297,11 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
     const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
     std::printf("%s: %s of %s available\n\n", fits ? "fits" : "does NOT fit", format_bytes(m.total()).c_str(), format_bytes(avail).c_str());
   }
-  std::printf("step time         %s (forward %s, backward %s, optimizer %s)\n", seconds(p.step_s).c_str(), seconds(p.forward_s).c_str(),
-              seconds(p.backward_s).c_str(), seconds(p.optimizer_s).c_str());
+  std::printf("step time         %s (forward %s, backward %s, optimizer %s)\n", format_seconds(p.step_s).c_str(), format_seconds(p.forward_s).c_str(),
+              format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str());
   std::printf("throughput        %.0f images/s\n", double(a.batch) / p.step_s);
-  std::printf("epoch             %s (%.0f steps, training only)\n", seconds(p.step_s * steps).c_str(), steps);
-  std::printf("job               %s for %lld epochs\n", seconds(p.step_s * steps * double(a.epochs)).c_str(), (long long)a.epochs);
+  std::printf("epoch             %s (%.0f steps, training only)\n", format_seconds(p.step_s * steps).c_str(), steps);
+  std::printf("job               %s for %lld epochs\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), (long long)a.epochs);
   std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s: %s\n", c.peak_gflops, c.l2_gbps, c.l3_gbps,
               c.dram_gbps, c.source.c_str());
   plan::JobSpec job;

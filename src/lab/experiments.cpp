@@ -243,7 +243,7 @@ class Runner {
     }
     if (!lab_.quiet) {
       if (o.ok)
-        std::printf("%.1f s, %.0f img/s, test acc %.2f%%\n", o.record["summary"]["train_s"].get<double>(),
+        std::printf("%s, %.0f img/s, test acc %.2f%%\n", format_seconds(o.record["summary"]["train_s"].get<double>()).c_str(),
                     o.record["summary"]["images_per_s"].get<double>(), 100 * o.record["summary"]["final_test_acc"].get<double>());
       else
         std::printf("failed: %s\n", o.error.c_str());
