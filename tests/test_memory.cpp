@@ -92,6 +92,10 @@ TEST(FormatBytes, ReadsLikeATable) {
   EXPECT_EQ(format_bytes(2.5e9), "2.50 GB");
   EXPECT_EQ(format_bytes(3.2e15), "3.20 PB");
   EXPECT_EQ(format_bytes(4e21), "4000.00 EB");
+  EXPECT_EQ(format_binary_bytes(16 << 10), "16 KiB");
+  EXPECT_EQ(format_binary_bytes(64 << 20), "64 MiB");
+  EXPECT_EQ(format_binary_bytes(1.5 * (1 << 30)), "1.5 GiB");
+  EXPECT_EQ(format_binary_bytes(100), "100 B");
 }
 
 // A tiny run's epoch reads in ms, not "0.0 s"; a huge job in days and years, not millions of hours.

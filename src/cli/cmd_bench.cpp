@@ -102,7 +102,7 @@ nlohmann::json run_allreduce(const BenchArgs& a) {
   std::printf("\nAll-reduce (f32 sum) over %d MPI ranks on this machine (median; nccl-tests' algbw and busbw):\n", a.ranks);
   report::Table t({"size", "time us", "spread us", "algbw GB/s", "busbw GB/s"});
   for (const auto& row : r["sizes"])
-    t.add({format_bytes(row["bytes"].get<double>()), fmt::format("{:.1f}", row["time_us_median"].get<double>()),
+    t.add({format_binary_bytes(row["bytes"].get<double>()), fmt::format("{:.1f}", row["time_us_median"].get<double>()),
            fmt::format("{:.1f}-{:.1f}", row["time_us_min"].get<double>(), row["time_us_max"].get<double>()),
            fmt::format("{:.2f}", row["algbw_gbps"].get<double>()), fmt::format("{:.2f}", row["busbw_gbps"].get<double>())});
   t.print();
@@ -219,7 +219,7 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
   // The same sizes come for each kernel, copy first.
   const size_t half = points.size() / 2;
   auto cell = [](const bench::MemoryPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.gbps.median, p.gbps.min, p.gbps.max); };
-  for (size_t i = 0; i < half; ++i) t.add({format_bytes(double(points[i].working_set)), cell(points[i]), cell(points[half + i])});
+  for (size_t i = 0; i < half; ++i) t.add({format_binary_bytes(double(points[i].working_set)), cell(points[i]), cell(points[half + i])});
   t.print();
   // DRAM against the datasheet where the catalog knows the CPU: the figure is a whole socket's,
   // which a slice of its cores (a VM) cannot be expected to reach.
@@ -294,7 +294,7 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
     for (size_t i = 0; i + 3 < pts.size(); i += 4) {
       auto cell = [](const bench::gpu::CopyPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.median_gbps, p.min_gbps, p.max_gbps); };
       // order per size: pinned h2d, pinned d2h, pageable h2d, pageable d2h
-      t.add({format_bytes(pts[i].bytes), cell(pts[i]), cell(pts[i + 2]), cell(pts[i + 1]), cell(pts[i + 3])});
+      t.add({format_binary_bytes(pts[i].bytes), cell(pts[i]), cell(pts[i + 2]), cell(pts[i + 1]), cell(pts[i + 3])});
     }
     t.print();
     return bench::gpu::to_json(pts);
@@ -396,7 +396,7 @@ nlohmann::json run_nccl(const BenchArgs& a) {
   report::Table t({"size", "time us", "spread us", "algbw GB/s", "busbw GB/s"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : pts) {
-    t.add({format_bytes(p.bytes), fmt::format("{:.1f}", p.time_us), fmt::format("{:.1f}-{:.1f}", p.min_us, p.max_us),
+    t.add({format_binary_bytes(p.bytes), fmt::format("{:.1f}", p.time_us), fmt::format("{:.1f}-{:.1f}", p.min_us, p.max_us),
            fmt::format("{:.2f}", p.algbw_gbps), fmt::format("{:.2f}", p.busbw_gbps)});
     rows.push_back({{"bytes", p.bytes}, {"time_us_median", p.time_us}, {"time_us_min", p.min_us}, {"time_us_max", p.max_us},
                     {"algbw_gbps", p.algbw_gbps}, {"busbw_gbps", p.busbw_gbps}, {"gpus", gpus}});

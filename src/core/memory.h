@@ -109,4 +109,8 @@ inline BufferPtr make_buffer(size_t bytes, MemCategory category) {
 /// "1.23 MB" style formatting for tables.
 std::string format_bytes(double bytes);
 
+/// "16 KiB", "32 MiB", "1.5 GiB": for the power-of-two sizes benchmarks sweep (working sets,
+/// messages, copies), which decimal units turn into "16.38 KB" and "33.55 MB".
+std::string format_binary_bytes(double bytes);
+
 }  // namespace dlperf
