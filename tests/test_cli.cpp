@@ -285,5 +285,38 @@ TEST(Cli, CtrlCStopsTrainingKeepingTheFinishedEpochsAndExits130) {
   EXPECT_EQ(records, 1u);
 }
 
+// Ctrl-C in a bench sweep ends it after the benchmark it stops: what finished is written, with
+// the signal, the machine profile (which needs the whole sweep) is left alone, and the exit is 130.
+TEST(Cli, CtrlCStopsABenchSweepKeepingTheFinishedBenchmarks) {
+  TempDir dir;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::signal(SIGINT, SIG_DFL);  // as at a terminal, whatever the test runner ignores
+    if (::chdir(dir.path.c_str()) != 0) std::_Exit(127);
+    ::setenv("DLPERF_TEST_SIGINT_AFTER", "flops", 1);  // the user's Ctrl-C, once flops has finished
+    const int out = ::open("out.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const int err = ::open("err.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(out, STDOUT_FILENO);
+    ::dup2(err, STDERR_FILENO);
+    ::execl(DLPERF_BIN, "dlperf", "bench", "all", "--quick", "--json", "b.json", static_cast<char*>(nullptr));
+    std::_Exit(127);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status)) << "ended by a signal: the first Ctrl-C must only ask";
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  const std::string err = slurp(dir.path / "err.txt");
+  EXPECT_NE(err.find("stopped by SIGINT (Ctrl-C): the finished benchmarks (memory, flops) are in b.json, and "
+                     "runs/machine-profile.json was left as it was"),
+            std::string::npos)
+      << err;
+  const nlohmann::json b = nlohmann::json::parse(slurp(dir.path / "b.json"));
+  EXPECT_TRUE(b.contains("memory") && b.contains("flops"));
+  EXPECT_FALSE(b.contains("gemm")) << "the sweep went on after the signal";
+  EXPECT_EQ(b["stopped"]["finished"], nlohmann::json({"memory", "flops"}));
+  EXPECT_FALSE(std::filesystem::exists(dir.path / "runs" / "machine-profile.json"));
+}
+
 }  // namespace
 }  // namespace dlperf::test

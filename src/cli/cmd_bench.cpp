@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -25,6 +26,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/interrupt.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "report/table.h"
@@ -458,38 +460,53 @@ void add_bench(CLI::App& app, const Command& self) {
     std::printf("dlperf bench on %s (%d threads, %s)\n",  // every section starts with its blank line
                 cpu.model.c_str(), threads, cpu.isa.c_str());
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
+    // Ctrl-C (or SIGTERM) ends the sweep after the benchmark it stops, and what finished is still
+    // written; a second one ends the process at once.
+    const StopOnSignal stop_on_signal;
+    // For tests only: raise SIGINT once this benchmark finishes, as a user's Ctrl-C would.
+    const char* stop_after = std::getenv("DLPERF_TEST_SIGINT_AFTER");
+    std::vector<std::string> done;  // in the order they ran
+    auto runs = [&](std::initializer_list<const char*> whats) {
+      return stop_signal() == 0 && std::find(whats.begin(), whats.end(), args->what) != whats.end();
+    };
+    auto record = [&](const std::string& key, nlohmann::json result) {
+      out[key] = std::move(result);
+      done.push_back(key);
+      if (stop_after != nullptr && key == stop_after) std::raise(SIGINT);
+    };
     nlohmann::json levels;
-    if (args->what == "memory" || args->what == "all") out["memory"] = run_memory(args->opt, cpu, threads, levels);
+    if (runs({"memory", "all"})) record("memory", run_memory(args->opt, cpu, threads, levels));
     // GEMM and conv are read against the measured FMA peak: of this run, else of the machine
     // profile, else the counted one.
     const double profiled = bench::load_ceilings(cpu.model, threads).f32_gflops;
     double peak = profiled > 0 ? profiled : cpu.peak_gflops() * double(threads) / double(cpu.cores);
-    if (args->what == "flops" || args->what == "all") {
-      out["flops"] = run_flops(*args, cpu);
+    if (runs({"flops", "all"})) {
+      record("flops", run_flops(*args, cpu));
       peak = out["flops"]["gflops_median"];
     }
-    if (args->what == "gemm" || args->what == "all") out["gemm"] = run_gemm(args->opt, peak);
-    if (args->what == "conv" || args->what == "all") out["conv"] = run_conv(*args, peak);
+    if (runs({"gemm", "all"})) record("gemm", run_gemm(args->opt, peak));
+    if (runs({"conv", "all"})) record("conv", run_conv(*args, peak));
     if ((args->what == "gemm" || args->what == "conv") && profiled == 0)
       std::printf("(%% of peak against the counted %.1f GFLOP/s; 'dlperf bench all' measures it)\n", peak);
     else if (args->what == "gemm" || args->what == "conv")
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
-    if (args->what == "gemm" || args->what == "all") out["gpu_gemm"] = guarded(*args, "GPU GEMM", [&] { return run_gpu_gemm(*args); });
-    if (args->what == "conv" || args->what == "all") out["gpu_conv"] = guarded(*args, "GPU conv", [&] { return run_gpu_conv(*args); });
+    if (runs({"gemm", "all"})) record("gpu_gemm", guarded(*args, "GPU GEMM", [&] { return run_gpu_gemm(*args); }));
+    if (runs({"conv", "all"})) record("gpu_conv", guarded(*args, "GPU conv", [&] { return run_gpu_conv(*args); }));
     for (const char* g : {"copy", "launch", "gpu-memory"})
-      if (args->what == g || args->what == "all") out[g] = guarded(*args, gpu_bench_title(g), [&] { return run_gpu(g, *args); });
+      if (runs({g, "all"})) record(g, guarded(*args, gpu_bench_title(g), [&] { return run_gpu(g, *args); }));
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
-    if (args->what == "roofline") out["roofline"] = run_roofline(*args);
-    if (args->what == "allreduce") {
+    if (runs({"roofline"})) record("roofline", run_roofline(*args));
+    if (runs({"allreduce"})) {
       // NCCL across the GPUs when there are any; MPI across CPU processes when Open MPI is there.
-      out["nccl_allreduce"] = run_nccl(*args);
+      record("nccl_allreduce", run_nccl(*args));
       const bool nccl_ran = out["nccl_allreduce"].is_array();
-      if (!nccl_ran || std::filesystem::exists(std::filesystem::read_symlink("/proc/self/exe").parent_path() / "dlperf-allreduce"))
-        out["allreduce"] = run_allreduce(*args);
-      else
+      if (!nccl_ran || std::filesystem::exists(std::filesystem::read_symlink("/proc/self/exe").parent_path() / "dlperf-allreduce")) {
+        if (runs({"allreduce"})) record("allreduce", run_allreduce(*args));
+      } else {
         std::printf("\nMPI all-reduce on the CPU: skipped: this build has no dlperf-allreduce (Open MPI was not found)\n");
+      }
     }
-    if (args->what == "all") {  // the measured ceilings, for train --layer-times (and later profile, plan)
+    if (runs({"all"})) {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
                                 {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
@@ -510,9 +527,17 @@ void add_bench(CLI::App& app, const Command& self) {
       bench::write_machine_profile(profile);
       std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
     }
+    if (const int sig = stop_signal()) out["stopped"] = {{"signal", signal_name(sig)}, {"finished", done}};
     const std::string path = args->json_path.empty() ? default_json_path() : args->json_path;
     write_file_atomically(path, out.dump(2) + "\n", "pick another --json path");
     std::printf("\nresults: %s\n", path.c_str());
+    if (const int sig = stop_signal())
+      throw Interrupted(sig,
+                        done.empty() ? fmt::format("stopped by {} before any benchmark finished", signal_name(sig))
+                                     : fmt::format("stopped by {}: the finished benchmarks ({}) are in {}{}", signal_name(sig),
+                                                   fmt::join(done, ", "), path,
+                                                   args->what == "all" ? fmt::format(", and {} was left as it was", bench::kMachineProfile) : ""),
+                        fmt::format("run 'dlperf bench {}' again for the rest", args->what));
     if (!args->failures.empty()) {
       std::string list;
       for (const auto& f : args->failures) list += "\n  " + f;
