@@ -271,6 +271,14 @@ TEST(Lab, BadSettingsStopTheLabAndALabThatTrainedNothingFails) {
   c.batches = {4096};  // more than the 192 images: both rows fail, the base run (batch 32) does not
   EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("no run of the lab trained"), std::string::npos);
   EXPECT_TRUE(fs::exists(dir.path / "README.md"));
+  // A folder whose README.md is someone else's (--out . in a project) keeps it: refused before
+  // any run. An earlier lab's report is the lab's to replace (the runs above wrote one).
+  TempDir project;
+  std::ofstream(project.path / "README.md") << "# my project\n";
+  c = tiny_lab(project.path);
+  EXPECT_NE(error_of([&] { lab::run_lab(c); }).find("holds a README.md that is not a dlperf lab report"), std::string::npos);
+  EXPECT_EQ(slurp(project.path / "README.md"), "# my project\n");
+  EXPECT_FALSE(fs::exists(project.path / "runs"));
 }
 
 // A tiny run's 5.4 ms epoch reads "0.0054", not "0.01" (twice as long) or "0.00" (free).

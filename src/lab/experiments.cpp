@@ -483,6 +483,16 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   // Every model now, not at its row minutes later (load_model names the presets if one is wrong).
   for (const auto& m : cfg.models) (void)nn::load_model(m);
   (void)nn::load_model(cfg.base_model);
+  // The report replaces an earlier lab's README.md, never another one (a user's --out . in a
+  // project would otherwise lose the project's README).
+  const std::filesystem::path readme = std::filesystem::path(cfg.out) / "README.md";
+  if (std::filesystem::exists(readme)) {
+    std::string first;
+    std::getline(std::ifstream(readme), first);
+    check(first == kReportTitle,
+          fmt::format("{} holds a README.md that is not a dlperf lab report, and the lab's report would replace it", cfg.out),
+          "pick another --out folder (the default is reports/lab)");
+  }
   // The report folder now, not after every run has failed to write its record into it.
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(cfg.out) / "runs", ec);

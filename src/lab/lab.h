@@ -13,6 +13,10 @@
 
 namespace dlperf::lab {
 
+/// The first line of a lab's README.md: an --out folder whose README.md starts otherwise is not
+/// the lab's to write over.
+inline constexpr const char* kReportTitle = "# dlperf lab report";
+
 /// One column of an experiment's table. `key` names it in the CSV and JSON (docs/lab.md lists
 /// them); `header` is the console and README heading.
 struct Column {
