@@ -113,6 +113,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"bench gemm --shape 1x1x1", "hint: 'dlperf bench --help' lists its flags"},
       {"--foo", "hint: 'dlperf help' lists the commands"},
       {"trian", "unknown command 'trian'; did you mean 'train'?"},
+      {"tran", "unknown command 'tran'; did you mean 'train'?\n"},  // one suggestion: plan is 2 edits away, train 1
   };
   // Without a GPU, asking for one, or for what only a GPU trains, is refused up front.
   if (!has_gpu()) {

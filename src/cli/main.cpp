@@ -53,8 +53,10 @@ int main(int argc, char** argv) {
   }
   if (first[0] != '-' && std::none_of(std::begin(kCommands), std::end(kCommands), [&](const auto& c) { return first == c.name; })) {
     std::fprintf(stderr, "dlperf: error: unknown command '%s'", first.c_str());
-    for (const auto& c : kCommands)
-      if (distance(first, c.name) <= 2) std::fprintf(stderr, "; did you mean '%s'?", c.name);
+    // The closest command within two edits, as ninja suggests one tool ("tran": train, not plan).
+    const auto* best = std::min_element(std::begin(kCommands), std::end(kCommands),
+                                        [&](const auto& a, const auto& b) { return distance(first, a.name) < distance(first, b.name); });
+    if (distance(first, best->name) <= 2) std::fprintf(stderr, "; did you mean '%s'?", best->name);
     std::fprintf(stderr, "\n\n");
     print_commands(stderr);
     return 2;
