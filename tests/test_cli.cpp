@@ -96,6 +96,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models --foo", "unexpected '--foo' after 'dlperf models'"},
+      {"models show small --classes 0", "--classes: must be at least 1, not 0\n  hint: 'dlperf models show --help' lists"},
       {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},
       {"lab --batches 16,0", "--batches: must be at least 1, not 0"},
       {"lab --models small,nosuch", "model 'nosuch' is neither a preset nor a readable file"},

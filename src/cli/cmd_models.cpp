@@ -65,7 +65,7 @@ void add_models(CLI::App& app, const Command& self) {
   auto* s = c->add_subcommand("show", "one model layer by layer: output shape, parameters, FLOPs, activation bytes");
   s->add_option("name", *name, "preset name or .json spec")->required();
   s->add_option("--input", *input, "input shape CxHxW")->capture_default_str();
-  s->add_option("--classes", *classes, "number of classes")->capture_default_str();
+  s->add_option("--classes", *classes, "number of classes")->capture_default_str()->check(at_least(1));
   s->add_flag("--json", *as_json, "print the resolved spec as JSON (every inferred size filled in)");
   s->callback([=] { show(*name, *input, *classes, *as_json); });
 }

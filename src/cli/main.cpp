@@ -72,9 +72,15 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help and --version end here too
     // A flag CLI11 could not take: said the way dlperf's own errors are, with where to look.
-    const bool command = first[0] != '-';
-    std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", e.what(),
-                 command ? ("dlperf " + first + " --help").c_str() : "dlperf help", command ? "its flags and their values" : "the commands");
+    // The deepest command given ('dlperf models show'), whose --help lists the flag's values.
+    std::string command = "dlperf";
+    for (const CLI::App* sc = &app; !sc->get_subcommands().empty();) {
+      sc = sc->get_subcommands().front();
+      command += " " + sc->get_name();
+    }
+    const bool any = command != "dlperf";
+    std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", e.what(), any ? (command + " --help").c_str() : "dlperf help",
+                 any ? "its flags and their values" : "the commands");
     return 2;
   } catch (const dlperf::Interrupted& e) {  // not an error: what finished was written
     std::fflush(stdout);  // the lines printed before it come first, also when both go to one file
