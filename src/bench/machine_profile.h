@@ -15,6 +15,8 @@
 namespace dlperf::bench {
 
 inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
+/// Where ceilings read from kMachineProfile came from, as tables and notes say it.
+inline constexpr const char* kMachineProfileSource = "measured by 'dlperf bench all', in runs/machine-profile.json";
 
 /// The measured ceilings of this CPU model at this thread count.
 struct Ceilings {

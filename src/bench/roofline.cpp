@@ -119,7 +119,7 @@ Roofline cpu_roofline(const RooflineRequest& r) {
   const Ceilings known = load_ceilings(cpu.model, threads);
   double peak = known.f32_gflops;
   out.bandwidth_gbps = known.bandwidth_gbps;
-  out.ceilings_source = std::string("measured by 'dlperf bench all' (") + kMachineProfile + ")";
+  out.ceilings_source = kMachineProfileSource;
   if (peak == 0) {
     std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
     Options q;

@@ -396,7 +396,7 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                    {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
                    {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)}});
   }
-  std::printf("Predicted vs measured, %zu training runs (ceilings: %s)\n\n", rows.size(), c.source.c_str());
+  std::printf("Predicted vs measured, %zu training run%s (ceilings: %s)\n\n", rows.size(), rows.size() == 1 ? "" : "s", c.source.c_str());
   t.print();
   const auto ts = plan::summarize(te), ms = plan::summarize(me);
   std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%\npeak memory: median |error| %.1f%%, worst %.1f%%\n",

@@ -51,10 +51,10 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.l3_bytes = double(cpu.l3_bytes);
   c.isa = cpu.isa;
   bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
-  c.source = "measured by 'dlperf bench all' (" + std::string(bench::kMachineProfile) + ")";
+  c.source = bench::kMachineProfileSource;
   if (measured.f32_gflops <= 0) {
     measured = measured_now(cpu, threads);
-    c.source = "measured just now, quickly ('dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile) + ")";
+    c.source = "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile);
   }
   c.peak_gflops = measured.f32_gflops;
   const json& b = measured.bandwidth_gbps;
