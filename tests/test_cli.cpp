@@ -147,6 +147,20 @@ TEST(Cli, GoodInputExitsZero) {
   }
 }
 
+// One of a thing reads singular: "1 thread", "1 epoch" (the bench and plan lines said "1 threads"
+// and "1 epochs").
+TEST(Cli, OneOfAThingIsSingular) {
+  TempDir dir;
+  const Outcome b = run_dlperf(dir, "bench flops --quick --threads 1 --json b.json");
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_NE(b.out.find(", 1 thread, median of"), std::string::npos) << b.out;
+  EXPECT_EQ(b.out.find("1 threads"), std::string::npos) << b.out;
+  const Outcome p = run_dlperf(dir, "plan --model small --epochs 1");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("(1 epoch of "), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find(" for 1 epoch\n"), std::string::npos) << p.out;
+}
+
 // More loader workers than CPUs train, with a note saying what they cost (as PyTorch's DataLoader
 // warns); as many as the CPUs, no note.
 TEST(Cli, MoreLoaderWorkersThanCpusTrainWithANote) {

@@ -13,6 +13,7 @@
 #include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "hw/cpu_info.h"
 #include "plan/catalog.h"
 #include "report/plot.h"
@@ -115,7 +116,7 @@ Roofline cpu_roofline(const RooflineRequest& r) {
   const hw::CpuInfo cpu = hw::cpu_info();
   const int threads = r.threads > 0 ? r.threads : omp_get_max_threads();
   Roofline out;
-  out.device = "cpu", out.processor = fmt::format("{} ({} threads)", cpu.model, threads);
+  out.device = "cpu", out.processor = fmt::format("{} ({})", cpu.model, counted(threads, "thread"));
   const Ceilings known = load_ceilings(cpu.model, threads);
   double peak = known.f32_gflops;
   out.bandwidth_gbps = known.bandwidth_gbps;

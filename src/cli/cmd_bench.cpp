@@ -28,6 +28,7 @@
 #include "core/files.h"
 #include "core/interrupt.h"
 #include "core/memory.h"
+#include "core/text.h"
 #include "hw/cpu_info.h"
 #include "report/table.h"
 
@@ -227,8 +228,8 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
   // which a slice of its cores (a VM) cannot be expected to reach.
   const plan::Catalog catalog = plan::load_catalog();  // the sheet points into it
   if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(catalog, cpu.model); sheet && levels.contains("DRAM"))
-    std::printf("DRAM: %.1f GB/s measured with %d threads, %.0f%% of the %.1f GB/s datasheet figure for a whole %s socket (%d cores)\n",
-                levels["DRAM"].get<double>(), threads, 100 * levels["DRAM"].get<double>() / sheet->dram_gbps, sheet->dram_gbps,
+    std::printf("DRAM: %.1f GB/s measured with %s, %.0f%% of the %.1f GB/s datasheet figure for a whole %s socket (%d cores)\n",
+                levels["DRAM"].get<double>(), counted(threads, "thread").c_str(), 100 * levels["DRAM"].get<double>() / sheet->dram_gbps, sheet->dram_gbps,
                 sheet->name.c_str(), sheet->cores);
   return rows;
 }
@@ -236,18 +237,18 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
 nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
   const bench::Options& o = a.opt;
   const auto r = bench::fma_peak(o);
-  std::printf("\nfp32 FMA peak (%s, %d threads, median of %d runs):\n", r.isa.c_str(), r.threads, r.repeats);
+  std::printf("\nfp32 FMA peak (%s, %s, median of %d runs):\n", r.isa.c_str(), counted(r.threads, "thread").c_str(), r.repeats);
   report::Table t({"measured GFLOP/s", "spread", "per core", "implied clock", "counted peak", "measured / counted"});
-  const double counted = cpu.peak_gflops() * double(r.threads) / double(cpu.cores);
+  const double counted_peak = cpu.peak_gflops() * double(r.threads) / double(cpu.cores);
   t.add({fmt::format("{:.1f}", r.gflops.median), fmt::format("{:.1f}-{:.1f}", r.gflops.min, r.gflops.max),
          fmt::format("{:.1f}", r.per_core_gflops), fmt::format("{:.2f} GHz", r.implied_ghz),
-         fmt::format("{:.1f} at {:.2f} GHz", counted, cpu.ghz), fmt::format("{:.0f}%", 100 * r.gflops.median / counted)});
+         fmt::format("{:.1f} at {:.2f} GHz", counted_peak, cpu.ghz), fmt::format("{:.0f}%", 100 * r.gflops.median / counted_peak)});
   t.print();
-  if (r.gflops.median > 1.05 * counted)
+  if (r.gflops.median > 1.05 * counted_peak)
     std::printf("(above 100%%: the cores ran at about %.2f GHz, faster than the %.2f GHz the OS reports; boost clocks)\n",
                 r.implied_ghz, cpu.ghz);
   auto j = bench::to_json(r);
-  j["counted_peak_gflops"] = counted;
+  j["counted_peak_gflops"] = counted_peak;
   const plan::Catalog catalog = plan::load_catalog();  // the sheet points into it
   if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(catalog, cpu.model)) {
     const double spec = sheet->fp32_gflops(r.threads);
@@ -266,7 +267,7 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
       std::printf("bf16 peak: skipped: %s\n", why.c_str());
       return {{"skipped", why}};
     }
-    std::printf("bf16 peak (VDPBF16PS, %d threads, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.2fx the fp32 FMA peak\n", b.threads,
+    std::printf("bf16 peak (VDPBF16PS, %s, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.2fx the fp32 FMA peak\n", counted(b.threads, "thread").c_str(),
                 b.repeats, b.gflops.median, b.gflops.min, b.gflops.max, b.gflops.median / r.gflops.median);
     auto bj = bench::to_json(b);
     bj["dtype"] = "bf16";
@@ -457,8 +458,8 @@ void add_bench(CLI::App& app, const Command& self) {
     if (args->what == "conv" || args->what == "all") conv_input(*args);
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
-    std::printf("dlperf bench on %s (%d threads, %s)\n",  // every section starts with its blank line
-                cpu.model.c_str(), threads, cpu.isa.c_str());
+    std::printf("dlperf bench on %s (%s, %s)\n",  // every section starts with its blank line
+                cpu.model.c_str(), counted(threads, "thread").c_str(), cpu.isa.c_str());
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
     // Ctrl-C (or SIGTERM) ends the sweep after the benchmark it stops, and what finished is still
     // written; a second one ends the process at once.

@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/memory.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
@@ -285,8 +286,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   std::printf("FLOPs per step    %.3g forward + %.3g backward = %.3g\n", g.forward_flops(), g.backward_flops(),
               g.forward_flops() + g.backward_flops());
   const double job_flops = (g.forward_flops() + g.backward_flops()) * steps * double(a.epochs);
-  std::printf("FLOPs for the job %.3g (%lld epochs of %.0f steps)\n\n", job_flops,
-              (long long)a.epochs, steps);
+  std::printf("FLOPs for the job %.3g (%s of %.0f steps)\n\n", job_flops, counted(a.epochs, "epoch").c_str(), steps);
   report::Table mt({"memory", "bytes"});
   for (int i = 0; i < kMemCategories; ++i) mt.add({std::string(to_string(MemCategory(i))), format_bytes(m.bytes[size_t(i)])});
   mt.separator();
@@ -301,7 +301,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
               format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str());
   std::printf("throughput        %.0f images/s\n", double(a.batch) / p.step_s);
   std::printf("epoch             %s (%.0f steps, training only)\n", format_seconds(p.step_s * steps).c_str(), steps);
-  std::printf("job               %s for %lld epochs\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), (long long)a.epochs);
+  std::printf("job               %s for %s\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), counted(a.epochs, "epoch").c_str());
   std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s: %s\n", c.peak_gflops, c.l2_gbps, c.l3_gbps,
               c.dram_gbps, c.source.c_str());
   plan::JobSpec job;
@@ -407,7 +407,8 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
     if (r.predicted_energy_j > 0 && r.measured_energy_j > 0) ee.push_back((r.predicted_energy_j - r.measured_energy_j) / r.measured_energy_j);
   if (!ee.empty()) {
     const auto es = plan::summarize(ee);
-    std::printf("energy (last epoch): median |error| %.1f%%, worst %.1f%% over %zu runs\n", 100 * es.median, 100 * es.worst, ee.size());
+    std::printf("energy (last epoch): median |error| %.1f%%, worst %.1f%% over %s\n", 100 * es.median, 100 * es.worst,
+                counted((long long)ee.size(), "run").c_str());
   } else {
     std::printf("energy: not compared: %s\n", rows.front().measured_energy_j < 0 ? rows.front().energy_source.c_str()
                                                                                  : "pass --cpu-watts to predict it");

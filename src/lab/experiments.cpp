@@ -12,6 +12,7 @@
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
 #include "hw/cpu_info.h"
@@ -404,7 +405,7 @@ Experiment workers(Runner& run, const LabConfig& lab) {
   for (int w : worker_counts(hw::cpu_info().cores, lab.max_workers)) {
     train::TrainConfig c = run.base();
     c.workers = w;
-    e.rows.push_back(row_of(run.run("workers", fmt::format("{} workers", w), c), {{"workers", w}}));
+    e.rows.push_back(row_of(run.run("workers", counted(w, "worker"), c), {{"workers", w}}));
   }
   return e;
 }

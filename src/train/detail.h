@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -130,8 +131,8 @@ struct ProfileWindow {
     const int64_t run_steps = per_epoch * epochs_to_train;
     const std::string flag = profile_flag(cfg, "skip");
     check(skip < run_steps,
-          fmt::format("{} {} leaves no step to record: this run trains {} steps ({} epoch{} of {})", flag, skip, run_steps,
-                      epochs_to_train, epochs_to_train == 1 ? "" : "s", per_epoch),
+          fmt::format("{} {} leaves no step to record: this run trains {} ({} of {})", flag, skip, counted(run_steps, "step"),
+                      counted(epochs_to_train, "epoch"), per_epoch),
           fmt::format("lower {}, or use more data, more --epochs or a smaller --batch-size", flag));
   }
   /// `k`: steps this run trained before the one about to start.

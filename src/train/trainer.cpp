@@ -21,6 +21,7 @@
 #include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
 #include "data/loader.h"
@@ -396,8 +397,8 @@ void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
   record["layer_times_peak_gflops"] = peak;
   record["layer_times_peak_source"] = ceilings.source;
   if (!say) return;
-  std::printf("\nPer-layer time per training step (%lld steps timed), against the %s peak of %.1f GFLOP/s\n(%s):\n",
-              (long long)steps, net.bf16() ? "bf16" : "FMA", peak, ceilings.source.c_str());
+  std::printf("\nPer-layer time per training step (%s timed), against the %s peak of %.1f GFLOP/s\n(%s):\n",
+              counted(steps, "step").c_str(), net.bf16() ? "bf16" : "FMA", peak, ceilings.source.c_str());
   t.print();
 }
 

@@ -96,7 +96,8 @@ int resolve_device(const std::string& flag) {
   }
   const int n = device_count();
   check(n > 0, fmt::format("--device {}: {}", flag, no_device_reason), "use --device cpu, or run on a machine with an NVIDIA GPU");
-  check(index < n, fmt::format("--device {}: there are {} GPUs (0 to {})", flag, n, n - 1), "use --device cuda:N with N from nvidia-smi");
+  check(index < n, fmt::format("--device {}: there {} (0 to {})", flag, n == 1 ? "is 1 GPU" : fmt::format("are {} GPUs", n), n - 1),
+        "use --device cuda:N with N from nvidia-smi");
   return index;
 }
 
