@@ -231,6 +231,14 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   for (const auto& [k, v] : j["memory_bytes"].items())
     if (k != "total" && k != "available" && k != "fits") sum += v.get<double>();
   EXPECT_EQ(sum, j["memory_bytes"]["total"].get<double>());
+  // The step's parts add up to the step, the per-step overhead included (the console named only
+  // forward, backward and optimizer, which left a third of a tiny model's step unexplained).
+  const nlohmann::json& step = j["step"];
+  EXPECT_GT(step["overhead_s"].get<double>(), 0);
+  EXPECT_NEAR(step["forward_s"].get<double>() + step["backward_s"].get<double>() + step["optimizer_s"].get<double>() +
+                  step["overhead_s"].get<double>(),
+              step["step_s"].get<double>(), 1e-12);
+  EXPECT_NE(o.out.find(", per-step overhead "), std::string::npos) << o.out;
   ASSERT_EQ(j["targets"]["rows"].size(), 3u);
   EXPECT_EQ(j["targets"]["rows"][1]["target"], "h100-sxm");
   EXPECT_GT(j["targets"]["rows"][1]["step_s"].get<double>(), 0);

@@ -297,8 +297,9 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
     const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
     std::printf("%s: %s of %s available\n\n", fits ? "fits" : "does NOT fit", format_bytes(m.total()).c_str(), format_bytes(avail).c_str());
   }
-  std::printf("step time         %s (forward %s, backward %s, optimizer %s)\n", format_seconds(p.step_s).c_str(), format_seconds(p.forward_s).c_str(),
-              format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str());
+  std::printf("step time         %s (forward %s, backward %s, optimizer %s, per-step overhead %s)\n", format_seconds(p.step_s).c_str(),
+              format_seconds(p.forward_s).c_str(), format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str(),
+              format_seconds(p.overhead_s).c_str());
   std::printf("throughput        %.0f images/s\n", double(a.batch) / p.step_s);
   std::printf("epoch             %s (%.0f steps, training only)\n", format_seconds(p.step_s * steps).c_str(), steps);
   std::printf("job               %s for %s\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), counted(a.epochs, "epoch").c_str());
@@ -331,7 +332,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
                         {"flops_per_step", {{"forward", g.forward_flops()}, {"backward", g.backward_flops()}}},
                         {"job_flops", job_flops},
                         {"memory_bytes", memory},
-                        {"step", {{"step_s", p.step_s}, {"forward_s", p.forward_s}, {"backward_s", p.backward_s}, {"optimizer_s", p.optimizer_s}}},
+                        {"step", {{"step_s", p.step_s}, {"forward_s", p.forward_s}, {"backward_s", p.backward_s}, {"optimizer_s", p.optimizer_s}, {"overhead_s", p.overhead_s}}},
                         {"images_per_s", double(a.batch) / p.step_s},
                         {"steps_per_epoch", steps},
                         {"epoch_s", p.step_s * steps},

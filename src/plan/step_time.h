@@ -71,8 +71,9 @@ struct LayerTime {
 };
 
 struct StepPrediction {
-  double step_s = 0;     ///< forward + backward + optimizer
+  double step_s = 0;     ///< forward + backward + optimizer + overhead
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
+  double overhead_s = 0;  ///< per step outside the layers (EngineModel::step_overhead_s)
   std::vector<LayerTime> layers;
 };
 
