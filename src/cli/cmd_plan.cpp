@@ -295,7 +295,10 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const double avail = hw::available_memory_bytes();
   if (avail > 0) {
     const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
-    std::printf("%s: %s of %s available\n\n", fits ? "fits" : "does NOT fit", format_bytes(m.total()).c_str(), format_bytes(avail).c_str());
+    // The same capacity as the cpu target's row below, and dlperf train's check.
+    std::printf("%s: %s of the %s dlperf plans on (%.0f%% of the %s available)\n\n", fits ? "fits" : "does NOT fit",
+                format_bytes(m.total()).c_str(), format_bytes(hw::kUsableMemoryShare * avail).c_str(), 100 * hw::kUsableMemoryShare,
+                format_bytes(avail).c_str());
   }
   std::printf("step time         %s (forward %s, backward %s, optimizer %s, per-step overhead %s)\n", format_seconds(p.step_s).c_str(),
               format_seconds(p.forward_s).c_str(), format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str(),
