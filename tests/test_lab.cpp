@@ -380,11 +380,13 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
             row({{"device", "cpu"}, {"workload", "mlp"}, {"batch", 16}}, 0.05, 0, 90, 1),
             row({{"device", "cuda"}, {"workload", "mlp"}, {"batch", 16}}, 0.2, 0, 90, 1)};
   auto obs = lab::observe(d);
-  EXPECT_TRUE(says(obs, "medium at batch 64: the GPU trains 10.0x faster than the CPU"));
+  EXPECT_TRUE(says(obs, "medium at batch 64: the GPU trains 10.0x faster than the CPU (3.0 s vs 30.0 s per epoch)"));
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU wins, 4.0x faster than the GPU"));
   d.rows[3]["epoch_s"] = 0.052;  // 4% apart, within a 5% run-to-run noise
   d.noise_pct = 5;
-  EXPECT_TRUE(says(lab::observe(d), "mlp at batch 16: the GPU and the CPU train about as fast"));
+  // A tiny workload's times keep their digits: 52.00 ms, not 0.05 s.
+  EXPECT_TRUE(says(lab::observe(d), "mlp at batch 16: the GPU and the CPU train about as fast (52.00 ms vs 50.00 ms per epoch)"))
+      << lab::observe(d)[1];
   d.rows[1]["status"] = "missing";
   d.rows[1]["note"] = "no GPU";
   obs = lab::observe(d);

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "core/timer.h"
 #include "lab/lab.h"
 #include "plan/against.h"
 
@@ -91,22 +92,24 @@ std::vector<std::string> device(const Experiment& e) {
     auto gpu = find(rows, [&](const json& r) { return r["workload"] == w && r["device"] != "cpu"; });
     if (!cpu) continue;
     if (!gpu) {
-      out.push_back(fmt::format("{} at batch {} on the CPU: {:.2f} s per epoch, {:.0f} img/s, {:.3f} ms per step.", w,
-                                cpu->at("batch").get<int64_t>(), num(*cpu, "epoch_s"), num(*cpu, "images_per_s"), num(*cpu, "step_ms")));
+      out.push_back(fmt::format("{} at batch {} on the CPU: {} per epoch, {:.0f} img/s, {} per step.", w, cpu->at("batch").get<int64_t>(),
+                                format_seconds(num(*cpu, "epoch_s")), num(*cpu, "images_per_s"), format_seconds(num(*cpu, "step_ms") / 1e3)));
       continue;
     }
     any_gpu = true;
     const double speedup = num(*cpu, "epoch_s") / num(*gpu, "epoch_s");
     if (within_noise(speedup, e.noise_pct))
-      out.push_back(fmt::format("{} at batch {}: the GPU and the CPU train about as fast ({:.2f} s vs {:.2f} s per epoch).", w,
-                                cpu->at("batch").get<int64_t>(), num(*gpu, "epoch_s"), num(*cpu, "epoch_s")));
+      out.push_back(fmt::format("{} at batch {}: the GPU and the CPU train about as fast ({} vs {} per epoch).", w,
+                                cpu->at("batch").get<int64_t>(), format_seconds(num(*gpu, "epoch_s")), format_seconds(num(*cpu, "epoch_s"))));
     else if (speedup >= 1)
-      out.push_back(fmt::format("{} at batch {}: the GPU trains {:.1f}x faster than the CPU ({:.2f} s vs {:.2f} s per epoch).", w,
-                                cpu->at("batch").get<int64_t>(), speedup, num(*gpu, "epoch_s"), num(*cpu, "epoch_s")));
+      out.push_back(fmt::format("{} at batch {}: the GPU trains {:.1f}x faster than the CPU ({} vs {} per epoch).", w,
+                                cpu->at("batch").get<int64_t>(), speedup, format_seconds(num(*gpu, "epoch_s")),
+                                format_seconds(num(*cpu, "epoch_s"))));
     else
-      out.push_back(fmt::format("{} at batch {}: the CPU wins, {:.1f}x faster than the GPU ({:.3f} ms vs {:.3f} ms per step): "
+      out.push_back(fmt::format("{} at batch {}: the CPU wins, {:.1f}x faster than the GPU ({} vs {} per step): "
                                 "the step's compute is smaller than the GPU's fixed cost of launching kernels and copying each batch.",
-                                w, cpu->at("batch").get<int64_t>(), 1 / speedup, num(*cpu, "step_ms"), num(*gpu, "step_ms")));
+                                w, cpu->at("batch").get<int64_t>(), 1 / speedup, format_seconds(num(*cpu, "step_ms") / 1e3),
+                                format_seconds(num(*gpu, "step_ms") / 1e3)));
   }
   if (!any_gpu)
     for (const auto& r : e.rows)
@@ -175,9 +178,9 @@ std::vector<std::string> model(const Experiment& e) {
   const json &lo = rows.front(), &hi = rows.back();
   const std::string a = lo["model"], b = hi["model"];
   out.push_back(fmt::format("{} has {:.0f}x the parameters and {:.1f}x the training FLOPs per image of {}, and takes {:.1f}x as "
-                            "long per epoch ({:.2f} s vs {:.2f} s).",
+                            "long per epoch ({} vs {}).",
                             b, num(hi, "parameters_m") / num(lo, "parameters_m"), num(hi, "mflops_per_image") / num(lo, "mflops_per_image"),
-                            a, num(hi, "epoch_s") / num(lo, "epoch_s"), num(hi, "epoch_s"), num(lo, "epoch_s")));
+                            a, num(hi, "epoch_s") / num(lo, "epoch_s"), format_seconds(num(hi, "epoch_s")), format_seconds(num(lo, "epoch_s"))));
   const double g_lo = num(lo, "achieved_gflops"), g_hi = num(hi, "achieved_gflops");
   out.push_back(fmt::format("Achieved compute {} from {:.1f} GFLOP/s ({}) to {:.1f} GFLOP/s ({}){}.", g_hi >= g_lo ? "rises" : "falls",
                             g_lo, a, g_hi, b,
