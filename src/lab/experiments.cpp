@@ -547,7 +547,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     for (const auto& e : exps) print_experiment(e);
     if (noise > 0)
       std::printf("\nRun-to-run noise: %s.\n", noise_sentence(noise).c_str());
-    std::printf("\nlab done in %.0f s; report: %s/README.md (CSV, JSON and plots beside it)\n", seconds, cfg.out.c_str());
+    std::printf("\nlab done in %s; report: %s/README.md (CSV, JSON and plots beside it)\n", format_seconds(seconds).c_str(), cfg.out.c_str());
   }
   // A lab whose every run failed has measured nothing: the report says why row by row, and the
   // exit status says so too.

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/timer.h"
 #include "core/version.h"
 #include "lab/lab.h"
 #include "report/plot.h"
@@ -214,11 +215,11 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   write_file(out / "lab.json", j.dump(2) + "\n");
 
   std::string md = fmt::format(
-      "{}\n\nMade by `dlperf lab{}` on {} in {:.0f} s{}. Every number below was measured by a training run "
+      "{}\n\nMade by `dlperf lab{}` on {} in {}{}. Every number below was measured by a training run "
       "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
       "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
       "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}\n\n",
-      kReportTitle, cfg.full.value_or(false) ? " --full" : " --quick", date, lab_seconds,
+      kReportTitle, cfg.full.value_or(false) ? " --full" : " --quick", date, format_seconds(lab_seconds),
       reused_runs > 0 ? fmt::format(" (resumed: {} run{} reused from the interrupted lab before it)", reused_runs,
                                     reused_runs == 1 ? "" : "s")
                       : "",
