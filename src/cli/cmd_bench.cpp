@@ -80,7 +80,7 @@ void say_failed_points(BenchArgs& a, const std::string& what, const std::vector<
 }
 
 // All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
-// is installed) under mpirun and reads the JSON it prints.
+// is installed) under mpirun and reads the JSON it prints; null when Ctrl-C cut it short.
 nlohmann::json run_allreduce(const BenchArgs& a) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe");
   const auto helper = self.parent_path() / "dlperf-allreduce";
@@ -98,6 +98,7 @@ nlohmann::json run_allreduce(const BenchArgs& a) {
   try {
     r = nlohmann::json::parse(output.substr(output.find('{')));
   } catch (const std::exception&) {
+    if (stop_signal() != 0) return nullptr;  // Ctrl-C reached mpirun too: cut short, not failed
     throw Error(fmt::format("the MPI all-reduce benchmark failed (status {}): {}", rc, output.substr(0, 400)),
                 "run the command by hand to see MPI's message: " + cmd);
   }
@@ -471,8 +472,10 @@ void add_bench(CLI::App& app, const Command& self) {
       return stop_signal() == 0 && std::find(whats.begin(), whats.end(), args->what) != whats.end();
     };
     auto record = [&](const std::string& key, nlohmann::json result) {
+      if (result.is_null()) return;  // cut short by the signal: neither written nor finished
+      const bool skipped = result.is_object() && result.contains("skipped");  // no GPU, say: nothing measured
       out[key] = std::move(result);
-      done.push_back(key);
+      if (!skipped) done.push_back(key);
       if (stop_after != nullptr && key == stop_after) std::raise(SIGINT);
     };
     nlohmann::json levels;
@@ -538,7 +541,7 @@ void add_bench(CLI::App& app, const Command& self) {
                                      : fmt::format("stopped by {}: the finished benchmarks ({}) are in {}{}", signal_name(sig),
                                                    fmt::join(done, ", "), path,
                                                    args->what == "all" ? fmt::format(", and {} was left as it was", bench::kMachineProfile) : ""),
-                        fmt::format("run 'dlperf bench {}' again for the rest", args->what));
+                        fmt::format("run 'dlperf bench {}' again{}", args->what, done.empty() ? "" : " for the rest"));
     if (!args->failures.empty()) {
       std::string list;
       for (const auto& f : args->failures) list += "\n  " + f;
