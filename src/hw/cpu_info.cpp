@@ -11,6 +11,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
+#include "core/memory.h"
 #include "core/version.h"
 
 namespace dlperf::hw {
@@ -78,10 +79,10 @@ CpuInfo cpu_info() {
     const std::string base = fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/", i);
     const std::string level = read_line(base + "level"), type = read_line(base + "type"), size = read_line(base + "size");
     if (level.empty()) break;
-    if (type == "Instruction") continue;
-    c.caches += fmt::format("{}L{}{} {}", c.caches.empty() ? "" : ", ", level, type == "Data" ? "d" : "", size);
-    // sysfs sizes read like "32K" or "32768K"
+    if (type == "Instruction" || size.empty()) continue;
+    // sysfs sizes read like "32K" or "32768K"; said as "32 KiB" and "32 MiB"
     const int64_t bytes = std::atoll(size.c_str()) * (size.back() == 'M' ? 1 << 20 : size.back() == 'K' ? 1 << 10 : 1);
+    c.caches += fmt::format("{}L{}{} {}", c.caches.empty() ? "" : ", ", level, type == "Data" ? "d" : "", format_binary_bytes(double(bytes)));
     (level == "1" ? c.l1d_bytes : level == "2" ? c.l2_bytes : c.l3_bytes) = bytes;
   }
   std::ifstream mi("/proc/meminfo");

@@ -16,7 +16,7 @@ struct CpuInfo {
   int fma_units = 2;    ///< per core; 2 on every x86 server core since Haswell / Zen 2
   int lanes_f32 = 4;    ///< f32 lanes of the FMA units' datapath (8 on Zen 4, which runs AVX-512 in two halves)
   std::string isa;      ///< "avx2+fma", "avx512", ...
-  std::string caches;   ///< "L1d 32K, L2 512K, L3 32M"
+  std::string caches;   ///< "L1d 32 KiB, L2 512 KiB, L3 32 MiB"
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  ///< one instance of each level
   double memory_gb = 0;
   /// fp32 peak of the cores this process may use, in GFLOP/s.
