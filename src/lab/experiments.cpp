@@ -307,6 +307,7 @@ json measured_row(const json& rec) {
           {"epochs", rec["epochs"].size()},
           {"train_images", rec["data"]["train_images"]},
           {"test_images", rec["data"]["test_images"]},
+          {"classes", rec["data"]["classes"]},
           {"record", rec.value("record_path", "")}};
 }
 

@@ -45,6 +45,16 @@ std::string resolution(const json& from, const json& to) {
   return std::fabs(b - a) < resolves ? fmt::format("within the {:.1f} points that {:.0f} test images can resolve", resolves, n) : "";
 }
 
+// ": 9.64% is chance for 10 classes, so that run learned nothing" where a row's test accuracy is
+// no better than guessing (under 1.5x chance), else "": a number like 9.64% alone reads as a
+// poor result rather than none.
+std::string at_chance(const json& r) {
+  const json c = r.value("classes", json());
+  const double classes = c.is_number() ? c.get<double>() : 0;
+  if (classes < 2 || !r.value("test_acc", json()).is_number() || num(r, "test_acc") >= 1.5 * 100 / classes) return "";
+  return fmt::format(": {:.2f}% is chance for {:.0f} classes, so that run learned nothing", num(r, "test_acc"), classes);
+}
+
 // ", " and `s`, or "" for an empty `s`: a clause that may be absent.
 std::string clause(const std::string& s) { return s.empty() ? "" : ", " + s; }
 
@@ -136,10 +146,10 @@ std::vector<std::string> batch(const Experiment& e) {
     const double speed = num(hi, "images_per_s") / num(lo, "images_per_s");
     const std::string how = relative_speed(speed, e.noise_pct, 1);
     out.push_back(fmt::format("Batch {} trains {} batch {} ({:.0f} vs {:.0f} img/s), and test accuracy {} "
-                              "(fixed lr {:g}: {:.2f}% vs {:.2f}%){}.",
+                              "(fixed lr {:g}: {:.2f}% vs {:.2f}%){}{}.",
                               hi["batch"].get<int64_t>(), how, lo["batch"].get<int64_t>(), num(hi, "images_per_s"), num(lo, "images_per_s"),
                               change(num(lo, "test_acc"), num(hi, "test_acc")), num(lo, "lr"), num(hi, "test_acc"), num(lo, "test_acc"),
-                              clause(resolution(lo, hi))));
+                              clause(resolution(lo, hi)), at_chance(hi)));
     // Equal epochs mean fewer updates for the bigger batch: much of what it loses in accuracy.
     if (lo.contains("train_images") && lo.contains("epochs") && lo["epochs"] == hi["epochs"] && lo["train_images"] == hi["train_images"]) {
       const int64_t images = lo["train_images"], epochs = lo["epochs"];
@@ -159,9 +169,9 @@ std::vector<std::string> batch(const Experiment& e) {
     auto lin = find(linear, [&](const json& r) { return r["batch"] == hi["batch"]; });
     if (lin && num(*lin, "lr") != num(hi, "lr"))
       out.push_back(fmt::format("With the linear scaling rule (lr {:g} at batch {}), test accuracy {} against the fixed lr "
-                                "({:.2f}% vs {:.2f}%){}.",
+                                "({:.2f}% vs {:.2f}%){}{}.",
                                 num(*lin, "lr"), hi["batch"].get<int64_t>(), change(num(hi, "test_acc"), num(*lin, "test_acc")),
-                                num(*lin, "test_acc"), num(hi, "test_acc"), clause(resolution(hi, *lin))));
+                                num(*lin, "test_acc"), num(hi, "test_acc"), clause(resolution(hi, *lin)), at_chance(*lin)));
   }
   for (const auto& r : e.rows)
     if (r["status"] != "measured")
@@ -236,12 +246,12 @@ std::vector<std::string> precision(const Experiment& e) {
     // Training throughput, as the run-to-run noise is measured: s/epoch also holds the
     // evaluation, whose first pass builds each precision's inference kernels.
     const double s = num(r, "images_per_s") / num(*fp32, "images_per_s");
-    out.push_back(fmt::format("{} trains {} fp32 ({:.0f} vs {:.0f} img/s), peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%){}.",
+    out.push_back(fmt::format("{} trains {} fp32 ({:.0f} vs {:.0f} img/s), peak memory {} vs {}, test accuracy {} ({:.2f}% vs {:.2f}%){}{}.",
                               r["precision"].get<std::string>(), relative_speed(s, e.noise_pct, 2), num(r, "images_per_s"),
                               num(*fp32, "images_per_s"),
                               megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
                               change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc"),
-                              clause(resolution(*fp32, r))));
+                              clause(resolution(*fp32, r)), at_chance(r)));
     if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())
       out.push_back(r["loss_scale_skips"].get<double>() > 0
                         ? fmt::format("fp16's dynamic loss scaling skipped {:.0f} steps whose gradients overflowed.",
