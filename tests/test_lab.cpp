@@ -479,7 +479,7 @@ TEST(Lab, PlanObservationsFollowTheData) {
   auto obs = lab::observe(p);
   EXPECT_TRUE(says(obs, "predicted the peak memory of all 3 runs to the byte")) << obs[0];
   // |errors| 6.25%, 25%, 6.25%: median 6.25%, worst the mlp's.
-  EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 0.15 ms against 0.12 ms "
+  EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 150.0 us against 120.0 us "
                         "measured); two identical runs differed by 1.5% in speed")) << obs[1];
   p.rows[2]["peak_error_bytes"] = -476000.0;  // 0.2% under
   p.rows[2]["peak_mb_planned"] = 237.524;

@@ -295,10 +295,10 @@ std::vector<std::string> prediction(const Experiment& e) {
                                 exact, n, worst_mem["run"].get<std::string>(), 100 * mem_err(worst_mem), num(worst_mem, "peak_mb_planned"),
                                 num(worst_mem, "peak_mb")));
     const double median = plan::summarize(step_errors).median;
-    out.push_back(fmt::format("It predicted step time within a median {:.1f}% of the measured ({}: worst {}, planned {:.3g} ms "
-                              "against {:.3g} ms measured){}.",
+    out.push_back(fmt::format("It predicted step time within a median {:.1f}% of the measured ({}: worst {}, planned {} "
+                              "against {} measured){}.",
                               100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), worst_step["run"].get<std::string>(),
-                              num(worst_step, "step_ms_planned"), num(worst_step, "step_ms"),
+                              format_seconds(num(worst_step, "step_ms_planned") / 1e3), format_seconds(num(worst_step, "step_ms") / 1e3),
                               e.noise_pct > 0 ? fmt::format("; two identical runs differed by {:.1f}% in speed", e.noise_pct) : ""));
   }
   for (const auto& m : missing_notes(e, "run")) out.push_back("Not planned: " + m + ".");
