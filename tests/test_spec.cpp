@@ -55,6 +55,23 @@ TEST(Spec, InfersChannelsAndFeaturesFromTheData) {
   EXPECT_EQ(r["layers"][3]["out_features"], 10);
 }
 
+// 'dlperf models show NAME --json' writes a spec that loads back: edit it, train it. Its derived
+// sizes are recomputed from the data (the resolved resnet18 trains on 1-channel images too).
+TEST(Spec, TheResolvedSpecLoadsBackAndResolvesTheSame) {
+  for (const auto& name : nn::preset_names()) {
+    const auto spec = nn::load_model(name);
+    const json r = nn::resolved_json(spec, nn::build_graph(spec, {3, 32, 32}, 10, 1));
+    const nn::ModelSpec again = nn::parse_model_spec(r, "resolved.json");
+    EXPECT_EQ(nn::resolved_json(again, nn::build_graph(again, {3, 32, 32}, 10, 1)), r) << name;
+    EXPECT_EQ(nn::build_graph(again, {1, 28, 28}, 10, 1).param_count(), nn::build_graph(spec, {1, 28, 28}, 10, 1).param_count()) << name;
+  }
+  // 'input' is the model's input: the first layer may name it; no other layer, and no layer's name.
+  auto err = [](const json& layers) { return error_of([&] { graph_of({{"layers", layers}}); }); };
+  EXPECT_NE(err({{{"type", "relu"}}, {{"type", "relu"}, {"input", "input"}}}).find("only the first layer reads the model input"),
+            std::string::npos);
+  EXPECT_NE(err({{{"type", "relu"}, {"name", "input"}}}).find("'input' names the model's input, not a layer"), std::string::npos);
+}
+
 TEST(Spec, CostsMatchHandCounts) {
   json j = {{"layers", {{{"type", "conv2d"}, {"out_channels", 8}, {"kernel", 3}, {"padding", 1}, {"bias", false}},
                         {{"type", "flatten"}},

@@ -73,8 +73,11 @@ std::string get_string(const json& l, const char* key, const std::string& dflt, 
 ModelSpec parse_model_spec(const json& j, const std::string& source) {
   const std::string hint = "see docs/model-spec.md for the format";
   check(j.is_object(), fmt::format("model spec {}: expected a JSON object", source), hint);
+  // What 'dlperf models show --json' adds (input, classes, parameters; per layer in_channels,
+  // num_features, in_features, output_shape, parameters) is accepted, so its output loads back,
+  // and recomputed from the data like any inferred size.
   for (auto& [k, v] : j.items())
-    check(k == "name" || k == "description" || k == "layers",
+    check(k == "name" || k == "description" || k == "layers" || k == "input" || k == "classes" || k == "parameters",
           fmt::format("model spec {}: unknown top-level key '{}' (allowed: name, description, layers)", source, k), hint);
   check(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(),
         fmt::format("model spec {}: needs a non-empty 'layers' list", source), hint);
@@ -102,10 +105,16 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
     check(!s.name.empty(), where + ": 'name' is empty", "leave it out for a generated one (" + type + "1, ...)");
     where += fmt::format(" ('{}', {})", s.name, type);
     check(names.insert(s.name).second, where + ": the name is used twice", "give each layer its own name");
+    const std::set<std::string> derived = {"in_channels", "num_features", "in_features", "output_shape", "parameters"};
     for (auto& [k, v] : l.items())
-      check(k == "type" || k == "name" || k == "input" || it->second.keys.count(k),
+      check(k == "type" || k == "name" || k == "input" || it->second.keys.count(k) || derived.count(k),
             fmt::format("{}: unknown parameter '{}' (allowed: {})", where, k, join(it->second.keys)), hint);
     s.input = get_string(l, "input", "", where);
+    // "input" names the model's input, which the first layer reads anyway (resolved specs say so).
+    check(s.name != "input", where + ": 'input' names the model's input, not a layer", "give the layer another name");
+    check(s.input != "input" || i == 0, where + ": only the first layer reads the model input ('input')",
+          "read an earlier layer, or move this one first");
+    if (s.input == "input") s.input.clear();
     auto& a = s.attrs;
     a.out_channels = get_int(l, "out_channels", 0, where);
     a.kernel = get_int(l, "kernel", s.kind == OpKind::conv2d ? 3 : 2, where);
