@@ -161,6 +161,18 @@ TEST(Cli, OneOfAThingIsSingular) {
   EXPECT_NE(p.out.find(" for 1 epoch\n"), std::string::npos) << p.out;
 }
 
+// A --train-limit or --test-limit past the set's size uses all of it, and says so; within it, no note.
+TEST(Cli, ALimitPastTheDataSaysAllOfItIsUsed) {
+  TempDir dir;
+  const std::string run = "train --device cpu --model mlp --data synthetic:1x8x8:256 --epochs 1 --no-progress --runs-dir '' ";
+  const Outcome o = run_dlperf(dir, run + "--train-limit 100000 --test-limit 20");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("note: --train-limit 100000 is more than the 256 training images: all of them are used"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("--test-limit"), std::string::npos) << o.out;  // 20 of the 51 test images: a subset, as asked
+  const Outcome t = run_dlperf(dir, run + "--test-limit 1000");
+  EXPECT_NE(t.out.find("note: --test-limit 1000 is more than the 51 test images"), std::string::npos) << t.out;
+}
+
 // More loader workers than CPUs train, with a note saying what they cost (as PyTorch's DataLoader
 // warns); as many as the CPUs, no note.
 TEST(Cli, MoreLoaderWorkersThanCpusTrainWithANote) {

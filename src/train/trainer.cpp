@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <tuple>
 
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
@@ -654,6 +655,12 @@ TrainResult train(const TrainConfig& cfg) {
   if (const int cpus = hw::usable_cpus(); say && cfg.workers > cpus && !cfg.data_on_device)
     std::printf("note: %d loader workers on %d CPU%s: workers beyond the CPU count take turns on the same cores "
                 "('dlperf lab workers' measures what workers buy here)\n", cfg.workers, cpus, cpus == 1 ? "" : "s");
+  // A limit past the set's size trains on all of it, as asked for a subset it could not have: said.
+  for (const auto& [flag, limit, set, what] : {std::tuple{"--train-limit", cfg.train_limit, &d.train, "training"},
+                                               std::tuple{"--test-limit", cfg.test_limit, &d.test, "test"}})
+    if (say && limit > set->size())
+      std::printf("note: %s %lld is more than the %lld %s images: all of them are used\n", flag, (long long)limit,
+                  (long long)set->size(), what);
   d.train.truncate(cfg.train_limit);
   d.test.truncate(cfg.test_limit);
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
