@@ -184,13 +184,12 @@ nlohmann::json run_gemm(const bench::Options& o, double peak) {
 
 // conv's --input, and its models checked against it: called before anything is measured, so
 // 'bench all' with a typo in --models fails at once, not after a minute of other benchmarks.
-Dims conv_input(const BenchArgs& a) {
-  Dims chw = parse_chw(a.input);
+void check_conv_input(const BenchArgs& a) {
+  const Dims chw = parse_chw(a.input);
   for (const auto& model : conv_models(a)) nn::build_graph(nn::load_model(model), chw, 10, a.batch);  // throws, saying why
-  return chw;
 }
 
-// After conv_input checked the shape and models (in the command's callback).
+// After check_conv_input checked the shape and models (in the command's callback).
 nlohmann::json run_conv(const BenchArgs& a, double peak) {
   const Dims chw = parse_chw(a.input);
   const auto models = conv_models(a);
@@ -456,7 +455,7 @@ void add_bench(CLI::App& app, const Command& self) {
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
     args->models_given = c->count("--models") > 0;
     if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
-    if (args->what == "conv" || args->what == "all") conv_input(*args);
+    if (args->what == "conv" || args->what == "all") check_conv_input(*args);
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();
     std::printf("dlperf bench on %s (%s, %s)\n",  // every section starts with its blank line

@@ -293,8 +293,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   mt.add({"peak (all allocated at start)", format_bytes(m.total())});
   mt.print();
   const double avail = hw::available_memory_bytes();
+  const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
   if (avail > 0) {
-    const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
     // The same capacity as the cpu target's row below, and dlperf train's check.
     std::printf("%s: %s of the %s dlperf plans on (%.0f%% of the %s available)\n\n", fits ? "fits" : "does NOT fit",
                 format_bytes(m.total()).c_str(), format_bytes(hw::kUsableMemoryShare * avail).c_str(), 100 * hw::kUsableMemoryShare,
@@ -319,7 +319,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   for (int i = 0; i < kMemCategories; ++i) memory[std::string(to_string(MemCategory(i)))] = m.bytes[size_t(i)];
   memory["total"] = m.total();
   memory["available"] = avail > 0 ? nlohmann::json(avail) : nlohmann::json();
-  memory["fits"] = avail > 0 ? nlohmann::json(m.total() <= hw::kUsableMemoryShare * avail) : nlohmann::json();
+  memory["fits"] = avail > 0 ? nlohmann::json(fits) : nlohmann::json();
   nlohmann::json out = {{"command", "plan"},
                         {"model", g.model},
                         {"input", a.input},
@@ -400,7 +400,7 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                    {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
                    {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)}});
   }
-  std::printf("Predicted vs measured, %zu training run%s (ceilings: %s)\n\n", rows.size(), rows.size() == 1 ? "" : "s", c.source.c_str());
+  std::printf("Predicted vs measured, %s (ceilings: %s)\n\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
   t.print();
   const auto ts = plan::summarize(te), ms = plan::summarize(me);
   std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%\npeak memory: median |error| %.1f%%, worst %.1f%%\n",

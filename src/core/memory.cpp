@@ -130,23 +130,24 @@ Buffer::Buffer(size_t bytes, MemCategory category)
 
 Buffer::~Buffer() { HostAllocator::instance().release(ptr_); }
 
+namespace {
+// Divides `bytes` by `base` while it is `base` or more and a larger unit is left; the unit's index.
+int scale(double& bytes, double base, int largest) {
+  int u = 0;
+  for (; bytes >= base && u < largest; ++u) bytes /= base;
+  return u;
+}
+}  // namespace
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB"};
-  int u = 0;
-  while (bytes >= 1000.0 && u < 6) {
-    bytes /= 1000.0;
-    ++u;
-  }
+  const int u = scale(bytes, 1000, 6);
   return u == 0 ? fmt::format("{:.0f} B", bytes) : fmt::format("{:.2f} {}", bytes, units[u]);
 }
 
 std::string format_binary_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 4) {
-    bytes /= 1024.0;
-    ++u;
-  }
+  const int u = scale(bytes, 1024, 4);
   return bytes == std::floor(bytes) ? fmt::format("{:.0f} {}", bytes, units[u]) : fmt::format("{:.1f} {}", bytes, units[u]);
 }
 

@@ -55,6 +55,9 @@ std::string at_chance(const json& r) {
   return fmt::format(": {:.2f}% is chance for {:.0f} classes, so that run learned nothing", num(r, "test_acc"), classes);
 }
 
+// A step time the rows keep in milliseconds, in the unit that keeps its digits.
+std::string step_time(double ms) { return format_seconds(ms / 1e3); }
+
 // ", " and `s`, or "" for an empty `s`: a clause that may be absent.
 std::string clause(const std::string& s) { return s.empty() ? "" : ", " + s; }
 
@@ -103,7 +106,7 @@ std::vector<std::string> device(const Experiment& e) {
     if (!cpu) continue;
     if (!gpu) {
       out.push_back(fmt::format("{} at batch {} on the CPU: {} per epoch, {:.0f} img/s, {} per step.", w, cpu->at("batch").get<int64_t>(),
-                                format_seconds(num(*cpu, "epoch_s")), num(*cpu, "images_per_s"), format_seconds(num(*cpu, "step_ms") / 1e3)));
+                                format_seconds(num(*cpu, "epoch_s")), num(*cpu, "images_per_s"), step_time(num(*cpu, "step_ms"))));
       continue;
     }
     any_gpu = true;
@@ -118,8 +121,8 @@ std::vector<std::string> device(const Experiment& e) {
     else
       out.push_back(fmt::format("{} at batch {}: the CPU wins, {:.1f}x faster than the GPU ({} vs {} per step): "
                                 "the step's compute is smaller than the GPU's fixed cost of launching kernels and copying each batch.",
-                                w, cpu->at("batch").get<int64_t>(), 1 / speedup, format_seconds(num(*cpu, "step_ms") / 1e3),
-                                format_seconds(num(*gpu, "step_ms") / 1e3)));
+                                w, cpu->at("batch").get<int64_t>(), 1 / speedup, step_time(num(*cpu, "step_ms")),
+                                step_time(num(*gpu, "step_ms"))));
   }
   if (!any_gpu)
     for (const auto& r : e.rows)
@@ -298,7 +301,7 @@ std::vector<std::string> prediction(const Experiment& e) {
     out.push_back(fmt::format("It predicted step time within a median {:.1f}% of the measured ({}: worst {}, planned {} "
                               "against {} measured){}.",
                               100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), worst_step["run"].get<std::string>(),
-                              format_seconds(num(worst_step, "step_ms_planned") / 1e3), format_seconds(num(worst_step, "step_ms") / 1e3),
+                              step_time(num(worst_step, "step_ms_planned")), step_time(num(worst_step, "step_ms")),
                               e.noise_pct > 0 ? fmt::format("; two identical runs differed by {:.1f}% in speed", e.noise_pct) : ""));
   }
   for (const auto& m : missing_notes(e, "run")) out.push_back("Not planned: " + m + ".");

@@ -87,6 +87,7 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
   spec.description = get_string(j, "description", "", top);
   std::map<std::string, int> counters;
   std::set<std::string> names;
+  const std::set<std::string> derived = {"in_channels", "num_features", "in_features", "output_shape", "parameters"};
   for (size_t i = 0; i < j["layers"].size(); ++i) {
     const json& l = j["layers"][i];
     std::string where = fmt::format("model spec {}: layer {}", source, i + 1);
@@ -105,7 +106,6 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
     check(!s.name.empty(), where + ": 'name' is empty", "leave it out for a generated one (" + type + "1, ...)");
     where += fmt::format(" ('{}', {})", s.name, type);
     check(names.insert(s.name).second, where + ": the name is used twice", "give each layer its own name");
-    const std::set<std::string> derived = {"in_channels", "num_features", "in_features", "output_shape", "parameters"};
     for (auto& [k, v] : l.items())
       check(k == "type" || k == "name" || k == "input" || it->second.keys.count(k) || derived.count(k),
             fmt::format("{}: unknown parameter '{}' (allowed: {})", where, k, join(it->second.keys)), hint);
