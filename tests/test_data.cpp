@@ -73,6 +73,24 @@ TEST(Idx, ReadsRawAndGzipDirectories) {
             std::string::npos);
 }
 
+TEST(Idx, ADirectoryIsNamedAndKnownHoweverItIsSpelled) {
+  TempDir t;
+  const fs::path dir = t.path / "clothes";
+  fs::create_directory(dir);
+  write_idx_set(dir, false);
+  // "clothes/" has an empty filename(): the set must still be "clothes", in the console and
+  // in the run record's file name.
+  for (const fs::path& spelled : {dir, fs::path(dir.string() + "/"), dir / ".", dir / "sub" / ".."}) {
+    if (spelled.string().find("sub") != std::string::npos) fs::create_directory(dir / "sub");
+    EXPECT_EQ(data::load_data(spelled.string()).train.name, "clothes") << spelled;
+    EXPECT_TRUE(data::same_data(dir.string(), spelled.string())) << spelled;
+  }
+  EXPECT_TRUE(data::same_data("synthetic:1x8x8:64", "synthetic:1x8x8:64"));
+  EXPECT_FALSE(data::same_data("synthetic:1x8x8:64", "synthetic:1x8x8:128"));
+  EXPECT_FALSE(data::same_data(dir.string(), t.path.string()));
+  EXPECT_FALSE(data::same_data(dir.string(), (t.path / "gone").string()));
+}
+
 TEST(Idx, DamagedFilesGiveOneClearError) {
   TempDir t;
   const auto img = t.path / "img", lab = t.path / "lab";

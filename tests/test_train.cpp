@@ -130,6 +130,16 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
   was = train::to_json(constant);
   was["epochs"] = 2;
   EXPECT_EQ(train::detail::resumed_line(constant, 1, was).find("note:"), std::string::npos);
+  // The same directory spelled another way is the same data, not a change.
+  TempDir d;
+  fs::create_directory(d.path / "set");
+  train::TrainConfig in_dir = c;
+  in_dir.data = (d.path / "set").string() + "/";
+  was = train::to_json(in_dir);
+  in_dir.data = (d.path / "set" / ".").string();
+  EXPECT_EQ(train::detail::resumed_line(in_dir, 1, was).find("note:"), std::string::npos) << train::detail::resumed_line(in_dir, 1, was);
+  was["data"] = d.path.string();
+  EXPECT_NE(train::detail::resumed_line(in_dir, 1, was).find("--data " + d.path.string() + " -> "), std::string::npos);
   // Resumed with nothing left to train: no second copy of the last record in runs/.
   TempDir runs;
   c.runs_dir = runs.path.string();

@@ -18,6 +18,15 @@ void Dataset::truncate(int64_t n) {
 }
 
 namespace {
+// The directory's own name, as the user spelled it: "data/fm/" is "fm" (its filename() is
+// empty), and "." or ".." are named after the folder they stand for.
+std::string dir_name(const fs::path& dir) {
+  fs::path p = dir.lexically_normal();
+  if (p.filename().empty()) p = p.parent_path();
+  if (p.empty() || p.filename() == "." || p.filename() == "..") p = fs::weakly_canonical(fs::absolute(dir));
+  return p.filename().string();
+}
+
 // The first of name, name.gz that exists in dir.
 std::string find_file(const fs::path& dir, const std::string& name) {
   for (const auto& cand : {name, name + ".gz"})
@@ -114,10 +123,18 @@ DataPair load_data(const std::string& spec) {
   check(fs::is_directory(dir), fmt::format("--data {}: no such directory", spec),
         "use fashion-mnist, synthetic[:CxHxW[:N]], or a directory with IDX or CIFAR-10 files");
   if (fs::exists(dir / "data_batch_1.bin")) return load_cifar_dir(dir);
-  const std::string name = dir.filename().string().find("fashion") != std::string::npos ? "fashion-mnist" : dir.filename().string();
+  const std::string dir_base = dir_name(dir);
+  const std::string name = dir_base.find("fashion") != std::string::npos ? "fashion-mnist" : dir_base;
   // Digits change meaning when mirrored; clothes and most other images do not.
   const bool flip_ok = name.find("mnist") == std::string::npos || name.find("fashion") != std::string::npos;
   return load_idx_dir(dir, name, flip_ok);
+}
+
+bool same_data(const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  auto dir = [](const std::string& spec) { return spec == "fashion-mnist" ? std::string(kFashionMnistDir) : spec; };
+  std::error_code ec;  // a path that is gone or was never one is simply not the same
+  return fs::is_directory(dir(a), ec) && fs::is_directory(dir(b), ec) && fs::equivalent(dir(a), dir(b), ec);
 }
 
 }  // namespace dlperf::data

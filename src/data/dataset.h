@@ -35,6 +35,10 @@ inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mni
 /// "synthetic[:CxHxW[:N]]", or a directory holding IDX files or CIFAR-10 binary batches.
 DataPair load_data(const std::string& spec);
 
+/// Whether two --data values name the same data: the same text, or two paths to one directory
+/// ("fm", "./fm/" and "/data/fm" are one set; a resumed run must not call that a change).
+bool same_data(const std::string& a, const std::string& b);
+
 /// IDX image and label files, raw or gzip (zlib reads both).
 Dataset read_idx(const std::string& images_path, const std::string& labels_path,
                  const std::string& name, int64_t classes = 10);

@@ -25,6 +25,7 @@
 #include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
+#include "data/dataset.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "hw/energy.h"
@@ -86,6 +87,7 @@ std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const json
            {"momentum", "--momentum"}, {"nesterov", "nesterov"}, {"weight_decay", "--weight-decay"},
            {"label_smoothing", "--label-smoothing"}, {"augment", "--augment"}, {"seed", "--seed"}}) {
     if (!was.contains(key) || was[key] == now[key]) continue;
+    if (std::string(key) == "data" && was[key].is_string() && data::same_data(was[key], now[key])) continue;
     if (std::string(key) == "epochs" && !spans_run) continue;  // a longer constant or step run is the same run, extended
     auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
     changed += fmt::format("{}{} {} -> {}", changed.empty() ? "" : ", ", flag, text(was[key]), text(now[key]));
