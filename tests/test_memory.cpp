@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/text.h"
 #include "core/timer.h"
 
 namespace dlperf::test {
@@ -107,6 +108,16 @@ TEST(FormatSeconds, PicksTheUnitThatKeepsTheDigits) {
   EXPECT_EQ(format_seconds(50.8 * 3600), "50.8 h");
   EXPECT_EQ(format_seconds(26.6 * 86400), "26.6 days");
   EXPECT_EQ(format_seconds(11.2 * 365.25 * 86400), "11.2 years");
+}
+
+TEST(FormatDecimals, SmallValuesKeepTwoSignificantDigits) {
+  EXPECT_EQ(format_decimals(0.0054, 3), "0.0054");  // a 5.4 us layer in a ms column
+  EXPECT_EQ(format_decimals(0.036, 3), "0.036");
+  EXPECT_EQ(format_decimals(2.2241, 3), "2.224");
+  EXPECT_EQ(format_decimals(-0.00012, 1), "-0.00012");
+  EXPECT_EQ(format_decimals(57.83, 1), "57.8");
+  EXPECT_EQ(format_decimals(0.0, 3), "0.000");  // free is free
+  EXPECT_EQ(format_decimals(387781.2, 0), "387781");
 }
 
 }  // namespace

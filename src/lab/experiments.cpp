@@ -35,10 +35,7 @@ std::vector<json> Experiment::measured() const {
 std::string cell_text(const json& v, int decimals) {
   if (v.is_null()) return "-";
   if (v.is_string()) return v.get<std::string>();
-  const double x = v.get<double>();
-  int d = std::max(decimals, 0);
-  if (x != 0 && std::isfinite(x)) d = std::max(d, 1 - int(std::floor(std::log10(std::fabs(x)))));
-  return fmt::format("{:.{}f}", x, d);
+  return format_decimals(v.get<double>(), decimals);
 }
 
 std::vector<int> worker_counts(int cores, int max_workers) {

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "plan/memory.h"
 #include "report/table.h"
 
@@ -222,10 +223,10 @@ void print_report(const Report& r, size_t max_rows) {
       rest += row.share;
       continue;
     }
-    t.add({row.name, row.phase, std::to_string(row.calls), fmt::format("{:.3f}", 1e3 * row.self_s), fmt::format("{:.3f}", 1e3 * row.total_s),
-           fmt::format("{:.1f}%", 100 * row.share), row.flops > 0 ? fmt::format("{:.3f}", row.flops / 1e9) : "-",
-           row.bytes > 0 ? fmt::format("{:.2f}", row.bytes / 1e6) : "-", row.flops > 0 ? fmt::format("{:.1f}", row.gflops()) : "-",
-           row.bytes > 0 ? fmt::format("{:.1f}", row.gbps()) : "-", row.bytes > 0 && row.flops > 0 ? fmt::format("{:.1f}", row.intensity()) : "-",
+    t.add({row.name, row.phase, std::to_string(row.calls), format_decimals(1e3 * row.self_s, 3), format_decimals(1e3 * row.total_s, 3),
+           fmt::format("{:.1f}%", 100 * row.share), row.flops > 0 ? format_decimals(row.flops / 1e9, 3) : "-",
+           row.bytes > 0 ? format_decimals(row.bytes / 1e6, 2) : "-", row.flops > 0 ? format_decimals(row.gflops(), 1) : "-",
+           row.bytes > 0 ? format_decimals(row.gbps(), 1) : "-", row.bytes > 0 && row.flops > 0 ? format_decimals(row.intensity(), 1) : "-",
            row.bound});
   }
   std::printf("\n");

@@ -389,7 +389,7 @@ void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
     const double ff = n.cost.forward.flops, bf = n.cost.total_backward().flops;
     const double fg = fwd > 0 ? ff / fwd / 1e9 : 0, bg = bwd > 0 ? bf / bwd / 1e9 : 0;
     const double all = (fwd + bwd) > 0 ? (ff + bf) / (fwd + bwd) / 1e9 : 0;
-    t.add({name, std::string(ops::to_string(n.kind)), fmt::format("{:.3f}", fwd * 1e3), fmt::format("{:.3f}", bwd * 1e3),
+    t.add({name, std::string(ops::to_string(n.kind)), format_decimals(fwd * 1e3, 3), format_decimals(bwd * 1e3, 3),
            fmt::format("{:.1f}", fg), fmt::format("{:.1f}", bg), fmt::format("{:.1f}%", 100 * all / peak)});
     rows.push_back({{"layer", name}, {"op", ops::to_string(n.kind)}, {"forward_s", fwd}, {"backward_s", bwd},
                     {"forward_flops", ff}, {"backward_flops", bf}, {"forward_bytes", n.cost.forward.bytes},
