@@ -424,6 +424,12 @@ TEST(Lab, ModelObservationsFollowTheData) {
   m.rows[1]["test_acc"] = 80.0;  // 7.7 points behind: the best is the best
   m.rows[2]["test_acc"] = 81.0;
   EXPECT_TRUE(says(lab::observe(m), "The best test accuracy is small's, 87.70%.")) << lab::observe(m)[3];
+  m.rows[2]["test_acc"] = 87.7;  // the same accuracy is a tie, not a ranking
+  EXPECT_TRUE(says(lab::observe(m), "small and large tie for the best test accuracy, 87.70%.")) << lab::observe(m)[3];
+  // Ratios under 10 keep a decimal: 2.4x the parameters, not "2x".
+  m.rows[1]["parameters_m"] = 0.072;
+  m.rows.pop_back();
+  EXPECT_TRUE(says(lab::observe(m), "medium has 2.4x the parameters")) << lab::observe(m)[0];
 }
 
 TEST(Lab, PrecisionObservationsFollowTheData) {

@@ -190,9 +190,10 @@ std::vector<std::string> model(const Experiment& e) {
   std::sort(rows.begin(), rows.end(), [](const json& a, const json& b) { return a["parameters_m"] < b["parameters_m"]; });
   const json &lo = rows.front(), &hi = rows.back();
   const std::string a = lo["model"], b = hi["model"];
-  out.push_back(fmt::format("{} has {:.0f}x the parameters and {:.1f}x the training FLOPs per image of {}, and takes {:.1f}x as "
+  const double params = num(hi, "parameters_m") / num(lo, "parameters_m");
+  out.push_back(fmt::format("{} has {:.{}f}x the parameters and {:.1f}x the training FLOPs per image of {}, and takes {:.1f}x as "
                             "long per epoch ({} vs {}).",
-                            b, num(hi, "parameters_m") / num(lo, "parameters_m"), num(hi, "mflops_per_image") / num(lo, "mflops_per_image"),
+                            b, params, params < 10 ? 1 : 0, num(hi, "mflops_per_image") / num(lo, "mflops_per_image"),
                             a, num(hi, "epoch_s") / num(lo, "epoch_s"), format_seconds(num(hi, "epoch_s")), format_seconds(num(lo, "epoch_s"))));
   const double g_lo = num(lo, "achieved_gflops"), g_hi = num(hi, "achieved_gflops");
   out.push_back(fmt::format("Achieved compute {} from {:.1f} GFLOP/s ({}) to {:.1f} GFLOP/s ({}){}.", g_hi >= g_lo ? "rises" : "falls",
@@ -200,6 +201,17 @@ std::vector<std::string> model(const Experiment& e) {
                             g_hi > 1.2 * g_lo ? ": larger layers keep the cores busier, so time grows slower than FLOPs" : ""));
   out.push_back(fmt::format("Peak memory: {} for {}, {} for {}.", megabytes(num(lo, "peak_mb")), a, megabytes(num(hi, "peak_mb")), b));
   const json& best = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["test_acc"] < y["test_acc"]; });
+  // Models that reach the same accuracy (as printed) share the best: naming one would rank a tie.
+  std::vector<std::string> tied;
+  for (const auto& r : rows)
+    if (std::fabs(num(r, "test_acc") - num(best, "test_acc")) < 0.005) tied.push_back(r["model"]);
+  if (tied.size() > 1) {
+    std::string names;
+    for (size_t i = 0; i < tied.size(); ++i) names += (i == 0 ? "" : i + 1 == tied.size() ? " and " : ", ") + tied[i];
+    out.push_back(fmt::format("{} tie for the best test accuracy, {:.2f}%.", names, num(best, "test_acc")));
+    for (const auto& m : missing_notes(e, "model")) out.push_back("Model " + m + ".");
+    return out;
+  }
   // The runner-up too, where the test images cannot tell it from the best.
   const json* second = nullptr;
   for (const auto& r : rows)
