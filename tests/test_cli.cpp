@@ -173,6 +173,20 @@ TEST(Cli, ALimitPastTheDataSaysAllOfItIsUsed) {
   EXPECT_NE(t.out.find("note: --test-limit 1000 is more than the 51 test images"), std::string::npos) << t.out;
 }
 
+// plan --against: a row per run record, and the worst step-time error named by its run.
+TEST(Cli, PlanAgainstRunRecordsNamesTheWorstRun) {
+  TempDir dir;
+  const std::string run = "train --device cpu --data synthetic:1x12x12:512 --epochs 1 --no-progress --runs-dir runs ";
+  ASSERT_EQ(run_dlperf(dir, run + "--model mlp").exit_code, 0);
+  ASSERT_EQ(run_dlperf(dir, run + "--model small").exit_code, 0);
+  const Outcome o = run_dlperf(dir, "plan --against runs/*.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("Predicted vs measured, 2 training runs"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\nmlp b64 w1 "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\nsmall b64 w1 "), std::string::npos) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(step time: median \|error\| [0-9.]+%, worst [0-9.]+% \((mlp|small) b64 w1\))"))) << o.out;
+}
+
 // More loader workers than CPUs train, with a note saying what they cost (as PyTorch's DataLoader
 // warns); as many as the CPUs, no note.
 TEST(Cli, MoreLoaderWorkersThanCpusTrainWithANote) {

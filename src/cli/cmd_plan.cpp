@@ -390,9 +390,9 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::vector<double> te, me;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows) {
-    t.add({r.run, fmt::format("{:.2f}", r.predicted_step_s * 1e3), fmt::format("{:.2f}", r.measured_step_s * 1e3),
-           fmt::format("{:+.1f}%", 100 * r.time_error()), fmt::format("{:.1f}", r.predicted_peak / 1e6),
-           fmt::format("{:.1f}", r.measured_peak / 1e6), fmt::format("{:+.1f}%", 100 * r.memory_error())});
+    t.add({r.run, format_decimals(r.predicted_step_s * 1e3, 2), format_decimals(r.measured_step_s * 1e3, 2),
+           fmt::format("{:+.1f}%", 100 * r.time_error()), format_decimals(r.predicted_peak / 1e6, 1),
+           format_decimals(r.measured_peak / 1e6, 1), fmt::format("{:+.1f}%", 100 * r.memory_error())});
     te.push_back(r.time_error());
     me.push_back(r.memory_error());
     auto maybe = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
@@ -403,8 +403,15 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::printf("Predicted vs measured, %s (ceilings: %s)\n\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
   t.print();
   const auto ts = plan::summarize(te), ms = plan::summarize(me);
-  std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%\npeak memory: median |error| %.1f%%, worst %.1f%%\n",
-              100 * ts.median, 100 * ts.worst, 100 * ms.median, 100 * ms.worst);
+  // The worst run by name: the row to look at first.
+  auto worst_run = [&](const std::vector<double>& errors) {
+    size_t w = 0;
+    for (size_t i = 1; i < errors.size(); ++i)
+      if (std::fabs(errors[i]) > std::fabs(errors[w])) w = i;
+    return rows.size() > 1 && errors[w] != 0 ? " (" + rows[w].run + ")" : std::string();
+  };
+  std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%%s\npeak memory: median |error| %.1f%%, worst %.1f%%%s\n",
+              100 * ts.median, 100 * ts.worst, worst_run(te).c_str(), 100 * ms.median, 100 * ms.worst, worst_run(me).c_str());
   // Energy: predicted from --cpu-watts, measured where the records have RAPL readings.
   std::vector<double> ee;
   for (const auto& r : rows)
