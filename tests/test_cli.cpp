@@ -187,6 +187,21 @@ TEST(Cli, PlanAgainstRunRecordsNamesTheWorstRun) {
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(step time: median \|error\| [0-9.]+%, worst [0-9.]+% \((mlp|small) b64 w1\))"))) << o.out;
 }
 
+// A partial last batch that is a tenth of the training set or more is said (training skips it);
+// a small remainder is not. A tiny epoch's time keeps its digits ("0.0038", not "0.00").
+TEST(Cli, APartialLastBatchThatSkipsMuchOfTheSetIsSaid) {
+  TempDir dir;
+  const std::string run = "train --device cpu --model mlp --epochs 1 --no-progress --runs-dir '' --batch-size 64 ";
+  const Outcome o = run_dlperf(dir, run + "--data synthetic:1x8x8:100");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("note: batch 64 makes 1 step per epoch on 100 training images: the other 36 (36%) would fill only part"),
+            std::string::npos) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n    1  +0\.0[0-9]+ )"))) << o.out;
+  const Outcome quiet = run_dlperf(dir, run + "--data synthetic:1x8x8:1000");  // 40 of 1000 left over
+  ASSERT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.out.find("note:"), std::string::npos) << quiet.out;
+}
+
 // More loader workers than CPUs train, with a note saying what they cost (as PyTorch's DataLoader
 // warns); as many as the CPUs, no note.
 TEST(Cli, MoreLoaderWorkersThanCpusTrainWithANote) {

@@ -57,8 +57,8 @@ const char* const kEpochHeader =
     "-----  -------  -------  ----------  ---------  --------  ----------  ---------  -------\n";
 
 std::string epoch_row(const EpochStats& e) {
-  return fmt::format("{:>5}  {:>7.2f}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>8}  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
-                     e.train_s, e.images_per_s, e.train_loss, 100 * e.train_acc,
+  return fmt::format("{:>5}  {:>7}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>8}  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
+                     format_decimals(e.train_s, 2), e.images_per_s, e.train_loss, 100 * e.train_acc,
                      e.evaluated ? fmt::format("{:.2f}%", 100 * e.test_acc) : "-", format_bytes(e.peak_bytes),
                      100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
 }
@@ -665,6 +665,12 @@ TrainResult train(const TrainConfig& cfg) {
                   (long long)set->size(), what);
   d.train.truncate(cfg.train_limit);
   d.test.truncate(cfg.test_limit);
+  // Training skips a partial last batch (as drop_last does): said where that is a tenth of the set
+  // or more, since those images then train less often than the rest.
+  if (const int64_t n = d.train.size(), left = cfg.batch > 0 ? n % cfg.batch : 0; say && n >= cfg.batch && 10 * left >= n)
+    std::printf("note: batch %lld makes %s per epoch on %lld training images: the other %lld (%.0f%%) would fill only part of a "
+                "batch and are skipped, different ones each epoch (shuffled)\n",
+                (long long)cfg.batch, counted(n / cfg.batch, "step").c_str(), (long long)n, (long long)left, 100.0 * double(left) / double(n));
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
                                     d.train.classes, cfg.batch);
   if (const int gpu = cuda::resolve_device(cfg.device); gpu >= 0) {  // throws when the device cannot be used
