@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "core/text.h"
 #include "nn/graph.h"
 #include "report/table.h"
 
@@ -25,8 +26,8 @@ void show(const std::string& name, const std::string& input, int64_t classes, bo
   report::Table t({"layer", "type", "output", "params", "fwd MFLOP", "bwd MFLOP", "activation"});
   for (const auto& n : g.nodes)
     t.add({n.name, std::string(ops::to_string(n.kind)), dims_str(Dims(n.out_dims.begin() + 1, n.out_dims.end())),
-           std::to_string(n.param_count()), fmt::format("{:.3f}", n.cost.forward.flops / 1e6),
-           fmt::format("{:.3f}", n.cost.total_backward().flops / 1e6), format_bytes(n.cost.output_bytes)});
+           std::to_string(n.param_count()), format_decimals(n.cost.forward.flops / 1e6, 3),
+           format_decimals(n.cost.total_backward().flops / 1e6, 3), format_bytes(n.cost.output_bytes)});
   t.separator();
   t.add({"total", "", "", std::to_string(g.param_count()), fmt::format("{:.3f}", g.forward_flops() / 1e6),
          fmt::format("{:.3f}", g.backward_flops() / 1e6), format_bytes(g.activation_bytes())});
