@@ -107,6 +107,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"bench flops --ranks 4", "--ranks is for 'dlperf bench allreduce', not 'dlperf bench flops'"},
       {"bench all --steps 5", "--steps is for 'dlperf bench roofline', not 'dlperf bench all'"},
       {"bench flops --json .", "--json . is a directory"},
+      // A directory that refuses files though access(W_OK) passes (as root, or a read-only mount).
+      {"bench memory --quick --json /proc/dlperf-test.json", "--json /proc/dlperf-test.json: cannot write to /proc"},
       {"bench all --quick --models small,nosuch", "model 'nosuch' is neither a preset"},  // before a minute of other benchmarks
       {"bench conv --input 3x2x2", "does not fit a 1x1 input"},
       {"bench allreduce --ranks 1", "--ranks: Value 1 not in range 2 to 256"},

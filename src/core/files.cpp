@@ -1,5 +1,6 @@
 #include "core/files.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,7 +18,14 @@ bool names_a_directory(const std::string& path) {
 std::error_code make_writable_dir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (!ec && ::access(dir.c_str(), W_OK) != 0) ec = std::error_code(errno, std::generic_category());
+  if (ec) return ec;
+  // A file made and removed, not access(W_OK): root passes access() everywhere, and a read-only
+  // mount or /proc passes it too, yet refuses the file the run would write at its end.
+  std::string probe = (std::filesystem::path(dir) / ".dlperf-write-test-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) return std::error_code(errno, std::generic_category());
+  ::close(fd);
+  ::unlink(probe.c_str());
   return ec;
 }
 
