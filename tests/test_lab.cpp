@@ -415,6 +415,7 @@ TEST(Lab, ModelObservationsFollowTheData) {
   auto obs = lab::observe(m);
   EXPECT_TRUE(says(obs, "large has 133x the parameters and 45.5x the training FLOPs per image of small")) << obs[0];
   EXPECT_TRUE(says(obs, "Achieved compute rises from 150.0 GFLOP/s (small) to 220.0 GFLOP/s (large): larger layers")) << obs[1];
+  EXPECT_TRUE(says(obs, "Peak memory: 300 KB for small, 40.0 MB for large.")) << obs[2];
   EXPECT_TRUE(says(obs, "The best test accuracy is small's, 87.70%.")) << obs[3];
   // Measured on 5000 test images, 0.6 points ahead is within what they resolve (1.3 points).
   for (auto& r : m.rows) r["test_images"] = 5000;

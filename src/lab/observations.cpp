@@ -62,6 +62,7 @@ std::string step_time(double ms) { return format_seconds(ms / 1e3); }
 std::string clause(const std::string& s) { return s.empty() ? "" : ", " + s; }
 
 std::string megabytes(double mb) {
+  if (mb < 1) return fmt::format("{:.0f} KB", mb * 1000);  // a tiny model's 0.47 MB read "0.5 MB"
   return mb >= 1000 ? fmt::format("{:.2f} GB", mb / 1000) : mb >= 100 ? fmt::format("{:.0f} MB", mb) : fmt::format("{:.1f} MB", mb);
 }
 
