@@ -247,6 +247,15 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("holds sgd's state, not adamw's"), std::string::npos);
   c.optimizer.name = "sgd";
   const auto path = train::checkpoint_path(c.checkpoint_dir);
+  {  // one bit flipped in the last weights: same size, wrong data
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(-3, std::ios::end);
+    const char b = char(f.get() ^ 0x10);
+    f.seekp(-3, std::ios::end);
+    f.put(b);
+  }
+  EXPECT_NE(error_of([&] { train::train(c); }).find("is damaged: the CRC-32 of its weights and optimizer state is"), std::string::npos)
+      << error_of([&] { train::train(c); });
   fs::resize_file(path, fs::file_size(path) - 8);
   EXPECT_NE(error_of([&] { train::train(c); }).find("truncated"), std::string::npos);
   std::ofstream(path) << "garbage";

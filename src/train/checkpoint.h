@@ -2,7 +2,8 @@
 // stands, in one file written atomically (temporary file, fsync, rename), so a crash never
 // leaves a half-written checkpoint behind.
 //
-// File: "DLPERFCK" | u64 header length | JSON header | raw little-endian f32 data.
+// File: "DLPERFCK" | u64 header length | JSON header | raw little-endian f32 data; the header
+// holds the data's CRC-32 (data_crc32), checked on load.
 #pragma once
 
 #include <nlohmann/json.hpp>
