@@ -147,6 +147,13 @@ TEST(Cli, GoodInputExitsZero) {
     EXPECT_EQ(o.exit_code, 0) << o.err;
     EXPECT_FALSE(o.out.empty());
   }
+  // 'help COMMAND' is 'COMMAND --help'.
+  const Outcome h = run_dlperf(dir, "help train");
+  EXPECT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_NE(h.out.find("--epochs"), std::string::npos) << h.out;
+  const Outcome bad = run_dlperf(dir, "help trian");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("did you mean 'train'?"), std::string::npos) << bad.err;
 }
 
 // One of a thing reads singular: "1 thread", "1 epoch" (the bench and plan lines said "1 threads"

@@ -15,7 +15,7 @@
 
 namespace {
 const dlperf::cli::Command kCommands[] = {
-    {"help", "list the commands", nullptr},
+    {"help", "list the commands; 'dlperf help COMMAND' shows one's flags", nullptr},
     {"lab", "the training lab: device, batch size, model size, loader workers and precision, with a report", dlperf::cli::add_lab},
     {"train", "train a model on a dataset and report time, throughput, memory and accuracy", dlperf::cli::add_train},
     {"profile", "where time and memory go, op by op, against the roofline; a per-op table and a Chrome/Perfetto trace", dlperf::cli::add_profile},
@@ -46,6 +46,15 @@ void print_commands(FILE* to) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // 'dlperf help train' (and 'help models show') is 'dlperf train --help', as git and cargo read it.
+  std::vector<char*> args(argv, argv + argc);
+  static char help_flag[] = "--help";
+  if (argc > 2 && std::string(argv[1]) == "help") {
+    args.erase(args.begin() + 1);
+    args.push_back(help_flag);
+    argc = int(args.size());
+    argv = args.data();
+  }
   const std::string first = argc > 1 ? argv[1] : "";
   if (argc == 1 || first == "help") {
     print_commands(argc == 1 ? stderr : stdout);  // asked for: stdout; a bare 'dlperf' is a usage error
