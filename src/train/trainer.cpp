@@ -57,8 +57,8 @@ const char* const kEpochHeader =
     "-----  -------  -------  ----------  ---------  --------  ----------  ---------  -------\n";
 
 std::string epoch_row(const EpochStats& e) {
-  return fmt::format("{:>5}  {:>7}  {:>7.0f}  {:>10.4f}  {:>8.2f}%  {:>8}  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
-                     format_decimals(e.train_s, 2), e.images_per_s, e.train_loss, 100 * e.train_acc,
+  return fmt::format("{:>5}  {:>7}  {:>7.0f}  {:>10}  {:>8.2f}%  {:>8}  {:>10}  {:>8.1f}%  {:>6.1f}%\n", e.epoch,
+                     format_decimals(e.train_s, 2), e.images_per_s, format_decimals(e.train_loss, 4), 100 * e.train_acc,
                      e.evaluated ? fmt::format("{:.2f}%", 100 * e.test_acc) : "-", format_bytes(e.peak_bytes),
                      100 * e.data_wait_s / e.train_s, 100 * e.compute_s / e.train_s);
 }
