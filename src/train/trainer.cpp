@@ -441,14 +441,16 @@ namespace {
 void validate(const TrainConfig& cfg) {
   check(cfg.epochs >= 1, "--epochs must be at least 1");
   check(cfg.batch >= 1 && cfg.batch <= kMaxBatch, fmt::format("--batch-size must be between 1 and {}", kMaxBatch));
-  check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number");
-  check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)");
+  // Each says the value it was given: "--lr must be a positive number, not nan".
+  auto given = [](double v) { return fmt::format(", not {:g}", v); };
+  check(cfg.lr > 0 && std::isfinite(cfg.lr), "--lr must be a positive number" + given(cfg.lr));
+  check(cfg.label_smoothing >= 0 && cfg.label_smoothing < 1, "--label-smoothing must be in [0, 1)" + given(cfg.label_smoothing));
   // Momentum at or above 1 (or below 0) makes the velocity grow without bound.
-  check(cfg.optimizer.momentum >= 0 && cfg.optimizer.momentum < 1, "--momentum must be in [0, 1)");
-  check(cfg.optimizer.weight_decay >= 0 && std::isfinite(cfg.optimizer.weight_decay), "--weight-decay must be 0 or more");
+  check(cfg.optimizer.momentum >= 0 && cfg.optimizer.momentum < 1, "--momentum must be in [0, 1)" + given(cfg.optimizer.momentum));
+  check(cfg.optimizer.weight_decay >= 0 && std::isfinite(cfg.optimizer.weight_decay), "--weight-decay must be a finite number, 0 or more" + given(cfg.optimizer.weight_decay));
   check(cfg.train_limit >= 0 && cfg.test_limit >= 0, "--train-limit and --test-limit must be 0 (all) or more");
   // onecycle, the default schedule, warms up on its own: a --warmup-epochs it ignored would look applied.
-  check(cfg.schedule.warmup_epochs >= 0 && std::isfinite(cfg.schedule.warmup_epochs), "--warmup-epochs must be 0 or more");
+  check(cfg.schedule.warmup_epochs >= 0 && std::isfinite(cfg.schedule.warmup_epochs), "--warmup-epochs must be a finite number, 0 or more" + given(cfg.schedule.warmup_epochs));
   check(cfg.schedule.warmup_epochs == 0 || cfg.schedule.name != "onecycle",
         "--warmup-epochs does not apply to --schedule onecycle (the default), which warms up over its first 30% of steps",
         "drop --warmup-epochs, or pick --schedule constant, step or cosine");
@@ -456,7 +458,7 @@ void validate(const TrainConfig& cfg) {
         fmt::format("--warmup-epochs {} is longer than the run ({} epoch{}): the rate would not reach --lr before the run ends",
                     cfg.schedule.warmup_epochs, cfg.epochs, cfg.epochs == 1 ? "" : "s"),
         "lower --warmup-epochs, or raise --epochs");
-  check(cfg.schedule.step_epochs > 0 && std::isfinite(cfg.schedule.step_epochs), "--step-epochs must be more than 0");
+  check(cfg.schedule.step_epochs > 0 && std::isfinite(cfg.schedule.step_epochs), "--step-epochs must be a finite number more than 0" + given(cfg.schedule.step_epochs));
   hw::check_threads(cfg.threads);
   // Checked here, before the memory check counts their prefetched batches.
   check(cfg.workers >= 0 && cfg.workers <= data::kMaxWorkers, fmt::format("--workers must be between 0 and {}", data::kMaxWorkers));
