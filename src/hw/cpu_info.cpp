@@ -88,7 +88,7 @@ CpuInfo cpu_info() {
   std::ifstream mi("/proc/meminfo");
   std::string k;
   double kb = 0;
-  if (mi >> k >> kb) c.memory_gb = kb / 1024.0 / 1024.0;
+  if (mi >> k >> kb) c.memory_gb = kb * 1024 / 1e9;  // meminfo's "kB" are KiB; GB as everywhere in dlperf
   return c;
 }
 

@@ -18,7 +18,7 @@ struct CpuInfo {
   std::string isa;      ///< "avx2+fma", "avx512", ...
   std::string caches;   ///< "L1d 32 KiB, L2 512 KiB, L3 32 MiB"
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  ///< one instance of each level
-  double memory_gb = 0;
+  double memory_gb = 0;  ///< installed memory (MemTotal) in GB of 1e9 bytes
   /// fp32 peak of the cores this process may use, in GFLOP/s.
   double peak_gflops() const { return cores * fma_units * lanes_f32 * 2.0 * ghz; }
 };
