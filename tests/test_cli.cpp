@@ -97,6 +97,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models --foo", "unexpected '--foo' after 'dlperf models'"},
+      {"models show medium --input 1x4x4", "hint: medium needs images of at least 8x8, and these are 4x4: use larger ones (--input"},
       {"models show small --classes 0", "--classes: must be at least 1, not 0\n  hint: 'dlperf models show --help' lists"},
       {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},
       {"lab --batches 16,0", "--batches: must be at least 1, not 0"},

@@ -211,8 +211,8 @@ std::vector<int> Graph::consumers(int i) const {
   return c;
 }
 
-Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
-  check(chw.size() == 3, "input shape must be CxHxW");
+namespace {
+Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
   Graph g;
   g.model = spec.name;
   g.input = {batch, chw[0], chw[1], chw[2]};
@@ -253,6 +253,30 @@ Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64
                     dims_str(out), classes),
         "end the model with a linear layer whose out_features is \"classes\"");
   return g;
+}
+}  // namespace
+
+Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
+  check(chw.size() == 3, "input shape must be CxHxW");
+  try {
+    return build_graph_at(spec, chw, classes, batch);
+  } catch (const Error& e) {
+    // Pools and strided convolutions shrink the image: where a window no longer fits, say the
+    // smallest square image the model takes, since a preset's input (--input, the data) is what
+    // a user can change. Graphs are cheap to build, so the search just tries each size.
+    if (std::string(e.what()).find("does not fit a") == std::string::npos) throw;
+    for (int64_t side = 1; side <= 4096; ++side) {
+      try {
+        build_graph_at(spec, {chw[0], side, side}, classes, 1);
+      } catch (const Error&) {
+        continue;
+      }
+      throw Error(e.what(), fmt::format("{} needs images of at least {}x{}, and these are {}x{}: use larger ones (--input, or "
+                                        "other --data), or a smaller kernel or stride, or fewer pooling layers",
+                                        spec.name, side, side, chw[1], chw[2]));
+    }
+    throw;
+  }
 }
 
 ops::OpCost Node::cost_at(double elem_bytes) const {
