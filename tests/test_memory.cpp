@@ -110,6 +110,14 @@ TEST(FormatSeconds, PicksTheUnitThatKeepsTheDigits) {
   EXPECT_EQ(format_seconds(11.2 * 365.25 * 86400), "11.2 years");
 }
 
+TEST(Closest, SuggestsOneCandidateWithinTwoEdits) {
+  EXPECT_EQ(edit_distance("tran", "train"), 1u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(closest("tran", {"plan", "train"}), "train");  // 1 edit beats 2
+  EXPECT_EQ(closest("tflop", {"tflops", "tdp_w"}), "tflops");
+  EXPECT_EQ(closest("xyzzy", {"train", "plan"}), "");
+}
+
 TEST(FormatDecimals, SmallValuesKeepTwoSignificantDigits) {
   EXPECT_EQ(format_decimals(0.0054, 3), "0.0054");  // a 5.4 us layer in a ms column
   EXPECT_EQ(format_decimals(0.036, 3), "0.036");

@@ -113,6 +113,10 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
   EXPECT_NE(refused({{"tflops", {{"fp32", "fast"}}}}).find("device 'mine' tflops: 'fp32' must be a number"), std::string::npos);
   EXPECT_NE(refused({{"tflops", {{"fp32", -1}}}}).find("'fp32' must be a peak above 0"), std::string::npos);
   EXPECT_NE(refused({{"sources", "me"}}).find("'sources' must be an object"), std::string::npos);
+  // A misspelt key is named with the one it was likely meant to be, not skipped.
+  EXPECT_NE(refused({{"price_per_hr", 1.5}}).find("device 'mine': unknown key 'price_per_hr' (did you mean 'price_per_hour'?)"),
+            std::string::npos) << refused({{"price_per_hr", 1.5}});
+  EXPECT_NE(refused({{"tflops", {{"fp23", 10}}}}).find("device 'mine' tflops: unknown key 'fp23' (did you mean 'fp32'?)"), std::string::npos);
   EXPECT_NE(refused({{"id", 7}}).find("device 1: 'id' must be a non-empty string, got 7"), std::string::npos);
   EXPECT_NE(error_of([] { plan::parse_catalog(json{{"devices", {{"id", "x"}}}}, "x.json"); }).find("'devices' must be a list"), std::string::npos);
   EXPECT_NE(error_of([] { plan::parse_catalog(json{{"grid_gco2_per_kwh", {{"us", "low"}}}}, "x.json"); }).find("grid_gco2_per_kwh: 'us' must be a number"),

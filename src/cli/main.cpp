@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/text.h"
 #include "core/version.h"
 
 namespace {
@@ -23,22 +24,6 @@ const dlperf::cli::Command kCommands[] = {
     {"plan", "predict a run's FLOPs, memory and step time from op costs, or check predictions --against run records", dlperf::cli::add_plan},
     {"bench", "measure the machine's ceilings: memory bandwidth per level, FMA and GEMM peaks, the presets' convolutions; on a GPU also host-device copies and launch latency; all-reduce; an empirical roofline", dlperf::cli::add_bench},
 };
-// Edit distance, for "did you mean" (as ninja does for its tools).
-size_t distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 void print_commands(FILE* to) {
   std::fprintf(to, "usage: dlperf COMMAND [flags]   (dlperf COMMAND --help for its flags)\n\ncommands:\n");
   for (const auto& c : kCommands) std::fprintf(to, "  %-8s %s\n", c.name, c.summary);
@@ -63,9 +48,9 @@ int main(int argc, char** argv) {
   if (first[0] != '-' && std::none_of(std::begin(kCommands), std::end(kCommands), [&](const auto& c) { return first == c.name; })) {
     std::fprintf(stderr, "dlperf: error: unknown command '%s'", first.c_str());
     // The closest command within two edits, as ninja suggests one tool ("tran": train, not plan).
-    const auto* best = std::min_element(std::begin(kCommands), std::end(kCommands),
-                                        [&](const auto& a, const auto& b) { return distance(first, a.name) < distance(first, b.name); });
-    if (distance(first, best->name) <= 2) std::fprintf(stderr, "; did you mean '%s'?", best->name);
+    std::vector<std::string> names;
+    for (const auto& c : kCommands) names.emplace_back(c.name);
+    if (const std::string best = dlperf::closest(first, names); !best.empty()) std::fprintf(stderr, "; did you mean '%s'?", best.c_str());
     std::fprintf(stderr, "\n\n");
     print_commands(stderr);
     return 2;

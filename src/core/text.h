@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace dlperf {
 
@@ -14,5 +15,11 @@ inline std::string counted(long long n, const std::string& noun) {
 /// two leading significant digits: a 5.4 us layer is "0.0054" ms, not "0.005" read as half
 /// of it or "0.000" read as free. Exact zero keeps `decimals` ("0.000").
 std::string format_decimals(double x, int decimals);
+
+/// Levenshtein distance: the edits that turn `a` into `b`, for "did you mean" (as ninja does).
+size_t edit_distance(const std::string& a, const std::string& b);
+
+/// The candidate closest to `word` within two edits, or "": one suggestion, not a list.
+std::string closest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace dlperf

@@ -1,11 +1,13 @@
 #include "plan/catalog.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <fstream>
 
 #include "core/error.h"
+#include "core/text.h"
 
 namespace dlperf::plan {
 
@@ -40,6 +42,16 @@ struct EntryReader {
   void fail(const char* key, const char* what) const {
     throw Error(fmt::format("{}: '{}' must be {}, got {}", where, key, what, d.contains(key) ? d[key].dump() : "nothing"),
                 kFormatHint);
+  }
+  /// Refuses a key this entry does not have: a misspelt "tflop" or "price_per_hr" would otherwise
+  /// be skipped, and the figure it carries read as not published.
+  void only(const std::vector<std::string>& keys) const {
+    for (const auto& [k, v] : d.items()) {
+      if (std::find(keys.begin(), keys.end(), k) != keys.end()) continue;
+      const std::string near = closest(k, keys);
+      throw Error(fmt::format("{}: unknown key '{}'{}", where, k, near.empty() ? "" : fmt::format(" (did you mean '{}'?)", near)),
+                  fmt::format("{}; known keys: {}", kFormatHint, fmt::join(keys, ", ")));
+    }
   }
   /// Missing or null: `dflt` (not published).
   double number(const char* key, double dflt) const {
@@ -86,6 +98,7 @@ Catalog parse_catalog(const json& j, const std::string& source) {
   for (size_t i = 0; i < devices.size(); ++i) {
     const EntryReader r = entry(devices[i], source, "device", i);
     const json& d = devices[i];
+    r.only({"id", "name", "kind", "tflops", "memory_gb", "bandwidth_gbps", "tdp_w", "interconnect_gbps", "price_per_hour", "sources"});
     Device x;
     x.id = r.required_text("id");
     x.name = r.text("name", x.id);
@@ -93,6 +106,7 @@ Catalog parse_catalog(const json& j, const std::string& source) {
     if (d.contains("tflops")) {
       if (!d["tflops"].is_object()) r.fail("tflops", "an object of TFLOP/s by precision");
       const EntryReader peaks{d["tflops"], r.where + " tflops"};
+      peaks.only({"fp32", "tf32", "bf16", "fp16", "fp8"});
       for (const auto& [p, v] : d["tflops"].items())
         if (const double t = peaks.number(p.c_str(), 0); t > 0) x.tflops[p] = t;  // null: unsupported
         else if (t < 0) peaks.fail(p.c_str(), "a peak above 0, or null where unsupported");
@@ -110,6 +124,7 @@ Catalog parse_catalog(const json& j, const std::string& source) {
   const json& cpus = list(j, "cpus", source);
   for (size_t i = 0; i < cpus.size(); ++i) {
     const EntryReader r = entry(cpus[i], source, "cpu", i);
+    r.only({"id", "name", "match", "cores", "base_ghz", "boost_ghz", "fp32_flops_per_cycle", "dram_gbps", "tdp_w", "sources"});
     CpuSheet x;
     x.id = r.required_text("id");
     x.name = r.text("name", x.id);
