@@ -126,6 +126,8 @@ TEST(FormatDecimals, SmallValuesKeepTwoSignificantDigits) {
   EXPECT_EQ(format_decimals(57.83, 1), "57.8");
   EXPECT_EQ(format_decimals(0.0, 3), "0.000");  // free is free
   EXPECT_EQ(format_decimals(387781.2, 0), "387781");
+  EXPECT_EQ(format_decimals(1, 0), "1");  // a count: 1 worker, not "1.0"
+  EXPECT_EQ(format_decimals(5.4, 0), "5");
 }
 
 }  // namespace

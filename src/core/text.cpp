@@ -9,7 +9,8 @@ namespace dlperf {
 
 std::string format_decimals(double x, int decimals) {
   int d = std::max(decimals, 0);
-  if (x != 0 && std::isfinite(x)) d = std::max(d, 1 - int(std::floor(std::log10(std::fabs(x)))));
+  // Only values under 1 lose their digits to rounding; 1 worker stays "1", not "1.0".
+  if (x != 0 && std::fabs(x) < 1 && std::isfinite(x)) d = std::max(d, 1 - int(std::floor(std::log10(std::fabs(x)))));
   return fmt::format("{:.{}f}", x, d);
 }
 
