@@ -184,6 +184,27 @@ std::vector<std::string> batch(const Experiment& e) {
   return out;
 }
 
+// "The best test accuracy is small's, 87.70%", with the runner-up where the test images cannot
+// tell them apart; models with the same accuracy (as printed) tie: naming one would rank a tie.
+std::string best_accuracy(const std::vector<json>& rows) {
+  const json& best = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["test_acc"] < y["test_acc"]; });
+  std::vector<std::string> tied;
+  for (const auto& r : rows)
+    if (std::fabs(num(r, "test_acc") - num(best, "test_acc")) < 0.005) tied.push_back(r["model"]);
+  if (tied.size() > 1) {
+    std::string names;
+    for (size_t i = 0; i < tied.size(); ++i) names += (i == 0 ? "" : i + 1 == tied.size() ? " and " : ", ") + tied[i];
+    return fmt::format("{} tie for the best test accuracy, {:.2f}%.", names, num(best, "test_acc"));
+  }
+  const json* second = nullptr;
+  for (const auto& r : rows)
+    if (&r != &best && (!second || num(r, "test_acc") > num(*second, "test_acc"))) second = &r;
+  const std::string tie = second ? resolution(*second, best) : "";
+  return fmt::format("The best test accuracy is {}'s, {:.2f}%{}.", best["model"].get<std::string>(), num(best, "test_acc"),
+                     tie.empty() ? "" : fmt::format("; {}'s {:.2f}% is {}", (*second)["model"].get<std::string>(),
+                                                    num(*second, "test_acc"), tie));
+}
+
 std::vector<std::string> model(const Experiment& e) {
   std::vector<std::string> out;
   auto rows = e.measured();
@@ -201,26 +222,7 @@ std::vector<std::string> model(const Experiment& e) {
                             g_lo, a, g_hi, b,
                             g_hi > 1.2 * g_lo ? ": larger layers keep the cores busier, so time grows slower than FLOPs" : ""));
   out.push_back(fmt::format("Peak memory: {} for {}, {} for {}.", megabytes(num(lo, "peak_mb")), a, megabytes(num(hi, "peak_mb")), b));
-  const json& best = *std::max_element(rows.begin(), rows.end(), [](const json& x, const json& y) { return x["test_acc"] < y["test_acc"]; });
-  // Models that reach the same accuracy (as printed) share the best: naming one would rank a tie.
-  std::vector<std::string> tied;
-  for (const auto& r : rows)
-    if (std::fabs(num(r, "test_acc") - num(best, "test_acc")) < 0.005) tied.push_back(r["model"]);
-  if (tied.size() > 1) {
-    std::string names;
-    for (size_t i = 0; i < tied.size(); ++i) names += (i == 0 ? "" : i + 1 == tied.size() ? " and " : ", ") + tied[i];
-    out.push_back(fmt::format("{} tie for the best test accuracy, {:.2f}%.", names, num(best, "test_acc")));
-    for (const auto& m : missing_notes(e, "model")) out.push_back("Model " + m + ".");
-    return out;
-  }
-  // The runner-up too, where the test images cannot tell it from the best.
-  const json* second = nullptr;
-  for (const auto& r : rows)
-    if (&r != &best && (!second || num(r, "test_acc") > num(*second, "test_acc"))) second = &r;
-  const std::string tie = second ? resolution(*second, best) : "";
-  out.push_back(fmt::format("The best test accuracy is {}'s, {:.2f}%{}.", best["model"].get<std::string>(), num(best, "test_acc"),
-                            tie.empty() ? "" : fmt::format("; {}'s {:.2f}% is {}", (*second)["model"].get<std::string>(),
-                                                           num(*second, "test_acc"), tie)));
+  out.push_back(best_accuracy(rows));
   for (const auto& m : missing_notes(e, "model")) out.push_back("Model " + m + ".");
   return out;
 }

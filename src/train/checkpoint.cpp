@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 static constexpr char kMagic[8] = {'D', 'L', 'P', 'E', 'R', 'F', 'C', 'K'};
 
+namespace {
 // CRC-32 (zlib's) of the tensors' bytes in file order: a flipped bit in the weights changes no
 // size, so without it a damaged checkpoint would resume and train on from wrong weights.
 uint32_t data_crc32(const std::map<std::string, std::vector<float>>& tensors, const nlohmann::json& index) {
@@ -33,6 +34,7 @@ uint32_t data_crc32(const std::map<std::string, std::vector<float>>& tensors, co
   }
   return uint32_t(crc);
 }
+}  // namespace
 
 std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.dlperf").string(); }
 
