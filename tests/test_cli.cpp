@@ -1,6 +1,7 @@
 // The dlperf binary itself on bad input: each mistake gets one clear message on stderr, a non-zero
 // exit, and nothing on stdout before it (no half-printed table or plan that then ends in an error).
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -170,6 +171,22 @@ TEST(Cli, OneOfAThingIsSingular) {
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("(1 epoch of "), std::string::npos) << p.out;
   EXPECT_NE(p.out.find(" for 1 epoch\n"), std::string::npos) << p.out;
+}
+
+// 'bench gemm conv' runs both (as 'lab batch model' does), once each however often named, and
+// reads them against an FMA peak measured now, not one counted at the OS's base clock.
+TEST(Cli, BenchRunsSeveralBenchmarksNamedTogether) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "bench gemm conv gemm --quick --json b.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto j = nlohmann::json::parse(slurp(dir.path / "b.json"));
+  EXPECT_TRUE(j.contains("gemm") && j.contains("conv")) << j.dump().substr(0, 300);
+  EXPECT_FALSE(j.contains("memory"));
+  EXPECT_EQ(o.out.find("GEMM through oneDNN"), o.out.rfind("GEMM through oneDNN")) << "gemm ran twice";
+  EXPECT_NE(o.out.find("(% of peak against the FMA peak of"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("measured just now"), std::string::npos) << o.out;
+  const Outcome bad = run_dlperf(dir, "bench gemm memory --steps 5");
+  EXPECT_NE(bad.err.find("--steps is for 'dlperf bench roofline', not 'dlperf bench gemm memory'"), std::string::npos) << bad.err;
 }
 
 // A --train-limit or --test-limit past the set's size uses all of it, and says so; within it, no note.
