@@ -40,7 +40,8 @@ namespace {
 struct BenchArgs {
   std::vector<std::string> what = {"all"};  ///< the benchmarks asked for ("bench gemm conv")
   bench::Options opt;
-  bool asked(std::initializer_list<const char*> names) const {
+  /// Whether any of `names` was asked for.
+  bool asked(const std::vector<std::string>& names) const {
     return std::any_of(what.begin(), what.end(), [&](const std::string& w) { return std::find(names.begin(), names.end(), w) != names.end(); });
   }
   std::string what_text() const { return fmt::format("{}", fmt::join(what, " ")); }
@@ -458,7 +459,7 @@ void add_bench(CLI::App& app, const Command& self) {
     std::sort(args->what.begin(), args->what.end());
     args->what.erase(std::unique(args->what.begin(), args->what.end()), args->what.end());
     for (const auto& [flag, whats] : used_by)
-      check(c->count(flag) == 0 || std::any_of(whats.begin(), whats.end(), [&](const std::string& w) { return args->asked({w.c_str()}); }),
+      check(c->count(flag) == 0 || args->asked(whats),
             fmt::format("{} is for 'dlperf bench {}', not 'dlperf bench {}'", flag, fmt::join(whats, "|"), args->what_text()),
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
     args->models_given = c->count("--models") > 0;
@@ -475,9 +476,7 @@ void add_bench(CLI::App& app, const Command& self) {
     // For tests only: raise SIGINT once this benchmark finishes, as a user's Ctrl-C would.
     const char* stop_after = std::getenv("DLPERF_TEST_SIGINT_AFTER");
     std::vector<std::string> done;  // in the order they ran
-    auto runs = [&](std::initializer_list<const char*> whats) {
-      return stop_signal() == 0 && args->asked(whats);
-    };
+    auto runs = [&](const std::vector<std::string>& whats) { return stop_signal() == 0 && args->asked(whats); };
     auto record = [&](const std::string& key, nlohmann::json result) {
       if (result.is_null()) return;  // cut short by the signal: neither written nor finished
       const bool skipped = result.is_object() && result.contains("skipped");  // no GPU, say: nothing measured

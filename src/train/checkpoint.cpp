@@ -19,19 +19,12 @@ using json = nlohmann::json;
 static constexpr char kMagic[8] = {'D', 'L', 'P', 'E', 'R', 'F', 'C', 'K'};
 
 namespace {
-// CRC-32 (zlib's) of the tensors' bytes in file order: a flipped bit in the weights changes no
-// size, so without it a damaged checkpoint would resume and train on from wrong weights.
-uint32_t data_crc32(const std::map<std::string, std::vector<float>>& tensors, const nlohmann::json& index) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  for (const auto& t : index) {
-    const auto& v = tensors.at(t.at("name").get<std::string>());
-    const auto* bytes = reinterpret_cast<const Bytef*>(v.data());
-    for (size_t done = 0, n = v.size() * sizeof(float); done < n;) {  // zlib takes uInt lengths
-      const uInt chunk = uInt(std::min<size_t>(n - done, size_t(1) << 30));
-      crc = crc32(crc, bytes + done, chunk);
-      done += chunk;
-    }
-  }
+// CRC-32 (zlib's) of the tensors' bytes in file order, which is the map's (save writes them in
+// it): a flipped bit in the weights changes no size, so without it a damaged checkpoint would
+// resume and train on from wrong weights.
+uint32_t data_crc32(const std::map<std::string, std::vector<float>>& tensors) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const auto& [name, v] : tensors) crc = crc32_z(crc, reinterpret_cast<const Bytef*>(v.data()), v.size() * sizeof(float));
   return uint32_t(crc);
 }
 }  // namespace
@@ -52,7 +45,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck) {
     offset += v.size();
   }
   header["tensors"] = index;
-  header["data_crc32"] = data_crc32(ck.tensors, index);
+  header["data_crc32"] = data_crc32(ck.tensors);
   const std::string h = header.dump();
   const std::string final_path = checkpoint_path(dir), tmp = final_path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -118,7 +111,7 @@ Checkpoint load_checkpoint(const std::string& dir) {
   }
   check(bool(f), fmt::format("{} could not be read completely", path), hint);
   if (ck.meta.contains("data_crc32")) {  // checkpoints from before it was written have none
-    const uint32_t want = ck.meta["data_crc32"].get<uint32_t>(), got = data_crc32(ck.tensors, ck.meta["tensors"]);
+    const uint32_t want = ck.meta["data_crc32"].get<uint32_t>(), got = data_crc32(ck.tensors);
     check(got == want, fmt::format("{} is damaged: the CRC-32 of its weights and optimizer state is {:08x}, and it was written as {:08x}", path, got, want), hint);
   }
   ck.meta.erase("tensors");

@@ -599,8 +599,8 @@ struct GpuRun {
     }
     if (result.record.contains("summary")) {
       const json& s = result.record["summary"];
-      std::printf("\ndone: %zu epoch%s in %s of training (%.0f img/s), %s, peak GPU memory %s\n", result.epochs.size(),
-                  result.epochs.size() == 1 ? "" : "s", format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
+      std::printf("\ndone: %s in %s of training (%.0f img/s), %s, peak GPU memory %s\n",
+                  counted((long long)result.epochs.size(), "epoch").c_str(), format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
                   final_accuracy(s).c_str(), format_bytes(s["peak_bytes"].get<double>()).c_str());
     }
   }

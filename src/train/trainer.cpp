@@ -716,8 +716,8 @@ TrainResult train(const TrainConfig& cfg) {
   if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);
   if (say && result.record.contains("summary")) {
     const json& s = result.record["summary"];
-    std::printf("\ndone: %zu epoch%s in %s of training (%.0f img/s), %s, peak tracked memory %s (process RSS %s)\n",
-                result.epochs.size(), result.epochs.size() == 1 ? "" : "s", format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
+    std::printf("\ndone: %s in %s of training (%.0f img/s), %s, peak tracked memory %s (process RSS %s)\n",
+                counted((long long)result.epochs.size(), "epoch").c_str(), format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
                 final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
   }
   if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
