@@ -255,6 +255,39 @@ TEST(Cli, AProfileWithoutFilesSaysSo) {
     EXPECT_NE(f.path().extension(), ".json") << f.path();
 }
 
+// Runs within one second keep their own default files, and a bench whose default results file
+// cannot be written says so before it measures anything.
+TEST(Cli, DefaultOutputFilesAreNeverReplacedAndCheckedFirst) {
+  TempDir dir;
+  for (int i = 0; i < 2; ++i) {
+    const Outcome b = run_dlperf(dir, "bench launch --quick");
+    ASSERT_EQ(b.exit_code, 0) << b.err;
+  }
+  const std::string profile = "profile --device cpu --model mlp --data synthetic:1x8x8:256 --skip 1 --steps 2 --no-progress --out ";
+  for (const std::string out : {"p/", "p/", "q/a", "q/a"}) {
+    const Outcome p = run_dlperf(dir, profile + out);
+    ASSERT_EQ(p.exit_code, 0) << p.err;
+  }
+  const auto count = [&](const std::string& sub, const std::string& ending) {
+    int n = 0;
+    for (const auto& f : std::filesystem::directory_iterator(dir.path / sub)) {
+      const std::string name = f.path().filename().string();
+      n += name.size() >= ending.size() && name.compare(name.size() - ending.size(), ending.size(), ending) == 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(count("runs", "-bench.json") + count("runs", "-bench-2.json"), 2);
+  EXPECT_EQ(count("p", ".trace.json"), 2);  // two profiles, each with its table beside its trace
+  EXPECT_EQ(count("p", ".json"), 4);
+  EXPECT_EQ(count("q", ".json"), 2);  // a prefix the user named is replaced, as --json is: a.json and a.trace.json
+  std::filesystem::remove_all(dir.path / "runs");
+  std::ofstream(dir.path / "runs") << "a file where the directory would go";
+  const Outcome bad = run_dlperf(dir, "bench flops --quick");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("cannot write the results to runs/"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.out, "") << "measured before finding it could not write";
+}
+
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
 // and $27428890.
 TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {

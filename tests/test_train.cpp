@@ -6,6 +6,7 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -293,6 +294,20 @@ TEST(Files, AreWrittenWholeOrNotAtAll) {
               std::string::npos);
     EXPECT_FALSE(fs::exists(target));
   }
+}
+
+// Default file names never replace an earlier run's: a suffix is added when any of the files
+// written together is taken, so a profile's table and trace keep one name.
+TEST(Files, DefaultNamesNeverReplaceAnEarlierRunsFiles) {
+  TempDir dir;
+  const std::string d = dir.path.string();
+  EXPECT_EQ(unused_stem(d, "run", {".json"}), d + "/run");
+  std::ofstream(dir.path / "run.json") << "x";
+  EXPECT_EQ(unused_stem(d, "run", {".json"}), d + "/run-2");
+  std::ofstream(dir.path / "run-2.trace.json") << "x";  // only the trace of run-2 is there
+  EXPECT_EQ(unused_stem(d, "run", {".json", ".trace.json"}), d + "/run-3");
+  EXPECT_EQ(unused_stem(d, "run", {".csv"}), d + "/run");
+  EXPECT_TRUE(std::regex_match(file_timestamp(), std::regex(R"(\d{8}-\d{6})"))) << file_timestamp();
 }
 
 TEST(Train, DivergenceStopsWithAClearMessage) {

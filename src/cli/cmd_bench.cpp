@@ -414,12 +414,9 @@ nlohmann::json run_nccl(const BenchArgs& a) {
   return rows;
 }
 
-std::string default_json_path() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return fmt::format("runs/{}-bench.json", buf);
-}
+// Timestamped, and never an earlier run's file: 'bench copy' then 'bench launch' can finish
+// within one second.
+std::string default_json_path() { return unused_stem("runs", file_timestamp() + "-bench", {".json"}) + ".json"; }
 
 }  // namespace
 
@@ -464,6 +461,13 @@ void add_bench(CLI::App& app, const Command& self) {
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
     args->models_given = c->count("--models") > 0;
     if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
+    // Checked before any benchmark runs, not after the last one: the default results file, and
+    // the machine profile 'all' writes, go in runs/.
+    if (args->json_path.empty() || args->asked({"all"})) {
+      const std::error_code ec = make_writable_dir("runs");
+      check(!ec, fmt::format("cannot write the results to runs/: {}", ec.message()),
+            "run dlperf bench from a directory it may write in, or give --json PATH (bench all always writes runs/)");
+    }
     if (args->asked({"conv", "all"})) check_conv_input(*args);
     const hw::CpuInfo cpu = hw::cpu_info();
     const int threads = args->opt.threads > 0 ? args->opt.threads : omp_get_max_threads();

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -57,6 +58,25 @@ void write_file_atomically(const std::string& path, const std::string& body, con
     fs::remove(tmp, ec);
     throw Error(fmt::format("could not move {} into place: {}", path, why), hint);
   }
+}
+
+std::string file_timestamp() {
+  const std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+std::string unused_stem(const std::string& dir, const std::string& stem, const std::vector<std::string>& extensions) {
+  const auto taken = [&](const std::string& s) {
+    for (const auto& ext : extensions)
+      if (std::filesystem::exists(s + ext)) return true;
+    return false;
+  };
+  const std::filesystem::path base = std::filesystem::path(dir) / stem;
+  std::string path = base.string();
+  for (int i = 2; taken(path); ++i) path = fmt::format("{}-{}", base.string(), i);
+  return path;
 }
 
 }  // namespace dlperf

@@ -3,6 +3,7 @@
 
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace dlperf {
 
@@ -23,5 +24,14 @@ std::error_code make_writable_dir(const std::string& dir);
 /// not a directory, and its directory exists (or can be made) and is writable. So a long
 /// benchmark is not run only to find its output path unusable.
 void check_file_path(const std::string& path, const std::string& flag);
+
+/// The local time as dlperf's default file names start with it: "20261123-090529".
+std::string file_timestamp();
+
+/// `dir/stem` + each of `extensions` where none of those files exists yet, else `dir/stem-2`,
+/// `dir/stem-3`, ... (returned without an extension): so runs that finish within the same second
+/// (the lab's short runs, 'bench copy' then 'bench launch') each keep their own files, and files
+/// written together (a profile's table and trace) keep one name.
+std::string unused_stem(const std::string& dir, const std::string& stem, const std::vector<std::string>& extensions);
 
 }  // namespace dlperf

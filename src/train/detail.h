@@ -55,8 +55,6 @@ class Progress {
   double start_, last_ = 0;
 };
 
-/// "20261121-083000", for run-record names.
-std::string timestamp();
 /// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).
 extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);

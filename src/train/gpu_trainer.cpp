@@ -30,6 +30,7 @@
 #include "backend/cuda/runtime.h"
 #include "bench/machine_profile.h"
 #include "core/error.h"
+#include "core/files.h"
 #include "core/timer.h"
 #include "hw/nvml.h"
 #include "plan/catalog.h"
@@ -628,7 +629,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
-                                      fmt::format("{}-train-{}-{}-b{}-cuda", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
+                                      fmt::format("{}-train-{}-{}-b{}-cuda", file_timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
   if (stopped_in > 0) throw stopped_run(cfg, stopped_in, result);

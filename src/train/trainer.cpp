@@ -44,13 +44,6 @@ using nlohmann::json;
 
 namespace detail {
 
-std::string timestamp() {
-  const std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return buf;
-}
-
 // The epoch table, one row at a time as epochs finish (fixed widths, so rows line up).
 const char* const kEpochHeader =
     "epoch   time s    img/s  train loss  train acc  test acc    peak mem  data wait  compute\n"
@@ -167,21 +160,23 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   result.profile["peak_bytes_by_category"] = peaks;
   result.record["profile"] = result.profile;
   if (say) profile::print_report(rep);
-  const std::string stem = fmt::format("{}-profile-{}-b{}", timestamp(), graph.model, cfg.batch);
+  const std::string trace_ext = cfg.trace_gzip ? ".trace.json.gz" : ".trace.json";
+  // A path prefix the user gave names both files, and a second run replaces them, as --json does
+  // elsewhere. The default names (in a directory given, or in --runs-dir) are timestamped and
+  // never replace an earlier profile's: a directory named with '--out .' would otherwise give
+  // the hidden files '..json' and '..trace.json'.
   std::string prefix = cfg.profile_out;
-  // A directory (existing, or named with a trailing '/') gets the default names inside it:
-  // '--out .' would otherwise write the hidden files '..json' and '..trace.json'.
-  if (names_a_directory(prefix)) prefix = (fs::path(prefix) / stem).string();
-  if (prefix.empty() && !cfg.runs_dir.empty()) prefix = (fs::path(cfg.runs_dir) / stem).string();
+  std::string dir = names_a_directory(prefix) ? prefix : prefix.empty() ? cfg.runs_dir : "";
+  if (!dir.empty())
+    prefix = unused_stem(dir, fmt::format("{}-profile-{}-b{}", file_timestamp(), graph.model, cfg.batch), {".json", trace_ext});
   if (prefix.empty()) {  // the table above points to "the JSON": say that there is none, and how to get it
     if (say) std::printf("no trace or table file: --runs-dir is empty and no %s was given\n", detail::profile_flag(cfg, "out").c_str());
     return;
   }
-  result.trace_path = prefix + (cfg.trace_gzip ? ".trace.json.gz" : ".trace.json");
+  result.trace_path = prefix + trace_ext;
   profile::write_trace(result.trace_path, events, rec.memory());
-  const std::string table = write_record(
-      result.profile, fs::path(prefix).parent_path().string().empty() ? "." : fs::path(prefix).parent_path().string(),
-      fs::path(prefix).filename().string());
+  const std::string table = prefix + ".json";
+  write_file_atomically(table, result.profile.dump(2) + "\n", fmt::format("check {}", cfg.profile_out.empty() ? std::string("--runs-dir") : detail::profile_flag(cfg, "out")));
   if (say)
     std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s\n", result.trace_path.c_str(),
                 table.c_str());
@@ -196,9 +191,7 @@ json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epo
 }
 
 std::string write_record(const json& record, const std::string& dir, const std::string& name) {
-  // Runs finishing within the same second (the lab's short runs) each keep their own record.
-  std::string path = (fs::path(dir) / (name + ".json")).string();
-  for (int i = 2; fs::exists(path); ++i) path = (fs::path(dir) / fmt::format("{}-{}.json", name, i)).string();
+  const std::string path = unused_stem(dir, name, {".json"}) + ".json";
   // Atomically, so an interrupted write leaves no half record for `plan --against` or
   // `lab --resume` to trip over.
   write_file_atomically(path, record.dump(2) + "\n", "check --runs-dir");
@@ -725,7 +718,7 @@ TrainResult train(const TrainConfig& cfg) {
     finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
-                                      fmt::format("{}-train-{}-{}-b{}", timestamp(), run.graph.model, run.data.train.name, cfg.batch));
+                                      fmt::format("{}-train-{}-{}-b{}", file_timestamp(), run.graph.model, run.data.train.name, cfg.batch));
     if (say) std::printf("run record: %s\n", result.record_path.c_str());
   }
   if (stopped_in > 0) throw stopped_run(cfg, stopped_in, result);
