@@ -213,6 +213,12 @@ TEST(Cli, PlanAgainstRunRecordsNamesTheWorstRun) {
   EXPECT_NE(o.out.find("\nmlp b64 w1 "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("\nsmall b64 w1 "), std::string::npos) << o.out;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(step time: median \|error\| [0-9.]+%, worst [0-9.]+% \((mlp|small) b64 w1\))"))) << o.out;
+  // Energy that is not compared says why for every run, not only the first run's reason.
+  ASSERT_EQ(run_dlperf(dir, "profile --device cpu --data synthetic:1x12x12:512 --model mlp --skip 1 --steps 2 --no-progress --runs-dir runs").exit_code, 0);
+  const Outcome p = run_dlperf(dir, "plan --against runs/*.json");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("a dlperf profile run: its energy covers a few steps, not an epoch (1 run)"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find(" (2 runs)"), std::string::npos) << p.out;
 }
 
 // A partial last batch that is a tenth of the training set or more is said (training skips it);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -420,9 +421,17 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
     const auto es = plan::summarize(ee);
     std::printf("energy (last epoch): median |error| %.1f%%, worst %.1f%% over %s\n", 100 * es.median, 100 * es.worst,
                 counted((long long)ee.size(), "run").c_str());
-  } else {
-    std::printf("energy: not compared: %s\n", rows.front().measured_energy_j < 0 ? rows.front().energy_source.c_str()
-                                                                                 : "pass --cpu-watts to predict it");
+  } else {  // each reason once, with how many runs it holds for when the runs differ
+    std::vector<std::pair<std::string, long long>> why;
+    for (const auto& r : rows) {
+      const std::string reason = r.measured_energy_j < 0 ? r.energy_source : "pass --cpu-watts to predict it";
+      auto it = std::find_if(why.begin(), why.end(), [&](const auto& w) { return w.first == reason; });
+      if (it == why.end()) why.emplace_back(reason, 1);
+      else ++it->second;
+    }
+    std::vector<std::string> parts;
+    for (const auto& [reason, n] : why) parts.push_back(why.size() == 1 ? reason : fmt::format("{} ({})", reason, counted(n, "run")));
+    std::printf("energy: not compared: %s\n", fmt::format("{}", fmt::join(parts, "; ")).c_str());
   }
   write_plan_json(a, {{"runs", out}, {"ceilings", plan::to_json(c)},
                       {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},
