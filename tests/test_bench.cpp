@@ -246,6 +246,23 @@ TEST(Roofline, PointsRoofsAndFiles) {
   EXPECT_THROW(bench::write_roofline(points, {}, {}, stem, "t", false), Error);
 }
 
+// A pass is held to the roof of the level its bytes fit in (the level the planner picks), so a
+// pass served from a cache is not read as beating DRAM; a GPU's passes all read against HBM.
+TEST(Roofline, EachPassIsReadAgainstTheLevelItsBytesFitIn) {
+  bench::Roofline cpu;
+  cpu.bandwidth_gbps = {{"L1", 800.0}, {"L2", 350.0}, {"L3", 180.0}, {"DRAM", 40.0}};
+  cpu.level_bytes = {{"L2", 2.0 * (1 << 20)}, {"L3", 32.0 * (1 << 20)}};
+  EXPECT_EQ(bench::level_for(1e3, cpu), "L2");
+  EXPECT_EQ(bench::level_for(2.0 * (1 << 20), cpu), "L2");
+  EXPECT_EQ(bench::level_for(2.0 * (1 << 20) + 1, cpu), "L3");
+  EXPECT_EQ(bench::level_for(1e9, cpu), "DRAM");
+  cpu.bandwidth_gbps.erase("L3");  // a level without a measured rate is skipped
+  EXPECT_EQ(bench::level_for(1e7, cpu), "DRAM");
+  bench::Roofline gpu;
+  gpu.bandwidth_gbps = {{"HBM", 3350.0}};
+  EXPECT_EQ(bench::level_for(1e3, gpu), "HBM");
+}
+
 // A GPU's roofline: the profiler's layer passes (backward split into data and weight), the run's
 // precision as the roof the HBM line bends into, the other precisions dashed above it.
 TEST(Roofline, GpuPassesFromTheProfileAndACeilingPerPrecision) {

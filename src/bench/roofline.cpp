@@ -45,6 +45,12 @@ std::vector<RooflinePoint> roofline_points_from_profile(const nlohmann::json& pr
 
 double roof(double intensity, double peak_gflops, double level_gbps) { return std::min(peak_gflops, intensity * level_gbps); }
 
+std::string level_for(double bytes, const Roofline& r) {
+  for (const char* level : {"L2", "L3"})
+    if (r.level_bytes.value(level, 0.0) >= bytes && r.bandwidth_gbps.value(level, 0.0) > 0) return level;
+  return r.bandwidth_gbps.contains("DRAM") ? "DRAM" : "HBM";
+}
+
 std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points, const std::vector<ComputeCeiling>& peaks,
                                         const nlohmann::json& bw, const std::string& stem, const std::string& title, bool draw) {
   check(!points.empty(), "no timed layers to place on the roofline");
@@ -130,6 +136,8 @@ Roofline cpu_roofline(const RooflineRequest& r) {
     out.ceilings_source = "measured now (bench --quick)";
   }
   out.peaks = {{"FMA peak", peak}};
+  if (cpu.l2_bytes > 0) out.level_bytes["L2"] = double(cpu.l2_bytes) * threads;
+  if (cpu.l3_bytes > 0) out.level_bytes["L3"] = double(cpu.l3_bytes);
   train::TrainConfig tc;
   tc.model = r.model, tc.data = r.data, tc.batch = r.batch, tc.epochs = 1, tc.threads = r.threads, tc.device = "cpu";
   tc.train_limit = r.batch * r.steps, tc.test_limit = r.batch, tc.layer_times = true, tc.quiet = true, tc.runs_dir = "";

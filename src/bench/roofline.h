@@ -53,10 +53,18 @@ struct Roofline {
   std::vector<RooflinePoint> points;
   std::vector<ComputeCeiling> peaks;  ///< [0]: the run's precision
   nlohmann::json bandwidth_gbps;      ///< per level
+  /// What each cache level holds for the threads used (CPU: "L2" = L2 per core x threads, "L3");
+  /// empty on a GPU, whose passes are all read against HBM.
+  nlohmann::json level_bytes = nlohmann::json::object();
   std::string device, model;          ///< "cpu" or "cuda:N"; the model's name
   std::string processor;              ///< the CPU or GPU model
   std::string ceilings_source;        ///< where the ceilings come from (measured, datasheet, counted)
 };
+
+/// The memory level a pass moving `bytes` is read against, as `dlperf plan` reads it: the threads'
+/// L2 when the bytes fit there, else L3, else DRAM (HBM on a GPU), among the levels with a rate.
+/// A pass that fits in a cache is held to that cache's roof, not to DRAM's, which it can beat.
+std::string level_for(double bytes, const Roofline& r);
 
 /// Trains `steps` steps and times every layer pass: on the CPU with --layer-times, against the
 /// machine profile's measured ceilings (measured quickly now when there are none for this CPU
