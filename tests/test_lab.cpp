@@ -393,8 +393,8 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU wins, 4.0x faster than the GPU"));
   d.rows[3]["epoch_s"] = 0.052;  // 4% apart, within a 5% run-to-run noise
   d.noise_pct = 5;
-  // A tiny workload's times keep their digits: 52.00 ms, not 0.05 s.
-  EXPECT_TRUE(says(lab::observe(d), "mlp at batch 16: the GPU and the CPU train about as fast (52.00 ms vs 50.00 ms per epoch)"))
+  // A tiny workload's times keep their digits: 52.0 ms, not 0.05 s.
+  EXPECT_TRUE(says(lab::observe(d), "mlp at batch 16: the GPU and the CPU train about as fast (52.0 ms vs 50.0 ms per epoch)"))
       << lab::observe(d)[1];
   d.rows[1]["status"] = "missing";
   d.rows[1]["note"] = "no GPU";
@@ -486,7 +486,7 @@ TEST(Lab, PlanObservationsFollowTheData) {
   auto obs = lab::observe(p);
   EXPECT_TRUE(says(obs, "predicted the peak memory of all 3 runs to the byte")) << obs[0];
   // |errors| 6.25%, 25%, 6.25%: median 6.25%, worst the mlp's.
-  EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 150.0 us against 120.0 us "
+  EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 150 us against 120 us "
                         "measured); two identical runs differed by 1.5% in speed")) << obs[1];
   p.rows[2]["peak_error_bytes"] = -476000.0;  // 0.2% under
   p.rows[2]["peak_mb_planned"] = 237.524;

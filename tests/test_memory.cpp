@@ -101,8 +101,12 @@ TEST(FormatBytes, ReadsLikeATable) {
 
 // A tiny run's epoch reads in ms, not "0.0 s"; a huge job in days and years, not millions of hours.
 TEST(FormatSeconds, PicksTheUnitThatKeepsTheDigits) {
-  EXPECT_EQ(format_seconds(362e-6), "362.0 us");
+  EXPECT_EQ(format_seconds(362e-6), "362 us");
+  EXPECT_EQ(format_seconds(53.64e-6), "53.6 us");
   EXPECT_EQ(format_seconds(0.00541), "5.41 ms");
+  EXPECT_EQ(format_seconds(0.07797), "78.0 ms");
+  EXPECT_EQ(format_seconds(0.97734), "977 ms");
+  EXPECT_EQ(format_seconds(0.9996), "1.0 s");  // rounds up into the next unit, not to "1000 ms"
   EXPECT_EQ(format_seconds(12.34), "12.3 s");
   EXPECT_EQ(format_seconds(600), "10.0 min");
   EXPECT_EQ(format_seconds(50.8 * 3600), "50.8 h");

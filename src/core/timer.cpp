@@ -4,9 +4,16 @@
 
 namespace dlperf {
 
+namespace {
+// Three significant digits under a unit's 1000: "5.41 ms", "78.0 ms", "977 ms" (not "977.34").
+std::string three_digits(double x, const char* unit) {
+  return fmt::format("{:.{}f} {}", x, x < 9.995 ? 2 : x < 99.95 ? 1 : 0, unit);
+}
+}  // namespace
+
 std::string format_seconds(double s) {
-  if (s < 1e-3) return fmt::format("{:.1f} us", s * 1e6);
-  if (s < 1) return fmt::format("{:.2f} ms", s * 1e3);
+  if (s < 0.9995e-3) return three_digits(s * 1e6, "us");
+  if (s < 0.9995) return three_digits(s * 1e3, "ms");
   if (s < 120) return fmt::format("{:.1f} s", s);
   if (s < 7200) return fmt::format("{:.1f} min", s / 60);
   if (s < 72 * 3600) return fmt::format("{:.1f} h", s / 3600);  // GPU-hours are how jobs are counted
