@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <string>
@@ -27,8 +28,11 @@ namespace dlperf::train::detail {
 // A one-line progress bar on stderr, redrawn at most 5 times a second.
 class Progress {
  public:
-  Progress(bool on, int64_t epoch, int64_t epochs, int64_t total)
-      : on_(on), epoch_(epoch), epochs_(epochs), total_(total), start_(now_s()) {}
+  /// `what`: "" for the training steps, "test" for the evaluation after them (which on a CPU
+  /// can take seconds, and would otherwise sit on the training bar's "100%").
+  Progress(bool on, int64_t epoch, int64_t epochs, int64_t total, std::string what = "")
+      : on_(on), epoch_(epoch), epochs_(epochs), total_(total), start_(now_s()), what_(std::move(what)) {}
+  /// `loss` NaN: none shown (the test pass sums its loss at the end).
   void update(int64_t done, int64_t images, double loss) {
     if (!on_) return;
     const double t = now_s();
@@ -37,10 +41,11 @@ class Progress {
     const int width = 30, filled = int(width * done / std::max<int64_t>(total_, 1));
     const double rate = double(images) / std::max(t - start_, 1e-9);
     const double eta = done > 0 ? (t - start_) * double(total_ - done) / double(done) : 0;
-    std::fprintf(stderr, "\r  epoch %lld/%lld [%s%s] %3d%%  %6.0f img/s  loss %.4f  eta %3.0fs ",
-                 (long long)epoch_, (long long)epochs_, std::string(size_t(filled), '#').c_str(),
-                 std::string(size_t(width - filled), '.').c_str(), int(100 * done / std::max<int64_t>(total_, 1)),
-                 rate, loss, eta);
+    std::fprintf(stderr, "\r  epoch %lld/%lld%s [%s%s] %3d%%  %6.0f img/s%s  eta %3.0fs ",
+                 (long long)epoch_, (long long)epochs_, what_.empty() ? "" : (" " + what_).c_str(),
+                 std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
+                 int(100 * done / std::max<int64_t>(total_, 1)), rate,
+                 std::isnan(loss) ? "" : fmt::format("  loss {:.4f}", loss).c_str(), eta);
     std::fflush(stderr);
   }
   /// Whether update() would redraw now (callers skip fetching its numbers otherwise).
@@ -53,6 +58,7 @@ class Progress {
   bool on_;
   int64_t epoch_, epochs_, total_;
   double start_, last_ = 0;
+  std::string what_;
 };
 
 /// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).

@@ -315,17 +315,20 @@ struct EvalResult {
   double loss = 0, acc = 0;
 };
 
-EvalResult evaluate(cpu::Network& net, data::Loader& loader, int64_t size) {
+EvalResult evaluate(cpu::Network& net, data::Loader& loader, int64_t size, Progress& progress) {
   loader.start_epoch(0);
   double loss = 0;
-  int64_t correct = 0;
+  int64_t correct = 0, batches = 0, images = 0;
   while (const data::Batch* b = loader.next()) {
     std::memcpy(net.input(), b->data(), b->images->bytes());
     net.forward(false);
     auto r = net.loss(b->labels.data(), b->valid, 0.0, false);
     loss += r.loss * double(b->valid);
     correct += r.correct;
+    images += b->valid;
+    progress.update(++batches, images, std::nan(""));
   }
+  progress.clear();
   return {loss / double(size), double(correct) / double(size)};
 }
 
@@ -610,7 +613,8 @@ struct Run {
     const double e0 = now_s();
     if (!(cfg.profile_only && profiled_)) {  // dlperf profile stops after its steps
       net.set_timing(false);  // layer times are of training steps only
-      const EvalResult ev = evaluate(net, test_loader, data.test.size());
+      Progress testing(bar, epoch + 1, cfg.epochs, test_loader.batches_per_epoch(), "test");
+      const EvalResult ev = evaluate(net, test_loader, data.test.size(), testing);
       net.set_timing(cfg.layer_times);
       st.test_loss = ev.loss;
       st.test_acc = ev.acc;
