@@ -218,10 +218,14 @@ class Runner {
   }
 
   Outcome execute(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
+    const std::string line = fmt::format("  [{:6.1f} s] {:<9} {} ... ", now_s() - start_, experiment, label);
     if (!lab_.quiet) {
-      std::printf("  [%6.1f s] %-9s %s ... ", now_s() - start_, experiment.c_str(), label.c_str());
+      std::printf("%s", line.c_str());
       std::fflush(stdout);
     }
+    // The run's progress bar draws over this line on a terminal (it starts with a carriage
+    // return), so the line is written again before its result.
+    const bool redraw = c.progress && isatty(STDERR_FILENO) && isatty(STDOUT_FILENO);
     Outcome o;
     try {
       train::TrainConfig run = c;
@@ -231,7 +235,7 @@ class Runner {
       o.record["record_path"] = r.record_path;
       o.ok = o.record.contains("summary");
     } catch (const Interrupted& e) {
-      if (!lab_.quiet) std::printf("stopped\n");
+      if (!lab_.quiet) std::printf("%sstopped\n", redraw ? ("\r" + line).c_str() : "");
       throw stopped(e, "its run of " + label);
     } catch (const train::Diverged& e) {
       o.error = e.what();
@@ -240,6 +244,7 @@ class Runner {
       o.error = e.what();
     }
     if (!lab_.quiet) {
+      if (redraw) std::printf("\r%s", line.c_str());
       if (o.ok)
         std::printf("%s, %.0f img/s, test acc %.2f%%\n", format_seconds(o.record["summary"]["train_s"].get<double>()).c_str(),
                     o.record["summary"]["images_per_s"].get<double>(), 100 * o.record["summary"]["final_test_acc"].get<double>());

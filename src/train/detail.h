@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <optional>
@@ -38,20 +40,25 @@ class Progress {
     const double t = now_s();
     if (t - last_ < 0.2 && done < total_) return;
     last_ = t;
-    const int width = 30, filled = int(width * done / std::max<int64_t>(total_, 1));
     const double rate = double(images) / std::max(t - start_, 1e-9);
     const double eta = done > 0 ? (t - start_) * double(total_ - done) / double(done) : 0;
-    std::fprintf(stderr, "\r  epoch %lld/%lld%s [%s%s] %3d%%  %6.0f img/s%s  eta %3.0fs ",
-                 (long long)epoch_, (long long)epochs_, what_.empty() ? "" : (" " + what_).c_str(),
-                 std::string(size_t(filled), '#').c_str(), std::string(size_t(width - filled), '.').c_str(),
-                 int(100 * done / std::max<int64_t>(total_, 1)), rate,
-                 std::isnan(loss) ? "" : fmt::format("  loss {:.4f}", loss).c_str(), eta);
+    const int pct = int(100 * done / std::max<int64_t>(total_, 1));
+    const std::string head = fmt::format("  epoch {}/{}{} ", epoch_, epochs_, what_.empty() ? "" : " " + what_);
+    const std::string tail = fmt::format(" {:3d}%  {:6.0f} img/s{}  eta {:3.0f}s ", pct, rate,
+                                         std::isnan(loss) ? "" : fmt::format("  loss {:.4f}", loss), eta);
+    // The bar takes what the terminal's width leaves (10 to 30 marks): a line that wraps makes
+    // each redraw start a new line instead of replacing the last.
+    const int room = terminal_columns() - 1 - int(head.size() + tail.size()) - 2;
+    const int width = std::clamp(room, 10, 30), filled = int(width * done / std::max<int64_t>(total_, 1));
+    const std::string line = head + "[" + std::string(size_t(filled), '#') + std::string(size_t(width - filled), '.') + "]" + tail;
+    std::fprintf(stderr, "\r%s", line.c_str());
+    drawn_ = int(line.size());
     std::fflush(stderr);
   }
   /// Whether update() would redraw now (callers skip fetching its numbers otherwise).
   bool due() const { return on_ && now_s() - last_ >= 0.2; }
   void clear() {
-    if (on_) std::fprintf(stderr, "\r%80s\r", "");
+    if (on_ && drawn_ > 0) std::fprintf(stderr, "\r%*s\r", drawn_, "");
   }
 
  private:
@@ -59,6 +66,11 @@ class Progress {
   int64_t epoch_, epochs_, total_;
   double start_, last_ = 0;
   std::string what_;
+  int drawn_ = 0;  // characters of the last line drawn, which clear() blanks
+  static int terminal_columns() {
+    winsize w{};
+    return ioctl(STDERR_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? int(w.ws_col) : 80;
+  }
 };
 
 /// The epoch table: its header, and one row per finished epoch (fixed widths, so rows line up).
