@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
+#include <pty.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -292,6 +294,38 @@ TEST(Cli, DefaultOutputFilesAreNeverReplacedAndCheckedFirst) {
   EXPECT_NE(bad.exit_code, 0);
   EXPECT_NE(bad.err.find("cannot write the results to runs/"), std::string::npos) << bad.err;
   EXPECT_EQ(bad.out, "") << "measured before finding it could not write";
+}
+
+// On a terminal (a pseudo-terminal 80 columns wide here) the progress bars fit the width, so each
+// redraw replaces the last instead of wrapping onto a new line, and the test pass has its own bar.
+TEST(Cli, ProgressBarsFitTheTerminal) {
+  TempDir dir;
+  winsize size{};
+  size.ws_col = 80, size.ws_row = 24;
+  int fd = -1;
+  const pid_t pid = forkpty(&fd, nullptr, nullptr, &size);
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    if (chdir(dir.path.c_str()) != 0) _exit(127);
+    execl(DLPERF_BIN, DLPERF_BIN, "train", "--device", "cpu", "--model", "small", "--data", "synthetic:1x16x16:2048",
+          "--epochs", "12", "--runs-dir", "", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  std::string out;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) out.append(buf, size_t(n));  // EIO once the child has exited
+  close(fd);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("  epoch 12/12 ["), std::string::npos) << out;
+  EXPECT_NE(out.find("  epoch 12/12 test ["), std::string::npos) << out;
+  size_t start = 0;
+  for (size_t end; (end = out.find_first_of("\r\n", start)) != std::string::npos; start = end + 1) {
+    const std::string piece = out.substr(start, end - start);
+    if (piece.find("img/s  ") != std::string::npos && piece.find(" [") != std::string::npos)
+      EXPECT_LT(piece.size(), 80u) << piece;
+  }
 }
 
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
