@@ -474,12 +474,12 @@ void add_bench(CLI::App& app, const Command& self) {
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
     args->models_given = c->count("--models") > 0;
     if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
-    // Checked before any benchmark runs, not after the last one: the default results file, and
-    // the machine profile 'all' writes, go in runs/.
-    if (args->json_path.empty() || args->asked({"all"})) {
+    // Checked before any benchmark runs, not after the last one: the default results file, the
+    // machine profile 'all' writes and the roofline's files go in runs/.
+    if (args->json_path.empty() || args->asked({"all", "roofline"})) {
       const std::error_code ec = make_writable_dir("runs");
       check(!ec, fmt::format("cannot write the results to runs/: {}", ec.message()),
-            "run dlperf bench from a directory it may write in, or give --json PATH (bench all always writes runs/)");
+            "run dlperf bench from a directory it may write in, or give --json PATH (bench all and roofline always write in runs/)");
     }
     if (args->asked({"conv", "all"})) check_conv_input(*args);
     const hw::CpuInfo cpu = hw::cpu_info();

@@ -166,7 +166,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   // never replace an earlier profile's: a directory named with '--out .' would otherwise give
   // the hidden files '..json' and '..trace.json'.
   std::string prefix = cfg.profile_out;
-  std::string dir = names_a_directory(prefix) ? prefix : prefix.empty() ? cfg.runs_dir : "";
+  const std::string dir = names_a_directory(prefix) ? prefix : prefix.empty() ? cfg.runs_dir : "";
   if (!dir.empty())
     prefix = unused_stem(dir, fmt::format("{}-profile-{}-b{}", file_timestamp(), graph.model, cfg.batch), {".json", trace_ext});
   if (prefix.empty()) {  // the table above points to "the JSON": say that there is none, and how to get it
@@ -176,7 +176,8 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   result.trace_path = prefix + trace_ext;
   profile::write_trace(result.trace_path, events, rec.memory());
   const std::string table = prefix + ".json";
-  write_file_atomically(table, result.profile.dump(2) + "\n", fmt::format("check {}", cfg.profile_out.empty() ? std::string("--runs-dir") : detail::profile_flag(cfg, "out")));
+  const std::string where = cfg.profile_out.empty() ? std::string("--runs-dir") : detail::profile_flag(cfg, "out");
+  write_file_atomically(table, result.profile.dump(2) + "\n", "check " + where);
   if (say)
     std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s\n", result.trace_path.c_str(),
                 table.c_str());
