@@ -11,6 +11,8 @@
 #include "core/interrupt.h"
 #include "core/version.h"
 #include "lab/lab.h"
+#include "nn/graph.h"
+#include "plan/step_time.h"
 #include "report/plot.h"
 #include "test_util.h"
 
@@ -127,6 +129,35 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
       EXPECT_FALSE(r["note"].get<std::string>().empty());
     }
   EXPECT_NE(readme.find("## Machine"), std::string::npos);
+  // Before the runs, the lab listed them and the planner predicted their time; every run it
+  // trained was planned (the records, and the noise run that keeps none).
+  const json& planned = j["planned"];
+  EXPECT_EQ(planned["runs"].get<size_t>(), records_in(dir.path / "runs") + 1);
+  EXPECT_EQ(planned["unpredicted_runs"], 0);
+  EXPECT_GT(planned["seconds"].get<double>(), 0);
+  EXPECT_GT(planned["measured_seconds"].get<double>(), 0);
+  EXPECT_NE(readme.find(fmt::format("Its {} runs trained and tested in ", planned["runs"].get<int>())), std::string::npos);
+}
+
+// The lab's time estimate is the planner's: each run's training steps at the predicted step time,
+// and a forward pass per test batch.
+TEST(Lab, EstimatesItsTimeFromThePlannersStepTimes) {
+  const data::DataPair d = data::load_data("synthetic:1x12x12:600");
+  train::TrainConfig c;
+  c.device = "cpu", c.model = "small", c.batch = 32, c.epochs = 2, c.threads = 1;
+  const lab::TimeEstimate t = lab::estimate_time({c, c}, d);
+  EXPECT_EQ(t.runs, 2);
+  EXPECT_EQ(t.unpredicted, 0);
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 12, 12}, d.train.classes, 32);
+  const plan::StepPrediction p = plan::predict_step(g, c.optimizer, plan::host_ceilings(1));
+  const double train_steps = double(d.train.size() / 32) * 2, test_steps = double((d.test.size() + 31) / 32) * 2;
+  EXPECT_NEAR(t.seconds, 2 * (p.step_s * train_steps + p.forward_s * test_steps), 1e-9);
+  c.model = "nosuch";  // counted, not predicted
+  EXPECT_EQ(lab::estimate_time({c}, d).unpredicted, 1);
+  EXPECT_EQ(lab::planned_against_measured({2.0, 14, 0}, 2.5), "14 runs trained and tested in 2.5 s; dlperf plan had expected 2.0 s (0.80x)");
+  EXPECT_EQ(lab::planned_against_measured({2.0, 14, 4}, 2.5),
+            "14 runs trained and tested in 2.5 s; dlperf plan had expected 2.0 s for the 10 it could predict (0.80x)");
+  EXPECT_EQ(lab::planned_against_measured({0, 0, 0}, 0), "");
 }
 
 // An interrupted lab (here: one that ran the batch experiment only) leaves its finished runs;
@@ -154,6 +185,7 @@ TEST(Lab, ResumeReusesTheFinishedRunsOfAnInterruptedLab) {
   const auto second = lab::run_lab(c);
   const json j = json::parse(slurp(dir.path / "lab.json"));
   EXPECT_EQ(j["reused_runs"], 2);
+  EXPECT_EQ(j["planned"]["runs"], 3);  // the two below and the noise run: the reused ones are not planned
   EXPECT_NE(slurp(dir.path / "README.md").find("resumed: 2 runs reused"), std::string::npos);
   // New runs: batch 8 linear again, and the model experiment's mlp (its small row is the base run).
   EXPECT_EQ(records_in(runs), batch_runs + 2);

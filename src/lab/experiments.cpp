@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -97,6 +98,17 @@ std::string gpu_missing_reason() {
   return cuda::why_no_device();
 }
 
+// "17 runs to train; dlperf plan expects about 2.1 min of training and testing": said before the
+// runs, so a long lab's user knows what is coming.
+std::string planned_sentence(const TimeEstimate& t) {
+  if (t.runs == 0) return "nothing to train: every run is reused";
+  std::string s = counted(t.runs, "run") + " to train";
+  if (t.runs > t.unpredicted)
+    s += fmt::format("; dlperf plan expects about {} of training and testing{}", format_seconds(t.seconds),
+                     t.unpredicted > 0 ? fmt::format(" for {} of them", t.runs - t.unpredicted) : "");
+  return s;
+}
+
 // Runs training configurations, once each: experiments share runs with identical settings (the
 // base run is the batch-64 row, the fp32 row and a workers row), so the lab does not repeat them.
 class Runner {
@@ -162,6 +174,10 @@ class Runner {
   /// With --resume, so is a finished run of an earlier lab that was interrupted.
   const Outcome& run(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
     const std::string key = run_key(c);
+    if (planning_) {  // listed once, unless --resume has it
+      if (planned_keys_.insert(key).second && earlier_.count(key) == 0) planned_.push_back(c);
+      return not_run_;
+    }
     if (auto it = cache_.find(key); it != cache_.end()) return it->second;
     order_.push_back(key);
     if (auto it = earlier_.find(key); it != earlier_.end()) return cache_.emplace(key, reuse(experiment, label, it->second)).first->second;
@@ -192,9 +208,17 @@ class Runner {
     return out;
   }
 
+  /// Planning: run() and the noise runs only list the configurations they would train (each
+  /// once, and not those --resume reuses), so the lab can say up front how many runs it has and
+  /// how long the planner expects them to take; then the runs are numbered "3/17".
+  void set_planning(bool on) { planning_ = on; }
+  const std::vector<train::TrainConfig>& planned() const { return planned_; }
+
   /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
   size_t records_in_runs_dir() const { return record_files(base_.runs_dir).size(); }
   size_t reused() const { return reused_; }
+  /// The training and testing time of the runs this lab trained (not those it reused).
+  double trained_seconds() const { return trained_s_; }
 
  private:
   // The configuration as it runs: --device auto and the device it resolves to ("cpu" on a
@@ -211,14 +235,18 @@ class Runner {
 
   Outcome reuse(const std::string& experiment, const std::string& label, const json& record) {
     ++reused_;
-    if (!lab_.quiet)
-      std::printf("  [%6.1f s] %-9s %s ... reused %s\n", now_s() - start_, experiment.c_str(), label.c_str(),
-                  record["record_path"].get<std::string>().c_str());
+    if (!lab_.quiet)  // in the column of the trained runs' "3/17, "
+      std::printf("  [%s%6.1f s] %-9s %s ... reused %s\n", std::string(count(0).size(), ' ').c_str(), now_s() - start_,
+                  experiment.c_str(), label.c_str(), record["record_path"].get<std::string>().c_str());
     return {true, "", record, ""};
   }
 
   Outcome execute(const std::string& experiment, const std::string& label, const train::TrainConfig& c) {
-    const std::string line = fmt::format("  [{:6.1f} s] {:<9} {} ... ", now_s() - start_, experiment, label);
+    if (planning_) {
+      planned_.push_back(c);
+      return not_run_;
+    }
+    const std::string line = fmt::format("  [{}{:6.1f} s] {:<9} {} ... ", count(runs_ + 1), now_s() - start_, experiment, label);
     if (!lab_.quiet) {
       std::printf("%s", line.c_str());
       std::fflush(stdout);
@@ -234,6 +262,8 @@ class Runner {
       o.record = std::move(r.record);
       o.record["record_path"] = r.record_path;
       o.ok = o.record.contains("summary");
+      for (const auto& e : o.record.value("epochs", json::array()))
+        trained_s_ += e.value("train_s", 0.0) + e.value("eval_s", 0.0);
     } catch (const Interrupted& e) {
       if (!lab_.quiet) std::printf("%sstopped\n", redraw ? ("\r" + line).c_str() : "");
       throw stopped(e, "its run of " + label);
@@ -275,6 +305,17 @@ class Runner {
   std::map<std::string, json> earlier_;  ///< --resume: finished runs of an earlier lab, by configuration
   size_t reused_ = 0;
   int runs_ = 0;  ///< training runs started (warm-up excluded)
+  double trained_s_ = 0;
+  bool planning_ = false;
+  // "3/17, ": the run's place among those planned, its number as wide as their count.
+  std::string count(int run) const {
+    if (planned_.empty()) return "";
+    const std::string total = std::to_string(planned_.size());
+    return fmt::format("{:>{}}/{}, ", run, total.size(), total);
+  }
+  std::set<std::string> planned_keys_;
+  std::vector<train::TrainConfig> planned_;
+  const Outcome not_run_{false, "planned, not run", {}, ""};
 };
 
 // The measurements every experiment reports, from a run record.
@@ -522,6 +563,20 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     std::printf("note: %s/runs already holds %zu run record%s; this lab adds its own beside them (--resume reuses "
                 "the finished runs of an interrupted lab)\n\n", cfg.out.c_str(), n, n == 1 ? "" : "s");
   }
+  using Fn = Experiment (*)(Runner&, const LabConfig&);
+  const std::pair<const char*, Fn> all[] = {
+      {"device", device}, {"batch", batch}, {"model", model}, {"workers", workers}, {"precision", precision}};
+  const auto chosen = [&](const char* name) {
+    return cfg.experiments.empty() || std::find(cfg.experiments.begin(), cfg.experiments.end(), name) != cfg.experiments.end();
+  };
+  // The runs to come, and how long the planner expects them to take (said, and checked at the end).
+  runner.set_planning(true);
+  runner.measure_noise();
+  for (const auto& [name, fn] : all)
+    if (chosen(name)) (void)fn(runner, cfg);
+  runner.set_planning(false);
+  const TimeEstimate planned = estimate_time(runner.planned(), data::load_data(b.data));
+  if (!cfg.quiet) std::printf("%s\n\n", planned_sentence(planned).c_str());
   const double noise = runner.measure_noise();
   std::vector<Experiment> exps;
   auto finish = [&](Experiment e) {
@@ -532,25 +587,21 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     e.observations = observe(e);
     exps.push_back(std::move(e));
   };
-  using Fn = Experiment (*)(Runner&, const LabConfig&);
-  const std::pair<const char*, Fn> all[] = {
-      {"device", device}, {"batch", batch}, {"model", model}, {"workers", workers}, {"precision", precision}};
-  for (const auto& [name, fn] : all) {
-    if (!cfg.experiments.empty() && std::find(cfg.experiments.begin(), cfg.experiments.end(), name) == cfg.experiments.end())
-      continue;
-    finish(fn(runner, cfg));
-  }
+  for (const auto& [name, fn] : all)
+    if (chosen(name)) finish(fn(runner, cfg));
   // Last, the planner against this lab's runs: how far its predictions can be trusted here.
   if (const std::vector<std::string> records = runner.record_paths(); !records.empty()) finish(prediction(records));
   json machine = hw::machine_json();
   machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;
-  write_report(exps, cfg, machine, seconds, noise, runner.reused());
+  write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.trained_seconds()});
   if (!cfg.quiet) {
     for (const auto& e : exps) print_experiment(e);
     if (noise > 0)
       std::printf("\nRun-to-run noise: %s.\n", noise_sentence(noise).c_str());
-    std::printf("\nlab done in %s; report: %s/README.md (CSV, JSON and plots beside it)\n", format_seconds(seconds).c_str(), cfg.out.c_str());
+    std::printf("\nlab done in %s; report: %s/README.md (CSV, JSON and plots beside it)\n", format_seconds(seconds).c_str(),
+                cfg.out.c_str());
+    if (const std::string p = planned_against_measured(planned, runner.trained_seconds()); !p.empty()) std::printf("the lab's %s\n", p.c_str());
   }
   // A lab whose every run failed has measured nothing: the report says why row by row, and the
   // exit status says so too.

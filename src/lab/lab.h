@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "data/dataset.h"
+#include "train/trainer.h"
+
 namespace dlperf::lab {
 
 /// The first line of a lab's README.md: an --out folder whose README.md starts otherwise is not
@@ -82,6 +85,16 @@ std::vector<Experiment> run_lab(const LabConfig& cfg);
 /// marked missing, with the reason.
 Experiment prediction(const std::vector<std::string>& records);
 
+/// How long training runs should take, by the step times `dlperf plan` predicts for them (on
+/// this CPU from its measured ceilings, on a GPU from the catalog's datasheet): each run's
+/// training steps, plus its test passes at a forward pass per test batch. Runs it cannot predict
+/// (a GPU the catalog lacks, a model that does not build) are counted apart.
+struct TimeEstimate {
+  double seconds = 0;
+  int runs = 0, unpredicted = 0;
+};
+TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const data::DataPair& data);
+
 /// What two identical runs differed by, and the difference up to which rows are called alike:
 /// the noise, never less than 3% (one pair of runs can agree by luck). Without the ".".
 std::string noise_sentence(double noise_pct);
@@ -89,11 +102,22 @@ std::string noise_sentence(double noise_pct);
 /// The observations for one experiment, from its rows only (so they follow the data).
 std::vector<std::string> observe(const Experiment& e);
 
+/// What the lab as a whole did, for the report's opening lines and lab.json.
+struct LabTotals {
+  double seconds = 0;        ///< the lab's wall time
+  double noise_pct = 0;      ///< noise_sentence's
+  size_t reused_runs = 0;    ///< runs that came from an earlier, interrupted lab (--resume)
+  TimeEstimate planned;      ///< the runs it trained, and the time the planner expected them to take
+  double trained_seconds = 0;  ///< the time those runs took to train and test, measured
+};
+
+/// "14 runs trained and tested in 64.2 s; dlperf plan had expected 61.9 s (0.96x)", or "" when
+/// nothing was trained or predicted.
+std::string planned_against_measured(const TimeEstimate& planned, double trained_seconds);
+
 /// Writes <out>/<name>.csv for each experiment, <out>/lab.json, <out>/plots/*.png (when
-/// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`. `reused_runs`:
-/// how many runs came from an earlier, interrupted lab (--resume).
-void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlohmann::json& machine,
-                  double lab_seconds, double noise_pct, size_t reused_runs = 0);
+/// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`.
+void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlohmann::json& machine, const LabTotals& totals);
 
 /// The key under which --resume finds a run: its configuration as it ran (the device it used,
 /// not the flag). For a run record: empty unless the record is a finished training run that

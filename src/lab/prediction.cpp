@@ -5,10 +5,19 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <optional>
 
+#include "backend/cuda/runtime.h"
+#include "core/error.h"
+#include "core/text.h"
+#include "core/timer.h"
 #include "lab/lab.h"
+#include "nn/graph.h"
 #include "plan/against.h"
+#include "plan/catalog.h"
+#include "plan/targets.h"
 
 namespace dlperf::lab {
 
@@ -49,6 +58,49 @@ Experiment prediction(const std::vector<std::string>& records) {
                       {"note", colon == std::string::npos ? why : why.substr(colon + 2)}});
   }
   return e;
+}
+
+TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const data::DataPair& data) {
+  TimeEstimate t;
+  std::optional<plan::Catalog> catalog;
+  for (const train::TrainConfig& c : runs) {
+    ++t.runs;
+    const auto images = [](int64_t limit, int64_t size) { return limit > 0 ? std::min(limit, size) : size; };
+    const double train_steps = double(images(c.train_limit, data.train.size()) / c.batch) * double(c.epochs);
+    const double test_steps = double((images(c.test_limit, data.test.size()) + c.batch - 1) / c.batch) * double(c.epochs);
+    try {
+      const nn::Graph g = nn::build_graph(nn::load_model(c.model), {data.train.channels, data.train.height, data.train.width},
+                                          data.train.classes, c.batch);
+      if (const int gpu = cuda::resolve_device(c.device); gpu >= 0) {
+        const std::string id = plan::catalog_id_for_gpu(cuda::gpus_json().at(size_t(gpu)).value("name", ""));
+        if (id.empty()) throw Error("a GPU the catalog does not know");
+        if (!catalog) catalog = plan::load_catalog();
+        plan::JobSpec job;
+        job.graph = &g, job.global_batch = c.batch, job.steps = train_steps, job.precision = c.precision;
+        job.optimizer = c.optimizer.name;
+        const plan::TargetEstimate e = plan::estimate(job, catalog->find(id), 0, 1);
+        if (!e.unsupported.empty()) throw Error(e.unsupported);
+        // A test step is a forward pass: about a third of a training step's FLOPs.
+        t.seconds += e.step_s * (train_steps + test_steps / 3);
+      } else {
+        const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
+        const plan::StepPrediction p = plan::predict_step(g, c.optimizer, plan::with_precision(plan::host_ceilings(threads), c.precision));
+        t.seconds += p.step_s * train_steps + p.forward_s * test_steps;
+      }
+    } catch (const Error&) {
+      ++t.unpredicted;
+    }
+  }
+  return t;
+}
+
+std::string planned_against_measured(const TimeEstimate& planned, double trained_seconds) {
+  const int predicted = planned.runs - planned.unpredicted;
+  if (planned.runs == 0 || predicted == 0 || trained_seconds <= 0) return "";
+  return fmt::format("{} trained and tested in {}; dlperf plan had expected {}{} ({:.2f}x)", counted(planned.runs, "run"),
+                     format_seconds(trained_seconds), format_seconds(planned.seconds),
+                     planned.unpredicted > 0 ? fmt::format(" for the {} it could predict", predicted) : "",
+                     planned.seconds / trained_seconds);
 }
 
 }  // namespace dlperf::lab

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
 #include "lab/lab.h"
@@ -179,8 +180,10 @@ std::string run_size(const std::vector<Experiment>& exps) {
 
 }  // namespace
 
-void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const json& machine, double lab_seconds,
-                  double noise_pct, size_t reused_runs) {
+void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const json& machine, const LabTotals& totals) {
+  const double lab_seconds = totals.seconds, noise_pct = totals.noise_pct;
+  const size_t reused_runs = totals.reused_runs;
+  const TimeEstimate& planned = totals.planned;  // lab.json's "planned"
   const fs::path out(cfg.out);
   std::error_code ec;
   fs::create_directories(out / "plots", ec);
@@ -203,6 +206,8 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
   json j = {{"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
             {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise_pct},
+            {"planned", {{"runs", planned.runs}, {"seconds", planned.seconds}, {"unpredicted_runs", planned.unpredicted},
+                         {"measured_seconds", totals.trained_seconds}}},
             {"machine", machine}, {"data", cfg.data},
             {"experiments", json::array()}};
   for (const auto& e : exps) {
@@ -215,7 +220,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   write_file(out / "lab.json", j.dump(2) + "\n");
 
   std::string md = fmt::format(
-      "{}\n\nMade by `dlperf lab{}` on {} in {}{}. Every number below was measured by a training run "
+      "{}\n\nMade by `dlperf lab{}` on {} in {}{}. {}Every number below was measured by a training run "
       "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
       "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
       "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}\n\n",
@@ -223,6 +228,10 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       reused_runs > 0 ? fmt::format(" (resumed: {} run{} reused from the interrupted lab before it)", reused_runs,
                                     reused_runs == 1 ? "" : "s")
                       : "",
+      [&] {
+        const std::string p = planned_against_measured(totals.planned, totals.trained_seconds);
+        return p.empty() ? p : "Its " + p + ". ";
+      }(),
       machine_text(machine), cfg.data,
       run_size(exps),
       cfg.base_model, cfg.base_batch, cfg.base_lr,
