@@ -135,7 +135,9 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   EXPECT_EQ(planned["runs"].get<size_t>(), records_in(dir.path / "runs") + 1);
   EXPECT_EQ(planned["unpredicted_runs"], 0);
   EXPECT_GT(planned["seconds"].get<double>(), 0);
-  EXPECT_GT(planned["measured_seconds"].get<double>(), 0);
+  EXPECT_EQ(planned["finished_runs"], planned["runs"]);  // none diverged here
+  EXPECT_NEAR(planned["finished_planned_seconds"].get<double>(), planned["seconds"].get<double>(), 1e-9);
+  EXPECT_GT(planned["finished_measured_seconds"].get<double>(), 0);
   EXPECT_NE(readme.find(fmt::format("Its {} runs trained and tested in ", planned["runs"].get<int>())), std::string::npos);
 }
 
@@ -154,10 +156,14 @@ TEST(Lab, EstimatesItsTimeFromThePlannersStepTimes) {
   EXPECT_NEAR(t.seconds, 2 * (p.step_s * train_steps + p.forward_s * test_steps), 1e-9);
   c.model = "nosuch";  // counted, not predicted
   EXPECT_EQ(lab::estimate_time({c}, d).unpredicted, 1);
-  EXPECT_EQ(lab::planned_against_measured({2.0, 14, 0}, 2.5), "14 runs trained and tested in 2.5 s; dlperf plan had expected 2.0 s (0.80x)");
-  EXPECT_EQ(lab::planned_against_measured({2.0, 14, 4}, 2.5),
-            "14 runs trained and tested in 2.5 s; dlperf plan had expected 2.0 s for the 10 it could predict (0.80x)");
-  EXPECT_EQ(lab::planned_against_measured({0, 0, 0}, 0), "");
+  EXPECT_EQ(t.per_run.size(), 2u);
+  EXPECT_NEAR(t.per_run[0] + t.per_run[1], t.seconds, 1e-12);
+  // The check covers the runs that finished and were predicted, and says how many it leaves out.
+  EXPECT_EQ(lab::planned_against_measured({14, 14, 2.0, 2.5}), "14 runs trained and tested in 2.5 s; dlperf plan had expected 2.0 s (0.80x)");
+  EXPECT_EQ(lab::planned_against_measured({13, 14, 2.0, 2.5}),
+            "13 runs trained and tested in 2.5 s; dlperf plan had expected 2.0 s (0.80x), leaving out 1 run that did not finish "
+            "or that it could not predict");
+  EXPECT_EQ(lab::planned_against_measured({0, 3, 0, 0}), "");
 }
 
 // An interrupted lab (here: one that ran the batch experiment only) leaves its finished runs;

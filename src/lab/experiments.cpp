@@ -217,8 +217,13 @@ class Runner {
   /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
   size_t records_in_runs_dir() const { return record_files(base_.runs_dir).size(); }
   size_t reused() const { return reused_; }
-  /// The training and testing time of the runs this lab trained (not those it reused).
-  double trained_seconds() const { return trained_s_; }
+  /// The planner's seconds for each planned run (estimate_time's per_run), to be set against
+  /// the runs' measured time as they finish.
+  void set_predictions(const std::vector<double>& seconds) {
+    for (size_t i = 0; i < planned_.size() && i < seconds.size(); ++i) predicted_[run_key(planned_[i])] = seconds[i];
+    check_.of = int(planned_.size());
+  }
+  const PlanCheck& plan_check() const { return check_; }
 
  private:
   // The configuration as it runs: --device auto and the device it resolves to ("cpu" on a
@@ -262,8 +267,11 @@ class Runner {
       o.record = std::move(r.record);
       o.record["record_path"] = r.record_path;
       o.ok = o.record.contains("summary");
-      for (const auto& e : o.record.value("epochs", json::array()))
-        trained_s_ += e.value("train_s", 0.0) + e.value("eval_s", 0.0);
+      if (auto it = predicted_.find(run_key(c)); o.ok && it != predicted_.end() && it->second >= 0) {
+        ++check_.runs;
+        check_.planned_s += it->second;
+        for (const auto& e : o.record["epochs"]) check_.measured_s += e.value("train_s", 0.0) + e.value("eval_s", 0.0);
+      }
     } catch (const Interrupted& e) {
       if (!lab_.quiet) std::printf("%sstopped\n", redraw ? ("\r" + line).c_str() : "");
       throw stopped(e, "its run of " + label);
@@ -305,8 +313,9 @@ class Runner {
   std::map<std::string, json> earlier_;  ///< --resume: finished runs of an earlier lab, by configuration
   size_t reused_ = 0;
   int runs_ = 0;  ///< training runs started (warm-up excluded)
-  double trained_s_ = 0;
   bool planning_ = false;
+  std::map<std::string, double> predicted_;  ///< by run key: the planner's seconds
+  PlanCheck check_;
   // "3/17, ": the run's place among those planned, its number as wide as their count.
   std::string count(int run) const {
     if (planned_.empty()) return "";
@@ -576,6 +585,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     if (chosen(name)) (void)fn(runner, cfg);
   runner.set_planning(false);
   const TimeEstimate planned = estimate_time(runner.planned(), data::load_data(b.data));
+  runner.set_predictions(planned.per_run);
   if (!cfg.quiet) std::printf("%s\n\n", planned_sentence(planned).c_str());
   const double noise = runner.measure_noise();
   std::vector<Experiment> exps;
@@ -594,14 +604,14 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   json machine = hw::machine_json();
   machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;
-  write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.trained_seconds()});
+  write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check()});
   if (!cfg.quiet) {
     for (const auto& e : exps) print_experiment(e);
     if (noise > 0)
       std::printf("\nRun-to-run noise: %s.\n", noise_sentence(noise).c_str());
     std::printf("\nlab done in %s; report: %s/README.md (CSV, JSON and plots beside it)\n", format_seconds(seconds).c_str(),
                 cfg.out.c_str());
-    if (const std::string p = planned_against_measured(planned, runner.trained_seconds()); !p.empty()) std::printf("the lab's %s\n", p.c_str());
+    if (const std::string p = planned_against_measured(runner.plan_check()); !p.empty()) std::printf("the lab's %s\n", p.c_str());
   }
   // A lab whose every run failed has measured nothing: the report says why row by row, and the
   // exit status says so too.

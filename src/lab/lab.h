@@ -90,8 +90,9 @@ Experiment prediction(const std::vector<std::string>& records);
 /// training steps, plus its test passes at a forward pass per test batch. Runs it cannot predict
 /// (a GPU the catalog lacks, a model that does not build) are counted apart.
 struct TimeEstimate {
-  double seconds = 0;
+  double seconds = 0;  ///< of the runs it could predict
   int runs = 0, unpredicted = 0;
+  std::vector<double> per_run;  ///< each run's seconds, in order; < 0 where it could not predict it
 };
 TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const data::DataPair& data);
 
@@ -102,18 +103,26 @@ std::string noise_sentence(double noise_pct);
 /// The observations for one experiment, from its rows only (so they follow the data).
 std::vector<std::string> observe(const Experiment& e);
 
+/// The planned time against the measured one, over the runs that finished and were predicted
+/// (a run that diverges stops early, and would make the plan look slow).
+struct PlanCheck {
+  int runs = 0;  ///< finished and predicted
+  int of = 0;    ///< runs planned
+  double planned_s = 0, measured_s = 0;  ///< their training and testing time
+};
+
+/// "14 runs trained and tested in 64.2 s; dlperf plan had expected 61.9 s (0.96x)" (to follow
+/// "Its" or "The lab's"), or "" when no run finished that the plan predicted.
+std::string planned_against_measured(const PlanCheck& c);
+
 /// What the lab as a whole did, for the report's opening lines and lab.json.
 struct LabTotals {
   double seconds = 0;        ///< the lab's wall time
   double noise_pct = 0;      ///< noise_sentence's
   size_t reused_runs = 0;    ///< runs that came from an earlier, interrupted lab (--resume)
-  TimeEstimate planned;      ///< the runs it trained, and the time the planner expected them to take
-  double trained_seconds = 0;  ///< the time those runs took to train and test, measured
+  TimeEstimate planned;      ///< the runs it was to train, and the time the planner expected them to take
+  PlanCheck check;           ///< the plan against the runs that finished
 };
-
-/// "14 runs trained and tested in 64.2 s; dlperf plan had expected 61.9 s (0.96x)", or "" when
-/// nothing was trained or predicted.
-std::string planned_against_measured(const TimeEstimate& planned, double trained_seconds);
 
 /// Writes <out>/<name>.csv for each experiment, <out>/lab.json, <out>/plots/*.png (when
 /// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`.

@@ -65,6 +65,7 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
   std::optional<plan::Catalog> catalog;
   for (const train::TrainConfig& c : runs) {
     ++t.runs;
+    t.per_run.push_back(-1);
     const auto images = [](int64_t limit, int64_t size) { return limit > 0 ? std::min(limit, size) : size; };
     const double train_steps = double(images(c.train_limit, data.train.size()) / c.batch) * double(c.epochs);
     const double test_steps = double((images(c.test_limit, data.test.size()) + c.batch - 1) / c.batch) * double(c.epochs);
@@ -81,12 +82,13 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
         const plan::TargetEstimate e = plan::estimate(job, catalog->find(id), 0, 1);
         if (!e.unsupported.empty()) throw Error(e.unsupported);
         // A test step is a forward pass: about a third of a training step's FLOPs.
-        t.seconds += e.step_s * (train_steps + test_steps / 3);
+        t.per_run.back() = e.step_s * (train_steps + test_steps / 3);
       } else {
         const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
         const plan::StepPrediction p = plan::predict_step(g, c.optimizer, plan::with_precision(plan::host_ceilings(threads), c.precision));
-        t.seconds += p.step_s * train_steps + p.forward_s * test_steps;
+        t.per_run.back() = p.step_s * train_steps + p.forward_s * test_steps;
       }
+      t.seconds += t.per_run.back();
     } catch (const Error&) {
       ++t.unpredicted;
     }
@@ -94,13 +96,12 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
   return t;
 }
 
-std::string planned_against_measured(const TimeEstimate& planned, double trained_seconds) {
-  const int predicted = planned.runs - planned.unpredicted;
-  if (planned.runs == 0 || predicted == 0 || trained_seconds <= 0) return "";
-  return fmt::format("{} trained and tested in {}; dlperf plan had expected {}{} ({:.2f}x)", counted(planned.runs, "run"),
-                     format_seconds(trained_seconds), format_seconds(planned.seconds),
-                     planned.unpredicted > 0 ? fmt::format(" for the {} it could predict", predicted) : "",
-                     planned.seconds / trained_seconds);
+std::string planned_against_measured(const PlanCheck& c) {
+  if (c.runs == 0 || c.measured_s <= 0) return "";
+  return fmt::format("{} trained and tested in {}; dlperf plan had expected {} ({:.2f}x){}", counted(c.runs, "run"),
+                     format_seconds(c.measured_s), format_seconds(c.planned_s), c.planned_s / c.measured_s,
+                     c.runs < c.of ? fmt::format(", leaving out {} that did not finish or that it could not predict", counted(c.of - c.runs, "run"))
+                                   : "");
 }
 
 }  // namespace dlperf::lab

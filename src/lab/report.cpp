@@ -207,7 +207,8 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   json j = {{"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
             {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise_pct},
             {"planned", {{"runs", planned.runs}, {"seconds", planned.seconds}, {"unpredicted_runs", planned.unpredicted},
-                         {"measured_seconds", totals.trained_seconds}}},
+                         {"finished_runs", totals.check.runs}, {"finished_planned_seconds", totals.check.planned_s},
+                         {"finished_measured_seconds", totals.check.measured_s}}},
             {"machine", machine}, {"data", cfg.data},
             {"experiments", json::array()}};
   for (const auto& e : exps) {
@@ -229,7 +230,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
                                     reused_runs == 1 ? "" : "s")
                       : "",
       [&] {
-        const std::string p = planned_against_measured(totals.planned, totals.trained_seconds);
+        const std::string p = planned_against_measured(totals.check);
         return p.empty() ? p : "Its " + p + ". ";
       }(),
       machine_text(machine), cfg.data,
