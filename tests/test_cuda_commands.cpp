@@ -153,6 +153,12 @@ TEST(KERNEL_SUITE, LabMeasuresTheGpuRows) {
   // The report names the GPU, and says the lab ran --full (the default with a GPU).
   const json j = json::parse(std::ifstream(dir.path / "lab.json"));
   EXPECT_EQ(j["mode"], "full");
+  // The time estimate covers the CPU and GPU runs: the GPU's from the catalog's datasheet, or left
+  // out for a GPU the catalog lacks (the emulation); every predicted run finished.
+  const json& estimate = j["planned"];
+  EXPECT_GE(estimate["runs"].get<int>(), 6);
+  EXPECT_EQ(estimate["finished_runs"].get<int>() + estimate["unpredicted_runs"].get<int>(), estimate["runs"].get<int>());
+  EXPECT_GT(estimate["finished_planned_seconds"].get<double>(), 0);
   const json& gpu = j["machine"]["gpu"];
   EXPECT_TRUE(gpu.value("present", false)) << gpu.dump();
   const std::string name = cuda::gpu_info(0).name;
