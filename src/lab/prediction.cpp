@@ -67,8 +67,10 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
     ++t.runs;
     t.per_run.push_back(-1);
     const auto images = [](int64_t limit, int64_t size) { return limit > 0 ? std::min(limit, size) : size; };
-    const double train_steps = double(images(c.train_limit, data.train.size()) / c.batch) * double(c.epochs);
-    const double test_steps = double((images(c.test_limit, data.test.size()) + c.batch - 1) / c.batch) * double(c.epochs);
+    // Training drops a last partial batch; testing pads it.
+    const int64_t train_batches = images(c.train_limit, data.train.size()) / c.batch;
+    const int64_t test_batches = (images(c.test_limit, data.test.size()) + c.batch - 1) / c.batch;
+    const double train_steps = double(train_batches * c.epochs), test_steps = double(test_batches * c.epochs);
     try {
       const nn::Graph g = nn::build_graph(nn::load_model(c.model), {data.train.channels, data.train.height, data.train.width},
                                           data.train.classes, c.batch);
