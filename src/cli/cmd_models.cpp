@@ -29,12 +29,12 @@ void show(const std::string& name, const std::string& input, int64_t classes, bo
            std::to_string(n.param_count()), format_decimals(n.cost.forward.flops / 1e6, 3),
            format_decimals(n.cost.total_backward().flops / 1e6, 3), format_bytes(n.cost.output_bytes)});
   t.separator();
-  t.add({"total", "", "", std::to_string(g.param_count()), fmt::format("{:.3f}", g.forward_flops() / 1e6),
-         fmt::format("{:.3f}", g.backward_flops() / 1e6), format_bytes(g.activation_bytes())});
+  t.add({"total", "", "", std::to_string(g.param_count()), format_decimals(g.forward_flops() / 1e6, 3),
+         format_decimals(g.backward_flops() / 1e6, 3), format_bytes(g.activation_bytes())});
   t.print();
-  std::printf("\n%.3fM parameters (%s as f32); %.2f MFLOP forward + %.2f MFLOP backward per image\n",
-              double(g.param_count()) / 1e6, format_bytes(double(g.param_count()) * 4).c_str(), g.forward_flops() / 1e6,
-              g.backward_flops() / 1e6);
+  std::printf("\n%sM parameters (%s as f32); %s MFLOP forward + %s MFLOP backward per image\n",
+              format_decimals(double(g.param_count()) / 1e6, 3).c_str(), format_bytes(double(g.param_count()) * 4).c_str(),
+              format_decimals(g.forward_flops() / 1e6, 2).c_str(), format_decimals(g.backward_flops() / 1e6, 2).c_str());
 }
 }  // namespace
 
