@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
+#include "core/timer.h"
 #include "plan/memory.h"
 #include "report/table.h"
 
@@ -205,8 +206,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
 void print_report(const Report& r, size_t max_rows) {
   const StepSummary& s = r.step;
   auto pct = [&](double x) { return fmt::format("{:.1f}%", 100 * x / std::max(s.step_s, 1e-12)); };
-  std::printf("\nProfile of %lld training steps: %.2f ms a step, %.0f kernel launches a step (%s)\n", (long long)s.steps,
-              1e3 * s.step_s, s.launches, s.launches_source.c_str());
+  std::printf("\nProfile of %s: %s a step, %.0f kernel launches a step (%s)\n", counted(s.steps, "training step").c_str(),
+              format_seconds(s.step_s).c_str(), s.launches, s.launches_source.c_str());
   // loader_busy sums the workers' busy time, so 2 workers can be busy 150% of the time: the
   // console shows the mean per worker, which reads as a share.
   const std::string loader = s.loader_workers > 0 ? fmt::format("{} loader worker{}, each busy {:.1f}% of the time on average", s.loader_workers,
