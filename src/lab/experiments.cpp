@@ -163,7 +163,7 @@ class Runner {
     const Outcome& a = run("base", what, base_);
     train::TrainConfig again = base_;
     again.runs_dir.clear();  // not a row of any experiment
-    const Outcome b = execute("base", what + " again, for the run-to-run noise", again);
+    const Outcome b = execute("base", what + " again (run-to-run noise)", again);
     if (!a.ok || !b.ok) return 0;
     const double x = a.record["summary"]["images_per_s"], y = b.record["summary"]["images_per_s"];
     return 100 * std::fabs(x - y) / std::min(x, y);
@@ -222,6 +222,7 @@ class Runner {
   void set_predictions(const std::vector<double>& seconds) {
     for (size_t i = 0; i < planned_.size() && i < seconds.size(); ++i) predicted_[run_key(planned_[i])] = seconds[i];
     check_.of = int(planned_.size());
+    planned_seconds_ = seconds;
   }
   const PlanCheck& plan_check() const { return check_; }
 
@@ -284,10 +285,11 @@ class Runner {
     if (!lab_.quiet) {
       if (redraw) std::printf("\r%s", line.c_str());
       if (o.ok)
-        std::printf("%s, %.0f img/s, test acc %.2f%%\n", format_seconds(o.record["summary"]["train_s"].get<double>()).c_str(),
-                    o.record["summary"]["images_per_s"].get<double>(), 100 * o.record["summary"]["final_test_acc"].get<double>());
+        std::printf("%s, %.0f img/s, test acc %.2f%%%s\n", format_seconds(o.record["summary"]["train_s"].get<double>()).c_str(),
+                    o.record["summary"]["images_per_s"].get<double>(), 100 * o.record["summary"]["final_test_acc"].get<double>(),
+                    time_left().c_str());
       else
-        std::printf("failed: %s\n", o.error.c_str());
+        std::printf("failed: %s%s\n", o.error.c_str(), time_left().c_str());
       std::fflush(stdout);
     }
     return o;
@@ -316,6 +318,20 @@ class Runner {
   bool planning_ = false;
   std::map<std::string, double> predicted_;  ///< by run key: the planner's seconds
   PlanCheck check_;
+  std::vector<double> planned_seconds_;  ///< the planner's seconds for each of planned_, in order
+  // "; about 9.2 min left": the planned time of the runs still to come (the real pass trains them
+  // in the planning pass's order), scaled by how the finished ones compared with their plan.
+  // Nothing when a run to come cannot be predicted, or none is left.
+  std::string time_left() const {
+    if (planned_seconds_.size() != planned_.size() || size_t(runs_) >= planned_seconds_.size()) return "";
+    double left = 0;
+    for (size_t i = size_t(runs_); i < planned_seconds_.size(); ++i) {
+      if (planned_seconds_[i] < 0) return "";
+      left += planned_seconds_[i];
+    }
+    if (check_.runs > 0 && check_.planned_s > 0) left *= check_.measured_s / check_.planned_s;
+    return fmt::format("; about {} left", format_seconds(left));
+  }
   // "3/17, ": the run's place among those planned, its number as wide as their count.
   std::string count(int run) const {
     if (planned_.empty()) return "";
