@@ -328,6 +328,21 @@ TEST(Cli, ProgressBarsFitTheTerminal) {
   }
 }
 
+// The lab says up front how many runs it will train and how long the planner expects them to
+// take, numbers each run with the time left after it, and ends with the plan against the time.
+TEST(Cli, TheLabSaysWhatIsComingAndHowLongItTook) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "lab model --models small,mlp --data synthetic:1x12x12:256 --batch-size 32 --model small "
+                                    "--train-limit 0 --test-limit 0 --no-progress --out lab");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n3 runs to train; dlperf plan expects about [0-9.]+ (us|ms|s) of training and testing\n)")))
+      << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n  \[1/3, +[0-9.]+ s\] base .*; about [0-9.]+ (us|ms|s) left\n)"))) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n  \[3/3, .*test acc [0-9.]+%\n)"))) << o.out;  // nothing left after the last
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nthe lab's 3 runs trained and tested in .*; dlperf plan had expected .* \([0-9.]+x\)\n)")))
+      << o.out;
+}
+
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
 // and $27428890.
 TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {
