@@ -27,13 +27,22 @@
 
 namespace dlperf::train::detail {
 
+/// What an epoch's progress bar shows besides its own steps: whether it is drawn at all, and the
+/// seconds the epochs after it should take, from the last finished epoch (< 0: none finished yet,
+/// so the bar projects them from its own epoch's rate).
+struct BarInfo {
+  bool on = false;
+  double later_s = -1;
+};
+
 // A one-line progress bar on stderr, redrawn at most 5 times a second.
 class Progress {
  public:
   /// `what`: "" for the training steps, "test" for the evaluation after them (which on a CPU
-  /// can take seconds, and would otherwise sit on the training bar's "100%").
-  Progress(bool on, int64_t epoch, int64_t epochs, int64_t total, std::string what = "")
-      : on_(on), epoch_(epoch), epochs_(epochs), total_(total), start_(now_s()), what_(std::move(what)) {}
+  /// can take seconds, and would otherwise sit on the training bar's "100%"). The training bar's
+  /// eta is the run's: with epochs after this one, their time too.
+  Progress(BarInfo bar, int64_t epoch, int64_t epochs, int64_t total, std::string what = "")
+      : on_(bar.on), epoch_(epoch), epochs_(epochs), total_(total), later_s_(bar.later_s), start_(now_s()), what_(std::move(what)) {}
   /// `loss` NaN: none shown (the test pass sums its loss at the end).
   void update(int64_t done, int64_t images, double loss) {
     if (!on_) return;
@@ -44,8 +53,13 @@ class Progress {
     const double eta = done > 0 ? (t - start_) * double(total_ - done) / double(done) : 0;
     const int pct = int(100 * done / std::max<int64_t>(total_, 1));
     const std::string head = fmt::format("  epoch {}/{}{} ", epoch_, epochs_, what_.empty() ? "" : " " + what_);
-    const std::string tail = fmt::format(" {:3d}%  {:6.0f} img/s{}  eta {:3.0f}s ", pct, rate,
-                                         std::isnan(loss) ? "" : fmt::format("  loss {:.4f}", loss), eta);
+    // The training bar's eta is the run's: this epoch's rest, and the epochs after it.
+    double left = eta;
+    if (what_.empty() && epochs_ > epoch_ && done > 0)
+      left += later_s_ >= 0 ? later_s_ : double(epochs_ - epoch_) * (t - start_) * double(total_) / double(done);
+    const std::string tail = fmt::format(" {:3d}%  {:6.0f} img/s{}  eta {:>7} ", pct, rate,
+                                         std::isnan(loss) ? "" : fmt::format("  loss {:.4f}", loss),
+                                         left < 1 ? "<1 s" : format_seconds(left));
     // The bar takes what the terminal's width leaves (10 to 30 marks): a line that wraps makes
     // each redraw start a new line instead of replacing the last.
     const int room = terminal_columns() - 1 - int(head.size() + tail.size()) - 2;
@@ -64,6 +78,7 @@ class Progress {
  private:
   bool on_;
   int64_t epoch_, epochs_, total_;
+  double later_s_;
   double start_, last_ = 0;
   std::string what_;
   int drawn_ = 0;  // characters of the last line drawn, which clear() blanks
@@ -89,10 +104,13 @@ std::string final_accuracy(const nlohmann::json& summary);
 template <class TrainingRun>
 int64_t run_epochs(const TrainConfig& cfg, TrainingRun& run, int64_t start_epoch, std::vector<EpochStats>& epochs) {
   const bool bar = cfg.progress && isatty(STDERR_FILENO);  // also when quiet: the lab's runs show it
+  double last_epoch_s = -1;  // the last finished epoch's training and testing, for the run's time left
   for (int64_t epoch = start_epoch; epoch < cfg.epochs; ++epoch) {
     if (cfg.stop_after_epochs > 0 && epoch >= cfg.stop_after_epochs) break;
-    std::optional<EpochStats> st = run.epoch(epoch, bar);
+    std::optional<EpochStats> st =
+        run.epoch(epoch, BarInfo{bar, last_epoch_s < 0 ? -1 : last_epoch_s * double(cfg.epochs - epoch - 1)});
     if (!st) return epoch + 1;
+    last_epoch_s = st->train_s + st->eval_s;
     epochs.push_back(*st);
     if (!cfg.quiet) {
       std::fputs(epoch_row(epochs.back()).c_str(), stdout);

@@ -469,7 +469,7 @@ struct GpuRun {
   /// One epoch: its training steps (the host never waits for them; the loss and accuracy are
   /// summed on the GPU and read at the end, and when the progress bar redraws), then evaluation.
   /// None when a signal stopped it (core/interrupt.h).
-  std::optional<EpochStats> epoch(int64_t epoch, bool bar) {
+  std::optional<EpochStats> epoch(int64_t epoch, BarInfo bar) {
     mem.reset_peaks();
     EpochStats st;
     st.epoch = epoch + 1;

@@ -543,7 +543,7 @@ struct Run {
   }
 
   /// One epoch of training, then evaluation; none when a signal stopped it (core/interrupt.h).
-  std::optional<EpochStats> epoch(int64_t epoch, bool bar) {
+  std::optional<EpochStats> epoch(int64_t epoch, BarInfo bar) {
     HostAllocator::instance().reset_peaks();  // the epoch's own peaks
     EpochStats st;
     st.epoch = epoch + 1;
