@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "data/dataset.h"
 #include "data/loader.h"
+#include "train/trainer.h"
 #include "test_util.h"
 
 namespace dlperf::test {
@@ -65,6 +66,8 @@ TEST(Idx, ReadsRawAndGzipDirectories) {
     EXPECT_EQ(d.train.width, 5);
     EXPECT_EQ(d.train.images[3], uint8_t(21));
     EXPECT_EQ(d.train.labels[13], 3);
+    EXPECT_EQ(d.train.classes, 10);  // the labels name 0..9; the test set's 0..6 has the training set's count
+    EXPECT_EQ(d.test.classes, 10);
   }
   TempDir t;  // a test set from another dataset
   write_idx_set(t.path, false);
@@ -89,6 +92,27 @@ TEST(Idx, ADirectoryIsNamedAndKnownHoweverItIsSpelled) {
   EXPECT_FALSE(data::same_data("synthetic:1x8x8:64", "synthetic:1x8x8:128"));
   EXPECT_FALSE(data::same_data(dir.string(), t.path.string()));
   EXPECT_FALSE(data::same_data(dir.string(), (t.path / "gone").string()));
+}
+
+// An IDX set has the classes its labels name: EMNIST's balanced split has 47, and trains as such
+// (its labels were refused as "out of range (classes 0..9)").
+TEST(Idx, ASetHasTheClassesItsLabelsName) {
+  TempDir t;
+  std::vector<uint8_t> labels = be32(0x801), n = be32(94);
+  labels.insert(labels.end(), n.begin(), n.end());
+  for (uint32_t i = 0; i < 94; ++i) labels.push_back(uint8_t(i % 47));
+  write(t.path / "train-images-idx3-ubyte", idx_images(94, 8, 8));
+  write(t.path / "train-labels-idx1-ubyte", labels);
+  write(t.path / "t10k-images-idx3-ubyte", idx_images(7, 8, 8));
+  write(t.path / "t10k-labels-idx1-ubyte", idx_labels(7));
+  const auto d = data::load_data(t.path.string());
+  EXPECT_EQ(d.train.classes, 47);
+  EXPECT_EQ(d.test.classes, 47);
+  train::TrainConfig c;
+  c.data = t.path.string(), c.model = "mlp", c.device = "cpu", c.batch = 16, c.epochs = 1;
+  c.runs_dir = "", c.quiet = true, c.progress = false;
+  const train::TrainResult r = train::train(c);
+  EXPECT_EQ(r.record["data"]["classes"], 47);
 }
 
 TEST(Idx, DamagedFilesGiveOneClearError) {

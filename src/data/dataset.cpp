@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -44,8 +45,11 @@ DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok
     check(!paths[i].empty(), fmt::format("{} has no {}[.gz]", dir.string(), names[i]),
           "an IDX dataset directory needs the train and t10k image and label files");
   }
-  p.train = read_idx(paths[0], paths[1], name);
-  p.test = read_idx(paths[2], paths[3], name);
+  // The classes are those the labels name: MNIST-style sets in IDX files have 10, EMNIST's
+  // splits 10 to 62. A test set that lacks the highest class still has the training set's count.
+  p.train = read_idx(paths[0], paths[1], name, 0);
+  p.test = read_idx(paths[2], paths[3], name, 0);
+  p.train.classes = p.test.classes = std::max(p.train.classes, p.test.classes);
   check(p.train.height == p.test.height && p.train.width == p.test.width,
         fmt::format("{}: the training images are {}x{} and the test images {}x{}", dir.string(), p.train.height, p.train.width,
                     p.test.height, p.test.width),

@@ -39,7 +39,8 @@ DataPair load_data(const std::string& spec);
 /// ("fm", "./fm/" and "/data/fm" are one set; a resumed run must not call that a change).
 bool same_data(const std::string& a, const std::string& b);
 
-/// IDX image and label files, raw or gzip (zlib reads both).
+/// IDX image and label files, raw or gzip (zlib reads both). `classes` 0: as many as the labels
+/// name (the largest label + 1); otherwise a label past it is an error.
 Dataset read_idx(const std::string& images_path, const std::string& labels_path,
                  const std::string& name, int64_t classes = 10);
 /// CIFAR-10 binary batch files (each record: 1 label byte + 3072 image bytes).

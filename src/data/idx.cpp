@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <memory>
 
 #include "core/error.h"
@@ -81,10 +82,14 @@ Dataset read_idx(const std::string& images_path, const std::string& labels_path,
     d.labels.resize(n);
     f.read(d.labels.data(), n, fmt::format("{} labels", n).c_str());
     check(f.at_end(), fmt::format("{} has bytes past its {} labels", labels_path, n), kHint);
-    for (size_t i = 0; i < d.labels.size(); ++i)
-      check(d.labels[i] < classes,
-            fmt::format("{}: label {} of sample {} is out of range (classes 0..{})", labels_path,
-                        d.labels[i], i, classes - 1), kHint);
+    if (classes == 0) {  // as many classes as the labels name (EMNIST has 47, MNIST 10)
+      d.classes = d.labels.empty() ? 1 : int64_t(*std::max_element(d.labels.begin(), d.labels.end())) + 1;
+    } else {
+      for (size_t i = 0; i < d.labels.size(); ++i)
+        check(d.labels[i] < classes,
+              fmt::format("{}: label {} of sample {} is out of range (classes 0..{})", labels_path,
+                          d.labels[i], i, classes - 1), kHint);
+    }
   }
   return d;
 }

@@ -58,9 +58,9 @@ std::string epoch_row(const EpochStats& e) {
 
 std::string model_line(const nn::Graph& graph, const data::DataPair& data) {
   const auto& t = data.train;
-  return fmt::format("dlperf train: model {} ({:.3f}M parameters, {:.2f} MFLOP/image forward) on {} {}, {} train / {} test images\n",
+  return fmt::format("dlperf train: model {} ({:.3f}M parameters, {:.2f} MFLOP/image forward) on {} {}, {} classes, {} train / {} test images\n",
                      graph.model, double(graph.param_count()) / 1e6, graph.forward_flops() / double(graph.batch()) / 1e6, t.name,
-                     dims_str({t.channels, t.height, t.width}), t.size(), data.test.size());
+                     dims_str({t.channels, t.height, t.width}), t.classes, t.size(), data.test.size());
 }
 
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const json& was) {
