@@ -135,8 +135,6 @@ nlohmann::json run_roofline(const BenchArgs& a) {
   const bench::Roofline r = bench::measure_roofline(req);
   const bool draw = report::gnuplot_available();
   if (!draw) std::printf("gnuplot (with pngcairo) is not installed: writing the data and script only (apt-get install gnuplot-nox)\n");
-  std::error_code ec;
-  std::filesystem::create_directories("runs", ec);
   const std::string where = r.device == "cpu" ? "cpu" : "cuda";
   const std::string stem = fmt::format("runs/roofline-{}-b{}-{}{}", r.model, a.batch, where, where == "cpu" ? "" : "-" + a.precision);
   const auto files = bench::write_roofline(r.points, r.peaks, r.bandwidth_gbps, stem,
