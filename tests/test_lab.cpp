@@ -328,7 +328,11 @@ TEST(Lab, TableCellsKeepTwoSignificantDigits) {
   EXPECT_EQ(lab::cell_text(387781.2, 0), "387781");
   EXPECT_EQ(lab::cell_text(0.0, 2), "0.00");
   EXPECT_EQ(lab::cell_text(nlohmann::json(), 2), "-");
-  EXPECT_EQ(lab::cell_text("fp32", -1), "fp32");
+  EXPECT_EQ(lab::cell_text("fp32", lab::kText), "fp32");
+  // A learning rate as it was set: 0.025 and 1.6, not 0.0250 and 1.6000 (0.1 * 16 is 1.6000000000000001).
+  EXPECT_EQ(lab::cell_text(0.1 / 4, lab::kOwnDigits), "0.025");
+  EXPECT_EQ(lab::cell_text(0.1 * 16, lab::kOwnDigits), "1.6");
+  EXPECT_EQ(lab::cell_text(0.1, lab::kOwnDigits), "0.1");
 }
 
 TEST(Lab, WorkerCountsAreBoundedByTheCores) {

@@ -24,8 +24,12 @@ inline constexpr const char* kReportTitle = "# dlperf lab report";
 /// them); `header` is the console and README heading.
 struct Column {
   std::string key, header;
-  int decimals = 2;  ///< for numbers; -1 = text
+  int decimals = 2;  ///< for numbers; kText for text, kOwnDigits for a number's own digits
 };
+inline constexpr int kText = -1;
+/// A number as it was set, up to 4 significant digits: an lr of 0.025 or 1.6 (with 4 decimals
+/// they read 0.0250 and 1.6000).
+inline constexpr int kOwnDigits = -2;
 
 /// One experiment's results: rows are JSON objects keyed by column key; a number that was not
 /// measured is null. Every row has "status" ("measured", "missing" or "diverged") and "note".
@@ -43,7 +47,8 @@ struct Experiment {
 };
 
 /// A table cell: "-" for null, text as it is, a number with the column's decimals, or more where
-/// those would show fewer than two significant digits (a 5.4 ms epoch is "0.0054", not "0.01").
+/// those would show fewer than two significant digits (a 5.4 ms epoch is "0.0054", not "0.01");
+/// with kOwnDigits, the number's own digits.
 std::string cell_text(const nlohmann::json& v, int decimals);
 
 struct LabConfig {

@@ -31,7 +31,7 @@ Experiment prediction(const std::vector<std::string>& records) {
       "Before a run, how close does `dlperf plan` come to the step time and peak memory the run measured? It predicts from "
       "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else measured on the "
       "spot in about a second).";
-  e.columns = {{"run", "run", -1},
+  e.columns = {{"run", "run", kText},
                {"step_ms_planned", "step ms planned", 3},
                {"step_ms", "step ms measured", 3},
                {"step_ratio", "planned / measured", 3},

@@ -138,7 +138,7 @@ std::string markdown_table(const Experiment& e) {
   std::string s = "|";
   for (const auto& c : e.columns) s += " " + c.header + " |";
   s += " note |\n|";
-  for (const auto& c : e.columns) s += c.decimals < 0 ? " --- |" : " ---: |";
+  for (const auto& c : e.columns) s += c.decimals == kText ? " --- |" : " ---: |";
   s += " --- |\n";
   for (const auto& r : e.rows) {
     s += "|";
