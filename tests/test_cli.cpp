@@ -76,6 +76,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --data /nonexistent", "--data /nonexistent: no such directory"},
       {"train --resume", "--resume needs --checkpoint DIR"},
       {"train --checkpoint ck --resume", "no checkpoint to resume from"},
+      {"train --overwrite-checkpoint", "--overwrite-checkpoint needs --checkpoint DIR"},
       {"train --precision bf16 --warmup-epochs 1", "--warmup-epochs does not apply to --schedule onecycle"},
       {"train --profile --profile-steps -1", "--profile-skip and --profile-steps count steps: they cannot be negative"},
       {"profile --steps -1", "--skip and --steps count steps: they cannot be negative"},
@@ -323,8 +324,9 @@ TEST(Cli, ProgressBarsFitTheTerminal) {
   size_t start = 0;
   for (size_t end; (end = out.find_first_of("\r\n", start)) != std::string::npos; start = end + 1) {
     const std::string piece = out.substr(start, end - start);
-    if (piece.find("img/s  ") != std::string::npos && piece.find(" [") != std::string::npos)
+    if (piece.find("img/s  ") != std::string::npos && piece.find(" [") != std::string::npos) {
       EXPECT_LT(piece.size(), 80u) << piece;
+    }
   }
 }
 

@@ -265,6 +265,47 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("no checkpoint to resume from"), std::string::npos);
 }
 
+// A new run in a directory that holds a checkpoint would replace it after its first epoch, and
+// the earlier run's epochs with it: refused, saying what the file holds, unless asked for.
+TEST(Train, ANewRunDoesNotReplaceAnEarlierRunsCheckpointUnlessAsked) {
+  TempDir ck;
+  auto c = tiny();
+  c.epochs = 1;
+  c.checkpoint_dir = ck.path.string();
+  train::train(c);
+  const std::string path = train::checkpoint_path(c.checkpoint_dir);
+  const auto saved = fs::last_write_time(path);
+  try {
+    train::train(c);
+    ADD_FAILURE() << "a second run replaced the checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + " already exists (a checkpoint of small after epoch 1 of 1)"), std::string::npos) << e.what();
+    EXPECT_NE(e.hint().find("add --resume to go on from it, --overwrite-checkpoint to start afresh"), std::string::npos) << e.hint();
+  }
+  EXPECT_EQ(fs::last_write_time(path), saved);
+  auto both = c;
+  both.resume = both.overwrite_checkpoint = true;
+  EXPECT_NE(error_of([&] { train::train(both); }).find("--overwrite-checkpoint starts afresh, and --resume goes on"), std::string::npos);
+  auto none = tiny();
+  none.overwrite_checkpoint = true;
+  EXPECT_NE(error_of([&] { train::train(none); }).find("--overwrite-checkpoint needs --checkpoint DIR"), std::string::npos);
+  // Asked for, the run starts afresh and its checkpoint replaces the earlier one.
+  c.overwrite_checkpoint = true;
+  c.epochs = 2;
+  train::train(c);
+  EXPECT_EQ(train::checkpoint_held(c.checkpoint_dir)->what, "a checkpoint of small after epoch 2 of 2");
+  // A file that is no checkpoint is not offered to --resume.
+  std::ofstream(path) << "garbage";
+  c.overwrite_checkpoint = false;
+  try {
+    train::train(c);
+    ADD_FAILURE() << "a run replaced an unreadable checkpoint file without being asked";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not a checkpoint dlperf can read"), std::string::npos) << e.what();
+    EXPECT_EQ(e.hint().find("--resume"), std::string::npos) << e.hint();
+  }
+}
+
 // Run records, reports and the machine profile are written aside and moved into place.
 TEST(Files, AreWrittenWholeOrNotAtAll) {
   TempDir dir;

@@ -42,6 +42,8 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str()->check(at_least(0));
   c->add_option("--checkpoint", cfg->checkpoint_dir, "save a checkpoint in DIR after every epoch");
   c->add_flag("--resume", cfg->resume, "continue from the checkpoint in --checkpoint DIR");
+  c->add_flag("--overwrite-checkpoint", cfg->overwrite_checkpoint,
+              "start afresh in a --checkpoint DIR that holds a checkpoint, replacing it after this run's first epoch");
   c->add_option("--runs-dir", cfg->runs_dir, "where the run record (JSON) goes; empty for none")->capture_default_str();
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
   c->add_flag("--layer-times", cfg->layer_times, "time every layer and report achieved GFLOP/s against the CPU's peak");
@@ -94,6 +96,7 @@ void add_profile(CLI::App& app, const Command& self) {
   add_train_flags(c, cfg.get());
   add_profile_flags(c, cfg.get(), false);
   c->get_option("--checkpoint")->description("with --resume: profile the run saved in DIR (profile itself writes no checkpoint)");
+  c->remove_option(c->get_option("--overwrite-checkpoint"));  // profile writes no checkpoint to overwrite
   c->callback([cfg, c] {
     refuse_ignored_flags(c, *cfg);
     train::train(*cfg);

@@ -27,9 +27,44 @@ uint32_t data_crc32(const std::map<std::string, std::vector<float>>& tensors) {
   for (const auto& [name, v] : tensors) crc = crc32_z(crc, reinterpret_cast<const Bytef*>(v.data()), v.size() * sizeof(float));
   return uint32_t(crc);
 }
+
+// The magic, the header length and the JSON header of the checkpoint open in `f` (`size` bytes);
+// the data follow. Throws Error with `hint` on a file that is not a checkpoint.
+json read_header(std::ifstream& f, uint64_t size, const std::string& path, const std::string& hint) {
+  char magic[8];
+  uint64_t hlen = 0;
+  f.read(magic, 8);
+  f.read(reinterpret_cast<char*>(&hlen), 8);
+  check(f && std::memcmp(magic, kMagic, 8) == 0, fmt::format("{} is not a dlperf checkpoint", path), hint);
+  check(hlen < size - 16, fmt::format("{} is truncated (header)", path), hint);
+  std::string h(hlen, '\0');
+  f.read(h.data(), std::streamsize(hlen));
+  try {
+    return json::parse(h);
+  } catch (const std::exception& e) {
+    throw Error(fmt::format("{} has a corrupt header: {}", path, e.what()), hint);
+  }
+}
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) { return (fs::path(dir) / "checkpoint.dlperf").string(); }
+
+std::optional<HeldCheckpoint> checkpoint_held(const std::string& dir) {
+  const std::string path = checkpoint_path(dir);
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  if (!f) return std::nullopt;
+  const uint64_t size = uint64_t(f.tellg());
+  f.seekg(0);
+  try {
+    const json meta = read_header(f, size, path, "");
+    const json& config = meta.value("config", json::object());
+    return HeldCheckpoint{fmt::format("a checkpoint of {} after epoch {}{}", meta.value("model", std::string("?")),
+                                      meta.value("epoch_done", int64_t(0)),
+                                      config.contains("epochs") ? fmt::format(" of {}", config["epochs"].dump()) : "")};
+  } catch (const std::exception& e) {
+    return HeldCheckpoint{fmt::format("not a checkpoint dlperf can read: {}", e.what()), false};
+  }
+}
 
 void save_checkpoint(const std::string& dir, const Checkpoint& ck) {
   std::error_code ec;
@@ -86,20 +121,9 @@ Checkpoint load_checkpoint(const std::string& dir) {
   check(bool(f), fmt::format("no checkpoint to resume from at {}", path), "run once without --resume first");
   const uint64_t size = uint64_t(f.tellg());
   f.seekg(0);
-  char magic[8];
-  uint64_t hlen = 0;
-  f.read(magic, 8);
-  f.read(reinterpret_cast<char*>(&hlen), 8);
-  check(f && std::memcmp(magic, kMagic, 8) == 0, fmt::format("{} is not a dlperf checkpoint", path), hint);
-  check(hlen < size - 16, fmt::format("{} is truncated (header)", path), hint);
-  std::string h(hlen, '\0');
-  f.read(h.data(), std::streamsize(hlen));
   Checkpoint ck;
-  try {
-    ck.meta = nlohmann::json::parse(h);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{} has a corrupt header: {}", path, e.what()), hint);
-  }
+  ck.meta = read_header(f, size, path, hint);
+  const uint64_t hlen = uint64_t(f.tellg()) - 16;
   uint64_t total = 0;
   for (const auto& t : ck.meta.at("tensors")) total += t.at("count").get<uint64_t>();
   check(16 + hlen + total * 4 == size,

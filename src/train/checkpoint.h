@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,12 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck);
 /// Reads dir/checkpoint.dlperf; throws Error on a missing, truncated or corrupt file.
 Checkpoint load_checkpoint(const std::string& dir);
 std::string checkpoint_path(const std::string& dir);
+struct HeldCheckpoint {
+  std::string what;      ///< "a checkpoint of small after epoch 14 of 40", or why it is none
+  bool readable = true;  ///< false: not a checkpoint dlperf can read
+};
+/// What dir's checkpoint file holds, from its header alone, or nullopt where there is none.
+std::optional<HeldCheckpoint> checkpoint_held(const std::string& dir);
 
 /// A checkpoint's tensor `name` of `count` floats; throws Error with advice when it is missing or
 /// sized for another model. Names are the CPU engine's ("conv1.weight", "bn1.running_mean",

@@ -469,6 +469,18 @@ void validate(const TrainConfig& cfg) {
   };
   if (!cfg.runs_dir.empty()) writable_dir(cfg.runs_dir, "run records", "--runs-dir");
   if (!cfg.checkpoint_dir.empty()) writable_dir(cfg.checkpoint_dir, "checkpoints", "--checkpoint");
+  check(!cfg.overwrite_checkpoint || !cfg.checkpoint_dir.empty(), "--overwrite-checkpoint needs --checkpoint DIR",
+        "name the directory whose checkpoint this run replaces");
+  check(!cfg.overwrite_checkpoint || !cfg.resume, "--overwrite-checkpoint starts afresh, and --resume goes on from the checkpoint",
+        "keep one of them");
+  // A new run would replace an earlier run's checkpoint after its first epoch, and that run's
+  // epochs with it: asked for, not assumed (as Hugging Face's Trainer asks for overwrite_output_dir).
+  if (!cfg.checkpoint_dir.empty() && !cfg.resume && !cfg.overwrite_checkpoint)
+    if (const auto held = checkpoint_held(cfg.checkpoint_dir))
+      throw Error(fmt::format("{} already exists ({}), and this run would replace it after its first epoch",
+                              checkpoint_path(cfg.checkpoint_dir), held->what),
+                  held->readable ? "add --resume to go on from it, --overwrite-checkpoint to start afresh, or name another --checkpoint directory"
+                                 : "add --overwrite-checkpoint to replace it, or name another --checkpoint directory");
   // Its epoch stops after the recorded steps: a checkpoint would call a part-trained epoch done.
   check(!cfg.profile_only || cfg.checkpoint_dir.empty() || cfg.resume, "dlperf profile writes no checkpoint: it stops mid-epoch",
         "drop --checkpoint, or add --resume to profile the run saved there");

@@ -42,6 +42,7 @@ struct TrainConfig {
   int64_t test_limit = 0;
   std::string checkpoint_dir; ///< empty = no checkpoints
   bool resume = false;
+  bool overwrite_checkpoint = false;  ///< start afresh where checkpoint_dir holds another run's checkpoint
   std::string runs_dir = "runs";  ///< empty = no run record
   bool progress = true;       ///< progress bar when stderr is a terminal
   bool layer_times = false;   ///< time every layer (adds a clock read per layer)
