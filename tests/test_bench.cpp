@@ -326,6 +326,34 @@ TEST(MachineProfile, GpuCeilingsFromTheBenchAndBack) {
   std::filesystem::current_path(cwd);
 }
 
+// 'bench all --quick' (seconds of sampling) does not replace a full measurement of the same CPU,
+// whatever its thread count; a full one replaces anything, and the ceilings say how they were measured.
+TEST(MachineProfile, AQuickMeasurementNeverReplacesAFullOne) {
+  TempDir t;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(t.path);
+  const nlohmann::json full = {{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"quick", false}};
+  nlohmann::json quick = full;
+  quick["quick"] = true;
+  EXPECT_TRUE(bench::replaces_machine_profile(quick));  // no profile yet
+  bench::write_machine_profile(full);
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(), "measured by 'dlperf bench all', in runs/machine-profile.json");
+  EXPECT_FALSE(bench::replaces_machine_profile(quick));
+  quick["threads"] = 1;
+  EXPECT_FALSE(bench::replaces_machine_profile(quick));
+  quick["cpu"] = "another CPU";
+  EXPECT_TRUE(bench::replaces_machine_profile(quick));
+  nlohmann::json full_1 = full;
+  full_1["threads"] = 1;
+  EXPECT_TRUE(bench::replaces_machine_profile(full_1));
+  quick = full;
+  quick["quick"] = true;
+  bench::write_machine_profile(quick);  // a quick one is replaced by another
+  EXPECT_TRUE(bench::replaces_machine_profile(quick));
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(), "measured by 'dlperf bench all --quick', in runs/machine-profile.json");
+  std::filesystem::current_path(cwd);
+}
+
 }  // namespace
 }  // namespace dlperf::test
 

@@ -56,8 +56,18 @@ nlohmann::json read_profile() {
 Ceilings load_ceilings(const std::string& cpu_model, int threads) {
   const auto p = read_profile();
   if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
-    return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object())};
+    return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object()), p.value("quick", false)};
   return {};
+}
+
+std::string Ceilings::source() const {
+  return fmt::format("measured by 'dlperf bench all{}', in {}", quick ? " --quick" : "", kMachineProfile);
+}
+
+bool replaces_machine_profile(const nlohmann::json& profile) {
+  if (!profile.value("quick", false)) return true;
+  const auto held = read_profile();
+  return !(held.is_object() && held.contains("cpu") && !held.value("quick", false) && held["cpu"] == profile["cpu"]);
 }
 
 double GpuCeilings::peak(const std::string& precision) const {

@@ -15,13 +15,14 @@
 namespace dlperf::bench {
 
 inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
-/// Where ceilings read from kMachineProfile came from, as tables and notes say it.
-inline constexpr const char* kMachineProfileSource = "measured by 'dlperf bench all', in runs/machine-profile.json";
-
 /// The measured ceilings of this CPU model at this thread count.
 struct Ceilings {
   double f32_gflops = 0;         ///< 0 = none measured
   nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
+  bool quick = false;            ///< measured by 'dlperf bench all --quick' (fewer sizes and repeats)
+  /// Where they came from, as tables and notes say it: "measured by 'dlperf bench all', in
+  /// runs/machine-profile.json" (with --quick where they were measured so).
+  std::string source() const;
 };
 /// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU or
 /// thread count.
@@ -54,5 +55,10 @@ nlohmann::json to_json(const GpuCeilings& g);
 
 /// Writes kMachineProfile atomically (a temporary file renamed over it), creating runs/.
 void write_machine_profile(const nlohmann::json& profile);
+/// Whether `profile` (what 'dlperf bench all' measured) should replace the machine profile: not
+/// when it was measured with --quick and the profile holds a full measurement of the same CPU
+/// (at any thread count): seconds of sampling would replace a minute's, no better than what
+/// plan and profile measure on the spot where the profile lacks a thread count.
+bool replaces_machine_profile(const nlohmann::json& profile);
 
 }  // namespace dlperf::bench

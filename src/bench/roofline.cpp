@@ -126,7 +126,7 @@ Roofline cpu_roofline(const RooflineRequest& r) {
   const Ceilings known = load_ceilings(cpu.model, threads);
   double peak = known.f32_gflops;
   out.bandwidth_gbps = known.bandwidth_gbps;
-  out.ceilings_source = kMachineProfileSource;
+  out.ceilings_source = known.source();
   if (peak == 0) {
     std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
     Options q;

@@ -554,8 +554,13 @@ void add_bench(CLI::App& app, const Command& self) {
           if (g.hbm_gbps() > 0) std::printf(", device memory %.0f GB/s (%s)", g.hbm_gbps(), g.bandwidth_kernel.c_str());
         }
       }
-      bench::write_machine_profile(profile);
-      std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
+      if (bench::replaces_machine_profile(profile)) {
+        bench::write_machine_profile(profile);
+        std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
+      } else {
+        std::printf("\nmachine profile: %s kept as it was: it holds a full measurement of this CPU, which --quick's "
+                    "would make coarser ('dlperf bench all' without --quick replaces it)\n", bench::kMachineProfile);
+      }
     }
     if (const int sig = stop_signal()) out["stopped"] = {{"signal", signal_name(sig)}, {"finished", done}};
     const std::string path = args->json_path.empty() ? default_json_path() : args->json_path;

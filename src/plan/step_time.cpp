@@ -51,7 +51,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.l3_bytes = double(cpu.l3_bytes);
   c.isa = cpu.isa;
   bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
-  c.source = bench::kMachineProfileSource;
+  c.source = measured.source();
   if (measured.f32_gflops <= 0) {
     measured = measured_now(cpu, threads);
     c.source = "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile);
