@@ -226,14 +226,14 @@ TEST(PlanMemory, EnginePredictionIsTheMeasuredPeak) {
       const double measured = r.record["summary"]["peak_bytes"];
       EXPECT_EQ(predicted, measured) << model << " b" << batch;
       // And through --against, from the record file.
-      std::vector<std::string> skipped;
+      std::vector<plan::Skipped> skipped;
       const auto cmp = plan::compare_with_records({r.record_path}, plan::host_ceilings(1), skipped);
       ASSERT_EQ(cmp.size(), 1u);
       EXPECT_EQ(cmp[0].memory_error(), 0);
       EXPECT_GT(cmp[0].predicted_step_s, 0);
     }
   std::ofstream(dir.path / "junk.json") << "{not json";
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   EXPECT_TRUE(plan::compare_with_records({(dir.path / "junk.json").string()}, plan::host_ceilings(1), skipped).empty());
   EXPECT_EQ(skipped.size(), 1u);
   // runs/*.json also matches dlperf's other outputs: named for what they are, or counted by kind.
@@ -245,7 +245,8 @@ TEST(PlanMemory, EnginePredictionIsTheMeasuredPeak) {
   skipped.clear();
   EXPECT_TRUE(plan::compare_with_records(outputs, plan::host_ceilings(1), skipped).empty());
   ASSERT_EQ(skipped.size(), 3u);
-  EXPECT_NE(skipped[0].find("bench.json: a bench result, not a training run record"), std::string::npos) << skipped[0];
+  EXPECT_EQ(std::filesystem::path(skipped[0].file).filename(), "bench.json");
+  EXPECT_EQ(skipped[0].why, "a bench result, not a training run record");
   std::map<std::string, int> others;
   skipped.clear();
   EXPECT_TRUE(plan::compare_with_records(outputs, plan::host_ceilings(1), skipped, 0, &others).empty());
@@ -468,7 +469,7 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   std::ofstream(dir.path / "gpu.json") << rec.dump();
   rec["device"]["name"] = "NVIDIA Imaginary 9000";
   std::ofstream(dir.path / "unknown.json") << rec.dump();
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   const auto cmp = plan::compare_with_records({(dir.path / "gpu.json").string(), (dir.path / "unknown.json").string()},
                                               plan::host_ceilings(1), skipped);
   ASSERT_EQ(cmp.size(), 1u);
@@ -477,7 +478,7 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   EXPECT_LT(cmp[0].predicted_step_s, cmp[0].measured_step_s);  // an H100 beats this 2-core CPU's measured step
   EXPECT_GT(cmp[0].predicted_energy_j, 0);  // 700 W x the predicted time
   ASSERT_EQ(skipped.size(), 1u);
-  EXPECT_NE(skipped[0].find("NVIDIA Imaginary 9000"), std::string::npos);
+  EXPECT_NE(skipped[0].why.find("NVIDIA Imaginary 9000"), std::string::npos);
 }
 
 // The GPU executor's memory model: half types halve the activations, AdamW doubles the state,
@@ -544,13 +545,13 @@ TEST(PlanAgainst, AFieldOfTheWrongTypeSkipsTheRecordNamingTheField) {
   }
   std::ofstream(dir.path / "good.json") << good.dump();
   files.push_back((dir.path / "good.json").string());
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   const auto cmp = plan::compare_with_records(files, plan::host_ceilings(1), skipped);
   EXPECT_EQ(cmp.size(), 1u);
   ASSERT_EQ(skipped.size(), 5u);
   for (const std::string field : {"/config/precision", "/config/workers", "/config/optimizer", "/device", "/energy_source"})
-    EXPECT_TRUE(std::any_of(skipped.begin(), skipped.end(), [&](const std::string& s) {
-      return s.find("a damaged run record: " + field + " is missing or not what dlperf wrote") != std::string::npos;
+    EXPECT_TRUE(std::any_of(skipped.begin(), skipped.end(), [&](const plan::Skipped& s) {
+      return s.why.find("a damaged run record: " + field + " is missing or not what dlperf wrote") != std::string::npos;
     })) << field;
 }
 
@@ -563,9 +564,9 @@ TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
   c.profile_steps = 4;
   c.profile_out = (dir.path / "prof").string();
   const auto r = train::train(c);
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   const auto cmp = plan::compare_with_records({r.record_path}, plan::host_ceilings(1), skipped);
-  ASSERT_EQ(cmp.size(), 1u) << (skipped.empty() ? "" : skipped[0]);
+  ASSERT_EQ(cmp.size(), 1u) << (skipped.empty() ? "" : skipped[0].why);
   EXPECT_DOUBLE_EQ(cmp[0].measured_step_s, r.profile["step"]["step_s"].get<double>());
   EXPECT_NE(cmp[0].run.find("(profile)"), std::string::npos) << cmp[0].run;
   EXPECT_LT(cmp[0].measured_energy_j, 0);  // a few steps' energy is no epoch's
@@ -588,7 +589,7 @@ TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
   std::ofstream(dir.path / "b.json") << rec.dump();
   rec["config"]["batch_size"] = 32;
   std::ofstream(dir.path / "c.json") << rec.dump();
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   const auto cmp = plan::compare_with_records(
       {(dir.path / "a.json").string(), (dir.path / "b.json").string(), (dir.path / "c.json").string()}, plan::host_ceilings(1), skipped);
   ASSERT_EQ(cmp.size(), 3u);
@@ -606,6 +607,49 @@ TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
   EXPECT_EQ(shapes[0].run, "small b32 w1 on 1x28x28 lr 0.4");
   EXPECT_EQ(shapes[1].run, "small b32 w1 on 1x12x12 lr 0.1");
   EXPECT_EQ(shapes[2].run, shapes[1].run);
+}
+
+// A CPU run is predicted with the ceilings of the threads it trained on, and a run from another
+// CPU (VMs name Zen 3, 4 and 5 all "AMD EPYC") is skipped rather than compared with this one's.
+TEST(PlanAgainst, ARunIsPlannedOnTheCpuAndThreadsItTrainedOn) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  nlohmann::json rec = train::train(c).record;
+  int n = 0;
+  auto compare = [&](const nlohmann::json& r, const plan::CpuCeilings& ceilings, std::vector<plan::Skipped>& skipped) {
+    const std::string path = (dir.path / fmt::format("r{}.json", n++)).string();
+    std::ofstream(path) << r.dump();
+    return plan::compare_with_records({path}, ceilings, skipped);
+  };
+  std::vector<plan::Skipped> skipped;
+  rec["config"]["threads_used"] = 1;
+  const auto one = compare(rec, plan::host_ceilings(1), skipped);
+  plan::CpuCeilings other_threads = plan::host_ceilings(1);
+  other_threads.threads = 2, other_threads.peak_gflops = 1;  // ceilings for 2 threads, which must not be used
+  const auto again = compare(rec, other_threads, skipped);
+  ASSERT_EQ(one.size(), 1u);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].predicted_step_s, one[0].predicted_step_s);
+  rec["config"]["threads_used"] = hw::usable_cpus() + 1;
+  EXPECT_TRUE(compare(rec, plan::host_ceilings(1), skipped).empty());
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].why.find("more than the"), std::string::npos) << skipped[0].why;
+  rec["config"]["threads_used"] = 1;
+  for (const char* fact : {"isa", "l2_bytes", "f32_lanes"}) {
+    SCOPED_TRACE(fact);
+    nlohmann::json moved = rec;
+    nlohmann::json& v = moved["machine"]["cpu"][fact];
+    v = v.is_string() ? nlohmann::json(v.get<std::string>() + "-other") : nlohmann::json(v.get<int64_t>() * 2);
+    skipped.clear();
+    EXPECT_TRUE(compare(moved, plan::host_ceilings(1), skipped).empty());
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_NE(skipped[0].why.find("trained on another CPU, AMD"), std::string::npos) << skipped[0].why;
+    EXPECT_NE(skipped[0].why.find("compare it on the machine that made it"), std::string::npos) << skipped[0].why;
+  }
+  rec.erase("machine");  // a record without the machine's facts is taken as this machine's
+  skipped.clear();
+  EXPECT_EQ(compare(rec, plan::host_ceilings(1), skipped).size(), 1u);
 }
 
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {

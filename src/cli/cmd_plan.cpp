@@ -376,17 +376,31 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
 }
 
 void against(const PlanArgs& a, const plan::CpuCeilings& c) {
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   std::map<std::string, int> others;  // runs/*.json also matches the bench results, profile tables, ...
   const auto rows = plan::compare_with_records(a.against, c, skipped, a.cpu_watts, &others);
-  for (const auto& s : skipped) std::fprintf(stderr, "skipped %s\n", s.c_str());
+  // One line per reason: a lab's 13 records from another machine are one line, not 13 of 300 characters.
+  std::vector<std::pair<std::string, std::vector<std::string>>> by_why;
+  for (const auto& s : skipped) {
+    auto it = std::find_if(by_why.begin(), by_why.end(), [&](const auto& w) { return w.first == s.why; });
+    if (it == by_why.end()) it = by_why.insert(by_why.end(), {s.why, {}});
+    it->second.push_back(s.file);
+  }
+  for (const auto& [why, files] : by_why)
+    if (files.size() == 1)
+      std::fprintf(stderr, "skipped %s: %s\n", files[0].c_str(), why.c_str());
+    else
+      std::fprintf(stderr, "skipped %zu files (%s and %zu more): %s\n", files.size(), files[0].c_str(), files.size() - 1,
+                   why.c_str());
   if (!others.empty()) {
     std::string kinds;
     for (const auto& [kind, n] : others) kinds += fmt::format("{}{} {}{}", kinds.empty() ? "" : ", ", n, kind, n == 1 ? "" : "s");
     std::fprintf(stderr, "skipped dlperf's other files: %s\n", kinds.c_str());
   }
-  check(!rows.empty(), "none of the files given to --against is a training run record",
-        "pass run records of 'dlperf train' or 'dlperf lab', for example runs/*.json or reports/lab/runs/*.json");
+  check(!rows.empty(),
+        skipped.empty() ? "none of the files given to --against is a training run record"
+                        : "none of the files given to --against could be compared (the lines above say why)",
+        "pass run records of 'dlperf train' or 'dlperf lab' made on this machine, for example runs/*.json or reports/lab/runs/*.json");
   report::Table t({"run", "step ms pred", "step ms meas", "time err", "peak MB pred", "peak MB meas", "mem err"});
   std::vector<double> te, me;
   nlohmann::json out = nlohmann::json::array();

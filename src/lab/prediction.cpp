@@ -38,7 +38,7 @@ Experiment prediction(const std::vector<std::string>& records) {
                {"peak_mb_planned", "peak MB planned", 2},
                {"peak_mb", "peak MB measured", 2},
                {"peak_error_bytes", "peak error bytes", 0}};  // the report adds status and note
-  std::vector<std::string> skipped;
+  std::vector<plan::Skipped> skipped;
   const auto rows = plan::compare_with_records(records, plan::host_ceilings(omp_get_max_threads()), skipped);
   for (const plan::Comparison& c : rows)
     e.rows.push_back({{"run", c.run},
@@ -51,12 +51,8 @@ Experiment prediction(const std::vector<std::string>& records) {
                       {"status", "measured"},
                       {"note", ""},
                       {"record", c.file}});
-  for (const std::string& why : skipped) {  // "<file>: <reason>"
-    const size_t colon = why.find(": ");
-    e.rows.push_back({{"run", std::filesystem::path(why.substr(0, colon)).filename().string()},
-                      {"status", "missing"},
-                      {"note", colon == std::string::npos ? why : why.substr(colon + 2)}});
-  }
+  for (const plan::Skipped& s : skipped)
+    e.rows.push_back({{"run", std::filesystem::path(s.file).filename().string()}, {"status", "missing"}, {"note", s.why}});
   return e;
 }
 

@@ -12,6 +12,9 @@
 
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
+#include "core/memory.h"
+#include "core/text.h"
+#include "hw/cpu_info.h"
 #include "plan/catalog.h"
 #include "plan/memory.h"
 #include "plan/targets.h"
@@ -66,6 +69,31 @@ std::string missing_field(const json& r) {
   return "";
 }
 
+// "AMD EPYC (avx512, 16 f32 lanes, L1d 48 KiB, L2 1 MiB, L3 32 MiB)": the facts of a CPU the
+// plan's step times and memory depend on. VMs name Zen 3, 4 and 5 alike "AMD EPYC", so the
+// model name alone cannot tell them apart.
+std::string cpu_facts(const json& cpu) {
+  std::string s = cpu.value("model", std::string("?")) + " (" + cpu.value("isa", std::string("?"));
+  if (cpu.contains("f32_lanes")) s += fmt::format(", {} f32 lanes", cpu["f32_lanes"].dump());
+  for (const auto& [key, name] : {std::pair{"l1d_bytes", "L1d"}, {"l2_bytes", "L2"}, {"l3_bytes", "L3"}})
+    if (cpu.value(key, json()).is_number()) s += fmt::format(", {} {}", name, format_binary_bytes(cpu[key].get<double>()));
+  return s + ")";
+}
+
+// Why a CPU record cannot be predicted here, or "": it ran on another CPU (the plan predicts with
+// this machine's measured ceilings, engine fit and oneDNN layouts). Records without the
+// machine's facts (hand-made, or older than them) are taken as this machine's.
+std::string made_on_another_cpu(const json& r, const json& here) {
+  const json cpu = r.value(json::json_pointer("/machine/cpu"), json());
+  if (!cpu.is_object()) return "";
+  for (const char* key : {"model", "isa", "f32_lanes", "l1d_bytes", "l2_bytes", "l3_bytes"})
+    if (cpu.contains(key) && here.contains(key) && cpu[key] != here[key])
+      return fmt::format("trained on another CPU, {}, than this one, {}: the plan predicts with this machine's ceilings and "
+                         "memory layouts, so compare it on the machine that made it",
+                         cpu_facts(cpu), cpu_facts(here));
+  return "";
+}
+
 }  // namespace
 
 std::string other_dlperf_output(const json& j) {
@@ -80,22 +108,23 @@ std::string other_dlperf_output(const json& j) {
 }
 
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
-                                             std::vector<std::string>& skipped, double cpu_watts,
+                                             std::vector<Skipped>& skipped, double cpu_watts,
                                              std::map<std::string, int>* others) {
   std::vector<Comparison> out;
   std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
+  const json here = hw::to_json(hw::cpu_info());
   for (const auto& file : files) {
     json r;
     try {
       if (!std::filesystem::exists(file)) {  // most often a glob that matched nothing, passed on as is
-        skipped.push_back(fmt::format("{}: no such file", file));
+        skipped.push_back({file, "no such file"});
         continue;
       }
       std::ifstream f(file);
       check(bool(f), fmt::format("cannot read {}", file));
       r = json::parse(f);
     } catch (const std::exception& e) {
-      skipped.push_back(fmt::format("{}: not a JSON run record ({})", file, e.what()));
+      skipped.push_back({file, fmt::format("not a JSON run record ({})", e.what())});
       continue;
     }
     if (!r.is_object() || r.value("command", "") != "train" || !r.contains("summary")) {
@@ -104,12 +133,11 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
         ++(*others)[kind];
         continue;
       }
-      skipped.push_back(kind.empty() ? fmt::format("{}: not a finished training run record", file)
-                                     : fmt::format("{}: a {}, not a training run record", file, kind));
+      skipped.push_back({file, kind.empty() ? "not a finished training run record" : fmt::format("a {}, not a training run record", kind)});
       continue;
     }
     if (const std::string field = missing_field(r); !field.empty()) {
-      skipped.push_back(fmt::format("{}: a damaged run record: {} is missing or not what dlperf wrote", file, field));
+      skipped.push_back({file, fmt::format("a damaged run record: {} is missing or not what dlperf wrote", field)});
       continue;
     }
     const json& cfg = r["config"];
@@ -122,7 +150,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     try {
       g = nn::build_graph(nn::load_model(cfg["model"]), {d["shape"][0], d["shape"][1], d["shape"][2]}, d["classes"], batch);
     } catch (const Error& e) {
-      skipped.push_back(fmt::format("{}: cannot rebuild its model: {}", file, e.what()));
+      skipped.push_back({file, fmt::format("cannot rebuild its model: {}", e.what())});
       continue;
     }
     Comparison cmp;
@@ -149,7 +177,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       const std::string gpu = r.contains("device") ? r["device"].value("name", "") : "";
       const std::string id = catalog_id_for_gpu(gpu);
       if (id.empty()) {
-        skipped.push_back(fmt::format("{}: a GPU run on {}, which the hardware catalog has no entry for", file, gpu.empty() ? "?" : gpu));
+        skipped.push_back({file, fmt::format("a GPU run on {}, which the hardware catalog has no entry for", gpu.empty() ? "?" : gpu)});
         continue;
       }
       JobSpec job;
@@ -162,7 +190,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       const Device& gpu_spec = catalog->find(id);
       const TargetEstimate t = estimate(job, gpu_spec, 0, 1);
       if (!t.unsupported.empty()) {
-        skipped.push_back(fmt::format("{}: {}: {}", file, id, t.unsupported));
+        skipped.push_back({file, fmt::format("{}: {}", id, t.unsupported)});
         continue;
       }
       cmp.run = fmt::format("{} b{} {} on {}{}", g.model, batch, job.precision, id, tag);
@@ -178,14 +206,26 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       out.push_back(cmp);
       continue;
     }
+    if (const std::string why = made_on_another_cpu(r, here); !why.empty()) {
+      skipped.push_back({file, why});
+      continue;
+    }
     const std::string precision = cfg.value("precision", "fp32");
     if (precision == "bf16" && !cpu::has_bf16_kernels()) {  // its layouts are oneDNN's bf16 kernels'
-      skipped.push_back(fmt::format("{}: a bf16 run, and oneDNN has no bf16 kernels on this CPU to plan its memory by", file));
+      skipped.push_back({file, "a bf16 run, and oneDNN has no bf16 kernels on this CPU to plan its memory by"});
       continue;
     }
     if (precision != "fp32") cmp.run += " " + precision;
     cmp.run += tag;
-    cmp.predicted_step_s = predict_step(g, opt, with_precision(c, precision)).step_s;
+    // With the ceilings of the threads it trained on: a --threads 1 run has half the cores' peak.
+    const int threads = cfg.value("threads_used", json()).is_number_integer() ? cfg["threads_used"].get<int>() : c.threads;
+    if (threads > hw::usable_cpus()) {
+      skipped.push_back({file, fmt::format("trained on {}, more than the {} this process may use here, so its ceilings cannot be "
+                                           "measured here", counted(threads, "thread"), counted(hw::usable_cpus(), "CPU"))});
+      continue;
+    }
+    const CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
+    cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
     cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0), precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);

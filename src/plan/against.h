@@ -24,17 +24,23 @@ struct Comparison {
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };
 
+/// A file --against could not compare, and why.
+struct Skipped {
+  std::string file, why;
+};
+
 /// What another file dlperf writes is ("bench result", "profile table", "trace", "machine
 /// profile", "lab summary"), or "" for anything else.
 std::string other_dlperf_output(const nlohmann::json& j);
 
 /// Predicts the training run a record describes (run records of `dlperf train`; other files
-/// are skipped with a notice "<file>: <why>" in `skipped`). With `others`, dlperf's other outputs
+/// are skipped, saying why, in `skipped`). A CPU run is predicted at the threads it trained on,
+/// and skipped where it ran on another CPU than this one. With `others`, dlperf's other outputs
 /// (bench results, profile tables, traces: runs/*.json matches them all) are counted there by
 /// kind instead of each getting a notice. `cpu_watts` > 0 predicts energy as watts x predicted
 /// training time.
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
-                                             std::vector<std::string>& skipped, double cpu_watts = 0,
+                                             std::vector<Skipped>& skipped, double cpu_watts = 0,
                                              std::map<std::string, int>* others = nullptr);
 
 struct ErrorSummary {
