@@ -268,6 +268,9 @@ TEST(Lab, ResumeMatchesRunsByTheirSettingsOnThisMachineOnly) {
   other = machine;
   other["gpus"] = {{{"name", "NVIDIA H100"}}};
   EXPECT_EQ(lab::resumable_run_key(rec, other), "");
+  other = machine;  // the same host name and CPU name on another CPU (VMs name Zen 3 to 5 "AMD EPYC")
+  other["cpu"]["isa"] = "avx512";
+  EXPECT_EQ(lab::resumable_run_key(rec, other), "");
   json rebuilt = rec;
   rebuilt["dlperf_commit"] = "0123456789ab";  // another build's numbers
   EXPECT_EQ(lab::resumable_run_key(rebuilt, machine), "");

@@ -92,6 +92,14 @@ CpuInfo cpu_info() {
   return c;
 }
 
+nlohmann::json cpu_identity(const nlohmann::json& cpu) {
+  nlohmann::json id = nlohmann::json::object();
+  if (cpu.is_object())
+    for (const char* key : {"model", "isa", "f32_lanes", "l1d_bytes", "l2_bytes", "l3_bytes"})
+      if (cpu.contains(key)) id[key] = cpu[key];
+  return id;
+}
+
 nlohmann::json to_json(const CpuInfo& c) {
   return {{"model", c.model},       {"cores", c.cores},         {"ghz", c.ghz},
           {"isa", c.isa},           {"avx512_bf16", c.avx512_bf16},

@@ -34,6 +34,10 @@ void check_threads(int threads);
 /// have 512-bit units.
 int fma_datapath_lanes(const std::string& vendor, int family, bool avx512f, bool avx);
 nlohmann::json to_json(const CpuInfo& c);
+/// The facts of a CPU (to_json's, as run records keep them) that its speed and oneDNN's layouts
+/// depend on: model, ISA, vector width and cache sizes, those `cpu` has. Measurements stand for
+/// a machine only where these match: VMs name a Zen 3, 4 and 5 all "AMD EPYC".
+nlohmann::json cpu_identity(const nlohmann::json& cpu);
 /// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
 double available_memory_bytes();
 /// The share of MemAvailable a run may plan its buffers in (train refuses above it, plan says

@@ -55,7 +55,7 @@ json machine_identity(const json& m) {
   json gpus = json::array();
   for (const auto& g : m.value("gpus", json::array())) gpus.push_back(g.value("name", ""));
   const json cpu = m.value("cpu", json::object());
-  return {{"hostname", m.value("hostname", "")}, {"cpu", cpu.value("model", "")}, {"cores", cpu.value("cores", 0)},
+  return {{"hostname", m.value("hostname", "")}, {"cpu", hw::cpu_identity(cpu)}, {"cores", cpu.value("cores", 0)},
           {"gpus", gpus}};
 }
 

@@ -86,8 +86,9 @@ std::string cpu_facts(const json& cpu) {
 std::string made_on_another_cpu(const json& r, const json& here) {
   const json cpu = r.value(json::json_pointer("/machine/cpu"), json());
   if (!cpu.is_object()) return "";
-  for (const char* key : {"model", "isa", "f32_lanes", "l1d_bytes", "l2_bytes", "l3_bytes"})
-    if (cpu.contains(key) && here.contains(key) && cpu[key] != here[key])
+  const json theirs = hw::cpu_identity(cpu), ours = hw::cpu_identity(here);
+  for (const auto& [key, value] : theirs.items())
+    if (ours.contains(key) && ours[key] != value)
       return fmt::format("trained on another CPU, {}, than this one, {}: the plan predicts with this machine's ceilings and "
                          "memory layouts, so compare it on the machine that made it",
                          cpu_facts(cpu), cpu_facts(here));
