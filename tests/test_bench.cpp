@@ -351,6 +351,15 @@ TEST(MachineProfile, AQuickMeasurementNeverReplacesAFullOne) {
   bench::write_machine_profile(quick);  // a quick one is replaced by another
   EXPECT_TRUE(bench::replaces_machine_profile(quick));
   EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(), "measured by 'dlperf bench all --quick', in runs/machine-profile.json");
+  // A profile whose CPU facts are another CPU's (the same "AMD EPYC" name on a Zen 3 and a Zen 5
+  // VM) holds no ceilings for this one; with this CPU's facts it does.
+  const hw::CpuInfo cpu = hw::cpu_info();
+  nlohmann::json here = {{"cpu", cpu.model}, {"threads", 2}, {"f32_gflops", 80.0}, {"cpu_identity", hw::cpu_identity(hw::to_json(cpu))}};
+  bench::write_machine_profile(here);
+  EXPECT_DOUBLE_EQ(bench::load_ceilings(cpu.model, 2).f32_gflops, 80.0);
+  here["cpu_identity"]["isa"] = "another ISA";
+  bench::write_machine_profile(here);
+  EXPECT_EQ(bench::load_ceilings(cpu.model, 2).f32_gflops, 0.0);
   std::filesystem::current_path(cwd);
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::bench {
 
@@ -55,6 +56,16 @@ nlohmann::json read_profile() {
 
 Ceilings load_ceilings(const std::string& cpu_model, int threads) {
   const auto p = read_profile();
+  // A profile that names its CPU's facts stands for this machine only where they are its facts:
+  // a checkout's runs/ that moved from a Zen 3 VM to a Zen 5 one says "AMD EPYC" on both.
+  if (p.is_object() && p.contains("cpu_identity") && p["cpu_identity"] != hw::cpu_identity(hw::to_json(hw::cpu_info()))) {
+    static bool said = false;
+    if (!said)
+      std::fprintf(stderr, "note: %s was measured on another CPU, %s, than this one; its CPU ceilings are not used "
+                   "('dlperf bench all' measures this one)\n", kMachineProfile, hw::cpu_facts(p["cpu_identity"]).c_str());
+    said = true;
+    return {};
+  }
   if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
     return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object()), p.value("quick", false)};
   return {};
@@ -67,7 +78,8 @@ std::string Ceilings::source() const {
 bool replaces_machine_profile(const nlohmann::json& profile) {
   if (!profile.value("quick", false)) return true;
   const auto held = read_profile();
-  return !(held.is_object() && held.contains("cpu") && !held.value("quick", false) && held["cpu"] == profile["cpu"]);
+  return !(held.is_object() && held.contains("cpu") && !held.value("quick", false) && held["cpu"] == profile["cpu"] &&
+           held.value("cpu_identity", nlohmann::json()) == profile.value("cpu_identity", nlohmann::json()));
 }
 
 double GpuCeilings::peak(const std::string& precision) const {

@@ -2,7 +2,7 @@
 // this machine. train --layer-times, dlperf profile, bench roofline and plan read them in place
 // of counted or datasheet figures, and say which they used.
 //
-//   {"cpu": "...", "threads": 2, "isa": "...", "f32_gflops": 81.2,
+//   {"cpu": "...", "cpu_identity": {"model": .., "isa": .., "f32_lanes": .., "l1d_bytes": ..}, "threads": 2, "isa": "...", "f32_gflops": 81.2,
 //    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "quick": false, "source": "dlperf bench all",
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
 //              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
@@ -24,8 +24,8 @@ struct Ceilings {
   /// runs/machine-profile.json" (with --quick where they were measured so).
   std::string source() const;
 };
-/// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU or
-/// thread count.
+/// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU (by its
+/// cpu_identity where it has one) or thread count.
 Ceilings load_ceilings(const std::string& cpu_model, int threads);
 
 /// The measured ceilings of one GPU model.

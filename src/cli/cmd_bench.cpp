@@ -537,7 +537,7 @@ void add_bench(CLI::App& app, const Command& self) {
       }
     }
     if (runs({"all"})) {  // the measured ceilings, for train --layer-times (and later profile, plan)
-      nlohmann::json profile = {{"cpu", cpu.model}, {"threads", threads}, {"isa", cpu.isa},
+      nlohmann::json profile = {{"cpu", cpu.model}, {"cpu_identity", hw::cpu_identity(hw::to_json(cpu))}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
                                 {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
       std::printf("\nbandwidth plateaus (triad):");

@@ -100,6 +100,15 @@ nlohmann::json cpu_identity(const nlohmann::json& cpu) {
   return id;
 }
 
+std::string cpu_facts(const nlohmann::json& cpu) {
+  const nlohmann::json id = cpu_identity(cpu);
+  std::string s = id.value("model", std::string("?")) + " (" + id.value("isa", std::string("?"));
+  if (id.contains("f32_lanes")) s += fmt::format(", {} f32 lanes", id["f32_lanes"].dump());
+  for (const auto& [key, name] : {std::pair{"l1d_bytes", "L1d"}, {"l2_bytes", "L2"}, {"l3_bytes", "L3"}})
+    if (id.value(key, nlohmann::json()).is_number()) s += fmt::format(", {} {}", name, format_binary_bytes(id[key].get<double>()));
+  return s + ")";
+}
+
 nlohmann::json to_json(const CpuInfo& c) {
   return {{"model", c.model},       {"cores", c.cores},         {"ghz", c.ghz},
           {"isa", c.isa},           {"avx512_bf16", c.avx512_bf16},

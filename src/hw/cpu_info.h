@@ -38,6 +38,8 @@ nlohmann::json to_json(const CpuInfo& c);
 /// depend on: model, ISA, vector width and cache sizes, those `cpu` has. Measurements stand for
 /// a machine only where these match: VMs name a Zen 3, 4 and 5 all "AMD EPYC".
 nlohmann::json cpu_identity(const nlohmann::json& cpu);
+/// Those facts in words: "AMD EPYC (avx512, 16 f32 lanes, L1d 48 KiB, L2 1 MiB, L3 32 MiB)".
+std::string cpu_facts(const nlohmann::json& cpu);
 /// Bytes the OS says can be allocated without swapping (MemAvailable), or 0 if unknown.
 double available_memory_bytes();
 /// The share of MemAvailable a run may plan its buffers in (train refuses above it, plan says

@@ -12,7 +12,6 @@
 
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
-#include "core/memory.h"
 #include "core/text.h"
 #include "hw/cpu_info.h"
 #include "plan/catalog.h"
@@ -69,17 +68,6 @@ std::string missing_field(const json& r) {
   return "";
 }
 
-// "AMD EPYC (avx512, 16 f32 lanes, L1d 48 KiB, L2 1 MiB, L3 32 MiB)": the facts of a CPU the
-// plan's step times and memory depend on. VMs name Zen 3, 4 and 5 alike "AMD EPYC", so the
-// model name alone cannot tell them apart.
-std::string cpu_facts(const json& cpu) {
-  std::string s = cpu.value("model", std::string("?")) + " (" + cpu.value("isa", std::string("?"));
-  if (cpu.contains("f32_lanes")) s += fmt::format(", {} f32 lanes", cpu["f32_lanes"].dump());
-  for (const auto& [key, name] : {std::pair{"l1d_bytes", "L1d"}, {"l2_bytes", "L2"}, {"l3_bytes", "L3"}})
-    if (cpu.value(key, json()).is_number()) s += fmt::format(", {} {}", name, format_binary_bytes(cpu[key].get<double>()));
-  return s + ")";
-}
-
 // Why a CPU record cannot be predicted here, or "": it ran on another CPU (the plan predicts with
 // this machine's measured ceilings, engine fit and oneDNN layouts). Records without the
 // machine's facts (hand-made, or older than them) are taken as this machine's.
@@ -91,7 +79,7 @@ std::string made_on_another_cpu(const json& r, const json& here) {
     if (ours.contains(key) && ours[key] != value)
       return fmt::format("trained on another CPU, {}, than this one, {}: the plan predicts with this machine's ceilings and "
                          "memory layouts, so compare it on the machine that made it",
-                         cpu_facts(cpu), cpu_facts(here));
+                         hw::cpu_facts(cpu), hw::cpu_facts(here));
   return "";
 }
 
