@@ -126,11 +126,20 @@ TEST(KERNEL_SUITE, LabMeasuresTheGpuRows) {
   for (const auto& r : device.rows) {
     SCOPED_TRACE(r.dump());
     EXPECT_EQ(r["status"], "measured");
-    if (r["device"] != "cuda") continue;
+    EXPECT_GT(r["mflops_per_step"].get<double>(), 0);
+    if (r["device"] != "cuda") {
+      EXPECT_TRUE(r["kernels_per_step"].is_null());
+      continue;
+    }
     ++cuda_rows;
     EXPECT_GT(r["speedup_vs_cpu"].get<double>(), 0);
     const json rec = json::parse(std::ifstream(r["record"].get<std::string>()));
     EXPECT_EQ(rec["config"]["device_used"], "cuda:0");
+    // The kernels of the captured step, which the tiny workload's observation reads.
+    if (rec["gpu_step"]["cuda_graph"].get<bool>()) {
+      EXPECT_EQ(r["kernels_per_step"], rec["gpu_step"]["graph_nodes"]["kernels"]);
+      EXPECT_GT(r["kernels_per_step"].get<double>(), 0);
+    }
   }
   EXPECT_EQ(cuda_rows, 2);
 

@@ -436,6 +436,15 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   auto obs = lab::observe(d);
   EXPECT_TRUE(says(obs, "medium at batch 64: the GPU trains 10.0x faster than the CPU (3.0 s vs 30.0 s per epoch)"));
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU wins, 4.0x faster than the GPU"));
+  // Why, in the runs' numbers: without a kernel count, the work a step does; with one (the GPU's
+  // captured step), the kernels and their average time against the arithmetic they do.
+  d.rows[3]["mflops_per_step"] = 3.3;
+  EXPECT_TRUE(says(lab::observe(d), "3.3 MFLOP a step is too little work to pay for the GPU's fixed cost of launching kernels"))
+      << lab::observe(d)[1];
+  d.rows[3]["kernels_per_step"] = 30;
+  d.rows[3]["step_ms"] = 0.15;
+  EXPECT_TRUE(says(lab::observe(d), "the GPU's step runs 30 kernels, 5.00 us each on average, for 3.3 MFLOP in all (0.11 a kernel)"))
+      << lab::observe(d)[1];
   d.rows[3]["epoch_s"] = 0.052;  // 4% apart, within a 5% run-to-run noise
   d.noise_pct = 5;
   // A tiny workload's times keep their digits: 52.0 ms, not 0.05 s.

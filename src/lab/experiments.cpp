@@ -365,6 +365,9 @@ json measured_row(const json& rec) {
           {"train_s", train_s},
           {"images_per_s", s["images_per_s"]},
           {"step_ms", 1e3 * train_s / std::max(steps, 1.0)},
+          {"mflops_per_step", flops_per_image * batch / 1e6},
+          // The kernels of the GPU's captured step (none counted on the CPU, or on eager GPU steps).
+          {"kernels_per_step", rec.value(json::json_pointer("/gpu_step/graph_nodes/kernels"), json())},
           {"peak_mb", s["peak_bytes"].get<double>() / 1e6},
           {"test_acc", 100 * s["final_test_acc"].get<double>()},
           {"loss_scale_skips", s.contains("loss_scale_skips") ? s["loss_scale_skips"] : json()},
@@ -401,7 +404,8 @@ Experiment device(Runner& run, const LabConfig& lab) {
                "How much faster does the same training run on a GPU, and when does the CPU win?", {}, {}, {}, {}};
   e.columns = {{"device", "device", kText},        {"workload", "workload", kText},      {"batch", "batch", 0},
                {"epoch_s", "s/epoch", 2},       {"total_s", "total s", 2},         {"images_per_s", "img/s", 0},
-               {"step_ms", "ms/step", 3},       {"speedup_vs_cpu", "speed-up", 2}, {"test_acc", "test acc %", 2}};
+               {"step_ms", "ms/step", 3},       {"mflops_per_step", "MFLOP/step", 2},
+               {"kernels_per_step", "kernels/step", 0}, {"speedup_vs_cpu", "speed-up", 2}, {"test_acc", "test acc %", 2}};
   const std::string no_gpu = gpu_missing_reason();
   struct Workload {
     std::string model;

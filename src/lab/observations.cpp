@@ -6,6 +6,7 @@
 #include <cmath>
 #include <optional>
 
+#include "core/text.h"
 #include "core/timer.h"
 #include "lab/lab.h"
 #include "plan/against.h"
@@ -119,11 +120,23 @@ std::vector<std::string> device(const Experiment& e) {
       out.push_back(fmt::format("{} at batch {}: the GPU trains {:.1f}x faster than the CPU ({} vs {} per epoch).", w,
                                 cpu->at("batch").get<int64_t>(), speedup, format_seconds(num(*gpu, "epoch_s")),
                                 format_seconds(num(*cpu, "epoch_s"))));
-    else
-      out.push_back(fmt::format("{} at batch {}: the CPU wins, {:.1f}x faster than the GPU ({} vs {} per step): "
-                                "the step's compute is smaller than the GPU's fixed cost of launching kernels and copying each batch.",
-                                w, cpu->at("batch").get<int64_t>(), 1 / speedup, step_time(num(*cpu, "step_ms")),
-                                step_time(num(*gpu, "step_ms"))));
+    else {
+      // Why, in the runs' numbers: the GPU step's kernels (counted in its CUDA graph) and the time
+      // each takes on average, against the arithmetic they do.
+      const double mflop = gpu->value("mflops_per_step", json()).is_number() ? num(*gpu, "mflops_per_step") : 0;
+      const json kernels = gpu->value("kernels_per_step", json());
+      std::string why = "too little work to pay for the GPU's fixed cost of launching kernels and copying each batch";
+      if (kernels.is_number() && kernels.get<double>() > 0)
+        why = fmt::format("the GPU's step runs {:.0f} kernels, {} each on average, for {} MFLOP in all ({} a kernel): "
+                          "launching and running many tiny kernels, not arithmetic, sets its time",
+                          kernels.get<double>(), step_time(num(*gpu, "step_ms") / kernels.get<double>()),
+                          format_decimals(mflop, 1), format_decimals(mflop / kernels.get<double>(), 2));
+      else if (mflop > 0)
+        why = fmt::format("{} MFLOP a step is {}", format_decimals(mflop, 1), why);
+      out.push_back(fmt::format("{} at batch {}: the CPU wins, {:.1f}x faster than the GPU ({} vs {} per step): {}.", w,
+                                cpu->at("batch").get<int64_t>(), 1 / speedup, step_time(num(*cpu, "step_ms")),
+                                step_time(num(*gpu, "step_ms")), why));
+    }
   }
   if (!any_gpu)
     for (const auto& r : e.rows)
