@@ -402,10 +402,10 @@ json missing_row(const std::string& why, json keys) {
 Experiment device(Runner& run, const LabConfig& lab) {
   Experiment e{"device", "Device: CPU vs GPU",
                "How much faster does the same training run on a GPU, and when does the CPU win?", {}, {}, {}, {}};
-  e.columns = {{"device", "device", kText},        {"workload", "workload", kText},      {"batch", "batch", 0},
-               {"epoch_s", "s/epoch", 2},       {"total_s", "total s", 2},         {"images_per_s", "img/s", 0},
-               {"step_ms", "ms/step", 3},       {"mflops_per_step", "MFLOP/step", 2},
-               {"kernels_per_step", "kernels/step", 0}, {"speedup_vs_cpu", "speed-up", 2}, {"test_acc", "test acc %", 2}};
+  e.columns = {{"device", "device", kText},          {"workload", "workload", kText},        {"batch", "batch", 0},
+               {"epoch_s", "s/epoch", 2},              {"total_s", "total s", 2},              {"images_per_s", "img/s", 0},
+               {"step_ms", "ms/step", 3},              {"mflops_per_step", "MFLOP/step", 2},   {"kernels_per_step", "kernels/step", 0},
+               {"speedup_vs_cpu", "speed-up", 2},      {"test_acc", "test acc %", 2}};
   const std::string no_gpu = gpu_missing_reason();
   struct Workload {
     std::string model;
@@ -443,8 +443,8 @@ Experiment batch(Runner& run, const LabConfig& lab) {
   Experiment e{"batch", "Batch size",
                "How do time, throughput, memory and accuracy change with the batch size, with and without the "
                "linear learning-rate scaling rule?", {}, {}, {}, {}};
-  e.columns = {{"batch", "batch", 0},         {"lr_rule", "lr rule", kText},         {"lr", "lr", kOwnDigits},
-               {"epoch_s", "s/epoch", 2},     {"total_s", "total s", 2},          {"images_per_s", "img/s", 0},
+  e.columns = {{"batch", "batch", 0},         {"lr_rule", "lr rule", kText},  {"lr", "lr", kOwnDigits},
+               {"epoch_s", "s/epoch", 2},     {"total_s", "total s", 2},      {"images_per_s", "img/s", 0},
                {"peak_mb", "peak MB", 1},     {"test_acc", "test acc %", 2}};
   for (const std::string rule : {"fixed", "linear"})
     for (int64_t b : lab.batches) {
@@ -460,7 +460,7 @@ Experiment batch(Runner& run, const LabConfig& lab) {
 Experiment model(Runner& run, const LabConfig& lab) {
   Experiment e{"model", "Model size",
                "How do time, memory and achieved FLOP/s grow with the model?", {}, {}, {}, {}};
-  e.columns = {{"model", "model", kText},          {"parameters_m", "params (M)", 3},  {"mflops_per_image", "MFLOP/img (train)", 2},
+  e.columns = {{"model", "model", kText},       {"parameters_m", "params (M)", 3},  {"mflops_per_image", "MFLOP/img (train)", 2},
                {"epoch_s", "s/epoch", 2},       {"images_per_s", "img/s", 0},        {"peak_mb", "peak MB", 1},
                {"achieved_gflops", "GFLOP/s", 1}, {"test_acc", "test acc %", 2}};
   for (const std::string& m : lab.models) {
@@ -487,7 +487,7 @@ Experiment workers(Runner& run, const LabConfig& lab) {
 Experiment precision(Runner& run, const LabConfig&) {
   Experiment e{"precision", "Precision",
                "What do lower-precision formats buy in time and memory, and what do they cost in accuracy?", {}, {}, {}, {}};
-  e.columns = {{"precision", "precision", kText}, {"device", "device", kText},      {"epoch_s", "s/epoch", 2},
+  e.columns = {{"precision", "precision", kText}, {"device", "device", kText}, {"epoch_s", "s/epoch", 2},
                {"images_per_s", "img/s", 0},   {"peak_mb", "peak MB", 1},    {"test_acc", "test acc %", 2},
                {"loss_scale_skips", "loss-scale skips", 0}};
   const std::string device = cuda::resolve_device(run.base().device) >= 0 ? "cuda" : "cpu";
