@@ -485,6 +485,14 @@ TEST(Lab, ModelObservationsFollowTheData) {
   m.rows[1]["parameters_m"] = 0.072;
   m.rows.pop_back();
   EXPECT_TRUE(says(lab::observe(m), "medium has 2.4x the parameters")) << lab::observe(m)[0];
+  // Models are compared by the work an image takes: the mlp has more parameters than small and
+  // 60x fewer FLOPs, so small is the larger one (it read "mlp has 1.7x the parameters and 0.0x
+  // the training FLOPs per image of small").
+  m.rows = {model_row("mlp", 0.051, 0.2, 0.004, 73.8, 115), model_row("small", 0.029, 11.8, 0.092, 68.8, 278)};
+  obs = lab::observe(m);
+  EXPECT_TRUE(says(obs, "small has 0.57x the parameters and 59.0x the training FLOPs per image of mlp, and takes 23.0x as long "
+                        "per epoch (92.0 ms vs 4.00 ms).")) << obs[0];
+  EXPECT_TRUE(says(obs, "Achieved compute rises from 115.0 GFLOP/s (mlp) to 278.0 GFLOP/s (small)")) << obs[1];
 }
 
 TEST(Lab, PrecisionObservationsFollowTheData) {
