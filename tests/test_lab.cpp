@@ -396,8 +396,11 @@ TEST(Lab, BatchObservationsFollowTheData) {
   e.rows[2]["test_acc"] = 9.64;
   EXPECT_TRUE(says(lab::observe(e), "(9.64% vs 93.00%): 9.64% is chance for 10 classes, so that run learned nothing."))
       << lab::observe(e).back();
+  e.rows[2]["test_acc"] = 3.0;  // one wrong class predicted for all 500 test images: below chance, not chance
+  EXPECT_TRUE(says(lab::observe(e), "3.00% is below chance (10% for 10 classes), so that run learned nothing."))
+      << lab::observe(e).back();
   e.rows[2]["test_acc"] = 20.0;
-  EXPECT_FALSE(says(lab::observe(e), "is chance"));
+  EXPECT_FALSE(says(lab::observe(e), "chance"));
 
   e.rows[2] = {{"batch", 1024}, {"lr_rule", "linear"}, {"lr", 6.4}, {"status", "diverged"}, {"note", "the loss became NaN at epoch 1, step 4"}};
   obs = lab::observe(e);

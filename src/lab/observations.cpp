@@ -53,7 +53,13 @@ std::string at_chance(const json& r) {
   const json c = r.value("classes", json());
   const double classes = c.is_number() ? c.get<double>() : 0;
   if (classes < 2 || !r.value("test_acc", json()).is_number() || num(r, "test_acc") >= 1.5 * 100 / classes) return "";
-  return fmt::format(": {:.2f}% is chance for {:.0f} classes, so that run learned nothing", num(r, "test_acc"), classes);
+  const double chance = 100 / classes;
+  // Near chance it is chance; well below it (3% of 10 classes, on a few hundred test images) the
+  // model predicts one wrong class, no better than guessing.
+  if (num(r, "test_acc") >= 0.5 * chance)
+    return fmt::format(": {:.2f}% is chance for {:.0f} classes, so that run learned nothing", num(r, "test_acc"), classes);
+  return fmt::format(": {:.2f}% is below chance ({:.0f}% for {:.0f} classes), so that run learned nothing", num(r, "test_acc"),
+                     chance, classes);
 }
 
 // A step time the rows keep in milliseconds, in the unit that keeps its digits.
