@@ -562,6 +562,8 @@ TEST(Lab, PlanObservationsFollowTheData) {
   obs = lab::observe(p);
   EXPECT_TRUE(says(obs, "Not planned: x.json missing: a GPU run on a GPU the catalog lacks."));
   EXPECT_TRUE(says(obs, "(2 runs: worst medium b64 w1"));
+  p.rows[2]["peak_error_bytes"] = 0.0;  // two planned runs, both to the byte: "both runs", not "all 2 runs"
+  EXPECT_TRUE(says(lab::observe(p), "dlperf plan predicted the peak memory of both runs to the byte.")) << lab::observe(p)[0];
 }
 
 }  // namespace

@@ -328,7 +328,7 @@ std::vector<std::string> prediction(const Experiment& e) {
     const json& worst_step = *std::max_element(rows.begin(), rows.end(), [&](const json& a, const json& b) { return step_err(a) < step_err(b); });
     std::vector<double> step_errors;
     for (const auto& r : rows) step_errors.push_back(step_err(r));
-    const std::string all = n == 1 ? "the run" : fmt::format("all {} runs", n);
+    const std::string all = n == 1 ? "the run" : n == 2 ? "both runs" : fmt::format("all {} runs", n);
     if (exact == n)
       out.push_back(fmt::format("dlperf plan predicted the peak memory of {} to the byte.", all));
     else
