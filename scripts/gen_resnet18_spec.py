@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
-"""Writes models/resnet18.json: ResNet-18, CIFAR variant (3x3 stem, no stem pooling).
+"""Writes models/resnet18.json: ResNet-18, CIFAR variant (3x3 stem, no stem pooling), or with
+--imagenet models/resnet18-imagenet.json: ResNet-18 as torchvision builds it for ImageNet (7x7
+stride-2 stem and 3x3 stride-2 max pooling, so 224x224 images reach the blocks at 56x56).
 
 The spec format has no loops, so the 18-layer network is generated here once and committed.
 Run: python3 scripts/gen_resnet18_spec.py > models/resnet18.json
+     python3 scripts/gen_resnet18_spec.py --imagenet > models/resnet18-imagenet.json
 """
 import json
+import sys
+
+imagenet = "--imagenet" in sys.argv[1:]
 
 layers = []
 
@@ -21,10 +27,17 @@ def bn(name):
 def relu(name):
     layers.append({"type": "relu", "name": name})
 
-conv("conv1", 64, 3, 1, 1)
-bn("bn1")
-relu("relu1")
-prev, channels = "relu1", 64
+if imagenet:
+    conv("conv1", 64, 7, 2, 3)
+    bn("bn1")
+    relu("relu1")
+    layers.append({"type": "maxpool2d", "name": "pool1", "kernel": 3, "stride": 2, "padding": 1})
+    prev, channels = "pool1", 64
+else:
+    conv("conv1", 64, 3, 1, 1)
+    bn("bn1")
+    relu("relu1")
+    prev, channels = "relu1", 64
 for stage, width in enumerate([64, 128, 256, 512], start=1):
     for block in (1, 2):
         p = f"layer{stage}.{block}"
@@ -46,7 +59,13 @@ layers.append({"type": "global_avgpool", "name": "avgpool"})
 layers.append({"type": "flatten", "name": "flatten"})
 layers.append({"type": "linear", "name": "fc", "out_features": "classes"})
 
-spec = {"name": "resnet18",
-        "description": "ResNet-18, CIFAR variant (3x3 stem, no stem pooling); about 11.2M parameters",
-        "layers": layers}
+if imagenet:
+    spec = {"name": "resnet18-imagenet",
+            "description": "ResNet-18 for ImageNet-sized images (7x7 stride-2 stem, 3x3 max pooling), as torchvision's; "
+                           "11.7M parameters with 1000 classes",
+            "layers": layers}
+else:
+    spec = {"name": "resnet18",
+            "description": "ResNet-18, CIFAR variant (3x3 stem, no stem pooling); about 11.2M parameters",
+            "layers": layers}
 print(json.dumps(spec, indent=1))

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 out=${1:-reports/plan-validation}
 rm -rf "$out/runs"
 mkdir -p "$out/runs"
-for model in small medium large resnet18 mlp; do
+for model in small medium large resnet18 resnet18-imagenet mlp; do
   for batch in 16 64 256 1024; do
     echo "training $model at batch $batch (2 steps)"
     build/dlperf train --model "$model" --batch-size "$batch" --epochs 1 --train-limit $((2 * batch)) \

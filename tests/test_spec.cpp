@@ -21,6 +21,7 @@ TEST(Presets, ResolveForBothShapesWithTheDocumentedSizes) {
       {"medium", {0.35e6, 0.45e6}},
       {"large", {6.4e6, 7.0e6}},
       {"resnet18", {11.1e6, 11.25e6}},
+      {"resnet18-imagenet", {11.1e6, 11.25e6}},
       {"mlp", {0.19e6, 0.2e6}}};
   for (const auto& name : nn::preset_names()) {
     const auto spec = nn::load_model(name);
@@ -33,6 +34,23 @@ TEST(Presets, ResolveForBothShapesWithTheDocumentedSizes) {
   }
   // The CIFAR ResNet-18 has 11,173,962 parameters with 10 classes (torchvision's count).
   EXPECT_EQ(nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 1).param_count(), 11173962);
+  // The ImageNet one is torchvision's resnet18(): 11,689,512 parameters with 1000 classes, and
+  // 1.814 GMAC a 224x224 image in its convolutions and classifier (the figure papers quote),
+  // reaching the blocks at 56x56 and the classifier at 7x7.
+  const auto in = nn::build_graph(nn::load_model("resnet18-imagenet"), {3, 224, 224}, 1000, 1);
+  EXPECT_EQ(in.param_count(), 11689512);
+  double macs = 0;
+  for (const auto& n : in.nodes)
+    if (n.kind == ops::OpKind::conv2d || n.kind == ops::OpKind::linear) macs += n.cost.forward.flops / 2;
+  EXPECT_NEAR(macs / 1e9, 1.814, 0.001);
+  for (const auto& n : in.nodes) {
+    if (n.name == "pool1") {
+      EXPECT_EQ(n.out_dims, (Dims{1, 64, 56, 56}));
+    }
+    if (n.name == "layer4.2.relu2") {
+      EXPECT_EQ(n.out_dims, (Dims{1, 512, 7, 7}));
+    }
+  }
 }
 
 TEST(Spec, InfersChannelsAndFeaturesFromTheData) {
