@@ -267,10 +267,12 @@ TEST(KERNEL_SUITE, PlannedBytesMatchTheAllocations) {
   REQUIRE_GPU();
   CachingAllocator& mem = cuda::device_allocator(0);
   // Three 32x32 channels: in NHWC the input and the flatten (128 maps of 4x4) get buffers of their own.
-  // resnet18: residual sums, 1x1 convs, global pooling. And test_util.h's corner-case model.
+  // resnet18: residual sums, 1x1 convs, global pooling; resnet18-imagenet: a 7x7 stride-2 stem and
+  // a padded 3x3 max pooling. And test_util.h's corner-case model.
   const nlohmann::json odd = corner_case_model();
   const std::vector<nn::Graph> graphs = {nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64),
                                          nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 8),
+                                         nn::build_graph(nn::load_model("resnet18-imagenet"), {3, 64, 64}, 10, 4),
                                          nn::build_graph(nn::parse_model_spec(odd, "odd"), {3, 10, 10}, 10, 16)};
   const std::pair<cuda::Precision, cuda::Layout> configs[] = {{cuda::Precision::fp32, cuda::Layout::nchw},
                                                               {cuda::Precision::bf16, cuda::Layout::nchw},
