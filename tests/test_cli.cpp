@@ -92,6 +92,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer gpt2-small --layers", "--layers excludes --transformer"},
       {"plan --transformer 12,768,12,1024,50257 --tp 5", "--tp 5 does not divide the 12 attention heads"},
       {"plan --transformer 12,768,7,1024,50257", "HIDDEN 768 does not split into 7 heads"},
+      {"plan --transformer llama-7b", "the known sizes are gpt2-small, gpt2-medium, gpt2-large, gpt3-1.3b, gpt2-xl, gpt3-6.7b"},
       {"plan --transformer 0,768,12,1024,50257", "LAYERS, HIDDEN, HEADS, SEQ and VOCAB must each be at least 1"},
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},

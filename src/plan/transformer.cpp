@@ -1,7 +1,9 @@
 #include "plan/transformer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -23,15 +25,19 @@ const std::map<std::string, TransformerSpec>& known() {
 }  // namespace
 
 std::vector<std::string> transformer_names() {
+  std::vector<std::pair<double, std::string>> by_size;  // smallest first, as the papers list them
+  for (const auto& [k, v] : known()) by_size.push_back({double(v.layers) * double(v.hidden) * double(v.hidden), k});
+  std::sort(by_size.begin(), by_size.end());
   std::vector<std::string> n;
-  for (const auto& [k, v] : known()) n.push_back(k);
+  for (const auto& [size, name] : by_size) n.push_back(name);
   return n;
 }
 
 TransformerSpec transformer(const std::string& s) {
   if (auto it = known().find(s); it != known().end()) return it->second;
-  const std::string hint =
-      "for example --transformer gpt2-small or --transformer 24,2048,16,2048,50257 (HIDDEN divisible by HEADS)";
+  const std::string hint = fmt::format("the known sizes are {}; or give LAYERS,HIDDEN,HEADS,SEQ,VOCAB, for example "
+                                       "--transformer 24,2048,16,2048,50257 (HIDDEN divisible by HEADS)",
+                                       fmt::join(transformer_names(), ", "));
   long long l, h, a, q, v;
   char tail;
   check(std::sscanf(s.c_str(), "%lld,%lld,%lld,%lld,%lld%c", &l, &h, &a, &q, &v, &tail) == 5,

@@ -18,6 +18,7 @@ struct TransformerSpec {
 /// gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, gpt3-1.3b, gpt3-6.7b, gpt3-13b, gpt3-175b, or
 /// "L,H,A,S,V" (layers, hidden, heads, sequence, vocabulary). Throws Error otherwise.
 TransformerSpec transformer(const std::string& name_or_sizes);
+/// The known sizes, smallest first.
 std::vector<std::string> transformer_names();
 
 double transformer_params(const TransformerSpec& t);
