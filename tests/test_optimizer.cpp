@@ -56,6 +56,18 @@ TEST(Optimizer, AdamWFollowsPyTorch) {
   EXPECT_EQ(opt.state().size(), 2u);
 }
 
+// The run's header names the schedule with what shapes it: a step schedule's decay and period, a warm-up.
+TEST(Schedule, DescribedAsTheHeaderSaysIt) {
+  nn::ScheduleConfig s;
+  EXPECT_EQ(nn::describe(s), "onecycle");
+  s.name = "step", s.step_epochs = 1;
+  EXPECT_EQ(nn::describe(s), "step (x0.1 every 1 epoch)");
+  s.step_epochs = 30, s.warmup_epochs = 2;
+  EXPECT_EQ(nn::describe(s), "step (x0.1 every 30 epochs) after a 2-epoch warm-up");
+  s.name = "cosine", s.warmup_epochs = 0.5;
+  EXPECT_EQ(nn::describe(s), "cosine after a 0.5-epoch warm-up");
+}
+
 TEST(Schedule, Landmarks) {
   nn::ScheduleConfig s;
   const double lr = 0.1;

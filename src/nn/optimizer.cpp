@@ -1,5 +1,7 @@
 #include "nn/optimizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -65,6 +67,13 @@ std::vector<Optimizer::State> Optimizer::state() {
     if (v_[k]) s.push_back({".adam_v", k, static_cast<float*>(v_[k]->data())});
   }
   return s;
+}
+
+std::string describe(const ScheduleConfig& s) {
+  std::string d = s.name;
+  if (s.name == "step") d += fmt::format(" (x{:g} every {:g} epoch{})", s.gamma, s.step_epochs, s.step_epochs == 1 ? "" : "s");
+  if (s.warmup_epochs > 0 && s.name != "onecycle") d += fmt::format(" after a {:g}-epoch warm-up", s.warmup_epochs);
+  return d;
 }
 
 double learning_rate(const ScheduleConfig& s, double lr, int64_t step, int64_t total, int64_t per_epoch) {

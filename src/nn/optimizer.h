@@ -60,6 +60,10 @@ struct ScheduleConfig {
   double warmup_epochs = 0;       ///< constant/step/cosine: linear warm-up length
 };
 
+/// The schedule as a run's header says it: "onecycle", "step (x0.1 every 30 epochs)", "cosine
+/// after a 2-epoch warm-up".
+std::string describe(const ScheduleConfig& s);
+
 /// Learning rate at `step` (0-based) of `total` steps, `per_epoch` steps an epoch.
 /// onecycle is PyTorch's OneCycleLR (cosine; from lr/25 up to lr, then down to lr/25e4).
 double learning_rate(const ScheduleConfig& s, double base_lr, int64_t step, int64_t total,

@@ -548,7 +548,7 @@ struct Run {
     std::fputs(model_line(graph, data).c_str(), stdout);
     std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
                 threads, cpu.isa.c_str(), net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32",
-                (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, cfg.schedule.name.c_str(), cfg.workers,
+                (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, nn::describe(cfg.schedule).c_str(), cfg.workers,
                 cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed, kEpochHeader);
     for (const auto& e : history) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
