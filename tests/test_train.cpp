@@ -265,6 +265,18 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("no checkpoint to resume from"), std::string::npos);
 }
 
+// The header's recipe says what shapes learning, so a run with --augment or --label-smoothing
+// reads differently from one without.
+TEST(Train, TheHeaderSaysTheRecipe) {
+  train::TrainConfig c;  // the defaults: no augmentation, no label smoothing
+  data::Dataset flips, no_flips;
+  flips.flip_ok = true;
+  EXPECT_EQ(train::detail::recipe_text(c, flips), "sgd lr 0.1 onecycle");
+  c.label_smoothing = 0.1, c.augment = true;
+  EXPECT_EQ(train::detail::recipe_text(c, flips), "sgd lr 0.1 onecycle, label smoothing 0.1, augmented (random 2-px crops and horizontal flips)");
+  EXPECT_EQ(train::detail::recipe_text(c, no_flips), "sgd lr 0.1 onecycle, label smoothing 0.1, augmented (random 2-px crops)");
+}
+
 // A new run in a directory that holds a checkpoint would replace it after its first epoch, and
 // the earlier run's epochs with it: refused, saying what the file holds, unless asked for.
 TEST(Train, ANewRunDoesNotReplaceAnEarlierRunsCheckpointUnlessAsked) {

@@ -93,6 +93,9 @@ extern const char* const kEpochHeader;
 std::string epoch_row(const EpochStats& e);
 /// The header's first line: the model, its size and forward FLOPs per image, the data and its images.
 std::string model_line(const nn::Graph& graph, const data::DataPair& data);
+/// How the run learns, as the header's second line says it: "sgd lr 0.1 onecycle", with label
+/// smoothing and augmentation where they are on ("augmented: random 2-px crops and flips").
+std::string recipe_text(const TrainConfig& cfg, const data::Dataset& train);
 /// "resumed from DIR/checkpoint.dlperf after epoch 3", what is left of --epochs, and a note naming
 /// the settings that differ from the checkpoint's run (`checkpoint_config`).
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const nlohmann::json& checkpoint_config = nlohmann::json::object());

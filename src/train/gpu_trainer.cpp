@@ -449,10 +449,10 @@ struct GpuRun {
     std::fputs(model_line(graph, data).c_str(), stdout);
     const std::string workers =
         cfg.data_on_device ? "" : fmt::format(" ({} loader worker{})", cfg.workers, cfg.workers == 1 ? "" : "s");
-    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s lr %g %s, %s%s, CUDA graphs %s, seed %llu\n\n%s", device,
+    std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s, %s%s, CUDA graphs %s, seed %llu\n\n%s", device,
                 info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(),
-                cuda::to_string(opts.layout), (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, nn::describe(cfg.schedule).c_str(),
-                feed().c_str(), workers.c_str(), cfg.graphs ? "on" : "off", (unsigned long long)cfg.seed, kEpochHeader);
+                cuda::to_string(opts.layout), (long long)cfg.batch, recipe_text(cfg, data.train).c_str(), feed().c_str(),
+                workers.c_str(), cfg.graphs ? "on" : "off", (unsigned long long)cfg.seed, kEpochHeader);
     for (const auto& e : history) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
   }

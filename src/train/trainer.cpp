@@ -63,6 +63,14 @@ std::string model_line(const nn::Graph& graph, const data::DataPair& data) {
                      dims_str({t.channels, t.height, t.width}), t.classes, t.size(), data.test.size());
 }
 
+std::string recipe_text(const TrainConfig& cfg, const data::Dataset& train) {
+  std::string s = fmt::format("{} lr {:g} {}", cfg.optimizer.name, cfg.lr, nn::describe(cfg.schedule));
+  if (cfg.label_smoothing > 0) s += fmt::format(", label smoothing {:g}", cfg.label_smoothing);
+  if (cfg.augment)
+    s += fmt::format(", augmented (random {}-px crops{})", data::LoaderConfig{}.pad_crop, train.flip_ok ? " and horizontal flips" : "");
+  return s;
+}
+
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const json& was) {
   const std::string left = epochs_done >= cfg.epochs
                                ? fmt::format(", and --epochs is {}: nothing to train (raise --epochs to train further)", cfg.epochs)
@@ -546,10 +554,11 @@ struct Run {
     const hw::CpuInfo cpu = hw::cpu_info();
     if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch, resumed_config).c_str(), stdout);
     std::fputs(model_line(graph, data).c_str(), stdout);
-    std::printf("device cpu (%s, %d threads, %s), %s, batch %lld, %s lr %g %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
-                threads, cpu.isa.c_str(), net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32",
-                (long long)cfg.batch, cfg.optimizer.name.c_str(), cfg.lr, nn::describe(cfg.schedule).c_str(), cfg.workers,
-                cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed, kEpochHeader);
+    std::printf("device cpu (%s, %s, %s), %s, batch %lld, %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
+                counted(threads, "thread").c_str(), cpu.isa.c_str(),
+                net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32", (long long)cfg.batch,
+                recipe_text(cfg, data.train).c_str(), cfg.workers, cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed,
+                kEpochHeader);
     for (const auto& e : history) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
   }
