@@ -221,7 +221,6 @@ class Runner {
   /// The planner's seconds for each planned run (estimate_time's per_run), to be set against
   /// the runs' measured time as they finish.
   void set_predictions(const std::vector<double>& seconds) {
-    for (size_t i = 0; i < planned_.size() && i < seconds.size(); ++i) predicted_[run_key(planned_[i])] = seconds[i];
     check_.of = int(planned_.size());
     planned_seconds_ = seconds;
   }
@@ -269,9 +268,9 @@ class Runner {
       o.record = std::move(r.record);
       o.record["record_path"] = r.record_path;
       o.ok = o.record.contains("summary");
-      if (auto it = predicted_.find(run_key(c)); o.ok && it != predicted_.end() && it->second >= 0) {
+      if (const double planned_s = planned_seconds_for(c); o.ok && planned_s >= 0) {
         ++check_.runs;
-        check_.planned_s += it->second;
+        check_.planned_s += planned_s;
         for (const auto& e : o.record["epochs"]) check_.measured_s += e.value("train_s", 0.0) + e.value("eval_s", 0.0);
       }
     } catch (const Interrupted& e) {
@@ -317,9 +316,15 @@ class Runner {
   size_t reused_ = 0;
   int runs_ = 0;  ///< training runs started (warm-up excluded)
   bool planning_ = false;
-  std::map<std::string, double> predicted_;  ///< by run key: the planner's seconds
   PlanCheck check_;
   std::vector<double> planned_seconds_;  ///< the planner's seconds for each of planned_, in order
+  // The planner's seconds for configuration `c` (planned_seconds_ follows planned_), or < 0.
+  double planned_seconds_for(const train::TrainConfig& c) const {
+    const std::string key = run_key(c);
+    for (size_t i = 0; i < planned_.size() && i < planned_seconds_.size(); ++i)
+      if (run_key(planned_[i]) == key) return planned_seconds_[i];
+    return -1;
+  }
   // "; about 9.2 min left": the planned time of the runs still to come (the real pass trains them
   // in the planning pass's order), scaled by how the finished ones compared with their plan.
   // Nothing when a run to come cannot be predicted, or none is left.

@@ -66,8 +66,8 @@ std::string model_line(const nn::Graph& graph, const data::DataPair& data) {
 std::string recipe_text(const TrainConfig& cfg, const data::Dataset& train) {
   std::string s = fmt::format("{} lr {:g} {}", cfg.optimizer.name, cfg.lr, nn::describe(cfg.schedule));
   if (cfg.label_smoothing > 0) s += fmt::format(", label smoothing {:g}", cfg.label_smoothing);
-  if (cfg.augment)
-    s += fmt::format(", augmented (random {}-px crops{})", data::LoaderConfig{}.pad_crop, train.flip_ok ? " and horizontal flips" : "");
+  if (const data::LoaderConfig lc = loader_config(cfg, true); lc.augment)
+    s += fmt::format(", augmented (random {}-px crops{})", lc.pad_crop, train.flip_ok ? " and horizontal flips" : "");
   return s;
 }
 
