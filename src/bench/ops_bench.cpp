@@ -1,6 +1,7 @@
 #include "bench/ops_bench.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -135,7 +136,7 @@ std::vector<GemmPoint> gemm_sweep(const Options& o) {
     const cpu::Mem &a = as[0], &b = bs[0], &c = cs[0];
     auto pd = matmul::primitive_desc(matmul::desc(a_md, b_md, c_md), cpu::default_attr(), cpu::engine());
     const cpu::Prim p = cpu::Prim::of<matmul>(pd);
-    GemmPoint g{m, n, k, {}, o.quick ? 5 : 15, 0, sets};
+    GemmPoint g{m, n, k, {}, o.quick ? 5 : 15, 0, sets, omp_get_max_threads()};
     const double flops = gemm_flops(m, n, k);
     const int calls = int(std::clamp(2e8 / flops, 1.0, 1000.0));  // about 1 ms or more a sample
     int next = 0;
@@ -187,7 +188,7 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
         ys.back().zero(), dxs.back().zero();  // touched now: a first write in a timed call would pay its page faults
       }
       for (size_t i = 0; i < op->params().size(); ++i) fill_logical(op->params()[i]->value, op->params()[i]->dims, 6 + i);
-      ConvPoint c{model, n.name, n.in_dims[0], n.attrs, {}, {}, {}, o.quick ? 3 : 10, 0, sets};
+      ConvPoint c{model, n.name, n.in_dims[0], n.attrs, {}, {}, {}, o.quick ? 3 : 10, 0, sets, omp_get_max_threads()};
       const auto& cost = n.cost;
       const int calls = int(std::clamp(2e8 / cost.forward.flops, 1.0, 1000.0));  // about 1 ms or more a sample
       auto repeat = [calls](auto&& f) {
@@ -237,7 +238,7 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
 nlohmann::json to_json(const GemmPoint& p) {
   return {{"m", p.m}, {"n", p.n}, {"k", p.k}, {"flops", gemm_flops(p.m, p.n, p.k)}, {"gflops_median", p.gflops.median},
           {"gflops_min", p.gflops.min}, {"gflops_max", p.gflops.max}, {"repeats", p.repeats}, {"max_rel_error", p.max_rel_error},
-          {"rotated_input_sets", p.rotated_sets}};
+          {"rotated_input_sets", p.rotated_sets}, {"threads", p.threads}};
 }
 
 nlohmann::json to_json(const ConvPoint& p) {
@@ -246,7 +247,7 @@ nlohmann::json to_json(const ConvPoint& p) {
           {"forward_gflops", p.forward_gflops.median}, {"forward_gflops_min", p.forward_gflops.min},
           {"forward_gflops_max", p.forward_gflops.max}, {"backward_data_gflops", p.backward_data_gflops.median},
           {"backward_weights_gflops", p.backward_weights_gflops.median}, {"repeats", p.repeats},
-          {"max_rel_error", p.max_rel_error}, {"rotated_input_sets", p.rotated_sets}};
+          {"max_rel_error", p.max_rel_error}, {"rotated_input_sets", p.rotated_sets}, {"threads", p.threads}};
 }
 
 }  // namespace dlperf::bench

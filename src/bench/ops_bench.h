@@ -19,6 +19,7 @@ struct GemmPoint {
   int repeats = 0;
   double max_rel_error = 0;  ///< sampled outputs against a float64 dot product
   int rotated_sets = 1;      ///< input copies the repeats rotate over (2x the last-level cache)
+  int threads = 0;           ///< the threads oneDNN ran it on (omp_get_max_threads when measured)
 };
 /// FLOPs of C[m,n] = A[m,k] B[k,n]: 2mnk.
 double gemm_flops(int64_t m, int64_t n, int64_t k);
@@ -32,6 +33,7 @@ struct ConvPoint {
   int repeats = 0;
   double max_rel_error = 0;  ///< of sampled outputs of the three passes against float64
   int rotated_sets = 1;      ///< copies of the tensors the calls cycle through (2x the L3)
+  int threads = 0;           ///< the threads oneDNN ran it on (omp_get_max_threads when measured)
 };
 /// The largest error of 16 sampled outputs of each of a conv's passes (forward y, weight
 /// gradient dw, data gradient dx) against float64 sums, each relative to the sum of its terms'

@@ -456,6 +456,10 @@ void add_bench(CLI::App& app, const Command& self) {
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");
   c->callback([args, c] {
     hw::check_threads(args->opt.threads);
+    // oneDNN's primitives (GEMM, conv, the roofline's training step) run on OpenMP's thread count,
+    // not on a count passed to them: without this, 'bench gemm --threads 1' ran on every core and
+    // read "161% of the FMA peak" of one.
+    if (args->opt.threads > 0) omp_set_num_threads(args->opt.threads);
     // A flag that only other benchmarks read is refused, not ignored. ("all" runs conv and the
     // GPU ones, not roofline or allreduce.)
     const std::vector<std::pair<const char*, std::vector<std::string>>> used_by = {
