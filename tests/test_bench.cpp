@@ -1,5 +1,6 @@
 // The CPU micro-benchmarks: byte and FLOP counts, the statistics, and the quick mode end to end.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "backend/ref/ref_ops.h"
 #include "bench/cpu_bench.h"
@@ -124,6 +125,28 @@ TEST(Bench, GemmCountsAndQuickSweepIsValidated) {
     EXPECT_LT(p.max_rel_error, 1e-5);
     EXPECT_TRUE(bench::to_json(p).contains("gflops_median"));
   }
+}
+
+// The cost of a call into the engine: measured on the threads asked for, OpenMP's count put back
+// after, microseconds that are positive and ordered, and recorded as such.
+TEST(Bench, EngineCallCostIsMeasuredOnTheThreadsAsked) {
+  const int before = omp_get_max_threads();
+  bench::Options o;
+  o.quick = true;
+  o.threads = 1;
+  const auto r = bench::cpu_dispatch(o);
+  EXPECT_EQ(r.threads, 1);
+  EXPECT_EQ(omp_get_max_threads(), before);
+  EXPECT_GT(r.us.min, 0);
+  EXPECT_LE(r.us.min, r.us.median);
+  EXPECT_LE(r.us.median, r.us.max);
+  EXPECT_LT(r.us.median, 1000) << "a relu on 1,024 floats takes microseconds, not milliseconds";
+  EXPECT_EQ(r.repeats, 5);
+  const auto j = bench::to_json(r);
+  EXPECT_DOUBLE_EQ(j.at("us_median").get<double>(), r.us.median);
+  EXPECT_EQ(j.at("threads"), 1);
+  o.threads = 0;
+  EXPECT_EQ(bench::cpu_dispatch(o).threads, before);
 }
 
 TEST(Bench, ConvSweepTimesEachDistinctLayer) {
@@ -321,6 +344,11 @@ TEST(MachineProfile, GpuCeilingsFromTheBenchAndBack) {
   EXPECT_DOUBLE_EQ(back.hbm_gbps(), 3100.0);
   EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA A100-SXM4-80GB").empty());  // another GPU
   EXPECT_DOUBLE_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 80.0);
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).call_overhead_us, 0.0);  // written before bench measured it
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"call_overhead_us", 1.7}});
+  EXPECT_DOUBLE_EQ(bench::load_ceilings("some CPU", 2).call_overhead_us, 1.7);
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"call_overhead_us", -1}});
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 0.0) << "a damaged field makes the whole profile count as none";
   std::ofstream(bench::kMachineProfile) << "{ damaged";
   EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA H100 80GB HBM3").empty());
   std::filesystem::current_path(cwd);

@@ -371,6 +371,31 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).step_s);
 }
 
+// Every layer pass and the step's own calls (the input's copy, the loss, the loop) cost what a
+// call into the engine measured (the ceilings' figure, else the fit's), and the step waits for its
+// batch to be filled, pixel by pixel.
+TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6;
+  const json spec = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", 64}}, {{"type", "relu"}, {"name", "r"}},
+                                 {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, 16);
+  const plan::EngineModel m = plan::engine_model("avx512");
+  const auto fitted = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
+  c.call_overhead_s = 5e-6;
+  const auto measured = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
+  const double relu_bytes = g.nodes[2].cost.forward.bytes;
+  EXPECT_NEAR(fitted.layers[2].forward_s, relu_bytes / 200e9 + m.call_overhead_s, 1e-15);
+  EXPECT_NEAR(measured.layers[2].forward_s, relu_bytes / 200e9 + 5e-6, 1e-15);
+  const double fill_s = 16 * 28 * 28 * m.loader_ns_per_pixel * 1e-9;
+  EXPECT_NEAR(fitted.overhead_s, fill_s + m.step_calls * m.call_overhead_s, 1e-15);
+  EXPECT_NEAR(measured.overhead_s, fill_s + m.step_calls * 5e-6, 1e-15);
+  // Passes: 2 linear forward, relu forward, relu backward, 2 linear backward-weights, the second's
+  // backward-data (the first has no input gradient to compute), and the optimizer.
+  EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);
+}
+
 // bf16 on the CPU: twice the compute peak (once, however often asked; and back), backward-weights at a
 // share of it, half the bytes between convolutions, and the conversions where fp32 meets bf16
 // (the model input, dropout, the logits, the weights' copies) as memory passes; so a step takes

@@ -42,8 +42,9 @@ nlohmann::json read_profile() {
   // The CPU's part may be absent (then it holds no CPU ceilings); where present it must be whole.
   if (p.contains("cpu") &&
       (!p["cpu"].is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
-       !is_rate(p.value("f32_gflops", nlohmann::json())) || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object()))))
-    return damaged("its cpu, threads, f32_gflops or bandwidth_gbps field is missing, of the wrong type, or not above 0");
+       !is_rate(p.value("f32_gflops", nlohmann::json())) || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object())) ||
+       (p.contains("call_overhead_us") && !is_rate(p["call_overhead_us"]))))
+    return damaged("its cpu, threads, f32_gflops, bandwidth_gbps or call_overhead_us field is missing, of the wrong type, or not above 0");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
     if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
         !is_numbers(g.value("peak_gflops", nlohmann::json::object())) || !is_numbers(g.value("bandwidth_gbps", nlohmann::json::object())) ||
@@ -67,7 +68,8 @@ Ceilings load_ceilings(const std::string& cpu_model, int threads) {
     return {};
   }
   if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
-    return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object()), p.value("quick", false)};
+    return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object()), p.value("call_overhead_us", 0.0),
+            p.value("quick", false)};
   return {};
 }
 

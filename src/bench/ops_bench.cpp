@@ -235,6 +235,34 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
   return out;
 }
 
+DispatchResult cpu_dispatch(const Options& o) {
+  using namespace dnnl;
+  // oneDNN forks as many threads as OpenMP's count when it executes; the count is put back after.
+  const int before = omp_get_max_threads();
+  const int threads = o.threads > 0 ? o.threads : before;
+  omp_set_num_threads(threads);
+  const cpu::md desc({16, 64}, cpu::dt::f32, cpu::tag::ab);
+  cpu::Mem x(desc, MemCategory::workspace), y(desc, MemCategory::workspace);
+  fill(x, 7);
+  y.zero();
+  const cpu::Prim relu = cpu::Prim::of<eltwise_forward>(eltwise_forward::primitive_desc(
+      eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, desc, 0.f), cpu::default_attr(), cpu::engine()));
+  DispatchResult r{threads, {}, o.quick ? 5 : 15, o.quick ? 500 : 2000};
+  const Spread calls_per_s = rate(r.repeats, double(r.calls), [&] {
+    for (int i = 0; i < r.calls; ++i) cpu::run(relu, {{DNNL_ARG_SRC, x.mem}, {DNNL_ARG_DST, y.mem}});
+  });
+  omp_set_num_threads(before);
+  r.us = {1e6 / calls_per_s.median, 1e6 / calls_per_s.max, 1e6 / calls_per_s.min};
+  for (size_t i = 0; i < cpu::floats_in(desc); ++i)
+    check(y.f32()[i] == std::max(x.f32()[i], 0.f), "the dispatch benchmark's relu gave wrong results");
+  return r;
+}
+
+nlohmann::json to_json(const DispatchResult& r) {
+  return {{"threads", r.threads}, {"us_median", r.us.median}, {"us_min", r.us.min}, {"us_max", r.us.max},
+          {"repeats", r.repeats}, {"calls", r.calls}, {"primitive", "oneDNN eltwise relu forward, 16x64 f32"}};
+}
+
 nlohmann::json to_json(const GemmPoint& p) {
   return {{"m", p.m}, {"n", p.n}, {"k", p.k}, {"flops", gemm_flops(p.m, p.n, p.k)}, {"gflops_median", p.gflops.median},
           {"gflops_min", p.gflops.min}, {"gflops_max", p.gflops.max}, {"repeats", p.repeats}, {"max_rel_error", p.max_rel_error},

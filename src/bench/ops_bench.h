@@ -46,7 +46,20 @@ double conv_max_rel_error(const Dims& x_dims, const ops::OpAttrs& a, const std::
 /// pass validated (conv_max_rel_error < 1e-5), the tensors rotated over copies spanning 2x the L3.
 std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::string>& models, const Dims& chw, int64_t batch);
 
+/// What one call into the CPU engine costs beyond its work: the CPU's counterpart of a GPU's
+/// kernel launch latency, and the plan's per-pass overhead. A oneDNN relu on 1,024 floats (the
+/// mlp's hidden layer at batch 16, where the work takes nanoseconds) runs through the engine's
+/// call path (cpu::run: argument map, scratchpad, execute on the OpenMP threads, wait) back to back.
+struct DispatchResult {
+  int threads = 0;
+  Spread us;         ///< microseconds a call; each sample the mean over `calls` calls
+  int repeats = 0, calls = 0;
+};
+/// On `threads` OpenMP threads (0: as many as OpenMP runs now); the relu's outputs are checked.
+DispatchResult cpu_dispatch(const Options& o);
+
 nlohmann::json to_json(const GemmPoint& p);
 nlohmann::json to_json(const ConvPoint& p);
+nlohmann::json to_json(const DispatchResult& r);
 
 }  // namespace dlperf::bench

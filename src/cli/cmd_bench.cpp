@@ -293,6 +293,16 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
   return j;
 }
 
+// The CPU engine's cost a call (bench::cpu_dispatch): what `dlperf plan` adds to every layer
+// pass, as a GPU's launch latency is added to every kernel.
+nlohmann::json run_cpu_launch(const bench::Options& o) {
+  const auto r = bench::cpu_dispatch(o);
+  std::printf("\nCPU engine call (launch latency's counterpart: a oneDNN relu on 16x64 floats through the engine's call path, "
+              "back to back, %s, median of %d x %d calls): %.2f us a call [%.2f-%.2f]\n",
+              counted(r.threads, "thread").c_str(), r.repeats, r.calls, r.us.median, r.us.min, r.us.max);
+  return bench::to_json(r);
+}
+
 // What `bench copy|launch|gpu-memory` measures, as its skipped or failed line names it.
 const char* gpu_bench_title(const std::string& what) {
   return what == "copy" ? "Host-device copies" : what == "launch" ? "GPU launch latency" : "GPU memory bandwidth";
@@ -436,7 +446,8 @@ void add_bench(CLI::App& app, const Command& self) {
   auto* c = app.add_subcommand(self.name, self.summary);
   c->add_option("what", args->what,
                 "memory | flops | gemm | conv | copy | launch | gpu-memory | roofline | allreduce | all, one or more (roofline and "
-                "allreduce are not part of all; copy, launch and gpu-memory need a GPU and are skipped, saying why, without one)")
+                "allreduce are not part of all; launch times a call into the CPU engine, and a GPU's kernel launch where there is one; "
+                "copy and gpu-memory need a GPU and are skipped, saying why, without one)")
       ->capture_default_str()
       ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "roofline", "allreduce", "all"}));
   c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str()->check(at_least(0));
@@ -526,6 +537,7 @@ void add_bench(CLI::App& app, const Command& self) {
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
     if (runs({"gemm", "all"})) record("gpu_gemm", guarded(*args, "GPU GEMM", [&] { return run_gpu_gemm(*args); }));
     if (runs({"conv", "all"})) record("gpu_conv", guarded(*args, "GPU conv", [&] { return run_gpu_conv(*args); }));
+    if (runs({"launch", "all"})) record("cpu_launch", run_cpu_launch(args->opt));
     for (const char* g : {"copy", "launch", "gpu-memory"})
       if (runs({g, "all"})) record(g, guarded(*args, gpu_bench_title(g), [&] { return run_gpu(g, *args); }));
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
@@ -544,6 +556,7 @@ void add_bench(CLI::App& app, const Command& self) {
       nlohmann::json profile = {{"cpu", cpu.model}, {"cpu_identity", hw::cpu_identity(hw::to_json(cpu))}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
                                 {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
+      if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_median"];
       std::printf("\nbandwidth plateaus (triad):");
       for (const char* level : {"L1", "L2", "L3", "DRAM"})
         if (levels.contains(level)) std::printf(" %s %.0f GB/s", level, levels[level].get<double>());

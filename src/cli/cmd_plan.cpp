@@ -307,8 +307,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   std::printf("throughput        %.0f images/s\n", double(a.batch) / p.step_s);
   std::printf("epoch             %s (%.0f steps, training only)\n", format_seconds(p.step_s * steps).c_str(), steps);
   std::printf("job               %s for %s\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), counted(a.epochs, "epoch").c_str());
-  std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s: %s\n", c.peak_gflops, c.l2_gbps, c.l3_gbps,
-              c.dram_gbps, c.source.c_str());
+  std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s, %s a call: %s\n", c.peak_gflops, c.l2_gbps,
+              c.l3_gbps, c.dram_gbps, format_seconds(c.call_overhead_s).c_str(), c.source.c_str());
   plan::JobSpec job;
   job.graph = &g;
   job.spec = &spec;

@@ -19,13 +19,17 @@ struct CpuCeilings {
   double peak_gflops = 0;              ///< FMA peak of the threads used, in the run's precision
   double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
+  /// A call into the engine at these threads (bench::cpu_dispatch), added to every layer pass;
+  /// 0 = not measured (ceilings made by hand): EngineModel::call_overhead_s then.
+  double call_overhead_s = 0;
   int threads = 1;
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
 };
 /// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
-/// else measured on the first call (about a second, then kept for the process). For
+/// else measured on the first call (about a second, then kept for the process); the cost of an
+/// engine call likewise (a few milliseconds where the profile lacks it). For
 /// "bf16" the compute peak is twice fp32's: an AVX512-BF16 dot product does two multiply-adds
 /// per fp32 lane in an FMA's time (AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
@@ -48,8 +52,16 @@ struct EngineModel {
   /// times its measured speed-up over the general code (1.9x forward, 2.0x backward).
   double maxpool_2x2_efficiency = 0.67, maxpool_2x2_backward_efficiency = 0.52;
   double dropout_ns_per_element = 6;  ///< counter-based RNG for the mask, per element per thread
-  double call_overhead_s = 10e-6;  ///< per layer pass: thread fork/join, primitive dispatch
-  double step_overhead_s = 50e-6;  ///< per step outside the layers: loader hand-off, loss, bookkeeping
+  /// Per layer pass (thread fork/join, primitive dispatch) where the ceilings carry no measured
+  /// figure (CpuCeilings::call_overhead_s, which host_ceilings always measures): the Zen 5's.
+  double call_overhead_s = 1.7e-6;
+  /// Per step outside the layers: the input's copy into the network, the loss and the loop's
+  /// bookkeeping, each about a call (dlperf profile: 1.6, 1.4 and 1.0 us on the Zen 5, 1.7 a call).
+  double step_calls = 3;
+  /// Filling a batch (convert, normalize, crop and flip each pixel), which the step waits for: a
+  /// loader worker fills the next batch while compute threads take every core, so it runs when
+  /// the step blocks on it (dlperf profile's trace: batch 16 of 1x28x28 in 10-12 us on the Zen 5).
+  double loader_ns_per_pixel = 0.85;
   /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
   /// below DRAM's); 0: at DRAM's rate.
   double l3_share = 0;
@@ -73,7 +85,7 @@ struct LayerTime {
 struct StepPrediction {
   double step_s = 0;     ///< forward + backward + optimizer + overhead
   double forward_s = 0, backward_s = 0, optimizer_s = 0;
-  double overhead_s = 0;  ///< per step outside the layers (EngineModel::step_overhead_s)
+  double overhead_s = 0;  ///< per step outside the layers: loading the batch, its copy, the loss, the loop
   std::vector<LayerTime> layers;
 };
 
