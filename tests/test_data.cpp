@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "data/dataset.h"
+#include "data/augment.h"
 #include "data/loader.h"
 #include "train/trainer.h"
 #include "test_util.h"
@@ -226,6 +227,48 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
   cfg.workers = 3;
   EXPECT_EQ(epoch_batches(d, cfg, 3), ref);
   EXPECT_NE(epoch_batches(d, cfg, 4), ref);  // another epoch, another order
+}
+
+// Every pixel of an augmented batch is its definition: the source pixel the crop and flip of its
+// sample point at (the crop's zero padding where they point outside), normalized per channel.
+TEST(Loader, CropsAndFlipsAreTheirDefinition) {
+  const data::Dataset d = [] {
+    data::Dataset s = data::make_synthetic(64, 3, 7, 9, 10, 4);
+    s.flip_ok = true;
+    return s;
+  }();
+  data::LoaderConfig cfg;
+  cfg.batch = 16;
+  cfg.seed = 3;
+  cfg.augment = true;
+  cfg.pad_crop = 3;  // wider than the default 2: windows that shift by more than a third of the width
+  cfg.workers = 0;
+  const std::vector<float> mean = {0.2f, 0.5f, 0.7f}, sd = {0.3f, 0.25f, 0.2f};
+  data::Loader l(d, cfg, mean, sd);
+  const int64_t epoch = 1;
+  l.start_epoch(epoch);
+  const auto order = data::epoch_order(d.size(), true, cfg.seed, epoch);
+  const int64_t C = 3, H = 7, W = 9;
+  int flipped = 0, shifted = 0;
+  while (const data::Batch* b = l.next()) {
+    for (int64_t i = 0; i < cfg.batch; ++i) {
+      const int64_t sample = order[size_t(b->index * cfg.batch + i)];
+      const data::Crop crop = data::random_crop(cfg.seed, epoch, sample, cfg.pad_crop, true);
+      flipped += crop.flip, shifted += crop.dx != 0 || crop.dy != 0;
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t y = 0; y < H; ++y)
+          for (int64_t x = 0; x < W; ++x) {
+            const int64_t sy = y + crop.dy, sx = (crop.flip ? W - 1 - x : x) + crop.dx;
+            const double v = sy >= 0 && sy < H && sx >= 0 && sx < W ? d.images[size_t(((sample * C + c) * H + sy) * W + sx)] : 0.0;
+            const double want = (v / 255.0 - mean[size_t(c)]) / sd[size_t(c)];
+            ASSERT_NEAR(b->data()[((i * C + c) * H + y) * W + x], want, 1e-5)
+                << "sample " << sample << " channel " << c << " at " << y << "," << x << " (crop " << crop.dy << "," << crop.dx
+                << (crop.flip ? ", flipped)" : ")");
+          }
+    }
+  }
+  EXPECT_GT(flipped, 8);
+  EXPECT_GT(shifted, 40);
 }
 
 // The order the GPU's on-device loader is given is the host loader's order.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -90,6 +91,18 @@ void Loader::start_epoch(int64_t epoch) {
   for (int w = 0; w < cfg_.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
 
+namespace {
+// out[i] = in[i] * scale + shift over n pixels; the arrays never overlap (restrict: no runtime
+// alias check, whose scalar fallback the loop otherwise ran in).
+void normalize(const uint8_t* __restrict in, float* __restrict out, int64_t n, float scale, float shift) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float(in[i]) * scale + shift;
+}
+// The same, reading `in` backwards from in[n - 1] (a flipped row).
+void normalize_reversed(const uint8_t* __restrict in, float* __restrict out, int64_t n, float scale, float shift) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float(in[n - 1 - i]) * scale + shift;
+}
+}  // namespace
+
 void Loader::fill(Batch& b, int64_t id) const {
   const int64_t C = data_.channels, H = data_.height, W = data_.width, HW = H * W;
   const int64_t first = id * cfg_.batch;
@@ -108,19 +121,35 @@ void Loader::fill(Batch& b, int64_t id) const {
     const uint8_t* src = &data_.images[size_t(sample * C * HW)];
     const Crop crop = cfg_.augment ? random_crop(cfg_.seed, epoch_, sample, cfg_.pad_crop, data_.flip_ok) : Crop{};
     const int64_t dy = crop.dy, dx = crop.dx;
-    const bool flip = crop.flip;
+    // Output row y reads source row y + dy, and its pixel x source column x + dx (W - 1 - x + dx
+    // flipped). Rows [y0, y1) and columns [x0, x1) read inside the image; the rest is the crop's
+    // zero padding (black before normalization, so `sh`). Bounds hoisted out of the loops, the
+    // copies vectorize, and a window not shifted sideways (every one without --augment) is one
+    // contiguous run. With a test per pixel, the Zen 5 took 0.57 ns a pixel unaugmented, 1.42
+    // augmented (1x28x28), a quarter of a tiny model's step; now 0.21 and 1.21 (rows of 28 leave
+    // scalar tails), and 0.76 -> 0.51 augmented on 3x32x32 (medians of 5 epochs of 20,000 images).
+    const int64_t y0 = std::max<int64_t>(0, -dy), y1 = std::min(H, H - dy);
+    const int64_t x0 = std::max<int64_t>(0, crop.flip ? dx : -dx), x1 = std::min(W, crop.flip ? W + dx : W - dx);
     for (int64_t c = 0; c < C; ++c) {
       const float sc = scale_[size_t(c)], sh = shift_[size_t(c)];
       const uint8_t* plane = src + c * HW;
       float* dst = img + c * HW;
-      for (int64_t y = 0; y < H; ++y) {
-        const int64_t sy = y + dy;
-        for (int64_t x = 0; x < W; ++x) {
-          const int64_t sx = (flip ? W - 1 - x : x) + dx;
-          // Zero padding of the crop is black in the source image (0 before normalization).
-          const float v = (sy >= 0 && sy < H && sx >= 0 && sx < W) ? float(plane[sy * W + sx]) : 0.f;
-          dst[y * W + x] = v * sc + sh;
-        }
+      std::fill(dst, dst + y0 * W, sh);
+      std::fill(dst + y1 * W, dst + HW, sh);
+      if (dx == 0 && !crop.flip) {
+        normalize(plane + (y0 + dy) * W, dst + y0 * W, (y1 - y0) * W, sc, sh);
+        continue;
+      }
+      for (int64_t y = y0; y < y1; ++y) {
+        float* out_row = dst + y * W;
+        const uint8_t* row = plane + (y + dy) * W;
+        std::fill(out_row, out_row + x0, sh);
+        std::fill(out_row + std::max(x0, x1), out_row + W, sh);
+        if (x0 >= x1) continue;
+        if (crop.flip)  // out_row[x] = row[W - 1 - x + dx] for x in [x0, x1)
+          normalize_reversed(row + W - x1 + dx, out_row + x0, x1 - x0, sc, sh);
+        else
+          normalize(row + x0 + dx, out_row + x0, x1 - x0, sc, sh);
       }
     }
   }

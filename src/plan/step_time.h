@@ -58,10 +58,11 @@ struct EngineModel {
   /// Per step outside the layers: the input's copy into the network, the loss and the loop's
   /// bookkeeping, each about a call (dlperf profile: 1.6, 1.4 and 1.0 us on the Zen 5, 1.7 a call).
   double step_calls = 3;
-  /// Filling a batch (convert, normalize, crop and flip each pixel), which the step waits for: a
-  /// loader worker fills the next batch while compute threads take every core, so it runs when
-  /// the step blocks on it (dlperf profile's trace: batch 16 of 1x28x28 in 10-12 us on the Zen 5).
-  double loader_ns_per_pixel = 0.85;
+  /// Filling a batch (convert and normalize each pixel, crop and flip), which the step waits for:
+  /// while compute threads take every core a loader worker gets none of its own, and fills the
+  /// next batch only once the step blocks on it (dlperf profile's trace of the mlp at batch 16).
+  /// `dlperf profile -j 0` of the mlp on the Zen 5: 6.8 us a batch of 16 x 1x28x28 unaugmented.
+  double loader_ns_per_pixel = 0.55;
   /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
   /// below DRAM's); 0: at DRAM's rate.
   double l3_share = 0;
