@@ -349,6 +349,28 @@ TEST(Cli, TheLabSaysWhatIsComingAndHowLongItTook) {
       << o.out;
 }
 
+// A model made for ImageNet is planned and shown on ImageNet's images and classes unless told
+// otherwise, and says so; --input and --classes still decide where given.
+TEST(Cli, AModelMadeForAnInputIsPlannedOnIt) {
+  TempDir dir;
+  const Outcome p = run_dlperf(dir, "plan --model resnet18-imagenet -b 8 --dataset-size 64 --epochs 1");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  EXPECT_NE(p.out.find("dlperf plan: resnet18-imagenet on 3x224x224, batch 8"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("(3x224x224 and 1000 classes: what resnet18-imagenet is made for; --input and --classes plan others)"),
+            std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("parameters        11689512 "), std::string::npos) << p.out;  // torchvision's count, with 1000 classes
+  const Outcome other = run_dlperf(dir, "plan --model resnet18-imagenet --input 3x64x64 -b 8 --dataset-size 64 --epochs 1");
+  ASSERT_EQ(other.exit_code, 0) << other.err;
+  EXPECT_NE(other.out.find("resnet18-imagenet on 3x64x64"), std::string::npos) << other.out;
+  EXPECT_NE(other.out.find("(1000 classes: what resnet18-imagenet is made for"), std::string::npos) << other.out;
+  const Outcome medium = run_dlperf(dir, "plan --model medium --epochs 1");
+  EXPECT_EQ(medium.out.find("made for"), std::string::npos) << medium.out;
+  const Outcome shown = run_dlperf(dir, "models show resnet18-imagenet");
+  EXPECT_NE(shown.out.find("input 3x224x224, 1000 classes (per image; what resnet18-imagenet is made for"), std::string::npos) << shown.out;
+  const Outcome listed = run_dlperf(dir, "models");
+  EXPECT_NE(listed.out.find("3x224x224, 1000 classes"), std::string::npos) << listed.out;
+}
+
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
 // and $27428890.
 TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {

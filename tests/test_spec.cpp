@@ -37,7 +37,13 @@ TEST(Presets, ResolveForBothShapesWithTheDocumentedSizes) {
   // The ImageNet one is torchvision's resnet18(): 11,689,512 parameters with 1000 classes, and
   // 1.814 GMAC a 224x224 image in its convolutions and classifier (the figure papers quote),
   // reaching the blocks at 56x56 and the classifier at 7x7.
-  const auto in = nn::build_graph(nn::load_model("resnet18-imagenet"), {3, 224, 224}, 1000, 1);
+  // It says so: models show and plan take 3x224x224 and 1000 classes unless told otherwise.
+  const nn::ModelSpec imagenet = nn::load_model("resnet18-imagenet");
+  EXPECT_EQ(imagenet.input, (Dims{3, 224, 224}));
+  EXPECT_EQ(imagenet.classes, 1000);
+  EXPECT_TRUE(nn::load_model("resnet18").input.empty());  // the others take any input
+  EXPECT_EQ(nn::load_model("medium").classes, 0);
+  const auto in = nn::build_graph(imagenet, {3, 224, 224}, 1000, 1);
   EXPECT_EQ(in.param_count(), 11689512);
   double macs = 0;
   for (const auto& n : in.nodes)
@@ -138,6 +144,20 @@ TEST(SpecErrors, SayWhatIsWrongAndWhere) {
                   "model spec a.json: 'name' must be a string, got 1"));
   EXPECT_TRUE(has(error_of([] { nn::parse_model_spec({{"description", false}, {"layers", {{{"type", "relu"}}}}}, "a.json"); }),
                   "'description' must be a string"));
+  // The input and classes a spec is made for: [C, H, W] or "CxHxW", and a positive count.
+  auto spec_err = [](const json& top) {
+    json j = top;
+    j["layers"] = {{{"type", "relu"}}};
+    return error_of([&] { nn::parse_model_spec(j, "a.json"); });
+  };
+  EXPECT_TRUE(has(spec_err({{"input", {3, 32}}}), "model spec a.json: 'input' must be [C, H, W] or \"CxHxW\", got [3,32]"));
+  EXPECT_TRUE(has(spec_err({{"input", {3, 0, 32}}}), "'input' must be [C, H, W]"));
+  EXPECT_TRUE(has(spec_err({{"input", "3x32"}}), "model spec a.json: 'input' '3x32' is not CxHxW"));
+  EXPECT_TRUE(has(spec_err({{"classes", 0}}), "'classes' must be at least 1, got 0"));
+  EXPECT_TRUE(has(spec_err({{"inputs", "3x32x32"}}), "unknown top-level key 'inputs' (allowed: name, description, input, classes, layers)"));
+  json named = {{"input", "1x64x48"}, {"classes", 5}, {"layers", {{{"type", "relu"}}}}};
+  EXPECT_EQ(nn::parse_model_spec(named, "a.json").input, (Dims{1, 64, 48}));
+  EXPECT_EQ(nn::parse_model_spec(named, "a.json").classes, 5);
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"eps", 0}}}), "eps must be in (0, 1), got 0"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", 2}}}), "momentum must be in [0, 1], got 2"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", -0.1}}}), "momentum must be in [0, 1], got -0.1"));

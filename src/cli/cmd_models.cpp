@@ -14,15 +14,28 @@ namespace dlperf::cli {
 
 namespace {
 
-void show(const std::string& name, const std::string& input, int64_t classes, bool as_json) {
+// The input and classes a spec is made for, where it names them and the user did not.
+std::string made_for(const nn::ModelSpec& spec) {
+  if (spec.input.empty() && spec.classes == 0) return "any";
+  std::string s = spec.input.empty() ? "" : dims_str(spec.input);
+  if (spec.classes > 0) s += fmt::format("{}{} classes", s.empty() ? "" : ", ", spec.classes);
+  return s;
+}
+
+// `input` and `classes` empty / 0 where not given: the spec's own, else 3x32x32 and 10.
+void show(const std::string& name, std::string input, int64_t classes, bool as_json) {
   const nn::ModelSpec spec = nn::load_model(name);
+  const bool own = (input.empty() && !spec.input.empty()) || (classes == 0 && spec.classes > 0);
+  if (input.empty()) input = spec.input.empty() ? "3x32x32" : dims_str(spec.input);
+  if (classes == 0) classes = spec.classes > 0 ? spec.classes : 10;
   const nn::Graph g = nn::build_graph(spec, parse_chw(input), classes, 1);
   if (as_json) {
     std::printf("%s\n", nn::resolved_json(spec, g).dump(2).c_str());
     return;
   }
-  std::printf("%s%s\ninput %s, %lld classes (per image)\n\n", spec.name.c_str(), spec.description.empty() ? "" : (": " + spec.description).c_str(), input.c_str(),
-              (long long)classes);
+  std::printf("%s%s\ninput %s, %lld classes (per image%s)\n\n", spec.name.c_str(),
+              spec.description.empty() ? "" : (": " + spec.description).c_str(), input.c_str(), (long long)classes,
+              own ? fmt::format("; what {} is made for: --input and --classes show it on others", spec.name).c_str() : "");
   report::Table t({"layer", "type", "output", "params", "fwd MFLOP", "bwd MFLOP", "activation"});
   for (const auto& n : g.nodes)
     t.add({n.name, std::string(ops::to_string(n.kind)), dims_str(Dims(n.out_dims.begin() + 1, n.out_dims.end())),
@@ -46,27 +59,27 @@ void add_models(CLI::App& app, const Command& self) {
     if (const auto extra = c->remaining(); !extra.empty()) {
       check(extra.size() == 1 && extra[0][0] != '-', fmt::format("unexpected '{}' after 'dlperf models'", fmt::join(extra, " ")),
             "use 'dlperf models' for the list, or 'dlperf models show NAME [--input CxHxW] [--classes N] [--json]' for one");
-      show(extra[0], "3x32x32", 10, false);
+      show(extra[0], "", 0, false);
       return;
     }
-    report::Table t({"model", "params (3x32x32)", "params (1x28x28)", "MFLOP/image fwd (3x32x32)", "description"});
+    report::Table t({"model", "params (3x32x32)", "params (1x28x28)", "MFLOP/image fwd (3x32x32)", "made for", "description"});
     for (const auto& name : nn::preset_names()) {
       const auto spec = nn::load_model(name);
       const auto g32 = nn::build_graph(spec, {3, 32, 32}, 10, 1), g28 = nn::build_graph(spec, {1, 28, 28}, 10, 1);
       t.add({name, fmt::format("{:.3f}M", double(g32.param_count()) / 1e6), fmt::format("{:.3f}M", double(g28.param_count()) / 1e6),
-             fmt::format("{:.2f}", g32.forward_flops() / 1e6), spec.description});
+             fmt::format("{:.2f}", g32.forward_flops() / 1e6), made_for(spec), spec.description});
     }
     t.print();
     std::printf("\n'dlperf models show NAME' prints one layer by layer; --model also takes a .json spec file.\n");
   });
   auto name = std::make_shared<std::string>();
-  auto input = std::make_shared<std::string>("3x32x32");
-  auto classes = std::make_shared<int64_t>(10);
+  auto input = std::make_shared<std::string>();  // empty / 0: the spec's own, else 3x32x32 and 10
+  auto classes = std::make_shared<int64_t>(0);
   auto as_json = std::make_shared<bool>(false);
   auto* s = c->add_subcommand("show", "one model layer by layer: output shape, parameters, FLOPs, activation bytes");
   s->add_option("name", *name, "preset name or .json spec")->required();
-  s->add_option("--input", *input, "input shape CxHxW")->capture_default_str();
-  s->add_option("--classes", *classes, "number of classes")->capture_default_str()->check(at_least(1));
+  s->add_option("--input", *input, "input shape CxHxW (default: the one the model is made for, else 3x32x32)");
+  s->add_option("--classes", *classes, "number of classes (default: the model's own, else 10)")->check(at_least(1));
   s->add_flag("--json", *as_json, "print the resolved spec as JSON (every inferred size filled in)");
   s->callback([=] { show(*name, *input, *classes, *as_json); });
 }

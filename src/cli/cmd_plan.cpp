@@ -33,6 +33,7 @@ struct PlanArgs {
   std::string model = "medium";
   std::string input = "1x28x28";
   int64_t classes = 10;
+  std::string made_for;  ///< "(3x224x224 and 1000 classes: ...)" where the spec's own were taken
   int64_t batch = 64;
   std::string optimizer = "sgd";
   int workers = 1;
@@ -277,6 +278,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader worker%s, on this CPU (%d threads, %s)\n", g.model.c_str(),
               a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, a.workers == 1 ? "" : "s", omp_get_max_threads(),
               cpu_precision.c_str());
+  if (!a.made_for.empty()) std::printf("%s\n", a.made_for.c_str());
   if (a.precision != cpu_precision)
     std::printf("(this CPU's section is fp32: %s; --precision %s applies to the targets below)\n",
                 a.precision == "bf16" ? "dlperf's CPU engine needs AVX512-BF16 for bf16, and this CPU has none"
@@ -460,8 +462,8 @@ void add_plan(CLI::App& app, const Command& self) {
   // Ranges and which flags go together are checked while parsing, so a mistake is refused before
   // anything prints and no flag is silently ignored.
   c->add_option("--model,-m", a->model, "preset or .json spec")->capture_default_str();
-  c->add_option("--input", a->input, "image shape CxHxW")->capture_default_str();
-  c->add_option("--classes", a->classes, "output classes")->capture_default_str()->check(at_least(1));
+  c->add_option("--input", a->input, "image shape CxHxW (default: the one the model is made for, else this)")->capture_default_str();
+  c->add_option("--classes", a->classes, "output classes (default: the model's own, else this)")->capture_default_str()->check(at_least(1));
   c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str()->check(at_least(1));
   c->add_option("--optimizer", a->optimizer, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
   c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, data::kMaxWorkers));
@@ -494,7 +496,18 @@ void add_plan(CLI::App& app, const Command& self) {
   // --against predicts the runs its records describe, on this machine: no targets, no scaling.
   for (auto* o : {transformer, layers, targets, region, grid, pue, scaling}) against_opt->excludes(o);
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
-  c->callback([a] {
+  c->callback([a, c] {
+    // A model made for one input (resnet18-imagenet: 3x224x224, 1000 classes) is planned on it
+    // unless told otherwise; the Fashion-MNIST default would plan a different network.
+    if (a->transformer.empty() && a->against.empty()) {
+      const nn::ModelSpec spec = nn::load_model(a->model);
+      std::vector<std::string> taken;
+      if (c->count("--input") == 0 && !spec.input.empty()) taken.push_back(a->input = dims_str(spec.input));
+      if (c->count("--classes") == 0 && spec.classes > 0)
+        taken.push_back(fmt::format("{} classes", a->classes = spec.classes));
+      if (!taken.empty())
+        a->made_for = fmt::format("({}: what {} is made for; --input and --classes plan others)", fmt::join(taken, " and "), spec.name);
+    }
     // Unknown targets and regions are refused before the plan prints a page that ends in an error.
     if (a->against.empty()) {
       const plan::Catalog cat = plan::load_catalog(a->catalog);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -78,13 +79,22 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
   // and recomputed from the data like any inferred size.
   for (auto& [k, v] : j.items())
     check(k == "name" || k == "description" || k == "layers" || k == "input" || k == "classes" || k == "parameters",
-          fmt::format("model spec {}: unknown top-level key '{}' (allowed: name, description, layers)", source, k), hint);
+          fmt::format("model spec {}: unknown top-level key '{}' (allowed: name, description, input, classes, layers)", source, k), hint);
   check(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(),
         fmt::format("model spec {}: needs a non-empty 'layers' list", source), hint);
   ModelSpec spec;
   const std::string top = fmt::format("model spec {}", source);
   spec.name = get_string(j, "name", std::filesystem::path(source).stem().string(), top);
   spec.description = get_string(j, "description", "", top);
+  if (j.contains("input")) {  // [C, H, W] as 'models show --json' writes it, or "CxHxW"
+    const json& in = j["input"];
+    const bool dims = in.is_array() && in.size() == 3 &&
+                      std::all_of(in.begin(), in.end(), [](const json& v) { return v.is_number_integer() && v.get<int64_t>() > 0; });
+    check(dims || in.is_string(), fmt::format("{}: 'input' must be [C, H, W] or \"CxHxW\", got {}", top, in.dump()), hint);
+    spec.input = dims ? in.get<Dims>() : parse_chw(in.get<std::string>(), top + ": 'input'");
+  }
+  spec.classes = get_int(j, "classes", 0, top);
+  check(!j.contains("classes") || spec.classes >= 1, fmt::format("{}: 'classes' must be at least 1, got {}", top, spec.classes), hint);
   std::map<std::string, int> counters;
   std::set<std::string> names;
   const std::set<std::string> derived = {"in_channels", "num_features", "in_features", "output_shape", "parameters"};

@@ -29,6 +29,12 @@ struct ModelSpec {
   std::string name;
   std::string description;
   std::vector<LayerSpec> layers;
+  /// The image shape (C, H, W) and class count the model is made for, where its spec says
+  /// ("input", "classes"): what 'dlperf models show' and 'dlperf plan' take unless --input or
+  /// --classes say otherwise (resnet18-imagenet: 3x224x224, 1000). Empty / 0: none; training
+  /// always takes its data's.
+  Dims input;
+  int64_t classes = 0;
 };
 
 /// Parses and validates a spec; `source` names it in errors (a path or preset name).
