@@ -373,7 +373,7 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
 
 // Every layer pass and the step's own calls (the input's copy, the loss, the loop) cost what a
 // call into the engine measured (the ceilings' figure, else the fit's), and the step waits for its
-// batch to be filled, pixel by pixel.
+// batch to be filled, pixel by pixel, and with loader workers for the hand-off too.
 TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   plan::CpuCeilings c;
   c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
@@ -389,8 +389,12 @@ TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   EXPECT_NEAR(fitted.layers[2].forward_s, relu_bytes / 200e9 + m.call_overhead_s, 1e-15);
   EXPECT_NEAR(measured.layers[2].forward_s, relu_bytes / 200e9 + 5e-6, 1e-15);
   const double fill_s = 16 * 28 * 28 * m.loader_ns_per_pixel * 1e-9;
-  EXPECT_NEAR(fitted.overhead_s, fill_s + m.step_calls * m.call_overhead_s, 1e-15);
-  EXPECT_NEAR(measured.overhead_s, fill_s + m.step_calls * 5e-6, 1e-15);
+  EXPECT_EQ(c.loader_workers, 1);  // the CLI's default
+  EXPECT_NEAR(fitted.overhead_s, fill_s + m.step_calls * m.call_overhead_s + m.loader_handoff_s, 1e-15);
+  EXPECT_NEAR(measured.overhead_s, fill_s + m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);
+  plan::CpuCeilings in_thread = c;
+  in_thread.loader_workers = 0;
+  EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, in_thread, m).overhead_s, fill_s + m.step_calls * 5e-6, 1e-15);
   // Passes: 2 linear forward, relu forward, relu backward, 2 linear backward-weights, the second's
   // backward-data (the first has no input gradient to compute), and the optimizer.
   EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);

@@ -265,7 +265,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   // `dlperf train` would run it); --precision applies to the targets below in any case.
   const bool cpu_bf16 = a.precision == "bf16" && cpu::has_bf16_kernels();
   const std::string cpu_precision = cpu_bf16 ? "bf16" : "fp32";
-  const plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
+  plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
+  c.loader_workers = a.workers;
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
   check(a.dataset >= a.batch, fmt::format("--batch-size {} is larger than --dataset-size {}", a.batch, a.dataset),

@@ -83,7 +83,9 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
         t.per_run.back() = e.step_s * (train_steps + test_steps / 3);
       } else {
         const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
-        const plan::StepPrediction p = plan::predict_step(g, c.optimizer, plan::with_precision(plan::host_ceilings(threads), c.precision));
+        plan::CpuCeilings at = plan::host_ceilings(threads);
+        at.loader_workers = c.workers;
+        const plan::StepPrediction p = plan::predict_step(g, c.optimizer, plan::with_precision(at, c.precision));
         t.per_run.back() = p.step_s * train_steps + p.forward_s * test_steps;
       }
       t.seconds += t.per_run.back();

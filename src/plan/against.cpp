@@ -213,7 +213,8 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
                                            "measured here", counted(threads, "thread"), counted(hw::usable_cpus(), "CPU"))});
       continue;
     }
-    const CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
+    CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
+    at.loader_workers = cfg.value("workers", 0);
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
     cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0), precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;

@@ -23,6 +23,7 @@ struct CpuCeilings {
   /// 0 = not measured (ceilings made by hand): EngineModel::call_overhead_s then.
   double call_overhead_s = 0;
   int threads = 1;
+  int loader_workers = 1;  ///< the run's loader threads (0: it loads in the training thread); not a ceiling, but how the run uses the CPU
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
@@ -63,6 +64,11 @@ struct EngineModel {
   /// next batch only once the step blocks on it (dlperf profile's trace of the mlp at batch 16).
   /// `dlperf profile -j 0` of the mlp on the Zen 5: 6.8 us a batch of 16 x 1x28x28 unaugmented.
   double loader_ns_per_pixel = 0.55;
+  /// With loader workers, the step's wait for its batch also pays the hand-off: the worker, woken
+  /// only once the step blocks, and then the training thread, woken by it. `dlperf profile` of the
+  /// mlp at batch 16 on the Zen 5: data wait 20 us a step with 1 worker against a 10-11 us fill
+  /// (quiet VM), 28 against 16 (busy); with --workers 0 the wait is the fill.
+  double loader_handoff_s = 10e-6;
   /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
   /// below DRAM's); 0: at DRAM's rate.
   double l3_share = 0;
