@@ -231,9 +231,11 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
 
 // Every pixel of an augmented batch is its definition: the source pixel the crop and flip of its
 // sample point at (the crop's zero padding where they point outside), normalized per channel.
-TEST(Loader, CropsAndFlipsAreTheirDefinition) {
-  const data::Dataset d = [] {
-    data::Dataset s = data::make_synthetic(64, 3, 7, 9, 10, 4);
+// Checks every pixel of an epoch of augmented batches of C x H x W images; counts the samples
+// flipped and shifted.
+void expect_crops_and_flips_as_defined(int64_t C, int64_t H, int64_t W, int64_t pad, int& flipped, int& shifted) {
+  const data::Dataset d = [&] {
+    data::Dataset s = data::make_synthetic(64, C, H, W, 10, 4);
     s.flip_ok = true;
     return s;
   }();
@@ -241,15 +243,13 @@ TEST(Loader, CropsAndFlipsAreTheirDefinition) {
   cfg.batch = 16;
   cfg.seed = 3;
   cfg.augment = true;
-  cfg.pad_crop = 3;  // wider than the default 2: windows that shift by more than a third of the width
+  cfg.pad_crop = pad;
   cfg.workers = 0;
   const std::vector<float> mean = {0.2f, 0.5f, 0.7f}, sd = {0.3f, 0.25f, 0.2f};
   data::Loader l(d, cfg, mean, sd);
   const int64_t epoch = 1;
   l.start_epoch(epoch);
   const auto order = data::epoch_order(d.size(), true, cfg.seed, epoch);
-  const int64_t C = 3, H = 7, W = 9;
-  int flipped = 0, shifted = 0;
   while (const data::Batch* b = l.next()) {
     for (int64_t i = 0; i < cfg.batch; ++i) {
       const int64_t sample = order[size_t(b->index * cfg.batch + i)];
@@ -267,8 +267,16 @@ TEST(Loader, CropsAndFlipsAreTheirDefinition) {
           }
     }
   }
+}
+
+TEST(Loader, CropsAndFlipsAreTheirDefinition) {
+  int flipped = 0, shifted = 0;
+  // pad 3, wider than the default 2: windows that shift by more than a third of the width
+  expect_crops_and_flips_as_defined(3, 7, 9, 3, flipped, shifted);
   EXPECT_GT(flipped, 8);
   EXPECT_GT(shifted, 40);
+  // Shifts as large as the image or larger: windows that read nothing but padding.
+  expect_crops_and_flips_as_defined(2, 1, 2, 3, flipped, shifted);
 }
 
 // The order the GPU's on-device loader is given is the host loader's order.
