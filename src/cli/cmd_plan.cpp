@@ -276,9 +276,9 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers, cpu_precision);
   const plan::StepPrediction p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
-  std::printf("dlperf plan: %s on %s, batch %lld, %s, %d loader worker%s, on this CPU (%d threads, %s)\n", g.model.c_str(),
-              a.input.c_str(), (long long)a.batch, a.optimizer.c_str(), a.workers, a.workers == 1 ? "" : "s", omp_get_max_threads(),
-              cpu_precision.c_str());
+  std::printf("dlperf plan: %s on %s, batch %lld, %s, %s, on this CPU (%s, %s)\n", g.model.c_str(), a.input.c_str(),
+              (long long)a.batch, a.optimizer.c_str(), counted(a.workers, "loader worker").c_str(),
+              counted(omp_get_max_threads(), "thread").c_str(), cpu_precision.c_str());
   if (!a.made_for.empty()) std::printf("%s\n", a.made_for.c_str());
   if (a.precision != cpu_precision)
     std::printf("(this CPU's section is fp32: %s; --precision %s applies to the targets below)\n",

@@ -213,10 +213,11 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
                                            "measured here", counted(threads, "thread"), counted(hw::usable_cpus(), "CPU"))});
       continue;
     }
+    const int workers = cfg.value("workers", 0);
     CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
-    at.loader_workers = cfg.value("workers", 0);
+    at.loader_workers = workers;
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
-    cmp.predicted_peak = engine_memory(g, opt, cfg.value("workers", 0), precision).total();
+    cmp.predicted_peak = engine_memory(g, opt, workers, precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
   }

@@ -16,6 +16,18 @@ namespace dlperf::plan {
 using nlohmann::json;
 
 namespace {
+// measure(threads), run once per thread count per process: each caller (each lambda type) keeps
+// its own results.
+template <class F>
+auto once_per_thread_count(int threads, F measure) {
+  static std::mutex mutex;
+  static std::map<int, decltype(measure(threads))> done;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = done.find(threads);
+  if (it == done.end()) it = done.emplace(threads, measure(threads)).first;
+  return it->second;
+}
+
 // Without a machine profile, the ceilings are measured on the spot (about a second) rather than
 // counted: a VM's /proc/cpuinfo reports the base clock, not the boost its cores run at, and
 // typical cache bandwidths are guesses. On the Zen 4 development VM the counted peak was 28% under
@@ -26,37 +38,28 @@ namespace {
 // run at least that fast unless something takes them away), it is measured twice more. The
 // memory sweep is bench --quick's. Measured once per thread count per process.
 bench::Ceilings measured_now(const hw::CpuInfo& cpu, int threads) {
-  static std::mutex mutex;
-  static std::map<int, bench::Ceilings> done;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = done.try_emplace(threads);
-  if (fresh) {
+  return once_per_thread_count(threads, [&cpu](int t) {
     bench::Options o;
-    o.threads = threads;
-    const double counted = cpu.peak_gflops() * threads / std::max(cpu.cores, 1);
-    double best = bench::fma_peak(o).gflops.max;
-    for (int retry = 0; retry < 2 && best < 0.9 * counted; ++retry) best = std::max(best, bench::fma_peak(o).gflops.max);
-    it->second.f32_gflops = best;
+    o.threads = t;
+    const double counted = cpu.peak_gflops() * t / std::max(cpu.cores, 1);
+    bench::Ceilings m;
+    m.f32_gflops = bench::fma_peak(o).gflops.max;
+    for (int retry = 0; retry < 2 && m.f32_gflops < 0.9 * counted; ++retry) m.f32_gflops = std::max(m.f32_gflops, bench::fma_peak(o).gflops.max);
     o.quick = true;
-    it->second.bandwidth_gbps = bench::bandwidth_levels(bench::memory_bandwidth(o), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
-  }
-  return it->second;
+    m.bandwidth_gbps = bench::bandwidth_levels(bench::memory_bandwidth(o), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, t);
+    return m;
+  });
 }
 
 // A call into the engine (bench launch's CPU figure) where the machine profile has none: a
-// few milliseconds, once per thread count per process.
+// few milliseconds.
 double call_overhead_now_us(int threads) {
-  static std::mutex mutex;
-  static std::map<int, double> done;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto [it, fresh] = done.try_emplace(threads);
-  if (fresh) {
+  return once_per_thread_count(threads, [](int t) {
     bench::Options o;
-    o.threads = threads;
+    o.threads = t;
     o.quick = true;
-    it->second = bench::cpu_dispatch(o).us.median;
-  }
-  return it->second;
+    return bench::cpu_dispatch(o).us.median;
+  });
 }
 }  // namespace
 
@@ -69,7 +72,8 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.isa = cpu.isa;
   bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
   c.source = measured.source();
-  if (measured.f32_gflops <= 0) {
+  const bool from_profile = measured.f32_gflops > 0;
+  if (!from_profile) {
     measured = measured_now(cpu, threads);
     c.source = "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile);
   }
@@ -77,7 +81,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.call_overhead_s = measured.call_overhead_us * 1e-6;
   if (c.call_overhead_s <= 0) {  // a profile written before bench measured it, or none
     c.call_overhead_s = call_overhead_now_us(threads) * 1e-6;
-    if (c.source.rfind("measured just now", 0) != 0) c.source += "; a call's cost measured just now";
+    if (from_profile) c.source += "; a call's cost measured just now";
   }
   const json& b = measured.bandwidth_gbps;
   c.l1_gbps = b.value("L1", 0.0);

@@ -31,6 +31,7 @@
 #include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "hw/nvml.h"
 #include "plan/catalog.h"
@@ -448,7 +449,7 @@ struct GpuRun {
     if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch, resumed_config).c_str(), stdout);
     std::fputs(model_line(graph, data).c_str(), stdout);
     const std::string workers =
-        cfg.data_on_device ? "" : fmt::format(" ({} loader worker{})", cfg.workers, cfg.workers == 1 ? "" : "s");
+        cfg.data_on_device ? "" : fmt::format(" ({})", counted(cfg.workers, "loader worker"));
     std::printf("device cuda:%d (%s, %d SMs, %s), %s %s, batch %lld, %s, %s%s, CUDA graphs %s, seed %llu\n\n%s", device,
                 info.name.c_str(), info.sm_count, format_bytes(info.memory_bytes).c_str(), cfg.precision.c_str(),
                 cuda::to_string(opts.layout), (long long)cfg.batch, recipe_text(cfg, data.train).c_str(), feed().c_str(),

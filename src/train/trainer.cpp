@@ -554,10 +554,10 @@ struct Run {
     const hw::CpuInfo cpu = hw::cpu_info();
     if (cfg.resume) std::fputs(resumed_line(cfg, start_epoch, resumed_config).c_str(), stdout);
     std::fputs(model_line(graph, data).c_str(), stdout);
-    std::printf("device cpu (%s, %s, %s), %s, batch %lld, %s, %d loader worker%s, seed %llu\n\n%s", cpu.model.c_str(),
+    std::printf("device cpu (%s, %s, %s), %s, batch %lld, %s, %s, seed %llu\n\n%s", cpu.model.c_str(),
                 counted(threads, "thread").c_str(), cpu.isa.c_str(),
                 net.bf16() ? "bf16 activations and convolutions (fp32 master weights and logits)" : "fp32", (long long)cfg.batch,
-                recipe_text(cfg, data.train).c_str(), cfg.workers, cfg.workers == 1 ? "" : "s", (unsigned long long)cfg.seed,
+                recipe_text(cfg, data.train).c_str(), counted(cfg.workers, "loader worker").c_str(), (unsigned long long)cfg.seed,
                 kEpochHeader);
     for (const auto& e : history) std::fputs(epoch_row(e).c_str(), stdout);
     std::fflush(stdout);
