@@ -27,17 +27,13 @@ def bn(name):
 def relu(name):
     layers.append({"type": "relu", "name": name})
 
+conv("conv1", 64, *((7, 2, 3) if imagenet else (3, 1, 1)))  # kernel, stride, padding
+bn("bn1")
+relu("relu1")
+prev, channels = "relu1", 64
 if imagenet:
-    conv("conv1", 64, 7, 2, 3)
-    bn("bn1")
-    relu("relu1")
     layers.append({"type": "maxpool2d", "name": "pool1", "kernel": 3, "stride": 2, "padding": 1})
-    prev, channels = "pool1", 64
-else:
-    conv("conv1", 64, 3, 1, 1)
-    bn("bn1")
-    relu("relu1")
-    prev, channels = "relu1", 64
+    prev = "pool1"
 for stage, width in enumerate([64, 128, 256, 512], start=1):
     for block in (1, 2):
         p = f"layer{stage}.{block}"
