@@ -229,8 +229,6 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
   EXPECT_NE(epoch_batches(d, cfg, 4), ref);  // another epoch, another order
 }
 
-// Every pixel of an augmented batch is its definition: the source pixel the crop and flip of its
-// sample point at (the crop's zero padding where they point outside), normalized per channel.
 // Checks every pixel of an epoch of augmented batches of C x H x W images; counts the samples
 // flipped and shifted.
 void expect_crops_and_flips_as_defined(int64_t C, int64_t H, int64_t W, int64_t pad, int& flipped, int& shifted) {
@@ -269,6 +267,8 @@ void expect_crops_and_flips_as_defined(int64_t C, int64_t H, int64_t W, int64_t 
   }
 }
 
+// Every pixel of an augmented batch is its definition: the source pixel the crop and flip of its
+// sample point at (the crop's zero padding where they point outside), normalized per channel.
 TEST(Loader, CropsAndFlipsAreTheirDefinition) {
   int flipped = 0, shifted = 0;
   // pad 3, wider than the default 2: windows that shift by more than a third of the width
