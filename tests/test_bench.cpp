@@ -111,6 +111,8 @@ TEST(Bench, FmaDatapathFollowsTheCore) {
 }  // namespace dlperf::test
 
 #include "bench/ops_bench.h"
+#include "bench/loader_bench.h"
+#include "data/dataset.h"
 
 namespace dlperf::test {
 namespace {
@@ -152,6 +154,34 @@ TEST(Bench, EngineCallCostIsMeasuredOnTheThreadsAsked) {
   EXPECT_EQ(j.at("threads"), 1);
   o.threads = 0;
   EXPECT_EQ(bench::cpu_dispatch(o).threads, before);
+}
+
+// The loader alone, each worker count plain then augmented, every count's batches checked
+// against the first's; the images an epoch are whole batches.
+TEST(Bench, LoaderSweepTimesEachWorkerCountPlainAndAugmented) {
+  const data::Dataset d = data::make_synthetic(500, 3, 8, 8, 10, 3);
+  bench::Options o;
+  o.quick = true;
+  const auto points = bench::loader_sweep(d, 16, {0, 2}, o);
+  ASSERT_EQ(points.size(), 4u);
+  const std::vector<std::pair<int, bool>> expected = {{0, false}, {2, false}, {0, true}, {2, true}};
+  for (size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    EXPECT_EQ(std::make_pair(p.workers, p.augment), expected[i]);
+    EXPECT_EQ(p.images, 496) << "31 whole batches of 16";
+    EXPECT_EQ(p.epochs, 3);
+    EXPECT_GT(p.images_per_s.min, 0);
+    EXPECT_LE(p.images_per_s.min, p.images_per_s.median);
+    EXPECT_LE(p.images_per_s.median, p.images_per_s.max);
+    // The median epoch's time, two ways: images / (images/s), and ns a pixel x pixels.
+    EXPECT_NEAR(p.ns_per_pixel * 1e-9 * 496 * 3 * 8 * 8, 496 / p.images_per_s.median, 1e-9);
+    const auto j = bench::to_json(p);
+    EXPECT_EQ(j.at("workers"), p.workers);
+    EXPECT_EQ(j.at("augment"), p.augment);
+    EXPECT_DOUBLE_EQ(j.at("ns_per_pixel").get<double>(), p.ns_per_pixel);
+    EXPECT_EQ(j.at("images_per_epoch"), 496);
+  }
+  EXPECT_THROW(bench::loader_sweep(d, 16, {}, o), Error);
 }
 
 TEST(Bench, ConvSweepTimesEachDistinctLayer) {

@@ -196,6 +196,32 @@ TEST(Cli, BenchRunsSeveralBenchmarksNamedTogether) {
   EXPECT_NE(bad.err.find("--steps is for 'dlperf bench roofline', not 'dlperf bench gemm memory'"), std::string::npos) << bad.err;
 }
 
+// bench loader: a row per worker count, plain and augmented, in the table and the JSON; its
+// flags belong to it alone.
+TEST(Cli, BenchLoaderTimesTheWorkerCountsAsked) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "bench loader --quick -d synthetic:1x8x8:300 -b 32 -j 0 -j 1 --json b.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("Data loader alone (synthetic: 300 training images of 1x8x8; batches of 32"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("vs -j 0"), std::string::npos) << o.out;
+  const auto j = nlohmann::json::parse(slurp(dir.path / "b.json"));
+  const auto& l = j.at("loader");
+  EXPECT_EQ(l.at("batch"), 32);
+  EXPECT_EQ(l.at("images"), 300);
+  EXPECT_EQ(l.at("input"), nlohmann::json::array({1, 8, 8}));
+  ASSERT_EQ(l.at("points").size(), 4u);
+  for (const auto& p : l.at("points")) {
+    EXPECT_EQ(p.at("images_per_epoch"), 288) << "9 whole batches of 32";
+    EXPECT_GT(p.at("images_per_s_median").get<double>(), 0);
+  }
+  EXPECT_FALSE(j.contains("memory"));
+  const Outcome big = run_dlperf(dir, "bench loader --quick -d synthetic:1x8x8:300 -b 400");
+  EXPECT_NE(big.exit_code, 0);
+  EXPECT_NE(big.err.find("--batch-size 400 is larger than the 300 training images"), std::string::npos) << big.err;
+  const Outcome bad = run_dlperf(dir, "bench gemm --workers 2");
+  EXPECT_NE(bad.err.find("--workers is for 'dlperf bench loader', not 'dlperf bench gemm'"), std::string::npos) << bad.err;
+}
+
 // A --train-limit or --test-limit past the set's size uses all of it, and says so; within it, no note.
 TEST(Cli, ALimitPastTheDataSaysAllOfItIsUsed) {
   TempDir dir;

@@ -10,6 +10,7 @@
 #include "backend/cuda/runtime.h"
 #include "core/interrupt.h"
 #include "core/version.h"
+#include "data/loader.h"
 #include "lab/lab.h"
 #include "nn/graph.h"
 #include "plan/step_time.h"
@@ -339,10 +340,10 @@ TEST(Lab, TableCellsKeepTwoSignificantDigits) {
 }
 
 TEST(Lab, WorkerCountsAreBoundedByTheCores) {
-  EXPECT_EQ(lab::worker_counts(2, 0), (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(lab::worker_counts(1, 0), (std::vector<int>{0, 1}));
-  EXPECT_EQ(lab::worker_counts(16, 0), (std::vector<int>{0, 2, 4, 8}));
-  EXPECT_EQ(lab::worker_counts(16, 4), (std::vector<int>{0, 2, 4}));
+  EXPECT_EQ(data::worker_counts(2, 0), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(data::worker_counts(1, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(data::worker_counts(16, 0), (std::vector<int>{0, 2, 4, 8}));
+  EXPECT_EQ(data::worker_counts(16, 4), (std::vector<int>{0, 2, 4}));
 }
 
 json row(json keys, double epoch_s, double ips, double acc, double peak_mb) {

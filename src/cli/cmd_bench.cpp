@@ -1,4 +1,4 @@
-// dlperf bench [memory|flops|gemm|conv|copy|launch|gpu-memory|roofline|allreduce|all] [--quick] [--json FILE]
+// dlperf bench [memory|flops|gemm|conv|copy|launch|gpu-memory|loader|roofline|allreduce|all] [--quick] [--json FILE]
 #include <fmt/format.h>
 #include <omp.h>
 
@@ -16,6 +16,7 @@
 #include "backend/cuda/runtime.h"
 #include "bench/collective.h"
 #include "bench/gpu_bench.h"
+#include "bench/loader_bench.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
 #include "bench/ops_bench.h"
@@ -30,6 +31,7 @@
 #include "core/interrupt.h"
 #include "core/memory.h"
 #include "core/text.h"
+#include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "report/table.h"
 
@@ -54,6 +56,7 @@ struct BenchArgs {
   std::string data = "fashion-mnist";
   int64_t steps = 30;
   int ranks = 2;  ///< allreduce
+  std::vector<int> workers;  ///< loader; empty: data::worker_counts of the cores
   int gpu = 0;    ///< the GPU benchmarks
   std::string device = "auto";     ///< roofline
   std::string precision = "fp32";  ///< roofline on a GPU
@@ -303,6 +306,36 @@ nlohmann::json run_cpu_launch(const bench::Options& o) {
   return bench::to_json(r);
 }
 
+// The data loader alone on `--data`'s training images (bench::loader_sweep): the images/s no
+// training run on that data can beat, by workers, plain and augmented.
+nlohmann::json run_loader(const BenchArgs& a) {
+  const data::DataPair d = data::load_data(a.data);
+  if (!d.notice.empty()) std::printf("\n%s\n", d.notice.c_str());
+  const data::Dataset& t = d.train;
+  check(a.batch <= t.size(), fmt::format("--batch-size {} is larger than the {} training images of {}", a.batch, t.size(), a.data),
+        "use a smaller --batch-size");
+  const std::vector<int> workers = a.workers.empty() ? data::worker_counts(hw::cpu_info().cores) : a.workers;
+  const auto points = bench::loader_sweep(t, a.batch, workers, a.opt);
+  std::printf("\nData loader alone (%s: %s training images of %lldx%lldx%lld; batches of %lld, shuffled, the consumer only taking "
+              "them; augmented: random crop of a 2-pixel pad%s; median of %d epochs):\n",
+              t.name.c_str(), std::to_string(t.size()).c_str(), (long long)t.channels, (long long)t.height, (long long)t.width,
+              (long long)a.batch, t.flip_ok ? " and flips" : "", points.front().epochs);
+  report::Table table({"workers", "augmented", "k images/s", "spread", "ns/pixel", fmt::format("vs -j {}", workers.front())});
+  for (const auto& p : points) {
+    const auto& first = *std::find_if(points.begin(), points.end(), [&](const bench::LoaderPoint& q) { return q.augment == p.augment; });
+    table.add({std::to_string(p.workers), p.augment ? "yes" : "no", fmt::format("{:.0f}", p.images_per_s.median / 1e3),
+               fmt::format("{:.0f}-{:.0f}", p.images_per_s.min / 1e3, p.images_per_s.max / 1e3), fmt::format("{:.2f}", p.ns_per_pixel),
+               fmt::format("{:.2f}x", p.images_per_s.median / first.images_per_s.median)});
+  }
+  table.print();
+  std::printf("(a training run on this data cannot take more images/s than its row here; one whose model alone would is waiting "
+              "for data: 'dlperf profile' shows the wait)\n");
+  nlohmann::json pts = nlohmann::json::array();
+  for (const auto& p : points) pts.push_back(bench::to_json(p));
+  return {{"data", d.source},       {"dataset", t.name},   {"images", t.size()}, {"input", {t.channels, t.height, t.width}},
+          {"batch", a.batch},      {"flips", t.flip_ok}, {"points", pts}};
+}
+
 // What `bench copy|launch|gpu-memory` measures, as its skipped or failed line names it.
 const char* gpu_bench_title(const std::string& what) {
   return what == "copy" ? "Host-device copies" : what == "launch" ? "GPU launch latency" : "GPU memory bandwidth";
@@ -445,15 +478,17 @@ void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
   c->add_option("what", args->what,
-                "memory | flops | gemm | conv | copy | launch | gpu-memory | roofline | allreduce | all, one or more (roofline and "
-                "allreduce are not part of all; launch times a call into the CPU engine, and a GPU's kernel launch where there is one; "
+                "memory | flops | gemm | conv | copy | launch | gpu-memory | loader | roofline | allreduce | all, one or more (loader, "
+                "roofline and allreduce are not part of all; launch times a call into the CPU engine, and a GPU's kernel launch where there is one; "
                 "copy and gpu-memory need a GPU and are skipped, saying why, without one)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "roofline", "allreduce", "all"}));
+      ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "loader", "roofline", "allreduce", "all"}));
   c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str()->check(at_least(0));
   c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str()->check(CLI::Range(2, 256));
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
-  c->add_option("--data,-d", args->data, "roofline: the data it trains on")->capture_default_str();
+  c->add_option("--data,-d", args->data, "roofline: the data it trains on; loader: the data it loads")->capture_default_str();
+  c->add_option("--workers,-j", args->workers, "loader: the worker counts to time (default: 0, 1, 2 on two cores; 0, 2, 4, 8 "
+                "up to the cores on more)")->check(CLI::Range(0, data::kMaxWorkers));
   c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str()->check(CLI::Range(3, 100000));
   c->add_option("--device", args->device, "roofline: auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
   c->add_option("--precision", args->precision, "roofline on a GPU: fp32, tf32, bf16, fp16")
@@ -461,7 +496,7 @@ void add_bench(CLI::App& app, const Command& self) {
       ->capture_default_str();
   c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time (--quick: medium)")->capture_default_str();
   c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
-  c->add_option("--batch-size,-b", args->batch, "conv, roofline: batch size")->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--batch-size,-b", args->batch, "conv, roofline, loader: batch size")->capture_default_str()->check(CLI::Range(1, 4096));
   c->add_flag("--quick", args->opt.quick, "fewer sizes and repeats: seconds instead of about a minute");
   c->add_option("--threads", args->opt.threads, "threads (0 = all cores)")->capture_default_str();
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");
@@ -474,9 +509,10 @@ void add_bench(CLI::App& app, const Command& self) {
     // A flag that only other benchmarks read is refused, not ignored. ("all" runs conv and the
     // GPU ones, not roofline or allreduce.)
     const std::vector<std::pair<const char*, std::vector<std::string>>> used_by = {
-        {"--ranks", {"allreduce"}},           {"--model", {"roofline"}},         {"--data", {"roofline"}},
+        {"--ranks", {"allreduce"}},           {"--model", {"roofline"}},         {"--data", {"roofline", "loader"}},
+        {"--workers", {"loader"}},
         {"--steps", {"roofline"}},            {"--device", {"roofline"}},        {"--precision", {"roofline"}},
-        {"--models", {"conv", "all"}},        {"--input", {"conv", "all"}},      {"--batch-size", {"conv", "roofline", "all"}},
+        {"--models", {"conv", "all"}},        {"--input", {"conv", "all"}},      {"--batch-size", {"conv", "roofline", "loader", "all"}},
         {"--gpu", {"gemm", "conv", "copy", "launch", "gpu-memory", "all"}}};
     // Each benchmark runs once, in the sweep's order, however often it is named.
     std::sort(args->what.begin(), args->what.end());
@@ -541,6 +577,7 @@ void add_bench(CLI::App& app, const Command& self) {
     for (const char* g : {"copy", "launch", "gpu-memory"})
       if (runs({g, "all"})) record(g, guarded(*args, gpu_bench_title(g), [&] { return run_gpu(g, *args); }));
     if (bench::gpu::available()) out["machine"]["gpus"] = cuda::gpus_json();
+    if (runs({"loader"})) record("loader", run_loader(*args));
     if (runs({"roofline"})) record("roofline", run_roofline(*args));
     if (runs({"allreduce"})) {
       // NCCL across the GPUs when there are any; MPI across CPU processes when Open MPI is there.

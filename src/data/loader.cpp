@@ -13,6 +13,15 @@
 
 namespace dlperf::data {
 
+std::vector<int> worker_counts(int cores, int max_workers) {
+  const int bound = max_workers > 0 ? max_workers : std::max(cores, 1);
+  std::vector<int> w;
+  for (int n : {0, 2, 4, 8})
+    if (n <= bound) w.push_back(n);
+  if (w.size() < 3 && bound >= 1) w.insert(w.begin() + 1, 1);  // 0, 1, 2 on two cores
+  return w;
+}
+
 std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
@@ -125,9 +134,10 @@ void Loader::fill(Batch& b, int64_t id) const {
     // flipped). Rows [y0, y1) and columns [x0, x1) read inside the image; the rest is the crop's
     // zero padding (black before normalization, so `sh`). Bounds hoisted out of the loops, the
     // copies vectorize, and a window not shifted sideways (every one without --augment) is one
-    // contiguous run. With a test per pixel, the Zen 5 took 0.57 ns a pixel unaugmented, 1.42
-    // augmented (1x28x28), a quarter of a tiny model's step; now 0.21 and 1.21 (rows of 28 leave
-    // scalar tails), and 0.76 -> 0.51 augmented on 3x32x32 (medians of 5 epochs of 20,000 images).
+    // contiguous run. With a test per pixel, `dlperf bench loader -j 0` on the Zen 5 read 0.90 ns
+    // a pixel on Fashion-MNIST (60,000 images, batch 64), a quarter of a tiny model's step, and
+    // 0.56 on synthetic 3x32x32; now 0.42 and 0.20. Augmented (most rows shifted or flipped,
+    // each row its own short run), 1.04 -> 1.02 and 0.55 -> 0.52: the loop's cost is per row there.
     // Clamped to the image: a shift as large as the image (pad 2 on 1-pixel rows) reads nothing.
     const int64_t y0 = std::clamp<int64_t>(-dy, 0, H), y1 = std::clamp<int64_t>(H - dy, y0, H);
     const int64_t x0 = std::clamp<int64_t>(crop.flip ? dx : -dx, 0, W), x1 = std::clamp<int64_t>(crop.flip ? W + dx : W - dx, x0, W);

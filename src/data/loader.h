@@ -39,6 +39,11 @@ struct Batch {
   float* data() const { return static_cast<float*>(images->data()); }
 };
 
+/// The worker counts worth comparing on a machine with `cores` cores (the lab's workers
+/// experiment, bench loader): 0, 2, 4, 8 bounded by the core count, or by `max_workers` where
+/// above 0 (and 0, 1, 2 on two cores, so there is more than one to compare).
+std::vector<int> worker_counts(int cores, int max_workers = 0);
+
 /// The order in which an epoch visits the samples: 0..n-1, shuffled (Fisher-Yates) by a stream
 /// that depends on (seed, epoch) only. The GPU's on-device loader uses the same order.
 std::vector<int64_t> epoch_order(int64_t n, bool shuffle, uint64_t seed, int64_t epoch);

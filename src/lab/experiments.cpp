@@ -16,6 +16,7 @@
 #include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
+#include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "lab/lab.h"
 #include "nn/graph.h"
@@ -38,15 +39,6 @@ std::string cell_text(const json& v, int decimals) {
   if (v.is_string()) return v.get<std::string>();
   if (decimals == kOwnDigits) return fmt::format("{:.4g}", v.get<double>());
   return format_decimals(v.get<double>(), decimals);
-}
-
-std::vector<int> worker_counts(int cores, int max_workers) {
-  const int bound = max_workers > 0 ? max_workers : std::max(cores, 1);
-  std::vector<int> w;
-  for (int n : {0, 2, 4, 8})
-    if (n <= bound) w.push_back(n);
-  if (w.size() < 3 && bound >= 1) w.insert(w.begin() + 1, 1);  // 0, 1, 2 on two cores
-  return w;
 }
 
 namespace {
@@ -481,7 +473,7 @@ Experiment workers(Runner& run, const LabConfig& lab) {
                "How much does loading data in parallel help, and how long does the step wait for data?", {}, {}, {}, {}};
   e.columns = {{"workers", "workers", 0},         {"epoch_s", "s/epoch", 2},          {"images_per_s", "img/s", 0},
                {"data_wait_pct", "data wait %", 1}, {"idle_pct", "device idle %", 1}, {"test_acc", "test acc %", 2}};
-  for (int w : worker_counts(hw::cpu_info().cores, lab.max_workers)) {
+  for (int w : data::worker_counts(hw::cpu_info().cores, lab.max_workers)) {
     train::TrainConfig c = run.base();
     c.workers = w;
     e.rows.push_back(row_of(run.run("workers", counted(w, "worker"), c), {{"workers", w}}));

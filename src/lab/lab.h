@@ -139,8 +139,4 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlo
 std::string run_key_of_config(nlohmann::json config);
 std::string resumable_run_key(const nlohmann::json& record, const nlohmann::json& machine);
 
-/// The worker counts the workers experiment tries on a machine with `cores` cores: 0, 2, 4, 8
-/// bounded by the core count (and 0, 1, 2 on two cores, so there is more than one to compare).
-std::vector<int> worker_counts(int cores, int max_workers);
-
 }  // namespace dlperf::lab

@@ -1,0 +1,32 @@
+// How fast dlperf's data loader turns a dataset's bytes into normalized float batches, alone:
+// the rate no training run on this data can beat, by loader workers and with and without
+// augmentation. A model whose step consumes images faster than this waits for data.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <vector>
+
+#include "bench/cpu_bench.h"
+#include "data/dataset.h"
+
+namespace dlperf::bench {
+
+struct LoaderPoint {
+  int workers = 0;       ///< loader threads; 0: the calling thread fills each batch
+  bool augment = false;  ///< random crop (2-pixel pad) and, where the data allows, flip
+  Spread images_per_s;   ///< over the timed epochs, each from start_epoch to its last batch
+  double ns_per_pixel = 0;  ///< the median epoch's wall time per pixel delivered
+  int epochs = 0;        ///< timed, after one untimed warm-up epoch
+  int64_t images = 0;    ///< delivered an epoch (whole batches: the last partial one is dropped)
+};
+
+/// Each of `workers` with augmentation off, then on: batches of `batch`, shuffled, the consumer
+/// doing nothing but take them. Validated: every worker count must deliver the batches the
+/// first count delivered, epoch by epoch (the loader's order and augmentation do not depend on
+/// its workers), else an Error.
+std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, const std::vector<int>& workers, const Options& o);
+
+nlohmann::json to_json(const LoaderPoint& p);
+
+}  // namespace dlperf::bench
