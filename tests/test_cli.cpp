@@ -16,6 +16,7 @@
 
 #include "core/memory.h"
 #include "hw/cpu_info.h"
+#include "plan/step_time.h"
 #include "test_util.h"
 
 namespace dlperf::test {
@@ -240,18 +241,20 @@ TEST(Cli, PlanAgainstRunRecordsNamesTheWorstRun) {
   const std::string run = "train --device cpu --data synthetic:1x12x12:512 --epochs 1 --no-progress --runs-dir runs ";
   ASSERT_EQ(run_dlperf(dir, run + "--model mlp").exit_code, 0);
   ASSERT_EQ(run_dlperf(dir, run + "--model small").exit_code, 0);
+  ASSERT_EQ(run_dlperf(dir, run + "--model mlp --augment").exit_code, 0);  // planned with the slower fill, and named so
   const Outcome o = run_dlperf(dir, "plan --against runs/*.json");
   ASSERT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_NE(o.out.find("Predicted vs measured, 2 training runs"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("Predicted vs measured, 3 training runs"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("\nmlp b64 w1 "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("\nmlp b64 w1 aug "), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("\nsmall b64 w1 "), std::string::npos) << o.out;
-  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(step time: median \|error\| [0-9.]+%, worst [0-9.]+% \((mlp|small) b64 w1\))"))) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(step time: median \|error\| [0-9.]+%, worst [0-9.]+% \((mlp|small) b64 w1( aug)?\))"))) << o.out;
   // Energy that is not compared says why for every run, not only the first run's reason.
   ASSERT_EQ(run_dlperf(dir, "profile --device cpu --data synthetic:1x12x12:512 --model mlp --skip 1 --steps 2 --no-progress --runs-dir runs").exit_code, 0);
   const Outcome p = run_dlperf(dir, "plan --against runs/*.json");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("a dlperf profile run: its energy covers a few steps, not an epoch (1 run)"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find(" (2 runs)"), std::string::npos) << p.out;
+  EXPECT_NE(p.out.find(" (3 runs)"), std::string::npos) << p.out;
 }
 
 // A partial last batch that is a tenth of the training set or more is said (training skips it);
@@ -457,6 +460,17 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   EXPECT_EQ(j["scaling"]["rows"].size(), 3u);  // 1, 2, 4 devices
   EXPECT_EQ(j["layers"].size(), nn::build_graph(nn::load_model("small"), {1, 28, 28}, 10, 32).nodes.size());
   EXPECT_EQ(j["layers"][0]["layer"], "conv1");
+  EXPECT_EQ(j["augment"], false);
+  // Random crops and flips fill the batch at their own rate (the rest of the overhead: 3 calls at
+  // the cost measured for this plan, and the hand-off from the one worker); said in the header.
+  const Outcome aug = run_dlperf(dir, "plan --model small --batch-size 32 --augment --json a.json");
+  ASSERT_EQ(aug.exit_code, 0) << aug.err;
+  EXPECT_NE(aug.out.find("1 loader worker, augmented, on this CPU"), std::string::npos) << aug.out;
+  const nlohmann::json a = nlohmann::json::parse(slurp(dir.path / "a.json"));
+  EXPECT_EQ(a["augment"], true);
+  const plan::EngineModel m = plan::engine_model(hw::cpu_info().isa);
+  EXPECT_NEAR(a["step"]["overhead_s"].get<double>(), 32 * 28 * 28 * m.loader_augmented_ns_per_pixel * 1e-9 +
+                  m.step_calls * a["ceilings"]["call_overhead_us"].get<double>() * 1e-6 + m.loader_handoff_s, 1e-12);
   const Outcome t = run_dlperf(dir, "plan --transformer gpt2-small --json t.json");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const nlohmann::json tj = nlohmann::json::parse(slurp(dir.path / "t.json"));

@@ -395,6 +395,12 @@ TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   plan::CpuCeilings in_thread = c;
   in_thread.loader_workers = 0;
   EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, in_thread, m).overhead_s, fill_s + m.step_calls * 5e-6, 1e-15);
+  // Random crops and flips fill the batch at their own rate.
+  plan::CpuCeilings augmented = in_thread;
+  augmented.augment = true;
+  EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, augmented, m).overhead_s,
+              16 * 28 * 28 * m.loader_augmented_ns_per_pixel * 1e-9 + m.step_calls * 5e-6, 1e-15);
+  EXPECT_GT(m.loader_augmented_ns_per_pixel, 2 * m.loader_ns_per_pixel);
   // Passes: 2 linear forward, relu forward, relu backward, 2 linear backward-weights, the second's
   // backward-data (the first has no input gradient to compute), and the optimizer.
   EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);

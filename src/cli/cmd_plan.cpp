@@ -37,6 +37,7 @@ struct PlanArgs {
   int64_t batch = 64;
   std::string optimizer = "sgd";
   int workers = 1;
+  bool augment = false;
   int64_t dataset = 60000;
   int64_t epochs = 5;
   bool layers = false;
@@ -267,6 +268,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const std::string cpu_precision = cpu_bf16 ? "bf16" : "fp32";
   plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
   c.loader_workers = a.workers;
+  c.augment = a.augment;
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
   check(a.dataset >= a.batch, fmt::format("--batch-size {} is larger than --dataset-size {}", a.batch, a.dataset),
@@ -276,8 +278,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers, cpu_precision);
   const plan::StepPrediction p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
-  std::printf("dlperf plan: %s on %s, batch %lld, %s, %s, on this CPU (%s, %s)\n", g.model.c_str(), a.input.c_str(),
-              (long long)a.batch, a.optimizer.c_str(), counted(a.workers, "loader worker").c_str(),
+  std::printf("dlperf plan: %s on %s, batch %lld, %s, %s%s, on this CPU (%s, %s)\n", g.model.c_str(), a.input.c_str(),
+              (long long)a.batch, a.optimizer.c_str(), counted(a.workers, "loader worker").c_str(), a.augment ? ", augmented" : "",
               counted(omp_get_max_threads(), "thread").c_str(), cpu_precision.c_str());
   if (!a.made_for.empty()) std::printf("%s\n", a.made_for.c_str());
   if (a.precision != cpu_precision)
@@ -331,6 +333,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
                         {"batch_size", a.batch},
                         {"optimizer", a.optimizer},
                         {"workers", a.workers},
+                        {"augment", a.augment},
                         {"dataset_size", a.dataset},
                         {"epochs", a.epochs},
                         {"precision", a.precision},
@@ -468,6 +471,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str()->check(at_least(1));
   c->add_option("--optimizer", a->optimizer, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
   c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, data::kMaxWorkers));
+  c->add_flag("--augment,!--no-augment", a->augment, "random crops and flips, as train --augment: slower batches")->capture_default_str();
   c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str()->check(at_least(1));
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
   auto* layers = c->add_flag("--layers", a->layers, "per-layer predicted times and memory");

@@ -85,6 +85,7 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
         const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
         plan::CpuCeilings at = plan::host_ceilings(threads);
         at.loader_workers = c.workers;
+        at.augment = c.augment;
         const plan::StepPrediction p = plan::predict_step(g, c.optimizer, plan::with_precision(at, c.precision));
         t.per_run.back() = p.step_s * train_steps + p.forward_s * test_steps;
       }

@@ -205,6 +205,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       continue;
     }
     if (precision != "fp32") cmp.run += " " + precision;
+    if (cfg.value("augment", false)) cmp.run += " aug";  // its batches fill slower (EngineModel)
     cmp.run += tag;
     // With the ceilings of the threads it trained on: a --threads 1 run has half the cores' peak.
     const int threads = cfg.value("threads_used", json()).is_number_integer() ? cfg["threads_used"].get<int>() : c.threads;
@@ -216,6 +217,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     const int workers = cfg.value("workers", 0);
     CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
     at.loader_workers = workers;
+    at.augment = cfg.value("augment", false);
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
     cmp.predicted_peak = engine_memory(g, opt, workers, precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;

@@ -298,7 +298,8 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   const double params = double(g.param_count()) * 4, states = optimizer_states(opt);
   const double bytes = params * (2 + 2 * states + 1);
   p.optimizer_s = bytes / bandwidth_for(bytes, c, m) + m.call_overhead_s;
-  p.overhead_s = double(numel(g.input)) * m.loader_ns_per_pixel * 1e-9 + m.step_calls * m.call_overhead_s +
+  const double fill_ns = c.augment ? m.loader_augmented_ns_per_pixel : m.loader_ns_per_pixel;
+  p.overhead_s = double(numel(g.input)) * fill_ns * 1e-9 + m.step_calls * m.call_overhead_s +
                  (c.loader_workers > 0 ? m.loader_handoff_s : 0.0);
   p.step_s = p.forward_s + p.backward_s + p.optimizer_s + p.overhead_s;
   return p;

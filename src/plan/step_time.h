@@ -24,6 +24,7 @@ struct CpuCeilings {
   double call_overhead_s = 0;
   int threads = 1;
   int loader_workers = 1;  ///< the run's loader threads (0: it loads in the training thread); not a ceiling, but how the run uses the CPU
+  bool augment = false;    ///< the run's random crops and flips, which make its batches slower to fill; likewise
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
@@ -64,6 +65,10 @@ struct EngineModel {
   /// next batch only once the step blocks on it (dlperf profile's trace of the mlp at batch 16).
   /// `dlperf profile -j 0` of the mlp on the Zen 5: 6.8 us a batch of 16 x 1x28x28 unaugmented.
   double loader_ns_per_pixel = 0.55;
+  /// The same with random crops and flips (--augment): most windows are shifted or flipped, so
+  /// each row is its own short run. `dlperf profile -j 0 --augment` of the same mlp: 13-20 us a
+  /// batch against 5.3-8.0 unaugmented, 2.5x (`dlperf bench loader` alone: 2.3x).
+  double loader_augmented_ns_per_pixel = 1.3;
   /// With loader workers, the step's wait for its batch also pays the hand-off: the worker, woken
   /// only once the step blocks, and then the training thread, woken by it. `dlperf profile` of the
   /// mlp at batch 16 on the Zen 5: data wait 20 us a step with 1 worker against a 10-11 us fill
