@@ -22,7 +22,7 @@ const dlperf::cli::Command kCommands[] = {
     {"profile", "where time and memory go, op by op, against the roofline; a per-op table and a Chrome/Perfetto trace", dlperf::cli::add_profile},
     {"models", "list the preset models, or show one layer by layer", dlperf::cli::add_models},
     {"plan", "predict a run's FLOPs, memory and step time from op costs, or check predictions --against run records", dlperf::cli::add_plan},
-    {"bench", "measure the machine's ceilings: memory bandwidth per level, FMA and GEMM peaks, the presets' convolutions, the cost of a call; on a GPU also host-device copies and launch latency; all-reduce; an empirical roofline", dlperf::cli::add_bench},
+    {"bench", "measure the machine's ceilings: memory bandwidth per level, FMA and GEMM peaks, the presets' convolutions, the cost of a call; on a GPU also host-device copies and launch latency; all-reduce; the data loader alone; an empirical roofline", dlperf::cli::add_bench},
 };
 void print_commands(FILE* to) {
   std::fprintf(to, "usage: dlperf COMMAND [flags]   (dlperf COMMAND --help for its flags)\n\ncommands:\n");
