@@ -370,11 +370,12 @@ TEST(Cli, TheLabSaysWhatIsComingAndHowLongItTook) {
   const Outcome o = run_dlperf(dir, "lab model --models small,mlp --data synthetic:1x12x12:256 --batch-size 32 --model small "
                                     "--train-limit 0 --test-limit 0 --no-progress --out lab");
   ASSERT_EQ(o.exit_code, 0) << o.err;
-  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n3 runs to train; dlperf plan expects about [0-9.]+ (us|ms|s) of training and testing\n)")))
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n4 runs to train; dlperf plan expects about [0-9.]+ (us|ms|s) of training and testing\n)")))
       << o.out;
-  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n  \[1/3, +[0-9.]+ s\] base .*; about [0-9.]+ (us|ms|s) left\n)"))) << o.out;
-  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n  \[3/3, .*test acc [0-9.]+%\n)"))) << o.out;  // nothing left after the last
-  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nthe lab's 3 runs trained and tested in .*; dlperf plan had expected .* \([0-9.]+x\)\n)")))
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n  \[1/4, +[0-9.]+ s\] base .*; about [0-9.]+ (us|ms|s) left\n)"))) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\n  \[4/4, .*\] base +small at batch 32 at the end \(drift over the lab\) .*test acc [0-9.]+%\n)")))
+      << o.out;  // the drift run last, with nothing left after it
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nthe lab's 4 runs trained and tested in .*; dlperf plan had expected .* \([0-9.]+x\)\n)")))
       << o.out;
 }
 

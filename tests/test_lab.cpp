@@ -131,9 +131,11 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
     }
   EXPECT_NE(readme.find("## Machine"), std::string::npos);
   // Before the runs, the lab listed them and the planner predicted their time; every run it
-  // trained was planned (the records, and the noise run that keeps none).
+  // trained was planned (the records, and the two noise runs that keep none).
   const json& planned = j["planned"];
-  EXPECT_EQ(planned["runs"].get<size_t>(), records_in(dir.path / "runs") + 1);
+  EXPECT_EQ(planned["runs"].get<size_t>(), records_in(dir.path / "runs") + 2);
+  EXPECT_EQ(j["noise_runs"], 3);
+  EXPECT_GE(j["noise_pct"].get<double>(), j["noise_start_pct"].get<double>());
   EXPECT_EQ(planned["unpredicted_runs"], 0);
   EXPECT_GT(planned["seconds"].get<double>(), 0);
   EXPECT_EQ(planned["finished_runs"], planned["runs"]);  // none diverged here
@@ -192,7 +194,7 @@ TEST(Lab, ResumeReusesTheFinishedRunsOfAnInterruptedLab) {
   const auto second = lab::run_lab(c);
   const json j = json::parse(slurp(dir.path / "lab.json"));
   EXPECT_EQ(j["reused_runs"], 2);
-  EXPECT_EQ(j["planned"]["runs"], 3);  // the two below and the noise run: the reused ones are not planned
+  EXPECT_EQ(j["planned"]["runs"], 4);  // the two below and the two noise runs: the reused ones are not planned
   EXPECT_NE(slurp(dir.path / "README.md").find("resumed: 2 runs reused"), std::string::npos);
   // New runs: batch 8 linear again, and the model experiment's mlp (its small row is the base run).
   EXPECT_EQ(records_in(runs), batch_runs + 2);
@@ -409,12 +411,29 @@ TEST(Lab, BatchObservationsFollowTheData) {
 }
 
 // The noise line says up to what difference rows are called alike: the measured noise, or 3%
-// when two runs happened to agree more closely (it said "smaller differences are noise" at 0.0%).
+// when the runs happened to agree more closely (it said "smaller differences are noise" at 0.0%).
+// The run at the end counts: two adjacent runs can agree while the machine drifts.
 TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
-  EXPECT_EQ(lab::noise_sentence(4.7), "two identical runs of the base configuration differed by 4.7% in images/s, so rows closer than that are called alike");
-  EXPECT_EQ(lab::noise_sentence(0.02),
+  const lab::Noise pair = lab::noise_of({1000, 1047});
+  EXPECT_EQ(pair.runs, 2);
+  EXPECT_NEAR(pair.pct, 4.7, 1e-9);
+  EXPECT_EQ(lab::noise_sentence(pair), "two identical runs of the base configuration differed by 4.7% in images/s, so rows closer than that are called alike");
+  EXPECT_EQ(lab::noise_sentence(lab::noise_of({1000, 1000.2})),
             "two identical runs of the base configuration differed by 0.0% in images/s; rows closer than 3% are still called alike "
-            "(one pair of runs can agree by luck)");
+            "(a few runs can agree by luck)");
+  const lab::Noise drift = lab::noise_of({1000, 1010, 1300});
+  EXPECT_EQ(drift.runs, 3);
+  EXPECT_NEAR(drift.start_pct, 1.0, 1e-9);
+  EXPECT_NEAR(drift.pct, 30.0, 1e-9);  // the slowest against the fastest, wherever they ran
+  EXPECT_EQ(lab::noise_sentence(drift),
+            "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 30.0% "
+            "in images/s (1.0% between the two at the start: the machine's speed drifted while the lab ran), so rows closer than "
+            "that are called alike");
+  EXPECT_NEAR(lab::noise_of({1010, 1000, 1005}).pct, 1.0, 1e-9);
+  EXPECT_EQ(lab::noise_sentence(lab::noise_of({1000, 1010, 1020})),
+            "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 2.0% "
+            "in images/s (1.0% between the two at the start); rows closer than 3% are still called alike (a few runs can agree by luck)");
+  EXPECT_EQ(lab::noise_of({1000}).runs, 0);
 }
 
 TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
@@ -561,7 +580,7 @@ TEST(Lab, PlanObservationsFollowTheData) {
   EXPECT_TRUE(says(obs, "predicted the peak memory of all 3 runs to the byte")) << obs[0];
   // |errors| 6.25%, 25%, 6.25%: median 6.25%, worst the mlp's.
   EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 150 us against 120 us "
-                        "measured); two identical runs differed by 1.5% in speed")) << obs[1];
+                        "measured); identical runs differed by up to 1.5% in speed")) << obs[1];
   p.rows[2]["peak_error_bytes"] = -476000.0;  // 0.2% under
   p.rows[2]["peak_mb_planned"] = 237.524;
   obs = lab::observe(p);

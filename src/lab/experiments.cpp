@@ -150,17 +150,20 @@ class Runner {
   };
 
   /// Runs the base configuration twice: the first becomes the shared base run, the second
-  /// measures how much identical runs differ on this machine. Returns that difference in %.
-  double measure_noise() {
-    const std::string what = fmt::format("{} at batch {}", base_.model, base_.batch);
-    const Outcome& a = run("base", what, base_);
-    train::TrainConfig again = base_;
-    again.runs_dir.clear();  // not a row of any experiment
-    const Outcome b = execute("base", what + " again (run-to-run noise)", again);
-    if (!a.ok || !b.ok) return 0;
-    const double x = a.record["summary"]["images_per_s"], y = b.record["summary"]["images_per_s"];
-    return 100 * std::fabs(x - y) / std::min(x, y);
+  /// measures how much identical runs differ on this machine (noise()).
+  void measure_noise() {
+    base_images_per_s_.clear();
+    const Outcome& a = run("base", base_label(), base_);
+    const Outcome b = execute("base", base_label() + " again (run-to-run noise)", noise_twin());
+    if (a.ok && b.ok) base_images_per_s_ = {a.record["summary"]["images_per_s"], b.record["summary"]["images_per_s"]};
   }
+  /// After the experiments: the base configuration once more, so noise() also covers how far
+  /// the machine's speed drifted over the lab.
+  void measure_drift() {
+    const Outcome c = execute("base", base_label() + " at the end (drift over the lab)", noise_twin());
+    if (c.ok && base_images_per_s_.size() == 2) base_images_per_s_.push_back(c.record["summary"]["images_per_s"]);
+  }
+  Noise noise() const { return noise_of(base_images_per_s_); }
 
   /// One run per configuration: a configuration that an earlier experiment ran (the base run,
   /// say) is reused, so the report shows one measurement of it, not two that differ by noise.
@@ -299,8 +302,16 @@ class Runner {
                        "go on where it stopped: the same dlperf lab command with --resume reuses the finished runs");
   }
 
+  std::string base_label() const { return fmt::format("{} at batch {}", base_.model, base_.batch); }
+  train::TrainConfig noise_twin() const {
+    train::TrainConfig c = base_;
+    c.runs_dir.clear();  // not a row of any experiment
+    return c;
+  }
+
   const LabConfig& lab_;
   train::TrainConfig base_;
+  std::vector<double> base_images_per_s_;  ///< the base runs' images/s: start, start again, end
   double start_;
   std::map<std::string, Outcome> cache_;
   std::vector<std::string> order_;  ///< cache_'s keys in the order the runs came
@@ -601,22 +612,27 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   runner.measure_noise();
   for (const auto& [name, fn] : all)
     if (chosen(name)) (void)fn(runner, cfg);
+  runner.measure_drift();
   runner.set_planning(false);
   const TimeEstimate planned = estimate_time(runner.planned(), data::load_data(b.data));
   runner.set_predictions(planned.per_run);
   if (!cfg.quiet) std::printf("%s\n\n", planned_sentence(planned).c_str());
-  const double noise = runner.measure_noise();
+  runner.measure_noise();
+  std::vector<Experiment> ran;
+  for (const auto& [name, fn] : all)
+    if (chosen(name)) ran.push_back(fn(runner, cfg));
+  runner.measure_drift();
+  const Noise noise = runner.noise();
   std::vector<Experiment> exps;
   auto finish = [&](Experiment e) {
     for (auto& r : e.rows)  // every row has every column (null = not measured)
       for (const auto& c : e.columns)
         if (!r.contains(c.key)) r[c.key] = nullptr;
-    e.noise_pct = noise;
+    e.noise_pct = noise.pct;
     e.observations = observe(e);
     exps.push_back(std::move(e));
   };
-  for (const auto& [name, fn] : all)
-    if (chosen(name)) finish(fn(runner, cfg));
+  for (Experiment& e : ran) finish(std::move(e));
   // Last, the planner against this lab's runs: how far its predictions can be trusted here.
   if (const std::vector<std::string> records = runner.record_paths(); !records.empty()) finish(prediction(records));
   json machine = hw::machine_json();
@@ -625,7 +641,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check()});
   if (!cfg.quiet) {
     for (const auto& e : exps) print_experiment(e);
-    if (noise > 0)
+    if (noise.runs > 0)
       std::printf("\nRun-to-run noise: %s.\n", noise_sentence(noise).c_str());
     std::printf("\nlab done in %s; report: %s/README.md (CSV, JSON and plots beside it)\n", format_seconds(seconds).c_str(),
                 cfg.out.c_str());

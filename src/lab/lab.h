@@ -101,9 +101,20 @@ struct TimeEstimate {
 };
 TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const data::DataPair& data);
 
-/// What two identical runs differed by, and the difference up to which rows are called alike:
-/// the noise, never less than 3% (one pair of runs can agree by luck). Without the ".".
-std::string noise_sentence(double noise_pct);
+/// How much identical runs of the base configuration differed in images/s: two back to back at
+/// the start of the lab and, once its experiments ran, one more at its end. Two adjacent runs
+/// can agree while the machine's speed drifts over minutes (a VM's neighbours), which the
+/// experiments' rows, trained minutes apart, do see: the run at the end catches that.
+struct Noise {
+  double start_pct = 0;  ///< between the two at the start
+  double pct = 0;        ///< the largest difference among all of them: what a row must exceed
+  int runs = 0;          ///< identical runs measured: 2, or 3 with the one at the end (0: none)
+};
+/// The Noise of base runs' images/s, in the order they ran (the first two at the start).
+Noise noise_of(const std::vector<double>& images_per_s);
+/// What the identical runs differed by, and the difference up to which rows are called alike:
+/// the noise, never less than 3% (a few runs can agree by luck). Without the ".".
+std::string noise_sentence(const Noise& n);
 
 /// The observations for one experiment, from its rows only (so they follow the data).
 std::vector<std::string> observe(const Experiment& e);
@@ -123,7 +134,7 @@ std::string planned_against_measured(const PlanCheck& c);
 /// What the lab as a whole did, for the report's opening lines and lab.json.
 struct LabTotals {
   double seconds = 0;        ///< the lab's wall time
-  double noise_pct = 0;      ///< noise_sentence's
+  Noise noise;
   size_t reused_runs = 0;    ///< runs that came from an earlier, interrupted lab (--resume)
   TimeEstimate planned;      ///< the runs it was to train, and the time the planner expected them to take
   PlanCheck check;           ///< the plan against the runs that finished

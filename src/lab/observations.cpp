@@ -278,7 +278,7 @@ std::vector<std::string> workers(const Experiment& e) {
                               num(fastest, "images_per_s"), spread, n_workers(slowest), num(slowest, "images_per_s")));
   // What workers can gain at most: the loading the training thread did itself with 0 workers.
   // A larger gain is the machine's speed moving between the runs (a VM's neighbours can shift it
-  // by a third within minutes), which one pair of identical runs need not catch: on the 2-core
+  // by a third within minutes), which the identical base runs need not catch: on the 2-core
   // development VM, 2 workers once ran medium 1.37x faster than 0 with 0.3% of the step loading.
   if (first["workers"] == 0 && fastest["workers"] != 0) {
     const double wait = num(first, "data_wait_pct"), bound = 100 / (100 - std::min(wait, 99.0));
@@ -322,10 +322,26 @@ std::vector<std::string> precision(const Experiment& e) {
 
 }  // namespace
 
-std::string noise_sentence(double noise_pct) {
-  const std::string measured = fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", noise_pct);
-  if (noise_pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike";
-  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (one pair of runs can agree by luck)", kNoiseFloorPct);
+Noise noise_of(const std::vector<double>& images_per_s) {
+  Noise n;
+  if (images_per_s.size() < 2) return n;
+  auto apart = [](double x, double y) { return 100 * std::fabs(x - y) / std::min(x, y); };
+  n.runs = int(images_per_s.size());
+  n.start_pct = apart(images_per_s[0], images_per_s[1]);
+  const auto [lo, hi] = std::minmax_element(images_per_s.begin(), images_per_s.end());
+  n.pct = apart(*lo, *hi);
+  return n;
+}
+
+std::string noise_sentence(const Noise& n) {
+  const std::string measured =
+      n.runs >= 3 ? fmt::format("{} identical runs of the base configuration, two at the start of the lab and {} at its end, differed by up "
+                                "to {:.1f}% in images/s ({:.1f}% between the two at the start{})",
+                                n.runs == 3 ? "three" : std::to_string(n.runs), n.runs == 3 ? "one" : std::to_string(n.runs - 2), n.pct,
+                                n.start_pct, n.pct > 2 * std::max(n.start_pct, 1.0) ? ": the machine's speed drifted while the lab ran" : "")
+                  : fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", n.pct);
+  if (n.pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike";
+  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (a few runs can agree by luck)", kNoiseFloorPct);
 }
 
 // The planner against the runs: memory to the byte or how far off, step time's median and worst
@@ -355,7 +371,7 @@ std::vector<std::string> prediction(const Experiment& e) {
                               "against {} measured){}.",
                               100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), worst_step["run"].get<std::string>(),
                               step_time(num(worst_step, "step_ms_planned")), step_time(num(worst_step, "step_ms")),
-                              e.noise_pct > 0 ? fmt::format("; two identical runs differed by {:.1f}% in speed", e.noise_pct) : ""));
+                              e.noise_pct > 0 ? fmt::format("; identical runs differed by up to {:.1f}% in speed", e.noise_pct) : ""));
   }
   for (const auto& m : missing_notes(e, "run")) out.push_back("Not planned: " + m + ".");
   return out;

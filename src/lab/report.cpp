@@ -181,7 +181,8 @@ std::string run_size(const std::vector<Experiment>& exps) {
 }  // namespace
 
 void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const json& machine, const LabTotals& totals) {
-  const double lab_seconds = totals.seconds, noise_pct = totals.noise_pct;
+  const double lab_seconds = totals.seconds;
+  const Noise& noise = totals.noise;
   const size_t reused_runs = totals.reused_runs;
   const TimeEstimate& planned = totals.planned;  // lab.json's "planned"
   const fs::path out(cfg.out);
@@ -205,7 +206,8 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   char date[32];
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
   json j = {{"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
-            {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise_pct},
+            {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise.pct},
+            {"noise_start_pct", noise.start_pct}, {"noise_runs", noise.runs},
             {"planned", {{"runs", planned.runs}, {"seconds", planned.seconds}, {"unpredicted_runs", planned.unpredicted},
                          {"finished_runs", totals.check.runs}, {"finished_planned_seconds", totals.check.planned_s},
                          {"finished_measured_seconds", totals.check.measured_s}}},
@@ -236,7 +238,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       machine_text(machine), cfg.data,
       run_size(exps),
       cfg.base_model, cfg.base_batch, cfg.base_lr,
-      noise_pct > 0 ? fmt::format("\n\n**Run-to-run noise:** {}.", noise_sentence(noise_pct))
+      noise.runs > 0 ? fmt::format("\n\n**Run-to-run noise:** {}.", noise_sentence(noise))
                     : "");
   for (const auto& e : exps) {
     md += fmt::format("## {}\n\n{}\n\n{}\n", e.title, e.question, markdown_table(e));
