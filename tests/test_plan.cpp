@@ -400,7 +400,7 @@ TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   augmented.augment = true;
   EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, augmented, m).overhead_s,
               16 * 28 * 28 * m.loader_augmented_ns_per_pixel * 1e-9 + m.step_calls * 5e-6, 1e-15);
-  EXPECT_GT(m.loader_augmented_ns_per_pixel, 2 * m.loader_ns_per_pixel);
+  EXPECT_GT(m.loader_augmented_ns_per_pixel, m.loader_ns_per_pixel);
   // Passes: 2 linear forward, relu forward, relu backward, 2 linear backward-weights, the second's
   // backward-data (the first has no input gradient to compute), and the optimizer.
   EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);

@@ -106,10 +106,6 @@ namespace {
 void normalize(const uint8_t* __restrict in, float* __restrict out, int64_t n, float scale, float shift) {
   for (int64_t i = 0; i < n; ++i) out[i] = float(in[i]) * scale + shift;
 }
-// The same, reading `in` backwards from in[n - 1] (a flipped row).
-void normalize_reversed(const uint8_t* __restrict in, float* __restrict out, int64_t n, float scale, float shift) {
-  for (int64_t i = 0; i < n; ++i) out[i] = float(in[n - 1 - i]) * scale + shift;
-}
 }  // namespace
 
 void Loader::fill(Batch& b, int64_t id) const {
@@ -130,36 +126,39 @@ void Loader::fill(Batch& b, int64_t id) const {
     const uint8_t* src = &data_.images[size_t(sample * C * HW)];
     const Crop crop = cfg_.augment ? random_crop(cfg_.seed, epoch_, sample, cfg_.pad_crop, data_.flip_ok) : Crop{};
     const int64_t dy = crop.dy, dx = crop.dx;
-    // Output row y reads source row y + dy, and its pixel x source column x + dx (W - 1 - x + dx
-    // flipped). Rows [y0, y1) and columns [x0, x1) read inside the image; the rest is the crop's
-    // zero padding (black before normalization, so `sh`). Bounds hoisted out of the loops, the
-    // copies vectorize, and a window not shifted sideways (every one without --augment) is one
-    // contiguous run. With a test per pixel, `dlperf bench loader -j 0` on the Zen 5 read 0.90 ns
-    // a pixel on Fashion-MNIST (60,000 images, batch 64), a quarter of a tiny model's step, and
-    // 0.56 on synthetic 3x32x32; now 0.42 and 0.20. Augmented (most rows shifted or flipped,
-    // each row its own short run), 1.04 -> 1.02 and 0.55 -> 0.52: the loop's cost is per row there.
+    // The crop shifts the image by (dy, dx): output pixel (y, x) reads source pixel (y + dy, x + dx)
+    // where that lies inside the image, else it is the crop's zero padding (black before
+    // normalization, so `sh`). Rows [y0, y1) and columns [x0, x1) read inside the image. The
+    // offset is the same for every pixel, so the window is one run of pixels from its first to
+    // its last (vectorized), whose stretches past a row's end (dx != 0) land on that row's
+    // padding columns and are overwritten after. A flip mirrors each row of the shifted window:
+    // output (y, x) reads source (y + dy, W - 1 - x + dx), the shifted pixel (y, W - 1 - x).
+    // `dlperf bench loader -j 0` on the Zen 5 (Fashion-MNIST's 60,000 images at batch 64, then
+    // synthetic 3x32x32): with a test per pixel, 0.90 and 0.56 ns a pixel, a quarter of a tiny
+    // model's step; with each row its own short call, 0.35 and 0.20, but augmented 0.98 and 0.51
+    // (Fashion-MNIST's flips were reversed reads); as one run with rows reversed in place for a
+    // flip, augmented 0.61 and 0.29.
     // Clamped to the image: a shift as large as the image (pad 2 on 1-pixel rows) reads nothing.
     const int64_t y0 = std::clamp<int64_t>(-dy, 0, H), y1 = std::clamp<int64_t>(H - dy, y0, H);
-    const int64_t x0 = std::clamp<int64_t>(crop.flip ? dx : -dx, 0, W), x1 = std::clamp<int64_t>(crop.flip ? W + dx : W - dx, x0, W);
+    const int64_t x0 = std::clamp<int64_t>(-dx, 0, W), x1 = std::clamp<int64_t>(W - dx, x0, W);
     for (int64_t c = 0; c < C; ++c) {
       const float sc = scale_[size_t(c)], sh = shift_[size_t(c)];
       const uint8_t* plane = src + c * HW;
       float* dst = img + c * HW;
       std::fill(dst, dst + y0 * W, sh);
       std::fill(dst + y1 * W, dst + HW, sh);
-      if (dx == 0 && !crop.flip) {
-        normalize(plane + (y0 + dy) * W, dst + y0 * W, (y1 - y0) * W, sc, sh);
+      if (x0 == x1) {  // shifted clear of the image sideways
+        std::fill(dst + y0 * W, dst + y1 * W, sh);
         continue;
       }
+      const int64_t from = y0 * W + x0, to = (y1 - 1) * W + x1;
+      if (from < to) normalize(plane + from + dy * W + dx, dst + from, to - from, sc, sh);
+      if (dx == 0 && !crop.flip) continue;
       for (int64_t y = y0; y < y1; ++y) {
-        float* out_row = dst + y * W;
-        const uint8_t* row = plane + (y + dy) * W;
-        std::fill(out_row, out_row + x0, sh);
-        std::fill(out_row + x1, out_row + W, sh);
-        if (crop.flip)  // out_row[x] = row[W - 1 - x + dx] for x in [x0, x1)
-          normalize_reversed(row + W - x1 + dx, out_row + x0, x1 - x0, sc, sh);
-        else
-          normalize(row + x0 + dx, out_row + x0, x1 - x0, sc, sh);
+        float* row = dst + y * W;
+        std::fill(row, row + x0, sh);
+        std::fill(row + x1, row + W, sh);
+        if (crop.flip) std::reverse(row, row + W);
       }
     }
   }

@@ -65,10 +65,10 @@ struct EngineModel {
   /// next batch only once the step blocks on it (dlperf profile's trace of the mlp at batch 16).
   /// `dlperf profile -j 0` of the mlp on the Zen 5: 6.8 us a batch of 16 x 1x28x28 unaugmented.
   double loader_ns_per_pixel = 0.55;
-  /// The same with random crops and flips (--augment): most windows are shifted or flipped, so
-  /// each row is its own short run. `dlperf profile -j 0 --augment` of the same mlp: 13-20 us a
-  /// batch against 5.3-8.0 unaugmented, 2.5x (`dlperf bench loader` alone: 2.3x).
-  double loader_augmented_ns_per_pixel = 1.3;
+  /// The same with random crops and flips (--augment): a shifted window pays for its padding
+  /// columns, a flipped one for reversing its rows. `dlperf profile -j 0 --augment` of the same
+  /// mlp: 8.8-11.0 us a batch against 5.5-5.9 unaugmented, 1.6x (`dlperf bench loader` alone: 1.7x).
+  double loader_augmented_ns_per_pixel = 0.9;
   /// With loader workers, the step's wait for its batch also pays the hand-off: the worker, woken
   /// only once the step blocks, and then the training thread, woken by it. `dlperf profile` of the
   /// mlp at batch 16 on the Zen 5: data wait 20 us a step with 1 worker against a 10-11 us fill
