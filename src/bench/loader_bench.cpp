@@ -5,6 +5,7 @@
 #include <bit>
 
 #include "core/error.h"
+#include "core/text.h"
 #include "core/timer.h"
 #include "data/loader.h"
 
@@ -54,9 +55,9 @@ std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, con
       }
       if (reference.empty()) reference = sums;
       check(sums == reference,
-            fmt::format("the data loader with {} workers delivered other batches than with {} ({}): a bug in dlperf", w,
+            fmt::format("the data loader with {} delivered other batches than with {} ({}): a bug in dlperf", counted(w, "worker"),
                         workers.front(), augment ? "augmented" : "not augmented"),
-            "report it with the command that showed it; training with --workers 0 is unaffected");
+            "report it with the command that showed it");
       const Spread s = spread_of(seconds);
       p.images_per_s = {double(p.images) / s.median, double(p.images) / s.max, double(p.images) / s.min};
       p.ns_per_pixel = s.median * 1e9 / (double(p.images) * double(d.image_bytes()));

@@ -334,11 +334,12 @@ Noise noise_of(const std::vector<double>& images_per_s) {
 }
 
 std::string noise_sentence(const Noise& n) {
+  // The run at the end more than twice as far off as the start pair (and over 2%): a drift.
+  const bool drifted = n.pct > 2 * std::max(n.start_pct, 1.0);
   const std::string measured =
-      n.runs >= 3 ? fmt::format("{} identical runs of the base configuration, two at the start of the lab and {} at its end, differed by up "
-                                "to {:.1f}% in images/s ({:.1f}% between the two at the start{})",
-                                n.runs == 3 ? "three" : std::to_string(n.runs), n.runs == 3 ? "one" : std::to_string(n.runs - 2), n.pct,
-                                n.start_pct, n.pct > 2 * std::max(n.start_pct, 1.0) ? ": the machine's speed drifted while the lab ran" : "")
+      n.runs == 3 ? fmt::format("three identical runs of the base configuration, two at the start of the lab and one at its end, "
+                                "differed by up to {:.1f}% in images/s ({:.1f}% between the two at the start{})",
+                                n.pct, n.start_pct, drifted ? ": the machine's speed drifted while the lab ran" : "")
                   : fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", n.pct);
   if (n.pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike";
   return measured + fmt::format("; rows closer than {:.0f}% are still called alike (a few runs can agree by luck)", kNoiseFloorPct);
