@@ -16,7 +16,8 @@
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
 #   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh)
 #   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
-#   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16
+#   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16,
+#               and bench loader (can the host feed the GPU?)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
@@ -160,6 +161,10 @@ for stage in "$@"; do
         grep "^Roofline on" "$work/roofline-$p.txt" | tee -a "$work/summary.txt"
       done
       cp runs/roofline-*-cuda-* "$work/" 2>/dev/null
+      # Whether the host can feed the GPU: the loader alone, by workers (0, 2, 4, 8 on 16 cores).
+      run_for 60 $bin bench loader --data "$data" --json "$work/bench-loader.json" > "$work/bench-loader.txt" 2>&1
+      say "  bench loader: rc $?"
+      grep -A10 "^Data loader alone" "$work/bench-loader.txt" | tee -a "$work/summary.txt"
       ;;
     vs-torch)
       read -r -a vs_args <<< "${VS_TORCH_ARGS:-}"
