@@ -384,6 +384,11 @@ TEST(MachineProfile, GpuCeilingsFromTheBenchAndBack) {
   EXPECT_DOUBLE_EQ(bench::load_ceilings("some CPU", 2).call_overhead_us, 1.7);
   bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"call_overhead_us", -1}});
   EXPECT_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 0.0) << "a damaged field makes the whole profile count as none";
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).bf16_gflops, 0.0);
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"bf16_gflops", 150.0}});
+  EXPECT_DOUBLE_EQ(bench::load_ceilings("some CPU", 2).bf16_gflops, 150.0);
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"bf16_gflops", "fast"}});
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 0.0);
   std::ofstream(bench::kMachineProfile) << "{ damaged";
   EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA H100 80GB HBM3").empty());
   std::filesystem::current_path(cwd);

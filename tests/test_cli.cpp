@@ -14,6 +14,7 @@
 #include <regex>
 #include <string>
 
+#include "backend/cpu/layouts.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "plan/step_time.h"
@@ -195,6 +196,48 @@ TEST(Cli, BenchRunsSeveralBenchmarksNamedTogether) {
   EXPECT_NE(o.out.find("measured just now"), std::string::npos) << o.out;
   const Outcome bad = run_dlperf(dir, "bench gemm memory --steps 5");
   EXPECT_NE(bad.err.find("--steps is for 'dlperf bench roofline', not 'dlperf bench gemm memory'"), std::string::npos) << bad.err;
+}
+
+// bench roofline on the CPU: every layer pass with FLOPs against the FMA peak, with the bf16 roof
+// beside it where the engine trains bf16 (AVX512-BF16); a bf16 step itself is the GPU's.
+TEST(Cli, BenchRooflinePlacesTheCpuStepUnderEachPrecisionsRoof) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "bench roofline -m small -d synthetic:1x12x12:256 -b 16 --steps 3 --threads 1 --json r.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto r = nlohmann::json::parse(slurp(dir.path / "r.json")).at("roofline");
+  ASSERT_GE(r.at("peaks").size(), 1u);
+  EXPECT_EQ(r["peaks"][0]["label"], "FMA peak");
+  EXPECT_FALSE(r.at("points").empty());
+  if (cpu::has_bf16_kernels()) {
+    ASSERT_EQ(r["peaks"].size(), 2u) << r["peaks"].dump();
+    EXPECT_EQ(r["peaks"][1]["label"], "bf16 peak (VDPBF16PS)");
+    EXPECT_GT(r["peaks"][1]["gflops"].get<double>(), 0);
+    EXPECT_NE(o.out.find("(the other precisions' roofs, drawn dashed: bf16 peak (VDPBF16PS) "), std::string::npos) << o.out;
+  } else {
+    EXPECT_EQ(r["peaks"].size(), 1u) << r["peaks"].dump();
+  }
+  const Outcome bf16 = run_dlperf(dir, "bench roofline --device cpu --precision bf16");
+  EXPECT_NE(bf16.exit_code, 0);
+  EXPECT_NE(bf16.err.find("--precision bf16 is for a GPU"), std::string::npos) << bf16.err;
+}
+
+// bench all keeps the ceilings in the machine profile: the FMA peak, the bandwidth per level, the
+// cost of an engine call, and the bf16 peak where the CPU has AVX512-BF16 (which the roofline draws).
+TEST(Cli, BenchAllKeepsTheCeilingsInTheMachineProfile) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "bench all --quick --threads 1 --json b.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const auto p = nlohmann::json::parse(slurp(dir.path / "runs" / "machine-profile.json"));
+  const auto b = nlohmann::json::parse(slurp(dir.path / "b.json"));
+  EXPECT_EQ(p.at("threads"), 1);
+  EXPECT_EQ(p.at("f32_gflops"), b.at("flops").at("gflops_median"));
+  EXPECT_EQ(p.at("call_overhead_us"), b.at("cpu_launch").at("us_median"));
+  EXPECT_FALSE(p.at("bandwidth_gbps").empty());
+  if (b["flops"].at("bf16").contains("gflops_median"))
+    EXPECT_EQ(p.at("bf16_gflops"), b["flops"]["bf16"]["gflops_median"]);
+  else
+    EXPECT_FALSE(p.contains("bf16_gflops")) << "skipped or failed: " << b["flops"]["bf16"].dump();
+  EXPECT_EQ(b["flops"]["bf16"].contains("gflops_median"), cpu::has_bf16_kernels()) << b["flops"]["bf16"].dump();
 }
 
 // bench loader: a row per worker count, plain and augmented, in the table and the JSON; its

@@ -43,8 +43,9 @@ nlohmann::json read_profile() {
   if (p.contains("cpu") &&
       (!p["cpu"].is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
        !is_rate(p.value("f32_gflops", nlohmann::json())) || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object())) ||
-       (p.contains("call_overhead_us") && !is_rate(p["call_overhead_us"]))))
-    return damaged("its cpu, threads, f32_gflops, bandwidth_gbps or call_overhead_us field is missing, of the wrong type, or not above 0");
+       (p.contains("call_overhead_us") && !is_rate(p["call_overhead_us"])) || (p.contains("bf16_gflops") && !is_rate(p["bf16_gflops"]))))
+    return damaged("its cpu, threads, f32_gflops, bandwidth_gbps, call_overhead_us or bf16_gflops field is missing, of the wrong type, or "
+                   "not above 0");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
     if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
         !is_numbers(g.value("peak_gflops", nlohmann::json::object())) || !is_numbers(g.value("bandwidth_gbps", nlohmann::json::object())) ||
@@ -67,10 +68,15 @@ Ceilings load_ceilings(const std::string& cpu_model, int threads) {
     said = true;
     return {};
   }
-  if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads)
-    return {p.value("f32_gflops", 0.0), p.value("bandwidth_gbps", nlohmann::json::object()), p.value("call_overhead_us", 0.0),
-            p.value("quick", false)};
-  return {};
+  Ceilings c;
+  if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads) {
+    c.f32_gflops = p.value("f32_gflops", 0.0);
+    c.bf16_gflops = p.value("bf16_gflops", 0.0);
+    c.bandwidth_gbps = p.value("bandwidth_gbps", nlohmann::json::object());
+    c.call_overhead_us = p.value("call_overhead_us", 0.0);
+    c.quick = p.value("quick", false);
+  }
+  return c;
 }
 
 std::string Ceilings::source() const {

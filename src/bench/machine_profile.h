@@ -3,7 +3,8 @@
 // of counted or datasheet figures, and say which they used.
 //
 //   {"cpu": "...", "cpu_identity": {"model": .., "isa": .., "f32_lanes": .., "l1d_bytes": ..}, "threads": 2, "isa": "...", "f32_gflops": 81.2,
-//    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "call_overhead_us": 1.7, "quick": false, "source": "dlperf bench all",
+//    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "call_overhead_us": 1.7, "bf16_gflops": 912 (where the CPU has
+//    AVX512-BF16), "quick": false, "source": "dlperf bench all",
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
 //              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
 #pragma once
@@ -18,6 +19,7 @@ inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
 /// The measured ceilings of this CPU model at this thread count.
 struct Ceilings {
   double f32_gflops = 0;         ///< 0 = none measured
+  double bf16_gflops = 0;        ///< the AVX512-BF16 dot-product peak (bench::bf16_peak); 0 = none (or no such unit)
   nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
   double call_overhead_us = 0;   ///< a call into the CPU engine (bench::cpu_dispatch); 0 = none measured
   bool quick = false;            ///< measured by 'dlperf bench all --quick' (fewer sizes and repeats)

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <set>
 
+#include "backend/cpu/layouts.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
@@ -136,6 +137,18 @@ Roofline cpu_roofline(const RooflineRequest& r) {
     out.ceilings_source = "measured now (bench --quick)";
   }
   out.peaks = {{"FMA peak", peak}};
+  // Where the engine can train bf16 (AVX512-BF16), that precision's roof beside fp32's: bench
+  // all's, else measured now (a fraction of a second).
+  if (cpu::has_bf16_kernels()) {
+    double bf16 = known.bf16_gflops;
+    if (bf16 <= 0) {
+      Options q;
+      q.quick = true, q.threads = threads;
+      std::string why;
+      bf16 = bf16_peak(q, &why).gflops.median;
+    }
+    if (bf16 > 0) out.peaks.push_back({"bf16 peak (VDPBF16PS)", bf16});
+  }
   if (cpu.l2_bytes > 0) out.level_bytes["L2"] = double(cpu.l2_bytes) * threads;
   if (cpu.l3_bytes > 0) out.level_bytes["L3"] = double(cpu.l3_bytes);
   train::TrainConfig tc;
@@ -195,8 +208,10 @@ Roofline measure_roofline(const RooflineRequest& r) {
   check(r.steps >= 3 && r.steps <= 100000, "--steps must be between 3 and 100000");
   const int gpu = cuda::resolve_device(r.device);
   if (gpu < 0) {
-    check(r.precision == "fp32", fmt::format("the CPU roofline is fp32; --precision {} needs a GPU", r.precision),
-          "leave --precision out, or use --device cuda");
+    check(r.precision == "fp32",
+          fmt::format("the CPU roofline places an fp32 step (with the bf16 roof beside fp32's where the CPU has AVX512-BF16); "
+                      "--precision {} is for a GPU", r.precision),
+          "leave --precision out ('dlperf train --precision bf16 --layer-times' times a CPU bf16 step layer by layer), or use --device cuda");
     return cpu_roofline(r);
   }
   return gpu_roofline(r, gpu);

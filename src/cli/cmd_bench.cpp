@@ -162,6 +162,9 @@ nlohmann::json run_roofline(const BenchArgs& a) {
     if (r.bandwidth_gbps.value(level, 0.0) > 0) levels += fmt::format("{}{} {:.0f}", levels.empty() ? "" : " / ", level, r.bandwidth_gbps[level].get<double>());
   std::printf("\nRoofline on %s: %s %.1f GFLOP/s%s; ceilings %s\n", r.processor.c_str(), r.peaks[0].label.c_str(), peak,
               levels.empty() ? "" : fmt::format(", {} GB/s", levels).c_str(), r.ceilings_source.c_str());
+  std::vector<std::string> others;
+  for (size_t i = 1; i < r.peaks.size(); ++i) others.push_back(fmt::format("{} {:.1f} GFLOP/s", r.peaks[i].label, r.peaks[i].gflops));
+  if (!others.empty()) std::printf("(the other precisions' roofs, drawn dashed: %s)\n", fmt::format("{}", fmt::join(others, ", ")).c_str());
   t.print();
   if (!r.level_bytes.empty())
     std::printf("(each pass is held to the roof of the level its bytes fit in, the level dlperf plan picks for it: L2 up to\n"
@@ -594,6 +597,8 @@ void add_bench(CLI::App& app, const Command& self) {
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
                                 {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
       if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_median"];
+      if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_median"))
+        profile["bf16_gflops"] = b["gflops_median"];  // measured, not skipped (no AVX512-BF16) or failed
       std::printf("\nbandwidth plateaus (triad):");
       for (const char* level : {"L1", "L2", "L3", "DRAM"})
         if (levels.contains(level)) std::printf(" %s %.0f GB/s", level, levels[level].get<double>());
