@@ -108,6 +108,11 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
       }
     }
   }
+  // The workers rows carry the loader alone on the same images, which outruns training.
+  for (const auto& r : exps[3].rows) {
+    ASSERT_EQ(exps[3].name, "workers");
+    EXPECT_GT(r.value("loader_images_per_s", 0.0), r.value("images_per_s", 0.0)) << r.dump();
+  }
   // Every measured row has its run record, and the GPU rows say why they are missing.
   EXPECT_GE(records_in(dir.path / "runs"), 7u);  // distinct runs: 2 devices' workloads, 4 batch rows less the shared one, 2 models ...
   // One configuration, one run: the device experiment's CPU row of the base model and batch is
@@ -457,6 +462,13 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
       << lab::observe(w).back();
   w.rows[1]["images_per_s"] = 1020;  // within the noise floor: no claim either way
   EXPECT_FALSE(says(lab::observe(w), "at most"));
+  // The loader alone, against what training took with the same workers.
+  EXPECT_FALSE(says(lab::observe(w), "The loader alone"));
+  w.rows[0]["loader_images_per_s"] = 4.26e6;
+  EXPECT_TRUE(says(lab::observe(w), "The loader alone delivers 4.3 million img/s with 0 workers (loading in the training thread), 4260x "
+                                    "the 1000 img/s training took: loading cannot be what holds training back here."));
+  w.rows[0]["loader_images_per_s"] = 1500.0;
+  EXPECT_TRUE(says(lab::observe(w), "1.5x the 1000 img/s training took: loading is a large part of each step"));
 
   lab::Experiment d;
   d.name = "device";

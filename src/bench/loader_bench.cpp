@@ -20,13 +20,14 @@ uint64_t mix(uint64_t h, uint64_t v) {
 }
 }  // namespace
 
-std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, const std::vector<int>& workers, const Options& o) {
+std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, const std::vector<int>& workers, const Options& o,
+                                      const std::vector<bool>& augments) {
   check(!workers.empty(), "the loader benchmark needs at least one worker count");
   std::vector<float> mean, stddev;
   data::channel_stats(d, mean, stddev);
   const int epochs = o.quick ? 3 : 7;
   std::vector<LoaderPoint> out;
-  for (const bool augment : {false, true}) {
+  for (const bool augment : augments) {
     std::vector<uint64_t> reference;  // each timed epoch's checksum with workers[0]
     for (const int w : workers) {
       data::LoaderConfig cfg;

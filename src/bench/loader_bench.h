@@ -21,11 +21,12 @@ struct LoaderPoint {
   int64_t images = 0;    ///< delivered an epoch (whole batches: the last partial one is dropped)
 };
 
-/// Each of `workers` with augmentation off, then on: batches of `batch`, shuffled, the consumer
-/// doing nothing but take them. Validated: every worker count must deliver the batches the
-/// first count delivered, epoch by epoch (the loader's order and augmentation do not depend on
-/// its workers), else an Error.
-std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, const std::vector<int>& workers, const Options& o);
+/// Each of `workers` for each of `augment` (off, then on, by default): batches of `batch`,
+/// shuffled, the consumer doing nothing but take them. Validated: every worker count must
+/// deliver the batches the first count delivered, epoch by epoch (the loader's order and
+/// augmentation do not depend on its workers), else an Error.
+std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, const std::vector<int>& workers, const Options& o,
+                                      const std::vector<bool>& augment = {false, true});
 
 nlohmann::json to_json(const LoaderPoint& p);
 

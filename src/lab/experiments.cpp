@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backend/cuda/runtime.h"
+#include "bench/loader_bench.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/text.h"
@@ -208,6 +209,7 @@ class Runner {
   /// once, and not those --resume reuses), so the lab can say up front how many runs it has and
   /// how long the planner expects them to take; then the runs are numbered "3/17".
   void set_planning(bool on) { planning_ = on; }
+  bool planning() const { return planning_; }
   const std::vector<train::TrainConfig>& planned() const { return planned_; }
 
   /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
@@ -484,10 +486,29 @@ Experiment workers(Runner& run, const LabConfig& lab) {
                "How much does loading data in parallel help, and how long does the step wait for data?", {}, {}, {}, {}};
   e.columns = {{"workers", "workers", 0},         {"epoch_s", "s/epoch", 2},          {"images_per_s", "img/s", 0},
                {"data_wait_pct", "data wait %", 1}, {"idle_pct", "device idle %", 1}, {"test_acc", "test acc %", 2}};
-  for (int w : data::worker_counts(hw::cpu_info().cores, lab.max_workers)) {
+  const std::vector<int> counts = data::worker_counts(hw::cpu_info().cores, lab.max_workers);
+  for (int w : counts) {
     train::TrainConfig c = run.base();
     c.workers = w;
     e.rows.push_back(row_of(run.run("workers", counted(w, "worker"), c), {{"workers", w}}));
+  }
+  // The loader alone on the same images (bench loader's measurement, a second or two): the rate
+  // no run of a row can beat, so the rows' images/s read against what loading allows.
+  if (!run.planning()) {
+    e.columns.insert(e.columns.begin() + 3, {"loader_images_per_s", "loader alone img/s", 0});
+    try {
+      const train::TrainConfig& b = run.base();
+      data::DataPair d = data::load_data(b.data);
+      d.train.truncate(b.train_limit);
+      bench::Options o;
+      o.quick = true;
+      const auto points = bench::loader_sweep(d.train, b.batch, counts, o, {b.augment});
+      for (size_t i = 0; i < points.size() && i < e.rows.size(); ++i) e.rows[i]["loader_images_per_s"] = points[i].images_per_s.median;
+    } catch (const Error& err) {  // the rows stand without it; the first row's note says why
+      json& r = e.rows.front();
+      const std::string note = r.value("note", "");
+      r["note"] = note + (note.empty() ? "" : "; ") + "loader alone not measured: " + err.what();
+    }
   }
   return e;
 }

@@ -276,6 +276,17 @@ std::vector<std::string> workers(const Experiment& e) {
   else
     out.push_back(fmt::format("The fastest is {} at {:.0f} img/s, {:.2f}x the slowest ({}, {:.0f} img/s).", n_workers(fastest),
                               num(fastest, "images_per_s"), spread, n_workers(slowest), num(slowest, "images_per_s")));
+  // The loader alone (measured beside the runs) against what training took: whether loading can
+  // be what holds the step back.
+  if (first.value("loader_images_per_s", json()).is_number() && num(first, "loader_images_per_s") > 0) {
+    const double alone = num(first, "loader_images_per_s"), trained = num(first, "images_per_s"), headroom = alone / trained;
+    std::string verdict = headroom >= 10 ? "loading cannot be what holds training back here"
+                          : headroom < 2 ? "loading is a large part of each step, so workers (with cores of their own) pay off"
+                                         : "loading is a noticeable part of each step";
+    out.push_back(fmt::format("The loader alone delivers {} img/s with {}, {} the {:.0f} img/s training took: {}.",
+                              alone >= 1e6 ? fmt::format("{:.1f} million", alone / 1e6) : fmt::format("{:.0f}", alone), n_workers(first), headroom >= 10 ? fmt::format("{:.0f}x", headroom) : fmt::format("{:.1f}x", headroom),
+                              trained, verdict));
+  }
   // What workers can gain at most: the loading the training thread did itself with 0 workers.
   // A larger gain is the machine's speed moving between the runs (a VM's neighbours can shift it
   // by a third within minutes), which the identical base runs need not catch: on the 2-core
