@@ -199,7 +199,7 @@ TEST(Cli, BenchRunsSeveralBenchmarksNamedTogether) {
 }
 
 // bench roofline on the CPU: every layer pass with FLOPs against the FMA peak, with the bf16 roof
-// beside it where the engine trains bf16 (AVX512-BF16); a bf16 step itself is the GPU's.
+// beside it where the engine trains bf16 (AVX512-BF16), and a bf16 step under it there.
 TEST(Cli, BenchRooflinePlacesTheCpuStepUnderEachPrecisionsRoof) {
   TempDir dir;
   const Outcome o = run_dlperf(dir, "bench roofline -m small -d synthetic:1x12x12:256 -b 16 --steps 3 --threads 1 --json r.json");
@@ -216,9 +216,28 @@ TEST(Cli, BenchRooflinePlacesTheCpuStepUnderEachPrecisionsRoof) {
   } else {
     EXPECT_EQ(r["peaks"].size(), 1u) << r["peaks"].dump();
   }
-  const Outcome bf16 = run_dlperf(dir, "bench roofline --device cpu --precision bf16");
-  EXPECT_NE(bf16.exit_code, 0);
-  EXPECT_NE(bf16.err.find("--precision bf16 is for a GPU"), std::string::npos) << bf16.err;
+  const Outcome bf16 = run_dlperf(dir, "bench roofline -m small -d synthetic:1x12x12:256 -b 16 --steps 3 --threads 1 --device cpu "
+                                       "--precision bf16 --json rb.json");
+  if (cpu::has_bf16_kernels()) {
+    ASSERT_EQ(bf16.exit_code, 0) << bf16.err;
+    const auto rb = nlohmann::json::parse(slurp(dir.path / "rb.json")).at("roofline");
+    EXPECT_EQ(rb["peaks"][0]["label"], "bf16 peak (VDPBF16PS)");
+    EXPECT_EQ(rb["peaks"][1]["label"], "FMA peak (fp32)");
+    EXPECT_TRUE(std::filesystem::exists(dir.path / "runs" / "roofline-small-b16-cpu-bf16.csv"));
+    // A bf16 conv moves fewer bytes than the same fp32 conv: its intensity is higher.
+    auto conv2 = [](const nlohmann::json& roof) {
+      for (const auto& p : roof["points"])
+        if (p["layer"] == "conv2" && p["pass"] == "forward") return p["flops"].get<double>() / p["bytes"].get<double>();
+      return 0.0;
+    };
+    EXPECT_GT(conv2(rb), 1.5 * conv2(r)) << rb["points"].dump();
+  } else {
+    EXPECT_NE(bf16.exit_code, 0);
+    EXPECT_NE(bf16.err.find("a bf16 step on the CPU needs AVX512-BF16"), std::string::npos) << bf16.err;
+  }
+  const Outcome fp16 = run_dlperf(dir, "bench roofline --device cpu --precision fp16");
+  EXPECT_NE(fp16.exit_code, 0);
+  EXPECT_NE(fp16.err.find("--precision fp16 is a GPU format"), std::string::npos) << fp16.err;
 }
 
 // bench all keeps the ceilings in the machine profile: the FMA peak, the bandwidth per level, the

@@ -406,6 +406,24 @@ TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);
 }
 
+// The element size each node's input is read in: fp32 everywhere, or bf16 where conv and linear
+// read and between them, but dropout (fp32 masks) and the model input.
+TEST(PlanStepTime, Bf16InputsAreTwoBytesWhereTheEngineReadsBf16) {
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 8);
+  for (double b : plan::engine_input_bytes(g, "fp32")) EXPECT_EQ(b, 4);
+  const std::vector<double> b = plan::engine_input_bytes(g, "bf16");
+  ASSERT_EQ(b.size(), g.nodes.size());
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto kind = g.nodes[i].kind;
+    if (kind == ops::OpKind::conv2d || kind == ops::OpKind::linear) {
+      EXPECT_EQ(b[i], 2) << g.nodes[i].name;
+    } else if (kind == ops::OpKind::dropout) {
+      EXPECT_EQ(b[i], 4) << g.nodes[i].name;
+    }
+  }
+  EXPECT_LT(g.nodes[0].cost_at(b[0]).forward.bytes, g.nodes[0].cost.forward.bytes);
+}
+
 // bf16 on the CPU: twice the compute peak (once, however often asked; and back), backward-weights at a
 // share of it, half the bytes between convolutions, and the conversions where fp32 meets bf16
 // (the model input, dropout, the logits, the weights' copies) as memory passes; so a step takes

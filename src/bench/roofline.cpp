@@ -136,26 +136,30 @@ Roofline cpu_roofline(const RooflineRequest& r) {
     out.bandwidth_gbps = bandwidth_levels(memory_bandwidth(q), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
     out.ceilings_source = "measured now (bench --quick)";
   }
-  out.peaks = {{"FMA peak", peak}};
   // Where the engine can train bf16 (AVX512-BF16), that precision's roof beside fp32's: bench
-  // all's, else measured now (a fraction of a second).
+  // all's, else measured now (a fraction of a second). The step's own precision's roof first.
+  double bf16 = 0;
   if (cpu::has_bf16_kernels()) {
-    double bf16 = known.bf16_gflops;
+    bf16 = known.bf16_gflops;
     if (bf16 <= 0) {
       Options q;
       q.quick = true, q.threads = threads;
       std::string why;
       bf16 = bf16_peak(q, &why).gflops.median;
     }
-    if (bf16 > 0) out.peaks.push_back({"bf16 peak (VDPBF16PS)", bf16});
   }
+  const bool in_bf16 = r.precision == "bf16";
+  check(!in_bf16 || bf16 > 0, "this CPU's bf16 peak could not be measured", "run 'dlperf bench flops' to see why");
+  out.peaks = {{in_bf16 ? "FMA peak (fp32)" : "FMA peak", peak}};
+  if (bf16 > 0) out.peaks.insert(in_bf16 ? out.peaks.begin() : out.peaks.end(), {"bf16 peak (VDPBF16PS)", bf16});
   if (cpu.l2_bytes > 0) out.level_bytes["L2"] = double(cpu.l2_bytes) * threads;
   if (cpu.l3_bytes > 0) out.level_bytes["L3"] = double(cpu.l3_bytes);
   train::TrainConfig tc;
   tc.model = r.model, tc.data = r.data, tc.batch = r.batch, tc.epochs = 1, tc.threads = r.threads, tc.device = "cpu";
+  tc.precision = r.precision;
   tc.train_limit = r.batch * r.steps, tc.test_limit = r.batch, tc.layer_times = true, tc.quiet = true, tc.runs_dir = "";
-  std::printf("timing %lld training steps of %s at batch %lld on %s, on the CPU...\n", (long long)r.steps, r.model.c_str(),
-              (long long)r.batch, r.data.c_str());
+  std::printf("timing %lld training steps of %s at batch %lld on %s, on the CPU in %s...\n", (long long)r.steps, r.model.c_str(),
+              (long long)r.batch, r.data.c_str(), r.precision.c_str());
   const auto result = train::train(tc);
   out.model = result.record["model"]["name"];
   out.points = roofline_points(result.record["layer_times"]);
@@ -208,10 +212,10 @@ Roofline measure_roofline(const RooflineRequest& r) {
   check(r.steps >= 3 && r.steps <= 100000, "--steps must be between 3 and 100000");
   const int gpu = cuda::resolve_device(r.device);
   if (gpu < 0) {
-    check(r.precision == "fp32",
-          fmt::format("the CPU roofline places an fp32 step (with the bf16 roof beside fp32's where the CPU has AVX512-BF16); "
-                      "--precision {} is for a GPU", r.precision),
-          "leave --precision out ('dlperf train --precision bf16 --layer-times' times a CPU bf16 step layer by layer), or use --device cuda");
+    check(r.precision == "fp32" || (r.precision == "bf16" && cpu::has_bf16_kernels()),
+          r.precision == "bf16" ? std::string("a bf16 step on the CPU needs AVX512-BF16, which this CPU lacks")
+                                : fmt::format("--precision {} is a GPU format; the CPU trains fp32, and bf16 with AVX512-BF16", r.precision),
+          "leave --precision out, or use --device cuda");
     return cpu_roofline(r);
   }
   return gpu_roofline(r, gpu);

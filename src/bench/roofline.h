@@ -45,7 +45,7 @@ struct RooflineRequest {
   std::string model = "medium", data = "fashion-mnist";
   int64_t batch = 64, steps = 30;
   std::string device = "auto";     ///< cpu | cuda[:N] | auto
-  std::string precision = "fp32";  ///< the GPU's; the CPU trains fp32
+  std::string precision = "fp32";  ///< the step's: a GPU's four, or the CPU's fp32 and (AVX512-BF16) bf16
   int threads = 0;                 ///< CPU compute threads (0 = all)
 };
 

@@ -139,7 +139,9 @@ nlohmann::json run_roofline(const BenchArgs& a) {
   const bool draw = report::gnuplot_available();
   if (!draw) std::printf("gnuplot (with pngcairo) is not installed: writing the data and script only (apt-get install gnuplot-nox)\n");
   const std::string where = r.device == "cpu" ? "cpu" : "cuda";
-  const std::string stem = fmt::format("runs/roofline-{}-b{}-{}{}", r.model, a.batch, where, where == "cpu" ? "" : "-" + a.precision);
+  // The CPU's fp32 files keep their name (-cpu); any other precision is named, as on a GPU.
+  const std::string stem = fmt::format("runs/roofline-{}-b{}-{}{}", r.model, a.batch, where,
+                                       where == "cpu" && a.precision == "fp32" ? "" : "-" + a.precision);
   const auto files = bench::write_roofline(r.points, r.peaks, r.bandwidth_gbps, stem,
                                            fmt::format("{} at batch {} on {}", r.model, a.batch, r.processor), draw);
   // Each pass against the roof of the memory level its bytes fit in: a batchnorm served from L3
@@ -494,7 +496,7 @@ void add_bench(CLI::App& app, const Command& self) {
                 "up to the cores on more)")->check(CLI::Range(0, data::kMaxWorkers));
   c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str()->check(CLI::Range(3, 100000));
   c->add_option("--device", args->device, "roofline: auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
-  c->add_option("--precision", args->precision, "roofline on a GPU: fp32, tf32, bf16, fp16")
+  c->add_option("--precision", args->precision, "roofline: fp32, tf32, bf16, fp16 on a GPU; fp32, and bf16 with AVX512-BF16, on a CPU")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time (--quick: medium)")->capture_default_str();

@@ -179,6 +179,10 @@ ElementBytes engine_element_bytes(const nn::Graph& g, const std::string& precisi
 
 }  // namespace
 
+std::vector<double> engine_input_bytes(const nn::Graph& g, const std::string& precision) {
+  return engine_element_bytes(g, precision).input;
+}
+
 EngineModel engine_model(const std::string& isa) {
   EngineModel m;  // the AVX2 fit (Zen 3, 2026-11-21)
   if (isa != "avx512") return m;

@@ -37,6 +37,10 @@ struct CpuCeilings {
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
 /// `c` for a run in `precision`: bf16's compute peak is twice fp32's (either way, once).
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
+/// The bytes an element of each node's input as the CPU engine reads it (graph node order): 4, or
+/// in bf16 2 where conv and linear read and from the first conv on (backend/cpu/network.h), so
+/// a pass's bytes are `node.cost_at(this[i])`'s.
+std::vector<double> engine_input_bytes(const nn::Graph& g, const std::string& precision);
 
 
 /// How close dlperf's CPU engine gets to the roofline, by op kind. Documented, with how each

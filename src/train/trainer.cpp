@@ -384,6 +384,8 @@ void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
   const double peak = ceilings.peak_gflops;
   json rows = json::array();
   const auto& g = net.graph();
+  // The bytes each pass moves at the element size the engine reads it in (bf16 between convs).
+  const std::vector<double> in_bytes = plan::engine_input_bytes(g, net.bf16() ? "bf16" : "fp32");
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const std::string name = net.step_name(int(i));
     if (name.empty()) continue;
@@ -396,9 +398,10 @@ void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
     const double all = (fwd + bwd) > 0 ? (ff + bf) / (fwd + bwd) / 1e9 : 0;
     t.add({name, std::string(ops::to_string(n.kind)), format_decimals(fwd * 1e3, 3), format_decimals(bwd * 1e3, 3),
            fmt::format("{:.1f}", fg), fmt::format("{:.1f}", bg), fmt::format("{:.1f}%", 100 * all / peak)});
+    const ops::OpCost at = n.cost_at(in_bytes[i]);
     rows.push_back({{"layer", name}, {"op", ops::to_string(n.kind)}, {"forward_s", fwd}, {"backward_s", bwd},
-                    {"forward_flops", ff}, {"backward_flops", bf}, {"forward_bytes", n.cost.forward.bytes},
-                    {"backward_bytes", n.cost.total_backward().bytes}, {"forward_gflops", fg}, {"backward_gflops", bg},
+                    {"forward_flops", ff}, {"backward_flops", bf}, {"forward_bytes", at.forward.bytes},
+                    {"backward_bytes", at.total_backward().bytes}, {"forward_gflops", fg}, {"backward_gflops", bg},
                     {"percent_of_peak", 100 * all / peak}});
   }
   record["layer_times"] = rows;
