@@ -14,6 +14,7 @@
 #include "core/text.h"
 #include "core/timer.h"
 #include "plan/memory.h"
+#include "plan/step_time.h"
 #include "report/table.h"
 
 namespace dlperf::profile {
@@ -54,10 +55,11 @@ std::vector<int> covered(const nn::Graph& g, int n, bool gpu) {
   return out;
 }
 
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, double elem_bytes) {
+// `elem_bytes`: the element size each node's input is read in (graph node order).
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, const std::vector<double>& elem_bytes) {
   ops::PassCost c;
   for (int i : covered(g, n, gpu)) {
-    const ops::OpCost k = g.nodes[size_t(i)].cost_at(elem_bytes);
+    const ops::OpCost k = g.nodes[size_t(i)].cost_at(elem_bytes[size_t(i)]);
     const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
     c.flops += x.flops;
     c.bytes += x.bytes;
@@ -121,12 +123,15 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (x.e->phase == Phase::backward_data) s.first = true;
       if (x.e->phase == Phase::backward_weight) s.second = true;
     }
-  // Both engines keep activations in bf16 or fp16 between layers in those precisions.
-  const double elem_bytes = precision == "bf16" || precision == "fp16" ? 2 : 4;
+  // The GPU engine keeps every activation in bf16 or fp16 in those precisions; the CPU engine's
+  // bf16 reads fp32 at dropout (and the model input) and converts (plan::engine_input_bytes).
+  const bool gpu = track == kGpuTrack;
+  const std::vector<double> elem_bytes =
+      gpu ? std::vector<double>(g.nodes.size(), precision == "bf16" || precision == "fp16" ? 2 : 4)
+          : plan::engine_input_bytes(g, precision == "bf16" ? "bf16" : "fp32");
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
-    const bool gpu = track == kGpuTrack;
     if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, elem_bytes);
     if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
       k = cost_of(g, e.node, e.phase, gpu, elem_bytes);
