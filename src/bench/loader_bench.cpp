@@ -5,20 +5,12 @@
 #include <bit>
 
 #include "core/error.h"
+#include "core/rng.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "data/loader.h"
 
 namespace dlperf::bench {
-
-namespace {
-// Mixes one more value into an order-sensitive checksum (splitmix64's finalizer).
-uint64_t mix(uint64_t h, uint64_t v) {
-  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
-  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
-  return h ^ (h >> 27);
-}
-}  // namespace
 
 std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, const std::vector<int>& workers, const Options& o,
                                       const std::vector<bool>& augments) {
@@ -47,8 +39,8 @@ std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, con
         // fill, and tell batches apart: a different order, crop or normalization changes them.
         while (const data::Batch* b = loader.next()) {
           const float* x = b->data();
-          sum = mix(mix(mix(sum, std::bit_cast<uint32_t>(x[0])), std::bit_cast<uint32_t>(x[batch * d.image_bytes() - 1])),
-                    uint64_t(b->labels[0]));
+          sum = hash_coords(sum, std::bit_cast<uint32_t>(x[0]), std::bit_cast<uint32_t>(x[batch * d.image_bytes() - 1]),
+                            uint64_t(b->labels[0]));  // the running sum as the seed: order-sensitive
         }
         if (e == 0) continue;
         seconds.push_back(now_s() - t0);
