@@ -71,9 +71,63 @@ TEST(Bench, QuickFmaPeakIsPositiveAndValidated) {
   EXPECT_EQ(r.threads, 1);
   EXPECT_GT(r.gflops.median, 0.5);
   EXPECT_DOUBLE_EQ(r.per_core_gflops, r.gflops.median);
+  EXPECT_EQ(r.vector_bits, bench::fma_widths(hw::cpu_info()).front());  // the widest
   auto j = bench::to_json(r);
-  for (const char* key : {"isa", "dtype", "threads", "gflops_median", "gflops_min", "gflops_max", "implied_ghz"})
+  for (const char* key : {"isa", "dtype", "vector_bits", "lanes", "threads", "gflops_median", "gflops_min", "gflops_max", "implied_ghz"})
     EXPECT_TRUE(j.contains(key)) << key;
+}
+
+// Every width the CPU has runs (each validated inside) and counts its own lanes.
+TEST(Bench, QuickFmaPeaksRunAtEveryWidthTheCpuHas) {
+  bench::Options o;
+  o.quick = true;
+  o.threads = 1;
+  const std::vector<int> widths = bench::fma_widths(hw::cpu_info());
+  ASSERT_FALSE(widths.empty()) << "every x86-64 CPU this project builds on has FMA";
+  const auto peaks = bench::fma_peaks(o, widths);
+  ASSERT_EQ(peaks.size(), widths.size());
+  for (size_t i = 0; i < peaks.size(); ++i) {
+    EXPECT_EQ(peaks[i].vector_bits, widths[i]);
+    EXPECT_EQ(peaks[i].lanes, widths[i] / 32);
+    EXPECT_EQ(peaks[i].repeats, 5);
+    EXPECT_GT(peaks[i].gflops.median, 0.1) << peaks[i].isa;
+  }
+  EXPECT_THROW(bench::fma_peaks(o, {64}), Error);
+}
+
+TEST(Bench, FmaWidthsFollowTheCpuFlags) {
+  hw::CpuInfo cpu;
+  EXPECT_TRUE(bench::fma_widths(cpu).empty());  // no FMA: nothing to measure
+  cpu.fma = true;
+  EXPECT_EQ(bench::fma_widths(cpu), (std::vector<int>{128, 32}));
+  cpu.avx2 = true;
+  EXPECT_EQ(bench::fma_widths(cpu), (std::vector<int>{256, 128, 32}));
+  cpu.avx512f = true;
+  EXPECT_EQ(bench::fma_widths(cpu), (std::vector<int>{512, 256, 128, 32}));
+}
+
+// The sentence reads the units' width from the measured ratio, and says so where dlperf's
+// counted lanes disagree.
+TEST(Bench, WidthSentenceReadsTheUnitsFromTheRatio) {
+  auto at = [](int bits, double gflops) {
+    bench::FlopsResult r;
+    r.vector_bits = bits;
+    r.lanes = bits / 32;
+    r.gflops.median = gflops;
+    return r;
+  };
+  const auto w256 = at(256, 100);
+  auto says = [&](double g512, int unit_lanes, const std::string& text) {
+    const std::string s = bench::width_sentence(at(512, g512), w256, unit_lanes);
+    EXPECT_NE(s.find(text), std::string::npos) << s;
+    return s;
+  };
+  EXPECT_EQ(says(198, 16, "units are 512 bits wide"), "512-bit FMAs ran at 1.98x the 256-bit rate: this CPU's FMA units are 512 bits wide.");
+  EXPECT_EQ(says(101, 8, "in parts").find("dlperf counts"), std::string::npos);  // Zen 4, counted right
+  says(101, 16, "dlperf counts 16 f32 lanes a unit for this CPU's counted peak; the measurement says 8");
+  says(198, 8, "the measurement says 16");
+  says(70, 16, "clock down for 512-bit work");
+  says(150, 16, "short of the 2x the width allows");
 }
 
 // bf16 runs where the CPU has AVX512-BF16 (validated exactly inside), and says why not elsewhere.

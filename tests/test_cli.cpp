@@ -15,6 +15,7 @@
 #include <string>
 
 #include "backend/cpu/layouts.h"
+#include "bench/cpu_bench.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
 #include "plan/step_time.h"
@@ -171,7 +172,7 @@ TEST(Cli, OneOfAThingIsSingular) {
   TempDir dir;
   const Outcome b = run_dlperf(dir, "bench flops --quick --threads 1 --json b.json");
   ASSERT_EQ(b.exit_code, 0) << b.err;
-  EXPECT_NE(b.out.find(", 1 thread, median of"), std::string::npos) << b.out;
+  EXPECT_NE(b.out.find("(1 thread, median of"), std::string::npos) << b.out;
   EXPECT_EQ(b.out.find("1 threads"), std::string::npos) << b.out;
   const Outcome p = run_dlperf(dir, "plan --model small --epochs 1");
   ASSERT_EQ(p.exit_code, 0) << p.err;
@@ -257,6 +258,15 @@ TEST(Cli, BenchAllKeepsTheCeilingsInTheMachineProfile) {
   else
     EXPECT_FALSE(p.contains("bf16_gflops")) << "skipped or failed: " << b["flops"]["bf16"].dump();
   EXPECT_EQ(b["flops"]["bf16"].contains("gflops_median"), cpu::has_bf16_kernels()) << b["flops"]["bf16"].dump();
+  // The peak is the widest width's, and each width the CPU has has its row, widest first.
+  const auto& widths = b["flops"].at("by_width");
+  ASSERT_FALSE(widths.empty());
+  EXPECT_EQ(widths[0].at("gflops_median"), b["flops"]["gflops_median"]);
+  for (size_t i = 0; i < widths.size(); ++i) {
+    EXPECT_EQ(widths[i].at("vector_bits").get<int>(), bench::fma_widths(hw::cpu_info())[i]);
+    EXPECT_GT(widths[i].at("counted_peak_gflops").get<double>(), 0);
+  }
+  EXPECT_EQ(o.out.find("FMAs ran at") != std::string::npos, widths.size() > 1) << o.out;
 }
 
 // bench loader: a row per worker count, plain and augmented, in the table and the JSON; its

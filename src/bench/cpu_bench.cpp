@@ -113,76 +113,162 @@ std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
 namespace {
 
 // 12 independent FMA chains: enough to keep 2 FMA pipes with 4-cycle latency busy, few enough
-// to stay in 16 vector registers. Each chain x <- x * b + c converges to c / (1 - b).
-#if defined(__AVX512F__)
-constexpr int kLanes = 16;
-constexpr const char* kIsa = "avx512";
-using Vec = __m512;
-inline Vec vset(float x) { return _mm512_set1_ps(x); }
-inline Vec vfma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-inline float vfirst(Vec a) { return _mm512_cvtss_f32(a); }
-#elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kLanes = 8;
-constexpr const char* kIsa = "avx2+fma";
-using Vec = __m256;
-inline Vec vset(float x) { return _mm256_set1_ps(x); }
-inline Vec vfma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
-inline float vfirst(Vec a) { return _mm256_cvtss_f32(a); }
-#else
-constexpr int kLanes = 1;
-constexpr const char* kIsa = "scalar";
-using Vec = float;
-inline Vec vset(float x) { return x; }
-inline Vec vfma(Vec a, Vec b, Vec c) { return a * b + c; }
-inline float vfirst(Vec a) { return a; }
-#endif
-
+// to stay in 16 vector registers. Each chain x <- x * b + c converges to c / (1 - b) = 1; a run
+// returns the chains' sum (12 when they got there), so that none can be optimized away.
+//
+// One function per vector width, each compiled for its instructions whatever the build's -march
+// and called only where the CPU has them (fma_widths), so the peak is measured at every width the
+// cores run, not only at the build's. They differ only in the intrinsics: a template could not
+// call AVX-512 intrinsics from code compiled without AVX-512.
 constexpr int kChains = 12;
+constexpr float kB = 0.999f, kC = 0.001f;
 
-// Runs `iters` rounds of kChains FMAs on one thread; returns one chain's final value.
-float fma_chains(int64_t iters, float start) {
-  const Vec b = vset(0.999f), c = vset(0.001f);
-  Vec x0 = vset(start), x1 = vset(start + 0.01f), x2 = vset(start + 0.02f), x3 = vset(start + 0.03f);
-  Vec x4 = vset(start + 0.04f), x5 = vset(start + 0.05f), x6 = vset(start + 0.06f), x7 = vset(start + 0.07f);
-  Vec x8 = vset(start + 0.08f), x9 = vset(start + 0.09f), x10 = vset(start + 0.10f), x11 = vset(start + 0.11f);
-  for (int64_t i = 0; i < iters; ++i) {
-    x0 = vfma(x0, b, c), x1 = vfma(x1, b, c), x2 = vfma(x2, b, c), x3 = vfma(x3, b, c);
-    x4 = vfma(x4, b, c), x5 = vfma(x5, b, c), x6 = vfma(x6, b, c), x7 = vfma(x7, b, c);
-    x8 = vfma(x8, b, c), x9 = vfma(x9, b, c), x10 = vfma(x10, b, c), x11 = vfma(x11, b, c);
+// One lane of an xmm register (VFMADD...SS): written with intrinsics so that the compiler cannot
+// vectorize the chains into the 128-bit case.
+__attribute__((target("fma"))) float fma_chains_scalar(int64_t iters) {
+  const __m128 b = _mm_set_ss(kB), c = _mm_set_ss(kC);
+  __m128 x[kChains];
+  for (int k = 0; k < kChains; ++k) x[k] = _mm_set_ss(0.5f + 0.01f * float(k));
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& v : x) v = _mm_fmadd_ss(v, b, c);
+  float sum = 0;
+  for (const auto& v : x) sum += _mm_cvtss_f32(v);
+  return sum;
+}
+
+__attribute__((target("fma"))) float fma_chains_128(int64_t iters) {
+  const __m128 b = _mm_set1_ps(kB), c = _mm_set1_ps(kC);
+  __m128 x[kChains];
+  for (int k = 0; k < kChains; ++k) x[k] = _mm_set1_ps(0.5f + 0.01f * float(k));
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& v : x) v = _mm_fmadd_ps(v, b, c);
+  float sum = 0;
+  for (const auto& v : x) sum += _mm_cvtss_f32(v);
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_chains_256(int64_t iters) {
+  const __m256 b = _mm256_set1_ps(kB), c = _mm256_set1_ps(kC);
+  __m256 x[kChains];
+  for (int k = 0; k < kChains; ++k) x[k] = _mm256_set1_ps(0.5f + 0.01f * float(k));
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& v : x) v = _mm256_fmadd_ps(v, b, c);
+  float sum = 0;
+  for (const auto& v : x) sum += _mm256_cvtss_f32(v);
+  return sum;
+}
+
+__attribute__((target("avx512f"))) float fma_chains_512(int64_t iters) {
+  const __m512 b = _mm512_set1_ps(kB), c = _mm512_set1_ps(kC);
+  __m512 x[kChains];
+  for (int k = 0; k < kChains; ++k) x[k] = _mm512_set1_ps(0.5f + 0.01f * float(k));
+  for (int64_t i = 0; i < iters; ++i)
+    for (auto& v : x) v = _mm512_fmadd_ps(v, b, c);
+  float sum = 0;
+  for (const auto& v : x) sum += _mm512_cvtss_f32(v);
+  return sum;
+}
+
+const char* isa_of_width(int bits) {
+  switch (bits) {
+    case 512: return "avx512";
+    case 256: return "avx2+fma";
+    case 128: return "fma-128";
+    case 32: return "fma-scalar";
   }
-  // Sum the chains so that none can be optimized away.
-  return vfirst(x0) + vfirst(x1) + vfirst(x2) + vfirst(x3) + vfirst(x4) + vfirst(x5) + vfirst(x6) + vfirst(x7) +
-         vfirst(x8) + vfirst(x9) + vfirst(x10) + vfirst(x11);
+  throw Error(fmt::format("no FMA benchmark for {}-bit vectors", bits), "use 32, 128, 256 or 512");
 }
 
 }  // namespace
 
-FlopsResult fma_peak(const Options& o) {
-  FlopsResult r;
-  r.isa = kIsa;
-  r.threads = thread_count(o);
-  r.repeats = o.quick ? 5 : 15;
-  const int64_t iters = o.quick ? 2'000'000 : 10'000'000;
-  std::vector<double> gflops;
-  for (int rep = -2; rep < r.repeats; ++rep) {
-    std::vector<float> result(size_t(r.threads), 0.f);
-    const double t0 = now_s();
-#pragma omp parallel num_threads(r.threads)
-    result[size_t(omp_get_thread_num())] = fma_chains(iters, 0.5f);
-    const double dt = now_s() - t0;
-    // After many rounds every chain sits at the fixed point 0.001 / (1 - 0.999) = 1.
-    for (float v : result)
-      check(std::abs(v - float(kChains)) < 1e-2f * kChains,
-            fmt::format("FMA benchmark: chains ended at {} instead of {}", v, kChains), "the machine or compiler is faulty");
-    if (rep >= 0) gflops.push_back(double(r.threads) * double(iters) * kChains * kLanes * 2 / dt / 1e9);
+std::vector<int> fma_widths(const hw::CpuInfo& cpu) {
+  std::vector<int> bits;
+  if (cpu.avx512f) bits.push_back(512);
+  if (cpu.avx2 && cpu.fma) bits.push_back(256);
+  if (cpu.fma) {
+    bits.push_back(128);
+    bits.push_back(32);
   }
-  r.gflops = spread_of(gflops);
-  r.per_core_gflops = r.gflops.median / r.threads;
-  // The clock at which the FMA units would give this: lanes as the instructions used count them,
-  // or as the units compute them where they are narrower (Zen 4's AVX-512).
+  return bits;
+}
+
+std::vector<FlopsResult> fma_peaks(const Options& o, const std::vector<int>& widths) {
   const hw::CpuInfo cpu = hw::cpu_info();
-  r.implied_ghz = kLanes > 1 ? r.per_core_gflops / (double(cpu.fma_units) * std::min(kLanes, cpu.lanes_f32) * 2) : 0;
-  return r;
+  const std::vector<int> can = fma_widths(cpu);
+  std::vector<FlopsResult> out;
+  std::vector<float (*)(int64_t)> chains;
+  for (const int bits : widths) {
+    check(std::find(can.begin(), can.end(), bits) != can.end(),
+          fmt::format("this CPU ({}, {}) cannot run {}-bit FMAs", cpu.model, cpu.isa, bits), "measure a width fma_widths lists");
+    chains.push_back(bits == 512 ? fma_chains_512 : bits == 256 ? fma_chains_256 : bits == 128 ? fma_chains_128 : fma_chains_scalar);
+    FlopsResult r;
+    r.isa = isa_of_width(bits);
+    r.vector_bits = bits;
+    r.lanes = bits / 32;
+    r.threads = thread_count(o);
+    r.repeats = o.quick ? 5 : 15;
+    out.push_back(r);
+  }
+  const int64_t iters = o.quick ? 2'000'000 : 10'000'000;
+  std::vector<std::vector<double>> gflops(out.size());
+  // Round-robin over the widths, so that a neighbour slowing the machine for a while slows them
+  // alike and their ratios stay true.
+  for (int rep = -2; rep < (o.quick ? 5 : 15); ++rep) {
+    for (size_t w = 0; w < out.size(); ++w) {
+      FlopsResult& r = out[w];
+      std::vector<float> result(size_t(r.threads), 0.f);
+      const double t0 = now_s();
+#pragma omp parallel num_threads(r.threads)
+      result[size_t(omp_get_thread_num())] = chains[w](iters);
+      const double dt = now_s() - t0;
+      // After many rounds every chain sits at the fixed point 0.001 / (1 - 0.999) = 1.
+      for (float v : result)
+        check(std::abs(v - float(kChains)) < 1e-2f * kChains,
+              fmt::format("FMA benchmark ({}): chains ended at {} instead of {}", r.isa, v, kChains), "the machine or compiler is faulty");
+      if (rep >= 0) gflops[w].push_back(double(r.threads) * double(iters) * kChains * r.lanes * 2 / dt / 1e9);
+    }
+  }
+  for (size_t w = 0; w < out.size(); ++w) {
+    FlopsResult& r = out[w];
+    r.gflops = spread_of(gflops[w]);
+    r.per_core_gflops = r.gflops.median / r.threads;
+    // The clock at which the FMA units would give this: lanes as the instructions count them, or
+    // as the units compute them where they are narrower (Zen 4's AVX-512).
+    r.implied_ghz = r.per_core_gflops / (double(cpu.fma_units) * std::min(r.lanes, cpu.lanes_f32) * 2);
+  }
+  return out;
+}
+
+FlopsResult fma_peak(const Options& o) {
+  const std::vector<int> bits = fma_widths(hw::cpu_info());
+  check(!bits.empty(), "this CPU has no FMA instructions, which dlperf's peak benchmark measures",
+        "run dlperf on an x86-64 CPU from 2013 on (Haswell, Piledriver or later)");
+  return fma_peaks(o, {bits.front()}).front();
+}
+
+std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, int unit_lanes) {
+  const double ratio = wide.gflops.median / narrow.gflops.median;
+  const double width_ratio = double(wide.lanes) / double(narrow.lanes);
+  std::string s = fmt::format("{}-bit FMAs ran at {:.2f}x the {}-bit rate", wide.vector_bits, ratio, narrow.vector_bits);
+  std::string why;
+  int measured_lanes = 0;  // the units' width the ratio points to (0: neither)
+  if (ratio >= 0.85 * width_ratio) {
+    why = fmt::format("this CPU's FMA units are {} bits wide", wide.vector_bits);
+    measured_lanes = wide.lanes;
+  } else if (ratio >= 0.85 && ratio <= 1.15) {
+    why = fmt::format("its FMA units are {} bits wide, and run each {}-bit instruction in parts (as AMD's Zen 4 does)", narrow.vector_bits,
+                      wide.vector_bits);
+    measured_lanes = narrow.lanes;
+  } else if (ratio < 0.85) {
+    why = fmt::format("the cores clock down for {}-bit work, so narrower code runs faster here", wide.vector_bits);
+  } else {
+    why = fmt::format("short of the {:.0f}x the width allows: the cores clock lower for {}-bit work, or a neighbour shared them", width_ratio,
+                      wide.vector_bits);
+  }
+  s += ": " + why;
+  if (measured_lanes > 0 && std::min(wide.lanes, unit_lanes) != measured_lanes)
+    s += fmt::format(" (dlperf counts {} f32 lanes a unit for this CPU's counted peak; the measurement says {})", unit_lanes, measured_lanes);
+  return s + ".";
 }
 
 namespace {
@@ -265,7 +351,7 @@ nlohmann::json to_json(const MemoryPoint& p) {
 }
 
 nlohmann::json to_json(const FlopsResult& r) {
-  return {{"isa", r.isa}, {"dtype", "f32"}, {"threads", r.threads}, {"gflops_median", r.gflops.median},
+  return {{"isa", r.isa}, {"dtype", "f32"}, {"vector_bits", r.vector_bits}, {"lanes", r.lanes}, {"threads", r.threads}, {"gflops_median", r.gflops.median},
           {"gflops_min", r.gflops.min}, {"gflops_max", r.gflops.max}, {"repeats", r.repeats},
           {"per_core_gflops", r.per_core_gflops}, {"implied_ghz", r.implied_ghz}};
 }

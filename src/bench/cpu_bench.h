@@ -12,6 +12,10 @@
 #include <utility>
 #include <vector>
 
+namespace dlperf::hw {
+struct CpuInfo;
+}
+
 namespace dlperf::bench {
 
 struct Spread {
@@ -45,14 +49,32 @@ struct MemoryPoint {
 std::vector<MemoryPoint> memory_bandwidth(const Options& o);
 
 struct FlopsResult {
-  std::string isa;   ///< the vector unit used ("avx2+fma", "avx512", "scalar")
+  std::string isa;   ///< the instructions used: "avx512", "avx2+fma", "fma-128", "fma-scalar" (bf16_peak: "avx512-bf16")
+  int vector_bits = 0;  ///< 512, 256, 128, or 32 for scalar FMAs
+  int lanes = 0;        ///< f32 lanes an instruction computes (vector_bits / 32)
   int threads = 0;
   Spread gflops;     ///< all threads together
   int repeats = 0;
   double per_core_gflops = 0;
   double implied_ghz = 0;  ///< median / (threads x 2 FMA units x lanes x 2): the clock the cores ran at
 };
+/// The vector widths this CPU has FMA instructions for, widest first: 512 (AVX-512F), 256 (AVX2
+/// with FMA), 128 and 32 (scalar) where it has FMA; empty without FMA.
+std::vector<int> fma_widths(const hw::CpuInfo& cpu);
+/// The fp32 FMA peak at each of `widths` (bits, each one of fma_widths'): 12 independent chains a
+/// thread, validated, the widths' repeats taken in turn. Narrower vectors show what code left
+/// scalar, or vectorized for an older ISA, can reach; whether 512 bits double 256 shows how wide
+/// the units are.
+std::vector<FlopsResult> fma_peaks(const Options& o, const std::vector<int>& widths);
+/// The peak at the widest width, the ceiling the engine's kernels (oneDNN's, which pick the
+/// widest ISA) work against.
 FlopsResult fma_peak(const Options& o);
+/// What the widest FMA width's peak against the next one says about the FMA units, in words:
+/// 512-bit instructions at twice the 256-bit rate (512-bit units), at about the same rate (256-bit
+/// units running each in two halves, as Zen 4's: `unit_lanes` 8), or slower (the cores clock down
+/// for 512-bit work). `unit_lanes` is what hw::CpuInfo counts (lanes_f32), which the sentence
+/// contradicts where the measurement does.
+std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, int unit_lanes);
 /// bf16 peak through AVX512-BF16's VDPBF16PS (16 lanes x 2 products x 2 FLOPs an instruction),
 /// 12 independent chains, validated exactly. Empty `isa` with `why_not` set where the CPU lacks it.
 FlopsResult bf16_peak(const Options& o, std::string* why_not);

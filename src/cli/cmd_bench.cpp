@@ -261,19 +261,35 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
 
 nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
   const bench::Options& o = a.opt;
-  const auto r = bench::fma_peak(o);
-  std::printf("\nfp32 FMA peak (%s, %s, median of %d runs):\n", r.isa.c_str(), counted(r.threads, "thread").c_str(), r.repeats);
-  report::Table t({"measured GFLOP/s", "spread", "per core", "implied clock", "counted peak", "measured / counted"});
-  const double counted_peak = cpu.peak_gflops() * double(r.threads) / double(cpu.cores);
-  t.add({fmt::format("{:.1f}", r.gflops.median), fmt::format("{:.1f}-{:.1f}", r.gflops.min, r.gflops.max),
-         fmt::format("{:.1f}", r.per_core_gflops), fmt::format("{:.2f} GHz", r.implied_ghz),
-         fmt::format("{:.1f} at {:.2f} GHz", counted_peak, cpu.ghz), fmt::format("{:.0f}%", 100 * r.gflops.median / counted_peak)});
+  // Every vector width the cores run, widest first: the widest is the peak (the engine's
+  // kernels use it); the others show what less vectorized code can reach, and whether the
+  // widest units are as wide as the instructions.
+  check(!bench::fma_widths(cpu).empty(), "this CPU has no FMA instructions, which dlperf's peak benchmark measures",
+        "run dlperf on an x86-64 CPU from 2013 on (Haswell, Piledriver or later)");
+  const std::vector<bench::FlopsResult> widths = bench::fma_peaks(o, bench::fma_widths(cpu));
+  const bench::FlopsResult& r = widths.front();
+  std::printf("\nfp32 FMA peak by vector width (%s, median of %d runs each):\n", counted(r.threads, "thread").c_str(), r.repeats);
+  report::Table t({"instructions", "lanes", "measured GFLOP/s", "spread", "per core", "implied clock", "counted peak", "measured / counted"});
+  auto counted_at = [&](const bench::FlopsResult& w) {  // cores x units x lanes x 2 flops x clock, for this width
+    return double(w.threads) * cpu.fma_units * std::min(w.lanes, cpu.lanes_f32) * 2.0 * cpu.ghz;
+  };
+  for (const auto& w : widths)
+    t.add({w.isa, std::to_string(w.lanes), fmt::format("{:.1f}", w.gflops.median), fmt::format("{:.1f}-{:.1f}", w.gflops.min, w.gflops.max),
+           fmt::format("{:.1f}", w.per_core_gflops), fmt::format("{:.2f} GHz", w.implied_ghz),
+           fmt::format("{:.1f} at {:.2f} GHz", counted_at(w), cpu.ghz), fmt::format("{:.0f}%", 100 * w.gflops.median / counted_at(w))});
   t.print();
+  const double counted_peak = cpu.peak_gflops() * double(r.threads) / double(cpu.cores);
   if (r.gflops.median > 1.05 * counted_peak)
     std::printf("(above 100%%: the cores ran at about %.2f GHz, faster than the %.2f GHz the OS reports; boost clocks)\n",
                 r.implied_ghz, cpu.ghz);
+  if (widths.size() > 1) std::printf("%s\n", bench::width_sentence(widths[0], widths[1], cpu.lanes_f32).c_str());
   auto j = bench::to_json(r);
   j["counted_peak_gflops"] = counted_peak;
+  j["by_width"] = nlohmann::json::array();
+  for (const auto& w : widths) {
+    j["by_width"].push_back(bench::to_json(w));
+    j["by_width"].back()["counted_peak_gflops"] = counted_at(w);
+  }
   const plan::Catalog catalog = plan::load_catalog();  // the sheet points into it
   if (const plan::CpuSheet* sheet = plan::cpu_sheet_for(catalog, cpu.model)) {
     const double spec = sheet->fp32_gflops(r.threads);
