@@ -424,7 +424,7 @@ TEST(PlanStepTime, Bf16InputsAreTwoBytesWhereTheEngineReadsBf16) {
   EXPECT_LT(g.nodes[0].cost_at(b[0]).forward.bytes, g.nodes[0].cost.forward.bytes);
 }
 
-// bf16 on the CPU: twice the compute peak (once, however often asked; and back), backward-weights at a
+// bf16 on the CPU: the measured bf16 peak, else twice fp32's (once, however often asked; and back), backward-weights at a
 // share of it, half the bytes between convolutions, and the conversions where fp32 meets bf16
 // (the model input, dropout, the logits, the weights' copies) as memory passes; so a step takes
 // less than fp32's and more than half of it.
@@ -436,6 +436,17 @@ TEST(PlanStepTime, Bf16OnTheCpuMovesHalfTheBytesAndCountsItsConversions) {
   EXPECT_EQ(b.peak_gflops, 400);
   EXPECT_EQ(plan::with_precision(b, "bf16").peak_gflops, 400);
   EXPECT_EQ(plan::with_precision(b, "fp32").peak_gflops, 200);
+  // Where bench all measured the bf16 peak (1.84-1.88x fp32's on the Zen 5), that is the ceiling,
+  // and the source says so; back in fp32 the FMA peak and the plain source return.
+  plan::CpuCeilings measured = c;
+  measured.bf16_measured_gflops = 368;
+  measured.source = "bench";
+  const plan::CpuCeilings mb = plan::with_precision(measured, "bf16");
+  EXPECT_EQ(mb.peak_gflops, 368);
+  EXPECT_EQ(mb.source, "bench; bf16: its measured VDPBF16PS peak");
+  EXPECT_EQ(plan::with_precision(mb, "bf16").peak_gflops, 368);
+  EXPECT_EQ(plan::with_precision(mb, "fp32").peak_gflops, 200);
+  EXPECT_EQ(plan::with_precision(mb, "fp32").source, "bench");
   const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
   for (const char* isa : {"avx2+fma", "avx512"}) {
     const plan::EngineModel m = plan::engine_model(isa);
@@ -487,6 +498,10 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   EXPECT_EQ(saved.peak_gflops, 12.5);
   EXPECT_EQ(saved.dram_gbps, 7.0);
   EXPECT_NE(saved.source.find("measured by 'dlperf bench all'"), std::string::npos) << saved.source;
+  EXPECT_EQ(plan::host_ceilings(1, "bf16").peak_gflops, 25.0);  // no bf16 peak in the profile: twice fp32's
+  bench::write_machine_profile({{"cpu", cpu.model}, {"threads", 1}, {"f32_gflops", 12.5}, {"bf16_gflops", 23.0}, {"bandwidth_gbps", {{"DRAM", 7.0}}}});
+  EXPECT_EQ(plan::host_ceilings(1, "bf16").peak_gflops, 23.0);  // the one bench all measured
+  EXPECT_EQ(plan::host_ceilings(1).peak_gflops, 12.5);
   // A damaged profile (a field of the wrong type, or not JSON) counts as none, not as an error.
   // So is a rate of 0 or below, which the readers would replace with a fallback without a word.
   for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru"),

@@ -78,6 +78,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
     c.source = "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile);
   }
   c.peak_gflops = measured.f32_gflops;
+  c.bf16_measured_gflops = measured.bf16_gflops;
   c.call_overhead_s = measured.call_overhead_us * 1e-6;
   if (c.call_overhead_s <= 0) {  // a profile written before bench measured it, or none
     c.call_overhead_s = call_overhead_now_us(threads) * 1e-6;
@@ -98,12 +99,13 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
 }
 
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision) {
-  const char* note = "; bf16: twice the fp32 peak (AVX512-BF16 dot products)";
+  const std::string note = c.bf16_measured_gflops > 0 ? "; bf16: its measured VDPBF16PS peak" : "; bf16: twice the fp32 peak (AVX512-BF16 dot products)";
   if (precision == "bf16" && c.precision != "bf16") {
-    c.peak_gflops *= 2;
+    c.fp32_peak_gflops = c.peak_gflops;
+    c.peak_gflops = c.bf16_measured_gflops > 0 ? c.bf16_measured_gflops : 2 * c.peak_gflops;
     c.source += note;
   } else if (precision != "bf16" && c.precision == "bf16") {  // back to fp32's ceilings
-    c.peak_gflops /= 2;
+    c.peak_gflops = c.fp32_peak_gflops;
     if (const auto at = c.source.find(note); at != std::string::npos) c.source.erase(at);
   }
   c.precision = precision;

@@ -17,6 +17,10 @@ namespace dlperf::plan {
 /// otherwise counted (FMA peak) and assumed (bandwidths). `source` says which.
 struct CpuCeilings {
   double peak_gflops = 0;              ///< FMA peak of the threads used, in the run's precision
+  /// The bf16 dot-product peak `dlperf bench all` measured (machine profile's bf16_gflops); 0 =
+  /// not measured, when a bf16 run's peak is taken as twice fp32's.
+  double bf16_measured_gflops = 0;
+  double fp32_peak_gflops = 0;  ///< peak_gflops's fp32 value while it holds bf16's (with_precision goes back by it)
   double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
   /// A call into the engine at these threads (bench::cpu_dispatch), added to every layer pass;
@@ -32,10 +36,12 @@ struct CpuCeilings {
 /// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
 /// else measured on the first call (about a second, then kept for the process); the cost of an
 /// engine call likewise (a few milliseconds where the profile lacks it). For
-/// "bf16" the compute peak is twice fp32's: an AVX512-BF16 dot product does two multiply-adds
-/// per fp32 lane in an FMA's time (AMX tiles, where oneDNN uses them, go beyond it).
+/// "bf16" the compute peak is the VDPBF16PS peak the profile keeps, else twice fp32's: an
+/// AVX512-BF16 dot product does two multiply-adds per fp32 lane in an FMA's time (the Zen 4
+/// measured 2.0x, the Zen 5 1.84-1.88x; AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
-/// `c` for a run in `precision`: bf16's compute peak is twice fp32's (either way, once).
+/// `c` for a run in `precision`: bf16's compute peak is `bf16_measured_gflops`, or twice fp32's
+/// (either way, once).
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
 /// The bytes an element of each node's input as the CPU engine reads it (graph node order): 4, or
 /// in bf16 2 where conv and linear read and from the first conv on (backend/cpu/network.h), so
