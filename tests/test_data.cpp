@@ -227,6 +227,25 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
   cfg.workers = 3;
   EXPECT_EQ(epoch_batches(d, cfg, 3), ref);
   EXPECT_NE(epoch_batches(d, cfg, 4), ref);  // another epoch, another order
+  // Queues of any length, an odd one too: workers sleep until half of it is free (at least one
+  // slot), and one woken that way must find its own slot free.
+  for (const int prefetch : {2, 3, 7, 16})
+    for (const int w : {1, 2, 3}) {
+      cfg.prefetch = prefetch;
+      cfg.workers = w;
+      EXPECT_EQ(epoch_batches(d, cfg, 3), ref) << w << " workers, " << prefetch << " slots";
+    }
+}
+
+// Small batches queue up to 8 deep (within 32 MiB), so that a worker refills several a wake;
+// large ones 2 per worker; without workers the training thread fills the only one.
+TEST(Loader, QueueHoldsSeveralSmallBatchesAndTwoPerWorker) {
+  EXPECT_EQ(data::loader_slots(0, 50e3), 1);
+  EXPECT_EQ(data::loader_slots(1, 50e3), 8);     // the mlp's 16 Fashion-MNIST images: 50 KB
+  EXPECT_EQ(data::loader_slots(1, 8e6), 4);      // 32 MiB / 8 MB
+  EXPECT_EQ(data::loader_slots(1, 12.6e6), 2);   // batch 1024 of 3x32x32
+  EXPECT_EQ(data::loader_slots(6, 50e3), 12);    // 2 per worker beats the byte budget
+  EXPECT_EQ(data::loader_slots(2, 1e9), 4);
 }
 
 // Checks every pixel of an epoch of augmented batches of C x H x W images; counts the samples

@@ -6,6 +6,7 @@
 // identical for any number of workers. With workers = 0 the training thread loads each batch.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -27,7 +28,7 @@ struct LoaderConfig {
   int64_t pad_crop = 2;    ///< pixels of zero padding for the random crop; 0 = no crop
   bool drop_last = true;   ///< training drops a last partial batch; eval pads it
   int workers = 0;
-  int prefetch = 0;        ///< batches buffered ahead; 0 = 2 per worker
+  int prefetch = 0;        ///< batches the loader holds; 0 = loader_slots
   uint64_t seed = 0;
 };
 
@@ -38,6 +39,12 @@ struct Batch {
   int64_t index = 0;
   float* data() const { return static_cast<float*>(images->data()); }
 };
+
+/// Batches a loader holds: 1 without workers (the training thread fills it); with workers, 2 per
+/// worker, and at least as many as fit in kLoaderQueueBytes up to 8, so that a worker woken to
+/// refill half of them (Loader::worker_loop) is woken once per several small batches.
+inline constexpr double kLoaderQueueBytes = 32.0 * 1024 * 1024;
+int loader_slots(int workers, double batch_bytes);
 
 /// The worker counts worth comparing on a machine with `cores` cores (the lab's workers
 /// experiment, bench loader): 0, 2, 4, 8 bounded by the core count, or by `max_workers` where
@@ -82,12 +89,15 @@ class Loader {
   int64_t batches_ = 0;
 
   std::vector<Slot> slots_;
+  std::vector<std::atomic<int64_t>> ready_;  // per slot, the batch filled in it (-1: none): next() spins on it before it sleeps
+  bool spin_ = false;                        // whether next() spins: the workers leave a core for it
   std::vector<std::thread> threads_;
   std::mutex mutex_;
   std::condition_variable produced_, consumed_;
   int64_t next_id_ = 0;    // next batch a worker takes
   int64_t want_ = 0;       // next batch the consumer takes
   int64_t held_ = -1;      // slot the consumer holds
+  int64_t wake_at_ = 0;    // want_ past which a sleeping worker's slot is free (INT64_MAX: none sleeps)
   bool stopping_ = false;
   std::exception_ptr error_;
 };

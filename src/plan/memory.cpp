@@ -7,6 +7,7 @@
 #include "backend/cuda/bn_split.h"  // CUDA-free: the GPU batchnorm kernels' workspace
 #include "backend/cuda/layout.h"    // CUDA-free: which layout the GPU executor stores activations in
 #include "core/memory.h"
+#include "data/loader.h"
 
 namespace dlperf::plan {
 
@@ -113,9 +114,9 @@ std::vector<MemoryEstimate> engine_memory_by_layer(const nn::Graph& g, const nn:
   for (const auto& b : engine.buffers) row(b.node)[b.category] += block(b.bytes);
   MemoryEstimate& shared = m.back();
   if (engine.scratchpad > 0) shared[MemCategory::workspace] += block(engine.scratchpad);
-  // The train and test loaders each hold 1 batch (no workers) or 2 per worker.
-  const double slots = workers == 0 ? 1 : std::max(2, 2 * workers);
-  shared[MemCategory::data] = 2 * slots * block(double(numel(g.input)) * 4);
+  // The train and test loaders each hold data::loader_slots batches.
+  const double batch_bytes = double(numel(g.input)) * 4;
+  shared[MemCategory::data] = 2 * data::loader_slots(workers, batch_bytes) * block(batch_bytes);
   return m;
 }
 

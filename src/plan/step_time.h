@@ -79,11 +79,13 @@ struct EngineModel {
   /// columns, a flipped one for reversing its rows. `dlperf profile -j 0 --augment` of the same
   /// mlp: 8.8-11.0 us a batch against 5.5-5.9 unaugmented, 1.6x (`dlperf bench loader` alone: 1.7x).
   double loader_augmented_ns_per_pixel = 0.9;
-  /// With loader workers, the step's wait for its batch also pays the hand-off: the worker, woken
-  /// only once the step blocks, and then the training thread, woken by it. `dlperf profile` of the
-  /// mlp at batch 16 on the Zen 5: data wait 20 us a step with 1 worker against a 10-11 us fill
-  /// (quiet VM), 28 against 16 (busy); with --workers 0 the wait is the fill.
-  double loader_handoff_s = 10e-6;
+  /// With loader workers, a step costs the batch's fill and this more: the hand-off between
+  /// threads, and the worker's share of cores the compute threads spin on. `dlperf profile` of the
+  /// mlp at batch 16 on the Zen 5, 1 worker against none, alternating 6 times: 44.5 us a step
+  /// against 40.0 (medians; 39.7-54.0 against 36.4-41.7). It was 10 us while each batch woke the
+  /// worker and the step slept for it (data wait 20 us a step against a 10-11 us fill); the
+  /// loader now wakes a worker once per half a queue and spins a moment before it sleeps.
+  double loader_handoff_s = 4.5e-6;
   /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
   /// below DRAM's); 0: at DRAM's rate.
   double l3_share = 0;
