@@ -254,9 +254,9 @@ const Batch* Loader::next() {
     // A batch that is not ready yet is often a few microseconds away: spin for it a while
     // before sleeping, where the workers leave a core free for that. Waking a sleeping consumer
     // costs the worker a system call each batch and the batch a VM's wake-up: `dlperf bench
-    // loader -j 1` on 2 cores delivered 0.59-0.65x of what the thread alone fills, 0.83-0.87x
-    // spinning. With as many workers as cores the spin takes a worker's core (2 workers on 2
-    // cores: 0.91-1.01x instead of 1.19-1.29x), so it does not spin there.
+    // loader -j 1` on 2 cores delivered 0.58-0.75x of what the thread alone fills, a median
+    // 0.93x spinning. With as many workers as cores the spin takes a worker's core (2 workers
+    // on 2 cores: 0.91-1.01x instead of 1.19-1.29x), so it does not spin there.
     if (spin_ && !(slots_[s].id == id && slots_[s].ready) && !error_) {
       lock.unlock();
       const double give_up = now_s() + kSpinS;

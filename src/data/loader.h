@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdint>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -97,7 +98,7 @@ class Loader {
   int64_t next_id_ = 0;    // next batch a worker takes
   int64_t want_ = 0;       // next batch the consumer takes
   int64_t held_ = -1;      // slot the consumer holds
-  int64_t wake_at_ = 0;    // want_ past which a sleeping worker's slot is free (INT64_MAX: none sleeps)
+  int64_t wake_at_ = INT64_MAX;  // want_ past which a sleeping worker's slot is free (INT64_MAX: none sleeps)
   bool stopping_ = false;
   std::exception_ptr error_;
 };
