@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "core/error.h"
 #include "data/dataset.h"
@@ -235,6 +237,36 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
       cfg.workers = w;
       EXPECT_EQ(epoch_batches(d, cfg, 3), ref) << w << " workers, " << prefetch << " slots";
     }
+}
+
+// A worker that finds its slot taken waits until half the queue is free and then refills it in
+// a run: over an epoch it waits at most once per half a queue of batches (and once more), not
+// once a batch, whichever thread runs ahead. A consumer that holds each batch a while lets the
+// worker fill the queue and wait; one that takes them back to back mostly finds them ready.
+TEST(Loader, AWorkerWaitsOncePerHalfAQueueNotOnceABatch) {
+  const auto d = data::load_data("synthetic:1x8x8:640").train;
+  data::LoaderConfig cfg;
+  cfg.batch = 4;  // 160 batches
+  cfg.workers = 1;
+  cfg.augment = false;
+  for (const int slots : {8, 5, 2}) {
+    cfg.prefetch = slots;
+    data::Loader l(d, cfg, {0.5f}, {0.25f});
+    for (const bool slow : {true, false}) {
+      l.start_epoch(0);
+      int64_t batches = 0;
+      while (l.next()) {
+        ++batches;
+        if (slow) std::this_thread::sleep_for(std::chrono::microseconds(50));
+      }
+      EXPECT_EQ(batches, 160);
+      const int64_t half = std::max(1, slots / 2);
+      EXPECT_LE(l.worker_waits(), batches / half + 1) << slots << " slots" << (slow ? ", slow consumer" : "");
+      // Not vacuous: a consumer 50 us a batch behind a worker that fills one in a microsecond
+      // keeps it waiting (about 40 times with 8 slots).
+      if (slow) EXPECT_GE(l.worker_waits(), 1) << slots << " slots";
+    }
+  }
 }
 
 // Small batches queue up to 8 deep (within 32 MiB), so that a worker refills several a wake;

@@ -101,6 +101,7 @@ void Loader::start_epoch(int64_t epoch) {
   next_id_ = want_ = 0;
   held_ = -1;
   wake_at_ = INT64_MAX;
+  worker_waits_ = 0;
   for (Slot& s : slots_) s.id = -1, s.ready = false;
   for (auto& r : ready_) r.store(-1);
   for (int w = 0; w < cfg_.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
@@ -198,6 +199,7 @@ void Loader::worker_loop(int worker) {
       // and a VM's wake-up) and made 1 loader worker 1.4x slower than none.
       const int64_t n = int64_t(slots_.size());
       if (!(slot->id == -1 && want_ > id - n)) {
+        ++worker_waits_;
         const int64_t wake = id - n + std::max<int64_t>(1, n / 2);  // want_ past this: the slot and those after it are free
         while (!stopping_ && !(slot->id == -1 && want_ > wake)) {
           wake_at_ = std::min(wake_at_, wake);  // set again after every wake: next() clears it
@@ -234,6 +236,11 @@ void Loader::worker_loop(int worker) {
     }
     produced_.notify_all();  // no system call unless the consumer sleeps
   }
+}
+
+int64_t Loader::worker_waits() const {
+  const std::lock_guard lock(mutex_);
+  return worker_waits_;
 }
 
 const Batch* Loader::next() {

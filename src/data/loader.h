@@ -71,6 +71,9 @@ class Loader {
   void start_epoch(int64_t epoch);
   /// The next batch of the epoch, or nullptr at its end. Valid until the next call.
   const Batch* next();
+  /// How often a worker had to wait for a free slot this epoch (each wait lasts until half the
+  /// queue is free, so at most one per half a queue of batches, and one more).
+  int64_t worker_waits() const;
 
  private:
   struct Slot {
@@ -93,11 +96,12 @@ class Loader {
   std::vector<std::atomic<int64_t>> ready_;  // per slot, the batch filled in it (-1: none): next() spins on it before it sleeps
   bool spin_ = false;                        // whether next() spins: the workers leave a core for it
   std::vector<std::thread> threads_;
-  std::mutex mutex_;
+  mutable std::mutex mutex_;
   std::condition_variable produced_, consumed_;
   int64_t next_id_ = 0;    // next batch a worker takes
   int64_t want_ = 0;       // next batch the consumer takes
   int64_t held_ = -1;      // slot the consumer holds
+  int64_t worker_waits_ = 0;  // worker_waits()
   int64_t wake_at_ = INT64_MAX;  // want_ past which a sleeping worker's slot is free (INT64_MAX: none sleeps)
   bool stopping_ = false;
   std::exception_ptr error_;
