@@ -264,7 +264,9 @@ TEST(Loader, AWorkerWaitsOncePerHalfAQueueNotOnceABatch) {
       EXPECT_LE(l.worker_waits(), batches / half + 1) << slots << " slots" << (slow ? ", slow consumer" : "");
       // Not vacuous: a consumer 50 us a batch behind a worker that fills one in a microsecond
       // keeps it waiting (about 40 times with 8 slots).
-      if (slow) EXPECT_GE(l.worker_waits(), 1) << slots << " slots";
+      if (slow) {
+        EXPECT_GE(l.worker_waits(), 1) << slots << " slots";
+      }
     }
   }
 }

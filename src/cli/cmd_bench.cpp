@@ -264,8 +264,6 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
   // Every vector width the cores run, widest first: the widest is the peak (the engine's
   // kernels use it); the others show what less vectorized code can reach, and whether the
   // widest units are as wide as the instructions.
-  check(!bench::fma_widths(cpu).empty(), "this CPU has no FMA instructions, which dlperf's peak benchmark measures",
-        "run dlperf on an x86-64 CPU from 2013 on (Haswell, Piledriver or later)");
   const std::vector<bench::FlopsResult> widths = bench::fma_peaks(o, bench::fma_widths(cpu));
   const bench::FlopsResult& r = widths.front();
   std::printf("\nfp32 FMA peak by vector width (%s, median of %d runs each):\n", counted(r.threads, "thread").c_str(), r.repeats);
@@ -278,7 +276,7 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
            fmt::format("{:.1f}", w.per_core_gflops), fmt::format("{:.2f} GHz", w.implied_ghz),
            fmt::format("{:.1f} at {:.2f} GHz", counted_at(w), cpu.ghz), fmt::format("{:.0f}%", 100 * w.gflops.median / counted_at(w))});
   t.print();
-  const double counted_peak = cpu.peak_gflops() * double(r.threads) / double(cpu.cores);
+  const double counted_peak = counted_at(r);
   if (r.gflops.median > 1.05 * counted_peak)
     std::printf("(above 100%%: the cores ran at about %.2f GHz, faster than the %.2f GHz the OS reports; boost clocks)\n",
                 r.implied_ghz, cpu.ghz);

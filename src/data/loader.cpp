@@ -102,8 +102,8 @@ void Loader::start_epoch(int64_t epoch) {
   held_ = -1;
   wake_at_ = INT64_MAX;
   worker_waits_ = 0;
-  for (Slot& s : slots_) s.id = -1, s.ready = false;
-  for (auto& r : ready_) r.store(-1);
+  for (Slot& s : slots_) s.id = -1;
+  for (auto& r : ready_) r.store(-1);  // batch ids start again at 0
   for (int w = 0; w < cfg_.workers; ++w) threads_.emplace_back([this, w] { worker_loop(w); });
 }
 
@@ -208,7 +208,6 @@ void Loader::worker_loop(int worker) {
       }
       if (stopping_) return;
       slot->id = id;
-      slot->ready = false;
     }
     try {
       profile::Recorder& rec = profile::Recorder::get();
@@ -231,7 +230,6 @@ void Loader::worker_loop(int worker) {
     }
     {
       std::lock_guard lock(mutex_);
-      slot->ready = true;
       ready_[size_t(id % int64_t(slots_.size()))].store(id, std::memory_order_release);
     }
     produced_.notify_all();  // no system call unless the consumer sleeps
@@ -247,7 +245,6 @@ const Batch* Loader::next() {
   std::unique_lock lock(mutex_);
   if (held_ >= 0) {  // the previous batch is done with
     slots_[size_t(held_)].id = -1;
-    slots_[size_t(held_)].ready = false;
     held_ = -1;
   }
   if (want_ >= batches_) return nullptr;
@@ -264,13 +261,13 @@ const Batch* Loader::next() {
     // loader -j 1` on 2 cores delivered 0.58-0.75x of what the thread alone fills, a median
     // 0.93x spinning. With as many workers as cores the spin takes a worker's core (2 workers
     // on 2 cores: 0.91-1.01x instead of 1.19-1.29x), so it does not spin there.
-    if (spin_ && !(slots_[s].id == id && slots_[s].ready) && !error_) {
+    if (spin_ && ready_[s].load(std::memory_order_acquire) != id && !error_) {
       lock.unlock();
       const double give_up = now_s() + kSpinS;
       while (ready_[s].load(std::memory_order_acquire) != id && now_s() < give_up) std::this_thread::yield();
       lock.lock();
     }
-    produced_.wait(lock, [&] { return error_ || (slots_[s].id == id && slots_[s].ready); });
+    produced_.wait(lock, [&] { return error_ || ready_[s].load(std::memory_order_acquire) == id; });
     if (error_) std::rethrow_exception(error_);
   }
   ++want_;

@@ -79,7 +79,6 @@ class Loader {
   struct Slot {
     Batch batch;
     int64_t id = -1;
-    bool ready = false;
   };
   void fill(Batch& b, int64_t id) const;
   void worker_loop(int worker);
@@ -93,7 +92,9 @@ class Loader {
   int64_t batches_ = 0;
 
   std::vector<Slot> slots_;
-  std::vector<std::atomic<int64_t>> ready_;  // per slot, the batch filled in it (-1: none): next() spins on it before it sleeps
+  // Per slot, the batch filled in it (-1: none), stored under mutex_ and read without it by
+  // next()'s spin. A slot's id is the batch a worker fills or filled in it (-1: free).
+  std::vector<std::atomic<int64_t>> ready_;
   bool spin_ = false;                        // whether next() spins: the workers leave a core for it
   std::vector<std::thread> threads_;
   mutable std::mutex mutex_;
