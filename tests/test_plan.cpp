@@ -371,6 +371,48 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).step_s);
 }
 
+// oneDNN's fp32 batchnorm stores its output and its input's gradient past the caches, so the
+// pass that reads them next reads DRAM however small they are: a pooling after a batchnorm (with
+// the relu inside it) reads its input at DRAM's rate, the conv before it its output's gradient in
+// its first backward pass; after a conv (no batchnorm), or in bf16, the pooling reads the level
+// the pass fits in.
+TEST(PlanStepTime, ValuesABatchnormWroteAreReadFromDram) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 1000, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6;
+  const plan::EngineModel m = plan::engine_model("avx512");
+  auto spec = [](bool batchnorm) {
+    json layers = {{{"type", "conv2d"}, {"out_channels", 16}, {"padding", 1}, {"name", "conv"}}};
+    if (batchnorm) layers.push_back({{"type", "batchnorm2d"}, {"name", "bn"}});
+    for (const json& l : {json{{"type", "relu"}}, json{{"type", "maxpool2d"}, {"kernel", 2}, {"name", "pool"}}, json{{"type", "flatten"}},
+                          json{{"type", "linear"}, {"out_features", "classes"}}})
+      layers.push_back(l);
+    return json{{"layers", layers}};
+  };
+  const double level_gbps = std::max(c.l3_gbps * m.l3_share, c.dram_gbps);  // 3.2 MB of input: in L3
+  for (const bool batchnorm : {true, false}) {
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec(batchnorm), "t"), {1, 28, 28}, 10, 64);
+    const size_t pool = batchnorm ? 3 : 2;
+    ASSERT_EQ(g.nodes[pool].name, "pool");
+    const double bytes = g.nodes[pool].cost.forward.bytes, input = 4 * double(numel(g.nodes[pool].in_dims[0]));
+    ASSERT_GT(bytes, c.l2_bytes);
+    ASSERT_LT(bytes, c.l3_bytes);
+    for (const std::string precision : {"fp32", "bf16"}) {
+      const plan::CpuCeilings at = plan::with_precision(c, precision);
+      const auto p = plan::predict_step(g, nn::OptimizerConfig{}, at, m);
+      const bool from_dram = batchnorm && precision == "fp32";
+      const double in_bytes = g.nodes[pool].cost_at(precision == "bf16" ? 2 : 4).forward.bytes;  // bf16 from the first conv on
+      const double stream_s = from_dram ? input / (c.dram_gbps * 1e9) + (bytes - input) / (level_gbps * 1e9) : in_bytes / (level_gbps * 1e9);
+      EXPECT_NEAR(p.layers[pool].forward_s, stream_s / m.maxpool_2x2_efficiency + m.call_overhead_s, 1e-12)
+          << (batchnorm ? "after a batchnorm, " : "after a conv, ") << precision;
+      // The conv's backward-weights pass reads its output's gradient (3.2 MB) from DRAM.
+      if (from_dram) {
+        EXPECT_GT(p.layers[0].backward_s, input / (c.dram_gbps * 1e9));
+      }
+    }
+  }
+}
+
 // Every layer pass and the step's own calls (the input's copy, the loss, the loop) cost what a
 // call into the engine measured (the ceilings' figure, else the fit's), and the step waits for its
 // batch to be filled, pixel by pixel, and with loader workers for the hand-off too.

@@ -150,11 +150,32 @@ struct PassTime {
   bool compute_bound = false;
 };
 
-PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m) {
+// Seconds to stream a pass's `bytes`, of which `from_dram` come from DRAM whatever their size
+// (written past the caches: see written_past_the_caches); the cache level is the whole pass's.
+double stream_s(double bytes, double from_dram, const CpuCeilings& c, const EngineModel& m) {
+  from_dram = std::min(from_dram, bytes);
+  return from_dram / (c.dram_gbps * 1e9) + (bytes - from_dram) / bandwidth_for(bytes, c, m);
+}
+
+PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m, double from_dram = 0) {
   if (p.flops == 0 && p.bytes == 0) return {};
   const double compute = p.flops / (c.peak_gflops * 1e9 * efficiency);
-  const double memory = p.bytes / bandwidth_for(p.bytes, c, m);
+  const double memory = stream_s(p.bytes, from_dram, c, m);
   return {std::max(compute, memory) + m.call_overhead_s, compute >= memory};
+}
+
+// Whether node `i`'s value was written past the caches: oneDNN's fp32 batchnorm (jit bnorm, 2.6
+// and later) stores its output, and in backward its input's gradient, with non-temporal stores
+// wherever the tensor is aligned to the vector width, as every dlperf buffer is. So the pass that
+// reads such a value next reads DRAM, however small the value: a pooling after a batchnorm ran at
+// the same rate at batch 64 (in L3) as at 1024 (in DRAM) on the Zen 4, and on the Zen 5 pool1 of
+// medium at batch 64 took 0.32 ms after oneDNN's batchnorm against 0.06 ms on the same tensor in
+// cache (oneDNN alone, 2026-11-23). Storing normally would not pay: with medium's batchnorm outputs
+// placed off the vector alignment, the poolings ran 0.4-0.5x as long and the batchnorms 1.1-1.5x
+// as long (each store reads its line first), the step 1.00x. bf16 batchnorm stores normally.
+bool written_past_the_caches(const nn::Graph& g, int i, const CpuCeilings& c) {
+  if (i < 0 || c.precision == "bf16") return false;
+  return g.nodes[size_t(i)].kind == ops::OpKind::batchnorm2d || relu_fused_into_batchnorm(g, size_t(i));
 }
 
 // Bytes an element in the CPU engine, per node (backend/cpu/network.h).
@@ -215,8 +236,15 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
   const nn::Node& n = g.nodes[i];
   LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
   const bool has_dx = n.needs_dx;  // no input gradient of the model input (through a flatten too)
-  auto memory_pass = [&](double bytes, double efficiency) {
-    return bytes > 0 ? bytes / (bandwidth_for(bytes, c, m) * efficiency) + m.call_overhead_s : 0.0;
+  // Bytes read from DRAM: forward, the inputs a batchnorm wrote past the caches; backward (its
+  // first pass), the output's gradient where a batchnorm reading the output wrote it so.
+  double forward_dram = 0, backward_dram = 0;
+  for (size_t k = 0; k < n.inputs.size(); ++k)
+    if (written_past_the_caches(g, n.inputs[k], c)) forward_dram += 4 * double(numel(n.in_dims[k]));
+  for (int r : g.consumers(int(i)))
+    if (g.nodes[size_t(r)].kind == ops::OpKind::batchnorm2d && written_past_the_caches(g, r, c)) backward_dram = 4 * double(numel(n.out_dims));
+  auto memory_pass = [&](double bytes, double efficiency, double from_dram = 0) {
+    return bytes > 0 ? stream_s(bytes, from_dram, c, m) / efficiency + m.call_overhead_s : 0.0;
   };
   // The passes' bytes at the element size they read (bf16 between convolutions in bf16).
   const double in_bytes = elem.input[i];
@@ -234,12 +262,13 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     case ops::OpKind::conv2d:
     case ops::OpKind::linear: {
       const auto [kf, kd, kw] = reductions(n);
-      const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m);
+      const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m, forward_dram);
       lt.forward_s += f.s;
       lt.bound = f.compute_bound ? "compute" : "memory";
       const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
       if (has_dx) lt.backward_s += pass_time(cost.backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
-      lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m).s;
+      // Backward-weights runs first (backend/cpu/conv2d.cpp, linear.cpp): it reads the gradient from DRAM.
+      lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m, backward_dram).s;
       if (bf16) {
         lt.forward_s += memory_pass(6 * double(numel(n.params[0].dims)), m.bf16_conversion_efficiency);
         if (elem.value[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);
@@ -248,28 +277,28 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     }
     case ops::OpKind::batchnorm2d:
       // As an efficiency, so that the cache level is the one the tensors fit in.
-      lt.forward_s += memory_pass(cost.forward.bytes, 1 / m.batchnorm_passes);
-      lt.backward_s += memory_pass(cost.backward_data.bytes, 1 / m.batchnorm_passes);
+      lt.forward_s += memory_pass(cost.forward.bytes, 1 / m.batchnorm_passes, forward_dram);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, 1 / m.batchnorm_passes, backward_dram);
       break;
     case ops::OpKind::relu:
       if (relu_fused_into_batchnorm(g, i)) {  // inside the batchnorm: no pass of its own
         lt.forward_s = lt.backward_s = 0;
         break;
       }
-      lt.forward_s += memory_pass(cost.forward.bytes, 1);
-      lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
+      lt.forward_s += memory_pass(cost.forward.bytes, 1, forward_dram);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, 1, backward_dram);
       break;
     case ops::OpKind::maxpool2d: {
       const bool two_by_two = ops::pools_2x2_stride_2(n.attrs);
-      lt.forward_s += memory_pass(cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency);
+      lt.forward_s += memory_pass(cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency, forward_dram);
       lt.backward_s += memory_pass(cost.backward_data.bytes,
-                                  two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency);
+                                  two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency, backward_dram);
       break;
     }
     case ops::OpKind::dropout: {
       const double elems = double(numel(n.out_dims));
-      lt.forward_s += elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(cost.forward.bytes, 1);
-      lt.backward_s += memory_pass(cost.backward_data.bytes, 1);
+      lt.forward_s += elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(cost.forward.bytes, 1, forward_dram);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, 1, backward_dram);
       break;
     }
     case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways, unless a view
@@ -279,8 +308,8 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       break;
     }
     default:
-      lt.forward_s += memory_pass(cost.forward.bytes, 1);
-      lt.backward_s += has_dx ? memory_pass(cost.backward_data.bytes, 1) : 0;
+      lt.forward_s += memory_pass(cost.forward.bytes, 1, forward_dram);
+      lt.backward_s += has_dx ? memory_pass(cost.backward_data.bytes, 1, backward_dram) : 0;
       break;
   }
   if (!has_dx && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear) lt.backward_s = 0;
