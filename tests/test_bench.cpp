@@ -164,6 +164,7 @@ TEST(Bench, FmaDatapathFollowsTheCore) {
 }  // namespace
 }  // namespace dlperf::test
 
+#include "backend/cpu/ops.h"
 #include "bench/ops_bench.h"
 #include "bench/loader_bench.h"
 #include "data/dataset.h"
@@ -251,6 +252,28 @@ TEST(Bench, ConvSweepTimesEachDistinctLayer) {
   }
   EXPECT_GT(points[1].backward_data_gflops.median, 0.0);
   EXPECT_EQ(bench::to_json(points[1])["input"], (Dims{8, 16, 8, 8}));
+  // Each conv reads what training gives it: the first the plain model input, the others the
+  // channel blocks oneDNN chose for the layers before them (on a plain input oneDNN would run
+  // slower, other kernels), as the engine's own walk of the graph finds them.
+  EXPECT_EQ(points[0].input_layout, "nchw");
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 16, 16}, 10, 8);
+  const auto given = cpu::given_input_layouts(g, "fp32");
+  auto node = [&](const std::string& name) {
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (g.nodes[i].name == name) return i;
+    throw Error("no layer " + name);
+  };
+  EXPECT_EQ(given[node("conv1")][0], cpu::plain_md(g.nodes[node("conv1")].in_dims[0]));
+  // conv1 writes its blocks; its batchnorm and pooling keep them; conv2 reads them.
+  EXPECT_NE(given[node("bn1")][0], cpu::plain_md(g.nodes[node("bn1")].in_dims[0]));
+  EXPECT_EQ(given[node("pool1")][0], given[node("bn1")][0]);
+  EXPECT_EQ(given[node("conv2")][0].get_size(), given[node("pool1")][0].get_size() / 4);  // 2x2 pooling
+  EXPECT_TRUE(given[node("relu1")].empty());  // inside bn1
+  for (size_t p = 1; p < points.size(); ++p) {
+    EXPECT_NE(points[p].input_layout, "nchw") << points[p].layer;
+    EXPECT_EQ(bench::to_json(points[p])["input_layout"], points[p].input_layout);
+    EXPECT_NE(given[node(points[p].layer)][0], cpu::plain_md(g.nodes[node(points[p].layer)].in_dims[0])) << points[p].layer;
+  }
   for (const auto& p : points) {
     EXPECT_LT(p.max_rel_error, 1e-5);  // each pass checked against float64 (conv_sweep throws above 1e-5)
     EXPECT_GE(p.rotated_sets, 1);

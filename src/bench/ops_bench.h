@@ -34,6 +34,9 @@ struct ConvPoint {
   double max_rel_error = 0;  ///< of sampled outputs of the three passes against float64
   int rotated_sets = 1;      ///< copies of the tensors the calls cycle through (2x the L3)
   int threads = 0;           ///< the threads oneDNN ran it on (omp_get_max_threads when measured)
+  /// The input layout it read: training's (cpu::given_input_layouts), "nchw" for a first layer,
+  /// oneDNN's channel blocks ("nChw16c" on AVX-512, "nChw8c" on AVX2) after it.
+  std::string input_layout;
 };
 /// The largest error of 16 sampled outputs of each of a conv's passes (forward y, weight
 /// gradient dw, data gradient dx) against float64 sums, each relative to the sum of its terms'

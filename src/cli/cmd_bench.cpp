@@ -220,11 +220,11 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
   const auto models = conv_models(a);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
               fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str());
-  report::Table t({"model", "layer", "input", "out", "k/s/p", "forward", "bwd data", "bwd weights", "fwd % of peak", "max rel. error",
-                   "input copies"});
+  report::Table t({"model", "layer", "input", "layout", "out", "k/s/p", "forward", "bwd data", "bwd weights", "fwd % of peak",
+                   "max rel. error", "input copies"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : bench::conv_sweep(a.opt, models, chw, a.batch)) {
-    t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), std::to_string(p.attrs.out_channels),
+    t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), p.input_layout, std::to_string(p.attrs.out_channels),
            fmt::format("{}/{}/{}", p.attrs.kernel, p.attrs.stride, p.attrs.padding), fmt::format("{:.1f}", p.forward_gflops.median),
            p.backward_data_gflops.median > 0 ? fmt::format("{:.1f}", p.backward_data_gflops.median) : "-",
            fmt::format("{:.1f}", p.backward_weights_gflops.median), fmt::format("{:.0f}%", 100 * p.forward_gflops.median / peak),
@@ -232,8 +232,9 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
     rows.push_back(bench::to_json(p));
   }
   t.print();
-  std::printf("(bwd data is backward with the data gradient minus backward without it, so it is noisier; each pass checked at\n"
-              " 16 sampled outputs against float64; the tensors rotate over copies spanning 2x the L3)\n");
+  std::printf("(each conv reads the layout training gives it; bwd data is backward with the data gradient minus backward without\n"
+              " it, so it is noisier; each pass checked at 16 sampled outputs against float64; the tensors rotate over copies\n"
+              " spanning 2x the L3)\n");
   return rows;
 }
 

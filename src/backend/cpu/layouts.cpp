@@ -13,8 +13,11 @@
 
 namespace dlperf::cpu {
 
-EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
+namespace {
+// The walk both answers share; `given`, where asked for, gets each node's input layouts.
+EngineBuffers walk(const nn::Graph& g, const std::string& precision, std::vector<std::vector<md>>* given) {
   using ops::OpKind;
+  if (given != nullptr) given->assign(g.nodes.size(), {});
   const Compute compute = compute_for(precision);
   EngineBuffers b;
   int node = -1;  // the node whose buffers these are
@@ -39,6 +42,7 @@ EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
     }
     std::vector<md> in;
     for (int k : n.inputs) in.push_back(value[size_t(k < 0 ? 0 : value_of[size_t(k)])]);
+    if (given != nullptr && !plan::flatten_is_a_view_on_cpu(g, i)) (*given)[i] = in;
     if (plan::flatten_is_a_view_on_cpu(g, i)) {  // the input's bytes; a gradient of its own on the model input
       const md out = with_type(plain_md(n.out_dims), in[0].data_type());
       if (n.inputs[0] < 0) add(MemCategory::activations, out.get_size());
@@ -82,6 +86,15 @@ EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) {
       b.scratchpad = std::max(b.scratchpad, double(add_pass(value[v]).scratchpad_desc().get_size()));
     }
   return b;
+}
+}  // namespace
+
+EngineBuffers engine_buffers(const nn::Graph& g, const std::string& precision) { return walk(g, precision, nullptr); }
+
+std::vector<std::vector<md>> given_input_layouts(const nn::Graph& g, const std::string& precision) {
+  std::vector<std::vector<md>> given;
+  walk(g, precision, &given);
+  return given;
 }
 
 }  // namespace dlperf::cpu

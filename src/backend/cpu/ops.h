@@ -6,6 +6,7 @@
 #pragma once
 
 #include "backend/cpu/common.h"
+#include "nn/graph.h"
 #include "ops/op.h"
 
 namespace dlperf::cpu {
@@ -36,6 +37,13 @@ struct Footprint {
 };
 Footprint footprint(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<md>& in, const std::vector<Dims>& dims,
                     const OpOptions& options = {});
+
+/// The layouts each layer is given, graph node by node: its inputs as Network's constructor hands
+/// them over (the model input plain, then what each producer chose to write), from the walk
+/// engine_buffers makes (layouts.cpp). Empty for a relu that runs inside its batchnorm and for a
+/// flatten that is a view. `dlperf bench conv` builds each conv on these, so that it times the
+/// kernels training runs (oneDNN picks another one for a plain input).
+std::vector<std::vector<md>> given_input_layouts(const nn::Graph& g, const std::string& precision);
 
 /// oneDNN's element-wise sum of two `m`-laid-out tensors into a third: the residual add's forward
 /// pass, and how the network sums a value's gradients from several readers.
