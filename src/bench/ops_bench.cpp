@@ -202,7 +202,7 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
         fill_logical(xs.back(), n.in_dims[0], 4), fill_logical(dys.back(), n.out_dims, 5);
         ys.back().zero(), dxs.back().zero();  // touched now: a first write in a timed call would pay its page faults
       }
-      for (size_t i = 0; i < op->params().size(); ++i) fill_logical(op->params()[i]->value, op->params()[i]->dims, 6 + i);
+      for (size_t k = 0; k < op->params().size(); ++k) fill_logical(op->params()[k]->value, op->params()[k]->dims, 6 + k);
       ConvPoint c{model, n.name, n.in_dims[0], n.attrs, {}, {}, {}, o.quick ? 3 : 10, 0, sets, omp_get_max_threads(),
                   layout_name(op->input_md(0), n.in_dims[0])};
       const auto& cost = n.cost;

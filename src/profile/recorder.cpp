@@ -28,7 +28,7 @@ Recorder& Recorder::get() {
   return r;
 }
 
-double Recorder::now() const { return now_s() - origin_; }
+double Recorder::now() const { return now_s() - origin_.load(std::memory_order_relaxed); }
 
 void Recorder::start() {
   {
@@ -38,9 +38,9 @@ void Recorder::start() {
   }
   open_.clear();
   stack_.clear();
-  step_ = 0;
-  origin_ = now_s();
-  on_.store(true);
+  step_.store(0, std::memory_order_relaxed);
+  origin_.store(now_s(), std::memory_order_relaxed);
+  on_.store(true, std::memory_order_release);
   sample_memory(HostAllocator::instance().stats());
   HostAllocator::instance().set_observer([](const MemoryStats& s) { Recorder::get().sample_memory(s); });
 }
@@ -58,7 +58,7 @@ void Recorder::push(std::string name, std::string op, Phase phase, int node, boo
   e.phase = phase;
   e.node = node;
   e.launch = launch;
-  e.step = step_;
+  e.step = step();
   e.depth = int(stack_.size());
   e.t0 = now();
   nvtx_push(e.name.c_str());  // the same ranges for Nsight Systems

@@ -44,12 +44,12 @@ struct MemorySample {
 class Recorder {
  public:
   static Recorder& get();
-  bool on() const { return on_.load(std::memory_order_relaxed); }
+  bool on() const { return on_.load(std::memory_order_acquire); }
   /// Clears everything and starts recording (and memory sampling).
   void start();
   void stop();
-  void set_step(int64_t s) { step_ = s; }
-  int64_t step() const { return step_; }
+  void set_step(int64_t s) { step_.store(s, std::memory_order_relaxed); }
+  int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
   /// Training thread: open and close nested events.
   void push(std::string name, std::string op, Phase phase, int node, bool launch);
@@ -67,9 +67,10 @@ class Recorder {
   std::vector<MemorySample> memory() const;
 
  private:
+  // Atomic: the loader's workers read them (step(), now()) while the training thread sets them.
   std::atomic<bool> on_{false};
-  int64_t step_ = 0;
-  double origin_ = 0;
+  std::atomic<int64_t> step_{0};
+  std::atomic<double> origin_{0};
   std::vector<Event> open_;   // storage of the training thread's events
   std::vector<size_t> stack_;  // indices into open_ of the events still open
   mutable std::mutex mutex_;  // guards others_ and memory_

@@ -42,13 +42,13 @@ EngineBuffers walk(const nn::Graph& g, const std::string& precision, std::vector
     }
     std::vector<md> in;
     for (int k : n.inputs) in.push_back(value[size_t(k < 0 ? 0 : value_of[size_t(k)])]);
-    if (given != nullptr && !plan::flatten_is_a_view_on_cpu(g, i)) (*given)[i] = in;
     if (plan::flatten_is_a_view_on_cpu(g, i)) {  // the input's bytes; a gradient of its own on the model input
       const md out = with_type(plain_md(n.out_dims), in[0].data_type());
       if (n.inputs[0] < 0) add(MemCategory::activations, out.get_size());
       value_of[i] = new_value(out);
       continue;
     }
+    if (given != nullptr) (*given)[i] = in;
     const std::vector<int> readers = g.consumers(int(i));
     const bool fuse_relu =
         n.kind == OpKind::batchnorm2d && readers.size() == 1 && plan::relu_fused_into_batchnorm(g, size_t(readers[0]));
