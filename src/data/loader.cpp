@@ -66,12 +66,12 @@ Loader::Loader(const Dataset& data, LoaderConfig cfg, std::vector<float> mean, s
     shift_.push_back(-mean[size_t(c)] / stddev[size_t(c)]);
   }
   batches_ = cfg_.drop_last ? data_.size() / cfg_.batch : (data_.size() + cfg_.batch - 1) / cfg_.batch;
-  const double batch_bytes = double(cfg_.batch * data_.image_bytes()) * sizeof(float);
-  slots_.resize(size_t(cfg_.workers == 0 ? 1 : cfg_.prefetch > 0 ? std::max(2, cfg_.prefetch) : loader_slots(cfg_.workers, batch_bytes)));
+  const size_t batch_bytes = size_t(cfg_.batch * data_.image_bytes()) * sizeof(float);
+  slots_.resize(size_t(cfg_.workers == 0 ? 1 : cfg_.prefetch > 0 ? std::max(2, cfg_.prefetch) : loader_slots(cfg_.workers, double(batch_bytes))));
   ready_ = std::vector<std::atomic<int64_t>>(slots_.size());
   spin_ = cfg_.workers > 0 && cfg_.workers < hw::usable_cpus();
   for (Slot& s : slots_) {
-    s.batch.images = make_buffer(size_t(cfg_.batch * data_.image_bytes()) * sizeof(float), MemCategory::data);
+    s.batch.images = make_buffer(batch_bytes, MemCategory::data);
     s.batch.labels.resize(size_t(cfg_.batch));
   }
   order_.resize(size_t(data_.size()));
@@ -198,10 +198,11 @@ void Loader::worker_loop(int worker) {
       // several batches: one wake a batch cost the mlp's 35 us step about 10 us (a futex call
       // and a VM's wake-up) and made 1 loader worker 1.4x slower than none.
       const int64_t n = int64_t(slots_.size());
-      if (!(slot->id == -1 && want_ > id - n)) {
+      auto free_once_past = [&](int64_t taken) { return slot->id == -1 && want_ > taken; };
+      if (!free_once_past(id - n)) {
         ++worker_waits_;
         const int64_t wake = id - n + std::max<int64_t>(1, n / 2);  // want_ past this: the slot and those after it are free
-        while (!stopping_ && !(slot->id == -1 && want_ > wake)) {
+        while (!stopping_ && !free_once_past(wake)) {
           wake_at_ = std::min(wake_at_, wake);  // set again after every wake: next() clears it
           consumed_.wait(lock);
         }
