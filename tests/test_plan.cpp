@@ -413,6 +413,31 @@ TEST(PlanStepTime, ValuesABatchnormWroteAreReadFromDram) {
   }
 }
 
+// A value three layers read (corner_case_model's r0: a conv and two adds): backward runs in
+// reverse, the last reader writes its gradient and each earlier one sums its own into it, a pass
+// reading two of the value's gradients and writing one (profile's `gradient-sum` rows).
+TEST(PlanStepTime, EarlierReadersOfAValueSumTheirGradientsIn) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 1000, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6;
+  const plan::EngineModel m = plan::engine_model("avx512");
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(corner_case_model(), "t"), {3, 12, 12}, 10, 16);
+  ASSERT_EQ(g.nodes[2].name, "r0");
+  EXPECT_EQ(g.consumers(2), (std::vector<int>{3, 4, 5}));
+  for (const std::string precision : {"fp32", "bf16"}) {
+    SCOPED_TRACE(precision);
+    const auto p = plan::predict_step(g, nn::OptimizerConfig{}, plan::with_precision(c, precision), m);
+    const double bytes = 3 * double(numel(g.nodes[2].out_dims)) * (precision == "bf16" ? 2 : 4);  // r0 is bf16 after the first conv
+    ASSERT_LT(bytes, c.l2_bytes);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const bool sums = i == 3 || i == 4;  // the conv and the first add; the second add writes r0's gradient
+      EXPECT_EQ(plan::inputs_summing_gradients(g, i), sums ? std::vector<size_t>{i == 4 ? 1u : 0u} : std::vector<size_t>{}) << i;
+      EXPECT_NEAR(p.layers[i].gradient_sum_s, sums ? bytes / (c.l2_gbps * 1e9) + m.call_overhead_s : 0, 1e-15) << g.nodes[i].name;
+      EXPECT_GE(p.layers[i].backward_s, p.layers[i].gradient_sum_s);
+    }
+  }
+}
+
 // Every layer pass and the step's own calls (the input's copy, the loss, the loop) cost what a
 // call into the engine measured (the ceilings' figure, else the fit's), and the step waits for its
 // batch to be filled, pixel by pixel, and with loader workers for the hand-off too.

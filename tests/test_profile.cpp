@@ -86,6 +86,47 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
   }
 }
 
+// A value several layers read gets its gradient from each: the engine sums the second and later
+// ones in (a residual's branches). That sum is a pass of its own, filed as `gradient-sum` with
+// the bytes it moves (no FLOPs, as the optimizer's row), and leaves each layer's rows with
+// exactly the cost model's FLOPs. It used to
+// be filed as the reader's backward-data primitive and priced as a second one: resnet18's convs
+// read 120-240% of the FMA peak.
+TEST(Profile, GradientSumsAreTheirOwnRowsAndLayerFlopsStayTheCostModels) {
+  TempDir dir;
+  const fs::path spec = dir.path / "corners.json";
+  std::ofstream(spec) << corner_case_model().dump();
+  auto c = profiled(spec.string(), dir.path);
+  c.data = "synthetic:3x12x12:256";
+  const auto r = train::train(c);
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(corner_case_model(), "corners"), {3, 12, 12}, 10, 16);
+  const json& p = r.profile;
+  const double steps = p["step"]["steps"].get<double>();
+  EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  std::map<std::string, double> layer_flops;
+  std::map<std::string, std::pair<double, double>> sums;  // layer -> calls, bytes a step
+  for (const auto& row : p["rows"]) {
+    const std::string name = row["name"].get<std::string>();
+    layer_flops[name] += row["flops"].is_number() ? row["flops"].get<double>() / steps : 0;
+    if (row["phase"] == "gradient-sum") sums[name] = {row["calls"].get<double>() / steps, row["bytes"].get<double>() / steps};
+  }
+  for (const auto& n : g.nodes) {
+    const auto it = layer_flops.find(n.name);
+    if (it == layer_flops.end()) continue;  // fused into its batchnorm's row, or a view
+    const double want = n.cost.forward.flops + n.cost.backward_data.flops + n.cost.backward_weight.flops;
+    if (n.kind == ops::OpKind::batchnorm2d) continue;  // its row carries the fused relu's too
+    EXPECT_NEAR(it->second, want, 1e-6 * want) << n.name;
+  }
+  // r0 is read by the second conv and both adds: the two earlier readers (in forward order) sum
+  // their gradient into the one the last reader wrote, each reading two fp32 tensors and writing one.
+  const double r0_bytes = 4.0 * double(numel(g.nodes[2].out_dims));
+  ASSERT_EQ(sums.size(), 2u) << p["rows"].dump();
+  for (const auto& [name, s] : sums) {
+    EXPECT_EQ(s.first, 1) << name;
+    EXPECT_DOUBLE_EQ(s.second, 3 * r0_bytes) << name;
+  }
+}
+
 // In bf16 and fp16 the GPU engine keeps 2-byte activations between layers: the same recorded
 // steps priced in bf16 move half the bytes in every layer row, at the same FLOPs. The CPU
 // engine's bf16 reads dropout's input in fp32 (plan::engine_input_bytes): that row keeps its bytes.

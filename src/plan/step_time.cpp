@@ -206,6 +206,29 @@ std::vector<double> engine_input_bytes(const nn::Graph& g, const std::string& pr
   return engine_element_bytes(g, precision).input;
 }
 
+std::vector<double> engine_value_bytes(const nn::Graph& g, const std::string& precision) {
+  return engine_element_bytes(g, precision).value;
+}
+
+std::vector<size_t> inputs_summing_gradients(const nn::Graph& g, size_t i) {
+  // Layers that run no backward of their own write no gradient: a relu inside its batchnorm, a
+  // flatten that is a view (backend/cpu/network.cpp skips both); nor does one whose input is the
+  // model's.
+  auto writes_gradients = [&](size_t r) { return !relu_fused_into_batchnorm(g, r) && !flatten_is_a_view_on_cpu(g, r); };
+  std::vector<size_t> out;
+  if (!writes_gradients(i) || !g.nodes[i].needs_dx) return out;
+  for (size_t k = 0; k < g.nodes[i].inputs.size(); ++k) {
+    const int v = g.nodes[i].inputs[k];
+    if (v < 0) continue;
+    for (int r : g.consumers(v))
+      if (size_t(r) > i && writes_gradients(size_t(r))) {
+        out.push_back(k);
+        break;
+      }
+  }
+  return out;
+}
+
 EngineModel engine_model(const std::string& isa) {
   EngineModel m;  // the AVX2 fit (Zen 3, 2026-11-21)
   if (isa != "avx512") return m;
@@ -234,7 +257,7 @@ namespace {
 LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const EngineModel& m, const ElementBytes& elem) {
   const bool bf16 = c.precision == "bf16";
   const nn::Node& n = g.nodes[i];
-  LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, "memory"};
+  LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, 0, "memory"};
   const bool has_dx = n.needs_dx;  // no input gradient of the model input (through a flatten too)
   // Bytes read from DRAM: forward, the inputs a batchnorm wrote past the caches; backward (its
   // first pass), the output's gradient where a batchnorm reading the output wrote it so.
@@ -313,6 +336,11 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       break;
   }
   if (!has_dx && n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear) lt.backward_s = 0;
+  // A value several layers read: each reader but the last adds its gradient into the sum so far,
+  // reading both and writing one.
+  for (size_t k : inputs_summing_gradients(g, i))
+    lt.gradient_sum_s += memory_pass(3 * double(numel(n.in_dims[k])) * elem.value[size_t(n.inputs[k])], 1);
+  lt.backward_s += lt.gradient_sum_s;
   return lt;
 }
 

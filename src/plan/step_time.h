@@ -47,6 +47,12 @@ CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
 /// in bf16 2 where conv and linear read and from the first conv on (backend/cpu/network.h), so
 /// a pass's bytes are `node.cost_at(this[i])`'s.
 std::vector<double> engine_input_bytes(const nn::Graph& g, const std::string& precision);
+/// The bytes an element of each node's output (and its gradient) as the CPU engine stores it.
+std::vector<double> engine_value_bytes(const nn::Graph& g, const std::string& precision);
+/// The inputs of node `i` whose gradient it adds into one a later reader already wrote (the CPU
+/// engine's backward runs layers in reverse: a value's last reader writes its gradient, each
+/// earlier one sums into it), as indices into `inputs`.
+std::vector<size_t> inputs_summing_gradients(const nn::Graph& g, size_t i);
 
 
 /// How close dlperf's CPU engine gets to the roofline, by op kind. Documented, with how each
@@ -103,6 +109,7 @@ EngineModel engine_model(const std::string& isa);
 struct LayerTime {
   std::string name, op;
   double forward_s = 0, backward_s = 0;
+  double gradient_sum_s = 0;  ///< of backward_s: adding its input gradients into later readers' (inputs_summing_gradients)
   std::string bound;  ///< "compute" or "memory" (the forward pass)
 };
 

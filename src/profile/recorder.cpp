@@ -16,6 +16,7 @@ std::string_view to_string(Phase p) {
     case Phase::backward: return "backward";
     case Phase::backward_data: return "backward-data";
     case Phase::backward_weight: return "backward-weight";
+    case Phase::grad_sum: return "gradient-sum";
     case Phase::loss: return "loss";
     case Phase::optimizer: return "optimizer";
     case Phase::load: return "load";

@@ -16,8 +16,10 @@
 namespace dlperf::profile {
 
 /// What part of a training step an event belongs to. `forward` and `backward` are a layer's
-/// whole pass; `backward_data` and `backward_weight` the primitives inside a backward pass.
-enum class Phase : uint8_t { step, data, copy, forward, backward, backward_data, backward_weight, loss, optimizer, load };
+/// whole pass; `backward_data` and `backward_weight` the primitives inside a backward pass;
+/// `grad_sum` adds a layer's input gradient into the one a later reader of that input already
+/// wrote (a value several layers read, as a residual block's input).
+enum class Phase : uint8_t { step, data, copy, forward, backward, backward_data, backward_weight, grad_sum, loss, optimizer, load };
 std::string_view to_string(Phase p);
 
 /// The track of GPU work: device times from CUDA events, placed on the recorder's clock. When a

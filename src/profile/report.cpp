@@ -67,6 +67,15 @@ ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, const std::v
   return c;
 }
 
+// Bytes a gradient sum of node `n` moves: it reads the gradient a later reader of n's input wrote
+// and n's own, and writes their sum (each a value's size; no FLOPs counted, as for the optimizer).
+ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes) {
+  const nn::Node& node = g.nodes[size_t(n)];
+  for (size_t k : plan::inputs_summing_gradients(g, size_t(n)))
+    return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
+  return {};
+}
+
 struct Costed {
   const Event* e;
   double self = 0;
@@ -129,12 +138,14 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   const std::vector<double> elem_bytes =
       gpu ? std::vector<double>(g.nodes.size(), precision == "bf16" || precision == "fp16" ? 2 : 4)
           : plan::engine_input_bytes(g, precision == "bf16" ? "bf16" : "fp32");
+  const std::vector<double> value_bytes = gpu ? elem_bytes : plan::engine_value_bytes(g, precision == "bf16" ? "bf16" : "fp32");
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
     if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, elem_bytes);
     if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
       k = cost_of(g, e.node, e.phase, gpu, elem_bytes);
+    if (e.node >= 0 && e.launch && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
     if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
       const auto s = split[{e.step, e.node}];
       const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, elem_bytes),

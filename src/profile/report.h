@@ -17,7 +17,7 @@ namespace dlperf::profile {
 struct OpRow {
   std::string name;   ///< layer ("conv2"), op type with --group-by op, or what ran ("optimizer")
   std::string op;     ///< op type; empty outside layers
-  std::string phase;  ///< forward, backward, backward-data, backward-weight, copy, data, loss, optimizer, step
+  std::string phase;  ///< forward, backward, backward-data, backward-weight, gradient-sum, copy, data, loss, optimizer, step
   int64_t calls = 0;
   double self_s = 0, total_s = 0;  ///< summed over the recorded steps
   double share = 0;                ///< self time / recorded step time

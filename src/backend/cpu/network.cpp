@@ -121,7 +121,7 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
         const md& d = act_[size_t(l.value)].desc();
         l.accum_tmp = Mem(d, MemCategory::activations);
         l.add_into = Prim::of<dnnl::binary>(add_pass(d));
-        l.add_into.phase = profile::Phase::backward_data;
+        l.add_into.phase = profile::Phase::grad_sum;
       }
     }
   }
