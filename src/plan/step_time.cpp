@@ -213,7 +213,8 @@ std::vector<double> engine_value_bytes(const nn::Graph& g, const std::string& pr
 std::vector<size_t> inputs_summing_gradients(const nn::Graph& g, size_t i) {
   // Layers that run no backward of their own write no gradient: a relu inside its batchnorm, a
   // flatten that is a view (backend/cpu/network.cpp skips both); nor does one whose input is the
-  // model's.
+  // model's. (The memory model counts the same sums' temporaries on the engine's values:
+  // backend/cpu/layouts.cpp.)
   auto writes_gradients = [&](size_t r) { return !relu_fused_into_batchnorm(g, r) && !flatten_is_a_view_on_cpu(g, r); };
   std::vector<size_t> out;
   if (!writes_gradients(i) || !g.nodes[i].needs_dx) return out;
