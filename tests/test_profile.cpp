@@ -89,9 +89,8 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
 // A value several layers read gets its gradient from each: the engine sums the second and later
 // ones in (a residual's branches). That sum is a pass of its own, filed as `gradient-sum` with
 // the bytes it moves (no FLOPs, as the optimizer's row), and leaves each layer's rows with
-// exactly the cost model's FLOPs. It used to
-// be filed as the reader's backward-data primitive and priced as a second one: resnet18's convs
-// read 120-240% of the FMA peak.
+// exactly the cost model's FLOPs. It used to be filed as the reader's backward-data primitive and
+// priced as a second one: resnet18's convs read 120-240% of the FMA peak.
 TEST(Profile, GradientSumsAreTheirOwnRowsAndLayerFlopsStayTheCostModels) {
   TempDir dir;
   const fs::path spec = dir.path / "corners.json";
@@ -113,8 +112,8 @@ TEST(Profile, GradientSumsAreTheirOwnRowsAndLayerFlopsStayTheCostModels) {
   for (const auto& n : g.nodes) {
     const auto it = layer_flops.find(n.name);
     if (it == layer_flops.end()) continue;  // fused into its batchnorm's row, or a view
-    const double want = n.cost.forward.flops + n.cost.backward_data.flops + n.cost.backward_weight.flops;
     if (n.kind == ops::OpKind::batchnorm2d) continue;  // its row carries the fused relu's too
+    const double want = n.cost.forward.flops + n.cost.backward_data.flops + n.cost.backward_weight.flops;
     EXPECT_NEAR(it->second, want, 1e-6 * want) << n.name;
   }
   // r0 is read by the second conv and both adds: the two earlier readers (in forward order) sum

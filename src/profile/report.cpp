@@ -70,10 +70,11 @@ ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, const std::v
 // Bytes a gradient sum of node `n` moves: it reads the gradient a later reader of n's input wrote
 // and n's own, and writes their sum (each a value's size; no FLOPs counted, as for the optimizer).
 ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes) {
+  const std::vector<size_t> summed = plan::inputs_summing_gradients(g, size_t(n));
+  if (summed.empty()) return {};
   const nn::Node& node = g.nodes[size_t(n)];
-  for (size_t k : plan::inputs_summing_gradients(g, size_t(n)))
-    return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
-  return {};
+  const size_t k = summed.front();  // an add summing both inputs runs two sums of the same size
+  return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
 }
 
 struct Costed {
@@ -135,10 +136,10 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   // The GPU engine keeps every activation in bf16 or fp16 in those precisions; the CPU engine's
   // bf16 reads fp32 at dropout (and the model input) and converts (plan::engine_input_bytes).
   const bool gpu = track == kGpuTrack;
-  const std::vector<double> elem_bytes =
-      gpu ? std::vector<double>(g.nodes.size(), precision == "bf16" || precision == "fp16" ? 2 : 4)
-          : plan::engine_input_bytes(g, precision == "bf16" ? "bf16" : "fp32");
-  const std::vector<double> value_bytes = gpu ? elem_bytes : plan::engine_value_bytes(g, precision == "bf16" ? "bf16" : "fp32");
+  const std::string cpu_precision = precision == "bf16" ? "bf16" : "fp32";
+  const std::vector<double> elem_bytes = gpu ? std::vector<double>(g.nodes.size(), precision == "bf16" || precision == "fp16" ? 2 : 4)
+                                             : plan::engine_input_bytes(g, cpu_precision);
+  const std::vector<double> value_bytes = gpu ? elem_bytes : plan::engine_value_bytes(g, cpu_precision);  // every value at that width
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
