@@ -8,8 +8,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -102,6 +104,9 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --against nonexistent.json", "none of the files given to --against could be compared (the lines above say why)"},
       {"plan --against nonexistent.json", "skipped nonexistent.json: no such file"},
       {"plan --against damaged-record.json", "skipped damaged-record.json: a damaged run record: /config/batch_size is missing"},
+      // A note about the data (here the limit; on a machine without Fashion-MNIST, its fallback
+      // to synthetic data) waits for the run's header, and a refused run has none.
+      {"train --model nosuch --data synthetic:1x8x8:100 --train-limit 1000", "model 'nosuch' is neither a preset nor a readable file"},
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models --foo", "unexpected '--foo' after 'dlperf models'"},
@@ -252,7 +257,10 @@ TEST(Cli, BenchAllKeepsTheCeilingsInTheMachineProfile) {
   EXPECT_EQ(p.at("threads"), 1);
   EXPECT_EQ(p.at("f32_gflops"), b.at("flops").at("gflops_median"));
   EXPECT_EQ(p.at("call_overhead_us"), b.at("cpu_launch").at("us_median"));
-  EXPECT_FALSE(p.at("bandwidth_gbps").empty());
+  // A level is placed by the cache sizes (/sys); where they are unknown (a chroot without /sys)
+  // none is, and the plan takes typical figures.
+  const hw::CpuInfo cpu = hw::cpu_info();
+  EXPECT_EQ(p.at("bandwidth_gbps").empty(), cpu.l1d_bytes <= 0 || cpu.l2_bytes <= 0 || cpu.l3_bytes <= 0) << p.dump();
   if (b["flops"].at("bf16").contains("gflops_median"))
     EXPECT_EQ(p.at("bf16_gflops"), b["flops"]["bf16"]["gflops_median"]);
   else
@@ -410,7 +418,7 @@ TEST(Cli, ProgressBarsFitTheTerminal) {
   size.ws_col = 80, size.ws_row = 24;
   int fd = -1;
   const pid_t pid = forkpty(&fd, nullptr, nullptr, &size);
-  ASSERT_GE(pid, 0);
+  if (pid < 0) GTEST_SKIP() << "no pseudo-terminal to run dlperf on: forkpty: " << std::strerror(errno);
   if (pid == 0) {
     if (chdir(dir.path.c_str()) != 0) _exit(127);
     execl(DLPERF_BIN, DLPERF_BIN, "train", "--device", "cpu", "--model", "small", "--data", "synthetic:1x16x16:2048",

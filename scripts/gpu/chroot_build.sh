@@ -22,9 +22,14 @@ if [ ! -x "$root/usr/bin/cmake" ]; then
 fi
 mkdir -p "$root/usr/local/cuda" "$root/src"
 # Unmounted again on exit: a later `rm -rf` of the chroot must not reach into the real toolkit.
-trap 'umount "$root/usr/local/cuda" "$root/proc" 2>/dev/null || true' EXIT
+# /sys (the CPU's cache sizes, which bench and plan read) and /dev/pts (the progress bar's test
+# runs dlperf on a pseudo-terminal) as the GPU machine has them.
+mkdir -p "$root/sys" "$root/dev/pts"
+trap 'umount "$root/usr/local/cuda" "$root/proc" "$root/sys" "$root/dev/pts" 2>/dev/null || true' EXIT
 mountpoint -q "$root/usr/local/cuda" || mount --bind "$(readlink -f /usr/local/cuda)" "$root/usr/local/cuda"
 mountpoint -q "$root/proc" || mount -t proc proc "$root/proc"
+mountpoint -q "$root/sys" || mount -t sysfs sysfs "$root/sys"
+mountpoint -q "$root/dev/pts" || mount --bind /dev/pts "$root/dev/pts"
 # The working tree as the device tool sends it: tracked and untracked-but-not-ignored files, and .deb.
 rm -rf "$root/src/dlperf"
 mkdir -p "$root/src/dlperf"

@@ -196,7 +196,12 @@ nlohmann::json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, i
 /// Writes `record` to dir/name.json (name-2.json, ... when taken); returns the path.
 std::string write_record(const nlohmann::json& record, const std::string& dir, const std::string& name);
 
-/// The training loop on GPU `device` (builds with the CUDA backend only; gpu_trainer.cpp).
-TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph);
+/// Prints each of `notes` as "note: ..." (what train() found about the run's data and flags),
+/// once nothing can refuse the run any more.
+void print_notes(const std::vector<std::string>& notes);
+
+/// The training loop on GPU `device` (builds with the CUDA backend only; gpu_trainer.cpp), with
+/// the notes to print before its header.
+TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph, const std::vector<std::string>& notes);
 
 }  // namespace dlperf::train::detail

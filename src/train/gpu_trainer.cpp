@@ -610,7 +610,7 @@ struct GpuRun {
 
 }  // namespace
 
-TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph) {
+TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph, const std::vector<std::string>& notes) {
   GpuRun run(cfg, device, std::move(d), std::move(graph));
   const bool say = !cfg.quiet;
   TrainResult result;
@@ -619,6 +619,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   run.step = start_epoch * run.per_epoch;
   // Before the header, so a profile window past the run's end is refused before anything prints.
   if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
+  print_notes(notes);
   if (say) run.print_header(start_epoch, result.epochs);
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
   result.record = run.record(result.epochs);

@@ -199,6 +199,10 @@ json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epo
   return meta;
 }
 
+void print_notes(const std::vector<std::string>& notes) {
+  for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
+}
+
 std::string write_record(const json& record, const std::string& dir, const std::string& name) {
   const std::string path = unused_stem(dir, name, {".json"}) + ".json";
   // Atomically, so an interrupted write leaves no half record for `plan --against` or
@@ -676,30 +680,33 @@ TrainResult train(const TrainConfig& cfg) {
   if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
   const int threads = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
   data::DataPair d = data::load_data(cfg.data);
-  if (!d.notice.empty() && say) std::printf("note: %s\n", d.notice.c_str());
+  // Notes about the run, printed with its header: after every check below that can refuse it, so
+  // a refused run prints its one error and nothing before it.
+  std::vector<std::string> notes;
+  if (!d.notice.empty()) notes.push_back(d.notice);
   // Allowed (the lab's workers experiment measures it), but said, as PyTorch's DataLoader does.
-  if (const int cpus = hw::usable_cpus(); say && cfg.workers > cpus && !cfg.data_on_device)
-    std::printf("note: %d loader workers on %d CPU%s: workers beyond the CPU count take turns on the same cores "
-                "('dlperf lab workers' measures what workers buy here)\n", cfg.workers, cpus, cpus == 1 ? "" : "s");
+  if (const int cpus = hw::usable_cpus(); cfg.workers > cpus && !cfg.data_on_device)
+    notes.push_back(fmt::format("{} loader workers on {} CPU{}: workers beyond the CPU count take turns on the same cores "
+                                "('dlperf lab workers' measures what workers buy here)", cfg.workers, cpus, cpus == 1 ? "" : "s"));
   // A limit past the set's size trains on all of it, as asked for a subset it could not have: said.
   for (const auto& [flag, limit, set, what] : {std::tuple{"--train-limit", cfg.train_limit, &d.train, "training"},
                                                std::tuple{"--test-limit", cfg.test_limit, &d.test, "test"}})
-    if (say && limit > set->size())
-      std::printf("note: %s %lld is more than the %lld %s images: all of them are used\n", flag, (long long)limit,
-                  (long long)set->size(), what);
+    if (limit > set->size())
+      notes.push_back(fmt::format("{} {} is more than the {} {} images: all of them are used", flag, limit, set->size(), what));
   d.train.truncate(cfg.train_limit);
   d.test.truncate(cfg.test_limit);
   // Training skips a partial last batch (as drop_last does): said where that is a tenth of the set
   // or more, since those images then train less often than the rest.
-  if (const int64_t n = d.train.size(), left = cfg.batch > 0 ? n % cfg.batch : 0; say && n >= cfg.batch && 10 * left >= n)
-    std::printf("note: batch %lld makes %s per epoch on %lld training images: the other %lld (%.0f%%) would fill only part of a "
-                "batch and are skipped, different ones each epoch (shuffled)\n",
-                (long long)cfg.batch, counted(n / cfg.batch, "step").c_str(), (long long)n, (long long)left, 100.0 * double(left) / double(n));
+  if (const int64_t n = d.train.size(), left = cfg.batch > 0 ? n % cfg.batch : 0; n >= cfg.batch && 10 * left >= n)
+    notes.push_back(fmt::format("batch {} makes {} per epoch on {} training images: the other {} ({:.0f}%) would fill only part of a "
+                                "batch and are skipped, different ones each epoch (shuffled)",
+                                cfg.batch, counted(n / cfg.batch, "step"), n, left, 100.0 * double(left) / double(n)));
+  if (!say) notes.clear();
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
                                     d.train.classes, cfg.batch);
   if (const int gpu = cuda::resolve_device(cfg.device); gpu >= 0) {  // throws when the device cannot be used
 #ifdef DLPERF_HAVE_CUDA
-    return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph));
+    return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph), notes);
 #endif
   }
   if (const std::string why = cpu_precision_refusal(cfg.precision); !why.empty())
@@ -728,6 +735,7 @@ TrainResult train(const TrainConfig& cfg) {
   const size_t resumed_epochs = result.epochs.size();
   // Before the header, so a profile window past the run's end is refused before anything prints.
   if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
+  print_notes(notes);
   if (say) run.print_header(start_epoch, result.epochs, threads);
 
   run.net.set_timing(cfg.layer_times);
