@@ -21,7 +21,13 @@ fi
 # dependency libOpenCL.so.1 only through the library path: the executables' run path serves only
 # the libraries they name themselves.
 export LD_LIBRARY_PATH=$lib:${LD_LIBRARY_PATH:-}
+# This machine's GPU; where none is visible (a login node, a rehearsal in a chroot) CMake refuses
+# "native", so the build is for the A100 and H100/H200 (CMakeLists.txt's default).
 arch=${CUDA_ARCH:-native}
+if [ -z "${CUDA_ARCH:-}" ] && [ ! -e /dev/nvidia0 ]; then
+  arch="80;90"
+  echo "build.sh: no GPU visible (no /dev/nvidia0): building for sm_80 and sm_90 (CUDA_ARCH=... picks others)"
+fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DCMAKE_PREFIX_PATH="$root/usr;$lib/cmake" -DCMAKE_INCLUDE_PATH="$root/usr/include" -DCMAKE_LIBRARY_PATH="$lib"
 cmake --build build-gpu --target dlperf dlperf_tests  # not dlperf-allreduce: no MPI there
