@@ -619,8 +619,10 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   run.step = start_epoch * run.per_epoch;
   // Before the header, so a profile window past the run's end is refused before anything prints.
   if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
-  print_notes(notes);
-  if (say) run.print_header(start_epoch, result.epochs);
+  if (say) {
+    print_notes(notes);
+    run.print_header(start_epoch, result.epochs);
+  }
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
   result.record = run.record(result.epochs);
   if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);

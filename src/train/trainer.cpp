@@ -701,7 +701,6 @@ TrainResult train(const TrainConfig& cfg) {
     notes.push_back(fmt::format("batch {} makes {} per epoch on {} training images: the other {} ({:.0f}%) would fill only part of a "
                                 "batch and are skipped, different ones each epoch (shuffled)",
                                 cfg.batch, counted(n / cfg.batch, "step"), n, left, 100.0 * double(left) / double(n)));
-  if (!say) notes.clear();
   nn::Graph graph = nn::build_graph(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
                                     d.train.classes, cfg.batch);
   if (const int gpu = cuda::resolve_device(cfg.device); gpu >= 0) {  // throws when the device cannot be used
@@ -735,8 +734,10 @@ TrainResult train(const TrainConfig& cfg) {
   const size_t resumed_epochs = result.epochs.size();
   // Before the header, so a profile window past the run's end is refused before anything prints.
   if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
-  print_notes(notes);
-  if (say) run.print_header(start_epoch, result.epochs, threads);
+  if (say) {
+    print_notes(notes);
+    run.print_header(start_epoch, result.epochs, threads);
+  }
 
   run.net.set_timing(cfg.layer_times);
   run.profiling_ = cfg.profile;
