@@ -130,6 +130,16 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"bench roofline --steps 0", "--steps: Value 0 not in range 3 to 100000"},
       {"bench gemm --shape 1x1x1", "hint: 'dlperf bench --help' lists its flags"},
       {"--foo", "hint: 'dlperf help' lists the commands"},
+      // A flag a command lacks: the first one, as given, and the flag meant (CLI11 listed them
+      // all, last first: "not expected: 10 --profile-steps 3 --profile-skip").
+      {"train --epoch 3", "'dlperf train' has no flag --epoch; did you mean --epochs?\n"},
+      {"train --batch=64", "'dlperf train' has no flag --batch; did you mean --batch-size?\n"},
+      {"profile --profile-skip 3 --profile-steps 10", "'dlperf profile' has no flag --profile-skip; did you mean --skip?\n"},
+      {"train --steps 10", "'dlperf train' has no flag --steps; did you mean --profile-steps?\n"},
+      {"train --skip 3", "did you mean --profile-skip?"},  // not --gzip, two edits from it
+      {"train --pro", "'dlperf train' has no flag --pro\n"},  // starts four flags: no guess
+      {"train resnet18", "unexpected argument 'resnet18' after 'dlperf train'; did you mean --model resnet18?\n"},
+      {"plan --layers --model medium extra", "unexpected argument 'extra' after 'dlperf plan'\n"},
       {"trian", "unknown command 'trian'; did you mean 'train'?"},
       {"tran", "unknown command 'tran'; did you mean 'train'?\n"},  // one suggestion: plan is 2 edits away, train 1
   };

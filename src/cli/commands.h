@@ -5,6 +5,7 @@
 
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace dlperf::cli {
 
@@ -26,6 +27,15 @@ inline CLI::Validator at_least(double lo) {
       },
       ">= " + text(lo));
 }
+
+/// The long flag among `flags` ("--epochs", "-b", ...) that `given` most likely meant: the same
+/// word under another command's name ("--profile-skip" for profile's "--skip"), one edit away (two
+/// in longer words), or the one flag it starts; "" when none is close.
+std::string suggest_flag(const std::string& given, const std::vector<std::string>& flags);
+/// One line about the first of `extras`, the arguments `command` (as the user named it, "dlperf
+/// train") did not take, in the order given: the flag it meant, or the flag a positional value
+/// belongs to ("--model resnet18"). "" when there are none.
+std::string unexpected_arguments(const CLI::App& command, const std::string& command_name, const std::vector<std::string>& extras);
 
 void add_train(CLI::App& app, const Command& self);
 void add_profile(CLI::App& app, const Command& self);

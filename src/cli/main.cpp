@@ -68,12 +68,16 @@ int main(int argc, char** argv) {
     // A flag CLI11 could not take: said the way dlperf's own errors are, with where to look.
     // The deepest command given ('dlperf models show'), whose --help lists the flag's values.
     std::string command = "dlperf";
-    for (const CLI::App* sc = &app; !sc->get_subcommands().empty();) {
-      sc = sc->get_subcommands().front();
-      command += " " + sc->get_name();
+    const CLI::App* deepest = &app;
+    while (!deepest->get_subcommands().empty()) {
+      deepest = deepest->get_subcommands().front();
+      command += " " + deepest->get_name();
     }
+    std::string message = e.what();
+    if (dynamic_cast<const CLI::ExtrasError*>(&e))
+      if (std::string said = dlperf::cli::unexpected_arguments(*deepest, command, deepest->remaining()); !said.empty()) message = said;
     const bool any = command != "dlperf";
-    std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", e.what(), any ? (command + " --help").c_str() : "dlperf help",
+    std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", message.c_str(), any ? (command + " --help").c_str() : "dlperf help",
                  any ? "its flags and their values" : "the commands");
     return 2;
   } catch (const dlperf::Interrupted& e) {  // not an error: what finished was written
