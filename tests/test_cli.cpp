@@ -140,6 +140,15 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --pro", "'dlperf train' has no flag --pro\n"},  // starts four flags: no guess
       {"train resnet18", "unexpected argument 'resnet18' after 'dlperf train'; did you mean --model resnet18?\n"},
       {"plan --layers --model medium extra", "unexpected argument 'extra' after 'dlperf plan'\n"},
+      {"lab --workers 0,2", "'dlperf lab' has no flag --workers; did you mean --max-workers?\n"},  // not "0,2 not in {device,..."
+      {"--foo", "'dlperf' has no flag --foo\n"},  // not "A subcommand is required"
+      // Values CLI11 refuses, said as dlperf says its own ("Could not convert: --batch-size = abc").
+      {"train --batch-size abc", "--batch-size: 'abc' is not a whole number\n"},
+      {"plan --pue abc", "--pue: 'abc' is not a number\n"},
+      {"train --epochs", "--epochs needs a value (a whole number) before --runs-dir\n"},  // the flags run_dlperf adds
+      {"profile --epochs", "--epochs needs a value (a whole number)\n"},
+      {"train -b 64 -b 32", "--batch-size is given 2 times: give it once\n"},
+      {"models show", "'dlperf models show' needs its model argument\n"},
       {"trian", "unknown command 'trian'; did you mean 'train'?"},
       {"tran", "unknown command 'tran'; did you mean 'train'?\n"},  // one suggestion: plan is 2 edits away, train 1
   };

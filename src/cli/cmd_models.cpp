@@ -77,7 +77,7 @@ void add_models(CLI::App& app, const Command& self) {
   auto classes = std::make_shared<int64_t>(0);
   auto as_json = std::make_shared<bool>(false);
   auto* s = c->add_subcommand("show", "one model layer by layer: output shape, parameters, FLOPs, activation bytes");
-  s->add_option("name", *name, "preset name or .json spec")->required();
+  s->add_option("model", *name, "preset name or .json spec")->required();
   s->add_option("--input", *input, "input shape CxHxW (default: the one the model is made for, else 3x32x32)");
   s->add_option("--classes", *classes, "number of classes (default: the model's own, else 10)")->check(at_least(1));
   s->add_flag("--json", *as_json, "print the resolved spec as JSON (every inferred size filled in)");

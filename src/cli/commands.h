@@ -36,6 +36,10 @@ std::string suggest_flag(const std::string& given, const std::vector<std::string
 /// train") did not take, in the order given: the flag it meant, or the flag a positional value
 /// belongs to ("--model resnet18"). "" when there are none.
 std::string unexpected_arguments(const CLI::App& command, const std::string& command_name, const std::vector<std::string>& extras);
+/// CLI11's refusal of a command line, said in dlperf's words: an unknown flag first (above), a
+/// value of the wrong kind ("--batch-size: 'abc' is not a whole number"), a flag given twice or
+/// without its value; anything else as CLI11 says it. `command` is the deepest one parsed.
+std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& command, const std::string& command_name);
 
 void add_train(CLI::App& app, const Command& self);
 void add_profile(CLI::App& app, const Command& self);

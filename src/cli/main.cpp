@@ -73,9 +73,7 @@ int main(int argc, char** argv) {
       deepest = deepest->get_subcommands().front();
       command += " " + deepest->get_name();
     }
-    std::string message = e.what();
-    if (dynamic_cast<const CLI::ExtrasError*>(&e))
-      if (std::string said = dlperf::cli::unexpected_arguments(*deepest, command, deepest->remaining()); !said.empty()) message = said;
+    const std::string message = dlperf::cli::explain_parse_error(e, *deepest, command);
     const bool any = command != "dlperf";
     std::fprintf(stderr, "dlperf: error: %s\n  hint: '%s' lists %s\n", message.c_str(), any ? (command + " --help").c_str() : "dlperf help",
                  any ? "its flags and their values" : "the commands");

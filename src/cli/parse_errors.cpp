@@ -1,0 +1,131 @@
+// What to say when CLI11 refuses the command line, in dlperf's words. CLI11 lists unknown
+// arguments all together, last first ("The following arguments were not expected: 3 --epoch"),
+// and says "Could not convert: --batch-size = abc"; users need the first unknown one, in their
+// order, and the flag they meant, as cargo and git say it, and what the value should have been.
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/text.h"
+#include "nn/graph.h"
+
+namespace dlperf::cli {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// The word after the dashes ("--profile-skip" -> "profile-skip").
+std::string bare(const std::string& flag) { return flag.substr(flag.find_first_not_of('-')); }
+
+}  // namespace
+
+std::string suggest_flag(const std::string& given, const std::vector<std::string>& flags) {
+  const bool long_flag = given.rfind("--", 0) == 0;
+  if (!long_flag || given.size() < 4) return "";  // '-x' is as near to '-h' as to anything
+  // The same flag under the other command's name: train's "--profile-skip" is profile's "--skip",
+  // and the other way round. Whole words only: "--out" is not "--about".
+  for (const auto& f : flags)
+    if (f.rfind("--", 0) == 0 && (ends_with(given, "-" + bare(f)) || ends_with(f, "-" + bare(given)))) return f;
+  // A typo: one edit ("--epoch", "--target"), or two in a longer word ("--optimiser" has one, but
+  // "--skip" is two from "--gzip", which no one meant).
+  std::string best;
+  size_t best_d = bare(given).size() >= 6 ? 3 : 2;
+  for (const auto& f : flags)
+    if (const size_t d = edit_distance(given, f); d < best_d) best = f, best_d = d;
+  if (!best.empty()) return best;
+  // The start of one flag, and of one only ("--batch" -> "--batch-size"; "--pro" starts four).
+  std::vector<std::string> starts;
+  for (const auto& f : flags)
+    if (f.rfind(given, 0) == 0) starts.push_back(f);
+  return starts.size() == 1 ? starts[0] : "";
+}
+
+std::string unexpected_arguments(const CLI::App& command, const std::string& command_name, const std::vector<std::string>& extras) {
+  if (extras.empty()) return "";
+  const std::string& first = extras.front();
+  if (first.size() > 1 && first[0] == '-' && first.find_first_not_of("-0123456789.e") != std::string::npos) {
+    const std::string flag = first.substr(0, first.find('='));
+    std::vector<std::string> flags;
+    for (const CLI::Option* o : command.get_options()) {
+      for (const auto& n : o->get_lnames()) flags.push_back("--" + n);
+      for (const auto& n : o->get_snames()) flags.push_back("-" + n);
+    }
+    std::string message = "'" + command_name + "' has no flag " + flag;
+    if (const std::string near = suggest_flag(flag, flags); !near.empty()) message += "; did you mean " + near + "?";
+    return message;
+  }
+  std::string message = "unexpected argument '" + first + "' after '" + command_name + "'";
+  // 'dlperf train resnet18': the model is a flag's value.
+  const auto presets = nn::preset_names();
+  const auto options = command.get_options();
+  const bool takes_model = std::any_of(options.begin(), options.end(), [](const CLI::Option* o) { return o->check_lname("model"); });
+  if (takes_model && std::find(presets.begin(), presets.end(), first) != presets.end()) message += "; did you mean --model " + first + "?";
+  return message;
+}
+
+namespace {
+
+// "INT:>= 1" -> what such a value is, in words.
+std::string kind_of_value(const std::string& type_name) {
+  const std::string type = type_name.substr(0, type_name.find(':'));
+  if (type == "INT") return "a whole number";
+  if (type == "UINT") return "a whole number, 0 or more";
+  if (type == "FLOAT") return "a number";
+  return "";
+}
+
+// "X: rest" -> {X, rest}, where X is a flag's name; {"", ""} otherwise.
+std::pair<std::string, std::string> split_at_name(const std::string& what) {
+  const size_t colon = what.find(": ");
+  if (colon == std::string::npos || what[0] != '-') return {};
+  return {what.substr(0, colon), what.substr(colon + 2)};
+}
+
+}  // namespace
+
+std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& command, const std::string& command_name) {
+  // An unknown flag first: the errors after it (a value taken for a positional, a missing
+  // subcommand) follow from it.
+  const std::vector<std::string> extras = command.remaining();
+  const bool extra_flag = !extras.empty() && extras.front().size() > 1 && extras.front()[0] == '-';
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) || extra_flag)
+    if (std::string said = unexpected_arguments(command, command_name, extras); !said.empty()) return said;
+  const std::string what = e.what();
+  // "Could not convert: --batch-size = abc"
+  if (const std::string prefix = "Could not convert: "; what.rfind(prefix, 0) == 0) {
+    const std::string rest = what.substr(prefix.size());
+    const size_t eq = rest.find(" = ");
+    if (eq != std::string::npos) {
+      const std::string name = rest.substr(0, eq), value = rest.substr(eq + 3);
+      const CLI::Option* o = command.get_option_no_throw(name);
+      const std::string kind = o ? kind_of_value(o->get_type_name()) : "";
+      // '--epochs --runs-dir x': the next flag was taken for the value.
+      if (!kind.empty() && value[0] == '-' && command.get_option_no_throw(value))
+        return name + " needs a value (" + kind + ") before " + value;
+      if (!kind.empty()) return name + ": '" + value + "' is not " + kind;
+    }
+  }
+  // "model is required": a positional argument.
+  if (const std::string required = " is required"; dynamic_cast<const CLI::RequiredError*>(&e) && what[0] != '-' &&
+                                                    what.size() > required.size() &&
+                                                    what.compare(what.size() - required.size(), required.size(), required) == 0)
+    return "'" + command_name + "' needs its " + what.substr(0, what.size() - required.size()) + " argument";
+  const auto [name, rest] = split_at_name(what);
+  if (name.empty()) return what;
+  // "--batch-size: At Most 1 required but received 2"
+  if (const std::string at_most = "At Most 1 required but received "; rest.rfind(at_most, 0) == 0)
+    return name + " is given " + rest.substr(at_most.size()) + " times: give it once";
+  // "--epochs: 1 required INT missing"
+  if (rest.find(" required ") != std::string::npos && rest.size() > 8 && rest.compare(rest.size() - 8, 8, " missing") == 0) {
+    const CLI::Option* o = command.get_option_no_throw(name);
+    const std::string kind = o ? kind_of_value(o->get_type_name()) : "";
+    return name + " needs a value" + (kind.empty() ? "" : " (" + kind + ")");
+  }
+  return what;
+}
+
+}  // namespace dlperf::cli
