@@ -413,6 +413,49 @@ TEST(PlanStepTime, ValuesABatchnormWroteAreReadFromDram) {
   }
 }
 
+// A buffer the step comes back to a step later is in the level the step's buffers fit in, not
+// the one the pass's bytes would fit in: max pooling's backward (AVX-512 fit) writes its input
+// gradient and reads its argmax at L2's rate while the step fits in L2, at L3's while it fills at
+// most half of L3, and at DRAM's beyond; the AVX2 fit, whose pooling figures hold it, keeps the
+// pass's own level.
+TEST(PlanStepTime, MaxPoolingBackwardFindsItsGradientWhereTheStepFits) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 1000, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 4e6, c.l3_bytes = 32e6;
+  const json spec = {{"layers", {{{"type", "conv2d"}, {"out_channels", 8}, {"padding", 1}},
+                                 {{"type", "maxpool2d"}, {"kernel", 2}, {"name", "pool"}},
+                                 {{"type", "flatten"}},
+                                 {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const plan::EngineModel avx512 = plan::engine_model("avx512"), avx2 = plan::engine_model("avx2+fma");
+  EXPECT_GT(avx512.cold_step_l3_share, 0);
+  EXPECT_EQ(avx2.cold_step_l3_share, 0);
+  const double l3_rate = std::max(c.l3_gbps * avx512.l3_share, c.dram_gbps);
+  // Batch 4, 64 and 256: the step's buffers in L2, in half of L3, past it.
+  for (const auto& [batch, step_gbps] : std::vector<std::pair<int64_t, double>>{{4, c.l2_gbps}, {64, l3_rate}, {256, c.dram_gbps}}) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, batch);
+    const nn::Node& pool = g.nodes[1];
+    ASSERT_EQ(pool.name, "pool");
+    // The footprint: the input, each value and its gradient (the flatten is a view), the weights
+    // with their gradients and momentum.
+    double footprint = 4 * double(numel(g.input)) + 4 * double(g.param_count()) * 3;
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      if (!plan::flatten_is_a_view_on_cpu(g, i)) footprint += 8 * double(numel(g.nodes[i].out_dims));
+    EXPECT_DOUBLE_EQ(plan::step_footprint_bytes(g, nn::OptimizerConfig{}, "fp32"), footprint);
+    const bool in_l2 = footprint <= c.l2_bytes, in_half_l3 = footprint <= 0.5 * c.l3_bytes;
+    EXPECT_EQ(step_gbps, in_l2 ? c.l2_gbps : in_half_l3 ? l3_rate : c.dram_gbps) << footprint;
+    const double bytes = pool.cost.backward_data.bytes;
+    const double cold = 4 * double(numel(pool.in_dims[0])) + double(numel(pool.out_dims));  // the gradient and the argmax
+    const double pass_gbps = bytes <= c.l2_bytes ? c.l2_gbps : bytes <= c.l3_bytes ? l3_rate : c.dram_gbps;
+    const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, avx512);
+    const double want = (cold / (step_gbps * 1e9) + (bytes - cold) / (pass_gbps * 1e9)) / avx512.maxpool_2x2_backward_efficiency;
+    EXPECT_NEAR(p.layers[1].backward_s, want + avx512.call_overhead_s, 1e-12);
+    const double level = bytes <= c.l2_bytes ? c.l2_gbps : c.dram_gbps;  // AVX2: no L3 share
+    EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).layers[1].backward_s,
+                bytes / (level * 1e9) / avx2.maxpool_2x2_backward_efficiency + avx2.call_overhead_s, 1e-12);
+  }
+}
+
 // A value three layers read (corner_case_model's r0: a conv and two adds): backward runs in
 // reverse, the last reader writes its gradient and each earlier one sums its own into it, a pass
 // reading two of the value's gradients and writing one (profile's `gradient-sum` rows).

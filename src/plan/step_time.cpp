@@ -150,11 +150,30 @@ struct PassTime {
   bool compute_bound = false;
 };
 
-// Seconds to stream a pass's `bytes`, of which `from_dram` come from DRAM whatever their size
-// (written past the caches: see written_past_the_caches); the cache level is the whole pass's.
+// Where a pass's bytes stream from, beyond the level its own size fits in.
+struct Sources {
+  double from_dram = 0;  ///< bytes from DRAM whatever their size (written past the caches: see written_past_the_caches)
+  double cold = 0;       ///< bytes last touched a step ago (EngineModel::cold_step_l3_share)
+  double cold_bps = 0;   ///< the rate of the level the step's buffers fit in; 0 = not modelled
+};
+
+// Seconds to stream a pass's `bytes`, some of them from `from` and the rest from the cache
+// level the whole pass fits in.
+double stream_s(double bytes, const Sources& from, const CpuCeilings& c, const EngineModel& m) {
+  const double dram = std::min(from.from_dram, bytes), cold = from.cold_bps > 0 ? std::min(from.cold, bytes - dram) : 0;
+  return dram / (c.dram_gbps * 1e9) + (cold > 0 ? cold / from.cold_bps : 0) + (bytes - dram - cold) / bandwidth_for(bytes, c, m);
+}
 double stream_s(double bytes, double from_dram, const CpuCeilings& c, const EngineModel& m) {
-  from_dram = std::min(from_dram, bytes);
-  return from_dram / (c.dram_gbps * 1e9) + (bytes - from_dram) / bandwidth_for(bytes, c, m);
+  return stream_s(bytes, Sources{from_dram}, c, m);
+}
+
+// The rate of the level a step's buffers of `footprint` bytes fit in, for what it comes back
+// to a step later (EngineModel::cold_step_l3_share); 0 where the model has no such level.
+double cold_bytes_per_s(double footprint, const CpuCeilings& c, const EngineModel& m) {
+  if (m.cold_step_l3_share <= 0 || c.l2_bytes <= 0 || c.l3_bytes <= 0) return 0;
+  if (footprint <= c.l2_bytes) return c.l2_gbps * 1e9;
+  if (footprint <= m.cold_step_l3_share * c.l3_bytes) return std::max(c.l3_gbps * m.l3_share, c.dram_gbps) * 1e9;
+  return c.dram_gbps * 1e9;
 }
 
 PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m, double from_dram = 0) {
@@ -230,6 +249,15 @@ std::vector<size_t> inputs_summing_gradients(const nn::Graph& g, size_t i) {
   return out;
 }
 
+double step_footprint_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, const std::string& precision) {
+  const std::vector<double> value = engine_element_bytes(g, precision).value;
+  double bytes = 4 * double(numel(g.input));
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (!relu_fused_into_batchnorm(g, i) && !flatten_is_a_view_on_cpu(g, i))  // these share their input's buffers
+      bytes += 2 * value[i] * double(numel(g.nodes[i].out_dims));
+  return bytes + 4 * double(g.param_count()) * (2 + optimizer_states(opt));
+}
+
 EngineModel engine_model(const std::string& isa) {
   EngineModel m;  // the AVX2 fit (Zen 3, 2026-11-21)
   if (isa != "avx512") return m;
@@ -243,6 +271,12 @@ EngineModel engine_model(const std::string& isa) {
   // (in DRAM): at batch 64, in L3, it ran at the same rate, so it is predicted faster there.
   m.maxpool_efficiency = m.maxpool_2x2_efficiency = 0.64;
   m.maxpool_backward_efficiency = m.maxpool_2x2_backward_efficiency = 0.84;
+  // Set on the Zen 5 (2026-11-24, docs/plan.md): medium's pool3 backward at batch 64 took 0.025
+  // ms alone with its buffers warm and 0.073 ms after 96 MB of other traffic (oneDNN alone), 0.089
+  // in training. `small` at batch 64 (26 MB of buffers) ran its poolings' backward about DRAM's
+  // rate, `medium` at batch 16 (16 MB) and `small` at 16 (7 MB) about L3's: the VM's 32 MB L3,
+  // which other tenants share, kept about half its size of a step.
+  m.cold_step_l3_share = 0.5;
   m.dropout_ns_per_element = 0.25;
   return m;
 }
@@ -255,7 +289,7 @@ namespace {
 
 // One layer's forward and backward time (graph node i) on the roofline, with the engine's
 // efficiencies and the bf16 conversions around it.
-LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const EngineModel& m, const ElementBytes& elem) {
+LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const EngineModel& m, const ElementBytes& elem, double cold_bps) {
   const bool bf16 = c.precision == "bf16";
   const nn::Node& n = g.nodes[i];
   LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, 0, "memory"};
@@ -267,8 +301,8 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     if (written_past_the_caches(g, n.inputs[k], c)) forward_dram += 4 * double(numel(n.in_dims[k]));
   for (int r : g.consumers(int(i)))
     if (g.nodes[size_t(r)].kind == ops::OpKind::batchnorm2d && written_past_the_caches(g, r, c)) backward_dram = 4 * double(numel(n.out_dims));
-  auto memory_pass = [&](double bytes, double efficiency, double from_dram = 0) {
-    return bytes > 0 ? stream_s(bytes, from_dram, c, m) / efficiency + m.call_overhead_s : 0.0;
+  auto memory_pass = [&](double bytes, double efficiency, double from_dram = 0, double cold = 0) {
+    return bytes > 0 ? stream_s(bytes, Sources{from_dram, cold, cold_bps}, c, m) / efficiency + m.call_overhead_s : 0.0;
   };
   // The passes' bytes at the element size they read (bf16 between convolutions in bf16).
   const double in_bytes = elem.input[i];
@@ -315,8 +349,11 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     case ops::OpKind::maxpool2d: {
       const bool two_by_two = ops::pools_2x2_stride_2(n.attrs);
       lt.forward_s += memory_pass(cost.forward.bytes, two_by_two ? m.maxpool_2x2_efficiency : m.maxpool_efficiency, forward_dram);
+      // The input gradient it zeroes and writes, and the argmax (a byte an output), were last
+      // touched a step ago (EngineModel::cold_step_l3_share).
+      const double cold = in_bytes * in + double(numel(n.out_dims));
       lt.backward_s += memory_pass(cost.backward_data.bytes,
-                                  two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency, backward_dram);
+                                  two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency, backward_dram, cold);
       break;
     }
     case ops::OpKind::dropout: {
@@ -352,8 +389,9 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   if (c.call_overhead_s > 0) m.call_overhead_s = c.call_overhead_s;  // measured beats the fit's figure
   StepPrediction p;
   const ElementBytes elem = engine_element_bytes(g, c.precision);
+  const double cold_bps = cold_bytes_per_s(step_footprint_bytes(g, opt, c.precision), c, m);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const LayerTime lt = layer_time(g, i, c, m, elem);
+    const LayerTime lt = layer_time(g, i, c, m, elem, cold_bps);
     p.forward_s += lt.forward_s;
     p.backward_s += lt.backward_s;
     p.layers.push_back(lt);

@@ -95,6 +95,13 @@ struct EngineModel {
   /// A pass larger than L2 but within L3 streams at this share of L3's measured rate (never
   /// below DRAM's); 0: at DRAM's rate.
   double l3_share = 0;
+  /// A buffer the step comes back to a step later is in the cache level the step's buffers
+  /// (step_footprint_bytes) fit in, whatever the pass's own size: L2, L3 while they fill at most
+  /// this share of it, else DRAM. Max pooling's backward zeroes its whole input gradient before
+  /// scattering into it, so it writes that gradient, and reads the argmax the forward pass
+  /// stored, at that level's rate. 0: not modelled (the AVX2 fit's pooling figures were fitted
+  /// on `medium` at batch 64, with it inside them).
+  double cold_step_l3_share = 0;
   /// bf16 (CPUs with AVX512-BF16): backward-weights passes reach this share of the efficiency
   /// the others reach against the bf16 peak (oneDNN 2.6's kernel; measured 1.2-1.5x fp32's
   /// speed where forward ran 2x), and the fp32<->bf16 conversions (where fp32 meets bf16: the
@@ -102,6 +109,12 @@ struct EngineModel {
   /// the bandwidth.
   double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
 };
+
+/// The bytes a training step of `g` in the CPU engine comes back to every step: each value and
+/// its gradient at the engine's element size (engine_value_bytes), the model input, and the
+/// weights, their gradients and `opt`'s state. Not the engine's whole memory (engine_memory):
+/// the scratchpad and conversions' copies are left out.
+double step_footprint_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, const std::string& precision);
 
 /// The fit for a CPU's ISA: "avx512" has its own, everything else the AVX2 one.
 EngineModel engine_model(const std::string& isa);
