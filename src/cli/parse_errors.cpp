@@ -3,6 +3,7 @@
 // and says "Could not convert: --batch-size = abc"; users need the first unknown one, in their
 // order, and the flag they meant, as cargo and git say it, and what the value should have been.
 #include <algorithm>
+#include <cctype>
 #include <string>
 #include <utility>
 #include <vector>
@@ -19,13 +20,16 @@ bool ends_with(const std::string& s, const std::string& tail) {
 }
 
 // The word after the dashes ("--profile-skip" -> "profile-skip").
-std::string bare(const std::string& flag) { return flag.substr(flag.find_first_not_of('-')); }
+std::string bare(const std::string& flag) {
+  const size_t start = flag.find_first_not_of('-');
+  return start == std::string::npos ? "" : flag.substr(start);
+}
 
 }  // namespace
 
 std::string suggest_flag(const std::string& given, const std::vector<std::string>& flags) {
   const bool long_flag = given.rfind("--", 0) == 0;
-  if (!long_flag || given.size() < 4) return "";  // '-x' is as near to '-h' as to anything
+  if (!long_flag || bare(given).size() < 2) return "";  // '-x' is as near to '-h' as to anything
   // The same flag under the other command's name: train's "--profile-skip" is profile's "--skip",
   // and the other way round. Whole words only: "--out" is not "--about".
   for (const auto& f : flags)
@@ -47,7 +51,8 @@ std::string suggest_flag(const std::string& given, const std::vector<std::string
 std::string unexpected_arguments(const CLI::App& command, const std::string& command_name, const std::vector<std::string>& extras) {
   if (extras.empty()) return "";
   const std::string& first = extras.front();
-  if (first.size() > 1 && first[0] == '-' && first.find_first_not_of("-0123456789.e") != std::string::npos) {
+  const bool negative_number = first.size() > 1 && first[0] == '-' && (std::isdigit(static_cast<unsigned char>(first[1])) || first[1] == '.');
+  if (first[0] == '-' && !negative_number && !bare(first).empty()) {
     const std::string flag = first.substr(0, first.find('='));
     std::vector<std::string> flags;
     for (const CLI::Option* o : command.get_options()) {
@@ -111,6 +116,7 @@ std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& comman
   }
   // "model is required": a positional argument.
   if (const std::string required = " is required"; dynamic_cast<const CLI::RequiredError*>(&e) && what[0] != '-' &&
+                                                    what.rfind("A subcommand", 0) != 0 &&
                                                     what.size() > required.size() &&
                                                     what.compare(what.size() - required.size(), required.size(), required) == 0)
     return "'" + command_name + "' needs its " + what.substr(0, what.size() - required.size()) + " argument";
