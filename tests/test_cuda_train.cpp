@@ -225,6 +225,38 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
   }
 }
 
+// A value several layers read gets its gradient from each, and on the GPU as on the CPU the
+// earlier readers' sums are passes of their own: `gradient-sum` rows with the bytes they move,
+// not time inside the layer's backward row without its bytes. corner_case_model's r0 is read by
+// a conv and two adds: the last add writes its gradient, the other two add theirs into it.
+TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
+  REQUIRE_GPU();
+  TempDir dir;
+  const auto spec = dir.path / "corners.json";
+  std::ofstream(spec) << corner_case_model().dump();
+  train::TrainConfig c = gpu_run(spec.string(), "synthetic:3x12x12:256", 16, 1);
+  c.profile = c.profile_only = true;
+  c.profile_skip = 2;
+  c.profile_steps = 4;
+  c.profile_out = (dir.path / "prof").string();
+  const auto r = train::train(c);
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(corner_case_model(), "corners"), {3, 12, 12}, 10, 16);
+  const nlohmann::json& p = r.profile;
+  const double steps = p["step"]["steps"].get<double>();
+  EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  std::map<std::string, std::pair<double, double>> sums;  // layer -> calls, bytes a step
+  for (const auto& row : p["rows"])
+    if (row["phase"] == "gradient-sum") sums[row["name"].get<std::string>()] = {row["calls"].get<double>() / steps, row["bytes"].get<double>() / steps};
+  ASSERT_EQ(g.nodes[2].name, "r0");
+  const double r0_bytes = 4.0 * double(numel(g.nodes[2].out_dims));
+  ASSERT_EQ(sums.size(), 2u) << p["rows"].dump();
+  EXPECT_TRUE(sums.count("s1")) << p["rows"].dump();
+  for (const auto& [name, s] : sums) {
+    EXPECT_EQ(s.first, 1) << name;
+    EXPECT_DOUBLE_EQ(s.second, 3 * r0_bytes) << name;
+  }
+}
+
 // Profiled steps run back to back on the GPU (their events are read two steps later, from two
 // sets used in turn): on the GPU track each step follows the one before, holds all its spans,
 // and every step has the same passes. With graphs and eagerly, with the data on the GPU and

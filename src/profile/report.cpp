@@ -146,7 +146,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
     if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, elem_bytes);
     if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
       k = cost_of(g, e.node, e.phase, gpu, elem_bytes);
-    if (e.node >= 0 && e.launch && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
+    // A gradient sum: a primitive on the CPU, a span of its own on the GPU.
+    if (e.node >= 0 && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
     if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
       const auto s = split[{e.step, e.node}];
       const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, elem_bytes),

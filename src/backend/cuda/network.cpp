@@ -754,17 +754,23 @@ void Network::eval_step(const std::function<void(cudaStream_t)>& load, int64_t v
 void Network::backward() {
   const size_t es = bytes_of(dt_);
   // A value's first gradient writer (in reverse order) writes it; later ones add to it through
-  // a scratch buffer. The logits' gradient came from the loss.
+  // a scratch buffer, in a pass of its own (profiled as the layer's gradient sum, as on the CPU).
+  // The logits' gradient came from the loss.
   std::vector<bool> written(act_.size(), false);
   written.back() = true;
   auto target = [&](int value) -> void* {
     if (diff_[size_t(value)] == nullptr) return nullptr;  // the model input (or a view of it): no gradient
     return written[size_t(value)] ? scratch_ : diff_[size_t(value)];
   };
-  auto settle = [&](int value, void* dst) {
-    if (!dst) return;
+  // Adds `from` into `value`'s gradient, as the gradient-sum pass of layer `l`.
+  auto sum_into = [&](const Layer& l, int value, const void* from) {
+    const Span span(*this, l.name, l.node->kind, profile::Phase::grad_sum, l.out - 1);
     void* d = diff_[size_t(value)];
-    if (dst != d) add(dt_, d, dst, d, numel(graph_.nodes[size_t(value - 1)].out_dims), stream_);
+    add(dt_, d, from, d, numel(graph_.nodes[size_t(value - 1)].out_dims), stream_);
+  };
+  auto settle = [&](const Layer& l, int value, void* dst) {
+    if (!dst) return;
+    if (dst != diff_[size_t(value)]) sum_into(l, value, dst);
     written[size_t(value)] = true;
   };
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
@@ -775,60 +781,72 @@ void Network::backward() {
       continue;
     }
     const profile::NvtxRange range(l.backward_name.c_str());
-    const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
-    const void* x = act_[size_t(l.in[0])];
-    const void* y = act_[size_t(l.out)];
-    const void* dy = diff_[size_t(l.out)];
-    const int64_t count = numel(n.out_dims);
-    void* dx = l.in[0] == 0 || !n.needs_dx ? nullptr : target(l.in[0]);  // needs_dx: not of the model input
-    switch (n.kind) {
-      case ops::OpKind::conv2d:
-        l.conv->backward_filter(x, dy, l.dwh, stream_);
-        if (l.db) conv_bias_grad(dt_, opts_.layout, n.out_dims, dy, l.db, stream_);
-        if (dx) l.conv->backward_data(l.wh, dy, dx, stream_);
-        break;
-      case ops::OpKind::linear:
-        if (l.relu_after) {  // the relu's gradient becomes the linear's, in place, before the GEMMs read it
-          void* g = diff_[size_t(l.out)];
-          if (l.db) relu_bias_grad(dt_, y, g, l.db, n.out_dims[0], n.out_dims[1], stream_);
-          else relu_backward(dt_, y, g, g, count, stream_);
-        } else if (l.db && !l.bwd_weight->fuses_bias_grad()) {
-          bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
+    if (n.kind == ops::OpKind::add) {  // each input's gradient is the output's: copied, or added where one was written
+      for (const int v : {l.in[0], l.in[1]}) {
+        if (v == 0 || diff_[size_t(v)] == nullptr) continue;
+        if (written[size_t(v)]) {
+          sum_into(l, v, diff_[size_t(l.out)]);
+        } else {
+          const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
+          ok(cudaMemcpyAsync(diff_[size_t(v)], diff_[size_t(l.out)], size_t(numel(n.out_dims)) * es, cudaMemcpyDeviceToDevice, stream_),
+             "add backward");
+          written[size_t(v)] = true;
         }
-        l.bwd_weight->run(x, dy, l.dw, stream_);
-        if (dx) l.bwd_data->run(l.wh, dy, dx, stream_);
-        break;
-      case ops::OpKind::batchnorm2d:
-        batchnorm_backward(dt_, l.bn_shape, l.bn, x, y, dy, dx, l.dw, l.db, bn_workspace_, stream_);
-        break;
-      case ops::OpKind::relu:
-        if (dx) relu_backward(dt_, y, dy, dx, count, stream_);
-        break;
-      case ops::OpKind::maxpool2d:
-      case ops::OpKind::avgpool2d:
-      case ops::OpKind::global_avgpool:
-        if (dx) pool_backward(dt_, l.pool, x, dy, dx, stream_);
-        break;
-      case ops::OpKind::dropout:
-        if (dx) dropout_backward(dt_, dy, l.mask, dx, count, float(n.attrs.p), stream_);
-        break;
-      case ops::OpKind::flatten:  // NCHW feature gradients back to NHWC maps
-        if (dx) {
-          const Dims& d = n.in_dims[0];
-          change_layout(dt_, dy, dx, d[0], d[1], d[2] * d[3], Layout::nchw, stream_);
-        }
-        break;
-      case ops::OpKind::add: {
-        if (dx) ok(cudaMemcpyAsync(dx, dy, size_t(count) * es, cudaMemcpyDeviceToDevice, stream_), "add backward");
-        settle(l.in[0], dx);
-        void* dx2 = l.in[1] == 0 ? nullptr : target(l.in[1]);
-        if (dx2) ok(cudaMemcpyAsync(dx2, dy, size_t(count) * es, cudaMemcpyDeviceToDevice, stream_), "add backward");
-        settle(l.in[1], dx2);
-        continue;
       }
-      default: break;
+      continue;
     }
-    if (l.in[0] != 0) settle(l.in[0], dx);
+    void* dx = l.in[0] == 0 || !n.needs_dx ? nullptr : target(l.in[0]);  // needs_dx: not of the model input
+    backward_layer(l, dx);
+    if (l.in[0] != 0) settle(l, l.in[0], dx);
+  }
+}
+
+// Layer `l`'s backward pass: its parameters' gradients, and its input's into `dx` (null: none).
+void Network::backward_layer(Layer& l, void* dx) {
+  const nn::Node& n = *l.node;
+  const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
+  const void* x = act_[size_t(l.in[0])];
+  const void* y = act_[size_t(l.out)];
+  const void* dy = diff_[size_t(l.out)];
+  const int64_t count = numel(n.out_dims);
+  switch (n.kind) {
+    case ops::OpKind::conv2d:
+      l.conv->backward_filter(x, dy, l.dwh, stream_);
+      if (l.db) conv_bias_grad(dt_, opts_.layout, n.out_dims, dy, l.db, stream_);
+      if (dx) l.conv->backward_data(l.wh, dy, dx, stream_);
+      break;
+    case ops::OpKind::linear:
+      if (l.relu_after) {  // the relu's gradient becomes the linear's, in place, before the GEMMs read it
+        void* g = diff_[size_t(l.out)];
+        if (l.db) relu_bias_grad(dt_, y, g, l.db, n.out_dims[0], n.out_dims[1], stream_);
+        else relu_backward(dt_, y, g, g, count, stream_);
+      } else if (l.db && !l.bwd_weight->fuses_bias_grad()) {
+        bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
+      }
+      l.bwd_weight->run(x, dy, l.dw, stream_);
+      if (dx) l.bwd_data->run(l.wh, dy, dx, stream_);
+      break;
+    case ops::OpKind::batchnorm2d:
+      batchnorm_backward(dt_, l.bn_shape, l.bn, x, y, dy, dx, l.dw, l.db, bn_workspace_, stream_);
+      break;
+    case ops::OpKind::relu:
+      if (dx) relu_backward(dt_, y, dy, dx, count, stream_);
+      break;
+    case ops::OpKind::maxpool2d:
+    case ops::OpKind::avgpool2d:
+    case ops::OpKind::global_avgpool:
+      if (dx) pool_backward(dt_, l.pool, x, dy, dx, stream_);
+      break;
+    case ops::OpKind::dropout:
+      if (dx) dropout_backward(dt_, dy, l.mask, dx, count, float(n.attrs.p), stream_);
+      break;
+    case ops::OpKind::flatten:  // NCHW feature gradients back to NHWC maps
+      if (dx) {
+        const Dims& d = n.in_dims[0];
+        change_layout(dt_, dy, dx, d[0], d[1], d[2] * d[3], Layout::nchw, stream_);
+      }
+      break;
+    default: break;  // add: Network::backward
   }
 }
 
