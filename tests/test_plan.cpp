@@ -416,8 +416,8 @@ TEST(PlanStepTime, ValuesABatchnormWroteAreReadFromDram) {
 // A buffer the step comes back to a step later is in the level the step's buffers fit in, not
 // the one the pass's bytes would fit in: max pooling's backward (AVX-512 fit) writes its input
 // gradient and reads its argmax at L2's rate while the step fits in L2, at L3's while it fills at
-// most half of L3, and at DRAM's beyond; the AVX2 fit, whose pooling figures hold it, keeps the
-// pass's own level.
+// most half of L3, and at DRAM's beyond, and pays a fixed cost per image and channel block; the
+// AVX2 fit, whose pooling figures hold both, keeps the pass's own level.
 TEST(PlanStepTime, MaxPoolingBackwardFindsItsGradientWhereTheStepFits) {
   plan::CpuCeilings c;
   c.peak_gflops = 1000, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
@@ -429,6 +429,8 @@ TEST(PlanStepTime, MaxPoolingBackwardFindsItsGradientWhereTheStepFits) {
   const plan::EngineModel avx512 = plan::engine_model("avx512"), avx2 = plan::engine_model("avx2+fma");
   EXPECT_GT(avx512.cold_step_l3_share, 0);
   EXPECT_EQ(avx2.cold_step_l3_share, 0);
+  EXPECT_GT(avx512.maxpool_backward_ns_per_block, 0);
+  EXPECT_EQ(avx2.maxpool_backward_ns_per_block, 0);
   const double l3_rate = std::max(c.l3_gbps * avx512.l3_share, c.dram_gbps);
   // Batch 4, 64 and 256: the step's buffers in L2, in half of L3, past it.
   for (const auto& [batch, step_gbps] : std::vector<std::pair<int64_t, double>>{{4, c.l2_gbps}, {64, l3_rate}, {256, c.dram_gbps}}) {
@@ -448,7 +450,9 @@ TEST(PlanStepTime, MaxPoolingBackwardFindsItsGradientWhereTheStepFits) {
     const double cold = 4 * double(numel(pool.in_dims[0])) + double(numel(pool.out_dims));  // the gradient and the argmax
     const double pass_gbps = bytes <= c.l2_bytes ? c.l2_gbps : bytes <= c.l3_bytes ? l3_rate : c.dram_gbps;
     const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, avx512);
-    const double want = (cold / (step_gbps * 1e9) + (bytes - cold) / (pass_gbps * 1e9)) / avx512.maxpool_2x2_backward_efficiency;
+    // Plus a fixed cost for each image and 16-channel block (8 channels: one block an image).
+    const double blocks = double(batch) * avx512.maxpool_backward_ns_per_block * 1e-9 / c.threads;
+    const double want = (cold / (step_gbps * 1e9) + (bytes - cold) / (pass_gbps * 1e9)) / avx512.maxpool_2x2_backward_efficiency + blocks;
     EXPECT_NEAR(p.layers[1].backward_s, want + avx512.call_overhead_s, 1e-12);
     const double level = bytes <= c.l2_bytes ? c.l2_gbps : c.dram_gbps;  // AVX2: no L3 share
     EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).layers[1].backward_s,

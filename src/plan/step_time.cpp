@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <mutex>
 
@@ -277,6 +278,11 @@ EngineModel engine_model(const std::string& isa) {
   // rate, `medium` at batch 16 (16 MB) and `small` at 16 (7 MB) about L3's: the VM's 32 MB L3,
   // which other tenants share, kept about half its size of a step.
   m.cold_step_l3_share = 0.5;
+  // With the above, what the poolings' backward still took beyond the plan grew with images x
+  // channel blocks, not bytes: pool3 (7x7 maps, 8 blocks) 2x the plan, pool1 (28x28, 2 blocks)
+  // within 10%. Fitted on the 21 rows of docs/plan.md's table (0.07 us of wall time a block on 2
+  // threads); checked on runs outside it there.
+  m.maxpool_backward_ns_per_block = 140;
   m.dropout_ns_per_element = 0.25;
   return m;
 }
@@ -354,6 +360,8 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       const double cold = in_bytes * in + double(numel(n.out_dims));
       lt.backward_s += memory_pass(cost.backward_data.bytes,
                                   two_by_two ? m.maxpool_2x2_backward_efficiency : m.maxpool_backward_efficiency, backward_dram, cold);
+      const double blocks = double(n.in_dims[0][0]) * std::ceil(double(n.in_dims[0][1]) / 16);
+      lt.backward_s += blocks * m.maxpool_backward_ns_per_block * 1e-9 / std::max(c.threads, 1);
       break;
     }
     case ops::OpKind::dropout: {

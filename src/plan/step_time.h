@@ -102,6 +102,10 @@ struct EngineModel {
   /// stored, at that level's rate. 0: not modelled (the AVX2 fit's pooling figures were fitted
   /// on `medium` at batch 64, with it inside them).
   double cold_step_l3_share = 0;
+  /// Max pooling's backward also pays this much a thread for each image and 16-channel block
+  /// (oneDNN's nChw16c on AVX-512), whatever the map's size: its setup, zeroing, and a call per
+  /// block. 0: not modelled (the AVX2 fit's pooling is dlperf's own, its cost in its figures).
+  double maxpool_backward_ns_per_block = 0;
   /// bf16 (CPUs with AVX512-BF16): backward-weights passes reach this share of the efficiency
   /// the others reach against the bf16 peak (oneDNN 2.6's kernel; measured 1.2-1.5x fp32's
   /// speed where forward ran 2x), and the fp32<->bf16 conversions (where fp32 meets bf16: the
