@@ -109,7 +109,11 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --model nosuch --data synthetic:1x8x8:100 --train-limit 1000", "model 'nosuch' is neither a preset nor a readable file"},
       {"models show nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"models nosuch", "model 'nosuch' is neither a preset nor a readable file"},
-      {"models --foo", "unexpected '--foo' after 'dlperf models'"},
+      {"models --foo", "'dlperf models' has no flag --foo\n"},
+      {"models medium extra", "unexpected argument 'extra' after 'dlperf models'\n"},
+      {"models medium --json", "the short form 'dlperf models NAME' takes no flags: use 'dlperf models show medium --json'"},
+      {"models show medium --foo", "'dlperf models show' has no flag --foo\n"},  // was ignored: 'show' took 'models' extras
+      {"models show medium --jsn", "did you mean --json?"},
       {"models show medium --input 1x4x4", "hint: medium needs images of at least 8x8, and these are 4x4: use larger ones (--input"},
       {"models show small --classes 0", "--classes: must be at least 1, not 0\n  hint: 'dlperf models show --help' lists"},
       {"lab nosuch", "nosuch not in {device,batch,model,workers,precision}"},

@@ -54,10 +54,26 @@ void show(const std::string& name, std::string input, int64_t classes, bool as_j
 void add_models(CLI::App& app, const Command& self) {
   auto* c = app.add_subcommand(self.name, self.summary);
   c->allow_extras();  // 'dlperf models medium' reads as 'dlperf models show medium'
-  c->callback([c] {
+  auto name = std::make_shared<std::string>();
+  auto input = std::make_shared<std::string>();  // empty / 0: the spec's own, else 3x32x32 and 10
+  auto classes = std::make_shared<int64_t>(0);
+  auto as_json = std::make_shared<bool>(false);
+  auto* s = c->add_subcommand("show", "one model layer by layer: output shape, parameters, FLOPs, activation bytes");
+  s->allow_extras(false);  // not inherited from 'models': 'models show medium --foo' is an error
+  s->add_option("model", *name, "preset name or .json spec")->required();
+  s->add_option("--input", *input, "input shape CxHxW (default: the one the model is made for, else 3x32x32)");
+  s->add_option("--classes", *classes, "number of classes (default: the model's own, else 10)")->check(at_least(1));
+  s->add_flag("--json", *as_json, "print the resolved spec as JSON (every inferred size filled in)");
+  s->callback([=] { show(*name, *input, *classes, *as_json); });
+  c->callback([c, s] {
     if (!c->get_subcommands().empty()) return;
     if (const auto extra = c->remaining(); !extra.empty()) {
-      check(extra.size() == 1 && extra[0][0] != '-', fmt::format("unexpected '{}' after 'dlperf models'", fmt::join(extra, " ")),
+      std::vector<std::string> unexpected(extra.begin() + (extra[0][0] == '-' ? 0 : 1), extra.end());  // past the model's name
+      // 'dlperf models medium --json': the short form takes no flags, 'show' does.
+      const bool show_flags = extra[0][0] != '-' && !unexpected.empty() && unexpected[0][0] == '-' &&
+                              s->get_option_no_throw(unexpected[0].substr(0, unexpected[0].find('=')));
+      check(!show_flags, fmt::format("the short form 'dlperf models NAME' takes no flags: use 'dlperf models show {}'", fmt::join(extra, " ")));
+      check(unexpected.empty(), unexpected_arguments(*c, "dlperf models", unexpected),
             "use 'dlperf models' for the list, or 'dlperf models show NAME [--input CxHxW] [--classes N] [--json]' for one");
       show(extra[0], "", 0, false);
       return;
@@ -72,16 +88,6 @@ void add_models(CLI::App& app, const Command& self) {
     t.print();
     std::printf("\n'dlperf models show NAME' prints one layer by layer; --model also takes a .json spec file.\n");
   });
-  auto name = std::make_shared<std::string>();
-  auto input = std::make_shared<std::string>();  // empty / 0: the spec's own, else 3x32x32 and 10
-  auto classes = std::make_shared<int64_t>(0);
-  auto as_json = std::make_shared<bool>(false);
-  auto* s = c->add_subcommand("show", "one model layer by layer: output shape, parameters, FLOPs, activation bytes");
-  s->add_option("model", *name, "preset name or .json spec")->required();
-  s->add_option("--input", *input, "input shape CxHxW (default: the one the model is made for, else 3x32x32)");
-  s->add_option("--classes", *classes, "number of classes (default: the model's own, else 10)")->check(at_least(1));
-  s->add_flag("--json", *as_json, "print the resolved spec as JSON (every inferred size filled in)");
-  s->callback([=] { show(*name, *input, *classes, *as_json); });
 }
 
 }  // namespace dlperf::cli
