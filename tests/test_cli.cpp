@@ -101,6 +101,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer 0,768,12,1024,50257", "LAYERS, HIDDEN, HEADS, SEQ and VOCAB must each be at least 1"},
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
+      {"plan --against damaged-record.json --model large", "--model does not apply with --against: each run record is planned with"},  // was ignored
+      {"plan --against damaged-record.json --no-augment", "--augment does not apply with --against"},
       {"plan --against nonexistent.json", "none of the files given to --against could be compared (the lines above say why)"},
       {"plan --against nonexistent.json", "skipped nonexistent.json: no such file"},
       {"plan --against damaged-record.json", "skipped damaged-record.json: a damaged run record: /config/batch_size is missing"},

@@ -502,6 +502,15 @@ void add_plan(CLI::App& app, const Command& self) {
   for (auto* o : {transformer, layers, targets, region, grid, pue, scaling}) against_opt->excludes(o);
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a, c] {
+    // Each record is planned as it ran: a flag describing the run would be ignored.
+    if (!a->against.empty())
+      for (const char* flag : {"--model", "--input", "--classes", "--batch-size", "--optimizer", "--workers", "--augment", "--dataset-size",
+                               "--epochs", "--precision", "--catalog"})
+        check(c->count(flag) == 0,
+              fmt::format("{} does not apply with --against: each run record is planned with the model, input, batch size, optimizer, "
+                          "workers, augmentation, dataset and precision it ran with",
+                          flag),
+              fmt::format("drop {}; to plan another run, leave out --against", flag));
     // A model made for one input (resnet18-imagenet: 3x224x224, 1000 classes) is planned on it
     // unless told otherwise; the Fashion-MNIST default would plan a different network.
     if (a->transformer.empty() && a->against.empty()) {
