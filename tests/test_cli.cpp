@@ -123,6 +123,9 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"lab --models small,nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"lab --batches 64,256,64", "--batches lists 64 twice"},
       {"lab model --models small,large,small", "--models lists small twice"},
+      // A flag for an experiment the lab does not run (it was ignored).
+      {"lab device --batches 16,64", "--batches is for the batch experiment, and this lab runs device\n"},
+      {"lab device batch --max-workers 2", "--max-workers is for the workers experiment, and this lab runs device, batch\n"},
       {"lab --data /nonexistent", "the lab's base run (medium at batch 64 on /nonexistent) cannot train: --data /nonexistent"},
       {"bench nosuch", "nosuch not in"},
       {"bench flops --ranks 4", "--ranks is for 'dlperf bench allreduce', not 'dlperf bench flops'"},

@@ -1,5 +1,14 @@
 // dlperf lab [device|batch|model|workers|precision ...]: flags map onto lab::LabConfig.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "cli/commands.h"
+#include "core/error.h"
 #include "lab/lab.h"
 
 namespace dlperf::cli {
@@ -27,7 +36,24 @@ void add_lab(CLI::App& app, const Command& self) {
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
   c->add_flag("--resume", cfg->resume,
               "reuse the finished runs an interrupted lab left in --out's runs/ (same settings, machine and dlperf build)");
-  c->callback([cfg] { lab::run_lab(*cfg); });
+  c->callback([cfg, c] {
+    // A flag for experiments this lab does not run would be ignored: say so before any run.
+    const std::vector<std::pair<const char*, std::vector<std::string>>> used_by = {
+        {"--batches", {"batch"}},
+        {"--models", {"model"}},
+        {"--max-workers", {"workers"}}};  // --model and --batch-size also make every lab's base and drift runs
+    const auto& runs = cfg->experiments;
+    if (!runs.empty())
+      for (const auto& [flag, experiments] : used_by) {
+        const bool applies = std::any_of(experiments.begin(), experiments.end(),
+                                         [&](const std::string& e) { return std::find(runs.begin(), runs.end(), e) != runs.end(); });
+        check(c->count(flag) == 0 || applies,
+              fmt::format("{} is for the {} experiment{}, and this lab runs {}", flag, fmt::join(experiments, ", "), experiments.size() == 1 ? "" : "s",
+                          fmt::join(runs, ", ")),
+              fmt::format("drop {}, or add one of those experiments", flag));
+      }
+    lab::run_lab(*cfg);
+  });
 }
 
 }  // namespace dlperf::cli
