@@ -93,6 +93,11 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --pue 0.5", "--pue: must be at least 1, not 0.5"},
       {"plan --grid-intensity -1", "--grid-intensity: must be at least 0, not -1"},
       {"plan --tp 2", "--tp requires --transformer"},
+      // Flags that would be ignored (they were): a CNN run's with a Transformer, the CPU's watts without the cpu target.
+      {"plan --transformer gpt2-small --model large", "--model describes a CNN training run, and --transformer plans a Transformer\n"},
+      {"plan --transformer gpt2-small --epochs 3", "--epochs describes a CNN training run"},
+      {"plan --targets h100-sxm --cpu-watts 100", "--cpu-watts is this CPU's power, for the cpu target, and the targets are h100-sxm\n"},
+      {"plan --transformer gpt2-small --cpu-watts 100", "and the targets are a100-80gb, h100-sxm, h200\n"},
       {"plan --json .", "--json . is a directory"},
       {"plan --transformer gpt2-small --layers", "--layers excludes --transformer"},
       {"plan --transformer 12,768,12,1024,50257 --tp 5", "--tp 5 does not divide the 12 attention heads"},

@@ -99,13 +99,18 @@ std::string does_not_fit(const plan::JobSpec& job, const plan::TargetEstimate& e
                      e.id, job.layout.tp, job.layout.pp);
 }
 
+// The targets planned when --targets is not given: this CPU for a CNN, the large GPUs for a Transformer.
+std::vector<std::string> targets_or_default(const PlanArgs& a, bool transformer) {
+  if (!a.targets.empty()) return a.targets;
+  return transformer ? std::vector<std::string>{"a100-80gb", "h100-sxm", "h200"} : std::vector<std::string>{"cpu"};
+}
+
 // The targets table; returns its rows for --json.
 nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const double pue = a.pue > 0 ? a.pue : cat.pue;
   const double grid = grid_intensity(a, cat);
-  std::vector<std::string> ids = a.targets;
-  if (ids.empty()) ids = job.transformer ? std::vector<std::string>{"a100-80gb", "h100-sxm", "h200"} : std::vector<std::string>{"cpu"};
+  const std::vector<std::string> ids = targets_or_default(a, job.transformer.has_value());
   report::Table t({"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"});
   std::vector<std::string> notes;
   nlohmann::json rows = nlohmann::json::array();
@@ -511,6 +516,19 @@ void add_plan(CLI::App& app, const Command& self) {
                           "workers, augmentation, dataset and precision it ran with",
                           flag),
               fmt::format("drop {}; to plan another run, leave out --against", flag));
+    // A Transformer's plan reads its size, --tokens, --batch-size, --micro-batch, --precision,
+    // --optimizer and the parallel layout: the CNN run's flags would be ignored.
+    if (!a->transformer.empty())
+      for (const char* flag : {"--model", "--input", "--classes", "--workers", "--augment", "--dataset-size", "--epochs"})
+        check(c->count(flag) == 0, fmt::format("{} describes a CNN training run, and --transformer plans a Transformer", flag),
+              fmt::format("drop {}; a Transformer's job is set by --tokens, --batch-size and --micro-batch", flag));
+    // --cpu-watts prices the cpu target's energy (and the records' with --against).
+    if (a->against.empty() && c->count("--cpu-watts") > 0) {
+      const std::vector<std::string> ids = targets_or_default(*a, !a->transformer.empty());
+      check(std::find(ids.begin(), ids.end(), "cpu") != ids.end(),
+            fmt::format("--cpu-watts is this CPU's power, for the cpu target, and the targets are {}", fmt::join(ids, ", ")),
+            "add cpu to --targets, or drop --cpu-watts");
+    }
     // A model made for one input (resnet18-imagenet: 3x224x224, 1000 classes) is planned on it
     // unless told otherwise; the Fashion-MNIST default would plan a different network.
     if (a->transformer.empty() && a->against.empty()) {
