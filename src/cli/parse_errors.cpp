@@ -15,10 +15,6 @@
 namespace dlperf::cli {
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // The word after the dashes ("--profile-skip" -> "profile-skip").
 std::string bare(const std::string& flag) {
   const size_t start = flag.find_first_not_of('-');
@@ -28,12 +24,12 @@ std::string bare(const std::string& flag) {
 }  // namespace
 
 std::string suggest_flag(const std::string& given, const std::vector<std::string>& flags) {
-  const bool long_flag = given.rfind("--", 0) == 0;
+  const bool long_flag = given.starts_with("--");
   if (!long_flag || bare(given).size() < 2) return "";  // '-x' is as near to '-h' as to anything
   // The same flag under the other command's name: train's "--profile-skip" is profile's "--skip",
   // and the other way round. Whole words only: "--out" is not "--about".
   for (const auto& f : flags)
-    if (f.rfind("--", 0) == 0 && (ends_with(given, "-" + bare(f)) || ends_with(f, "-" + bare(given)))) return f;
+    if (f.starts_with("--") && (given.ends_with("-" + bare(f)) || f.ends_with("-" + bare(given)))) return f;
   // A typo: one edit ("--epoch", "--target"), or two in a longer word ("--optimiser" has one, but
   // "--skip" is two from "--gzip", which no one meant).
   std::string best;
@@ -44,7 +40,7 @@ std::string suggest_flag(const std::string& given, const std::vector<std::string
   // The start of one flag, and of one only ("--batch" -> "--batch-size"; "--pro" starts four).
   std::vector<std::string> starts;
   for (const auto& f : flags)
-    if (f.rfind(given, 0) == 0) starts.push_back(f);
+    if (f.starts_with(given)) starts.push_back(f);
   return starts.size() == 1 ? starts[0] : "";
 }
 
@@ -101,7 +97,7 @@ std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& comman
     if (std::string said = unexpected_arguments(command, command_name, extras); !said.empty()) return said;
   const std::string what = e.what();
   // "Could not convert: --batch-size = abc"
-  if (const std::string prefix = "Could not convert: "; what.rfind(prefix, 0) == 0) {
+  if (const std::string prefix = "Could not convert: "; what.starts_with(prefix)) {
     const std::string rest = what.substr(prefix.size());
     const size_t eq = rest.find(" = ");
     if (eq != std::string::npos) {
@@ -115,18 +111,16 @@ std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& comman
     }
   }
   // "model is required": a positional argument.
-  if (const std::string required = " is required"; dynamic_cast<const CLI::RequiredError*>(&e) && what[0] != '-' &&
-                                                    what.rfind("A subcommand", 0) != 0 &&
-                                                    what.size() > required.size() &&
-                                                    what.compare(what.size() - required.size(), required.size(), required) == 0)
+  if (const std::string required = " is required";
+      dynamic_cast<const CLI::RequiredError*>(&e) && what[0] != '-' && !what.starts_with("A subcommand") && what.ends_with(required))
     return "'" + command_name + "' needs its " + what.substr(0, what.size() - required.size()) + " argument";
   const auto [name, rest] = split_at_name(what);
   if (name.empty()) return what;
   // "--batch-size: At Most 1 required but received 2"
-  if (const std::string at_most = "At Most 1 required but received "; rest.rfind(at_most, 0) == 0)
+  if (const std::string at_most = "At Most 1 required but received "; rest.starts_with(at_most))
     return name + " is given " + rest.substr(at_most.size()) + " times: give it once";
   // "--epochs: 1 required INT missing"
-  if (rest.find(" required ") != std::string::npos && rest.size() > 8 && rest.compare(rest.size() - 8, 8, " missing") == 0) {
+  if (rest.find(" required ") != std::string::npos && rest.ends_with(" missing")) {
     const CLI::Option* o = command.get_option_no_throw(name);
     const std::string kind = o ? kind_of_value(o->get_type_name()) : "";
     return name + " needs a value" + (kind.empty() ? "" : " (" + kind + ")");

@@ -164,9 +164,6 @@ double stream_s(double bytes, const Sources& from, const CpuCeilings& c, const E
   const double dram = std::min(from.from_dram, bytes), cold = from.cold_bps > 0 ? std::min(from.cold, bytes - dram) : 0;
   return dram / (c.dram_gbps * 1e9) + (cold > 0 ? cold / from.cold_bps : 0) + (bytes - dram - cold) / bandwidth_for(bytes, c, m);
 }
-double stream_s(double bytes, double from_dram, const CpuCeilings& c, const EngineModel& m) {
-  return stream_s(bytes, Sources{from_dram}, c, m);
-}
 
 // The rate of the level a step's buffers of `footprint` bytes fit in, for what it comes back
 // to a step later (EngineModel::cold_step_l3_share); 0 where the model has no such level.
@@ -180,7 +177,7 @@ double cold_bytes_per_s(double footprint, const CpuCeilings& c, const EngineMode
 PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m, double from_dram = 0) {
   if (p.flops == 0 && p.bytes == 0) return {};
   const double compute = p.flops / (c.peak_gflops * 1e9 * efficiency);
-  const double memory = stream_s(p.bytes, from_dram, c, m);
+  const double memory = stream_s(p.bytes, Sources{from_dram}, c, m);
   return {std::max(compute, memory) + m.call_overhead_s, compute >= memory};
 }
 
