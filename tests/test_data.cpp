@@ -116,6 +116,25 @@ TEST(Idx, ASetHasTheClassesItsLabelsName) {
   c.runs_dir = "", c.quiet = true, c.progress = false;
   const train::TrainResult r = train::train(c);
   EXPECT_EQ(r.record["data"]["classes"], 47);
+  EXPECT_EQ(d.notice, "");  // every class has training images
+}
+
+// One corrupt label (200 in a 10-class set) makes 201 classes. That is said, naming the classes
+// no training image has, since a model with 191 unused outputs is rarely what was meant.
+TEST(Idx, ClassesNoTrainingImageHasAreSaid) {
+  TempDir t;
+  write_idx_set(t.path, false);
+  EXPECT_EQ(data::load_data(t.path.string()).notice, "");
+  std::vector<uint8_t> labels = idx_labels(20);
+  labels[8 + 3] = 200;  // sample 3 had label 3 (i % 10); sample 13 keeps class 3
+  write(t.path / "train-labels-idx1-ubyte", labels);
+  const auto d = data::load_data(t.path.string());
+  EXPECT_EQ(d.train.classes, 201);
+  EXPECT_NE(d.notice.find("labels name 201 classes (0..200), but no training image is labelled 10..199: "), std::string::npos)
+      << d.notice;
+  labels[8 + 5] = labels[8 + 15] = 6;  // class 5's two samples: now neither 5 nor 10..199 has one
+  write(t.path / "train-labels-idx1-ubyte", labels);
+  EXPECT_NE(data::load_data(t.path.string()).notice.find("no training image is labelled 5, 10..199: "), std::string::npos);
 }
 
 TEST(Idx, DamagedFilesGiveOneClearError) {

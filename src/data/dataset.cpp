@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "core/error.h"
 #include "hw/cpu_info.h"
@@ -35,6 +37,24 @@ std::string find_file(const fs::path& dir, const std::string& name) {
   return "";
 }
 
+// The classes below the highest label that no training image has, as ranges ("3, 10..199"); ""
+// when every class has one. The class count is the highest label + 1, so one corrupt label
+// (200 in a 10-class set) makes a model with 201 outputs: said, not refused, since a real set
+// may lack a class in training.
+std::string classes_without_images(const Dataset& d) {
+  std::vector<bool> seen(size_t(d.classes), false);
+  for (const uint8_t l : d.labels) seen[l] = true;
+  std::string out;
+  for (size_t c = 0; c < seen.size();) {
+    if (seen[c]) { ++c; continue; }
+    size_t e = c;
+    while (e + 1 < seen.size() && !seen[e + 1]) ++e;
+    out += fmt::format("{}{}", out.empty() ? "" : ", ", e == c ? fmt::format("{}", c) : fmt::format("{}..{}", c, e));
+    c = e + 1;
+  }
+  return out;
+}
+
 DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok) {
   DataPair p;
   const std::string names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -50,6 +70,10 @@ DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok
   p.train = read_idx(paths[0], paths[1], name, 0);
   p.test = read_idx(paths[2], paths[3], name, 0);
   p.train.classes = p.test.classes = std::max(p.train.classes, p.test.classes);
+  if (const std::string missing = classes_without_images(p.train); !missing.empty())
+    p.notice = fmt::format("{}'s labels name {} classes (0..{}), but no training image is labelled {}: "
+                           "the model gets an output for each; if the set has fewer classes, a label file is corrupt",
+                           dir.string(), p.train.classes, p.train.classes - 1, missing);
   check(p.train.height == p.test.height && p.train.width == p.test.width,
         fmt::format("{}: the training images are {}x{} and the test images {}x{}", dir.string(), p.train.height, p.train.width,
                     p.test.height, p.test.width),
