@@ -12,6 +12,7 @@
 #include "profile/report.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/detail.h"
 #include "train/trainer.h"
 
 namespace dlperf::test {
@@ -307,6 +308,30 @@ TEST(Profile, AWindowMayStartInALaterEpoch) {
   c.profile_skip = 3 * 16;
   const std::string e = error_of([&] { train::train(c); });
   EXPECT_NE(e.find("this run trains 48 steps (3 epochs of 16)"), std::string::npos) << e;
+}
+
+// A window longer than what is left of its epoch records to the epoch's end, and says so, in the
+// flags of the command that set it; a window that fits says nothing.
+TEST(Profile, AWindowCutShortByItsEpochSaysSo) {
+  TempDir dir;
+  auto c = profiled("small", dir.path);  // 16 steps an epoch
+  c.epochs = 3;
+  c.profile_skip = 20;  // the 5th step of the 2nd epoch: 12 left in it
+  c.profile_steps = 12;
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16, 3).note, "");
+  c.profile_steps = 0;  // to the epoch's end, as asked
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16, 3).note, "");
+  c.profile_steps = 30;
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16, 3).note,
+            "--steps 30 is more than the 12 steps left in the epoch after --skip 20: it records those 12 (recording ends "
+            "with the epoch it starts in; --steps 0 records to that end)");
+  c.profile_only = false;
+  EXPECT_NE(train::detail::ProfileWindow(c, 16, 3).note.find("--profile-steps 30 is more than the 12 steps left in the epoch "
+                                                              "after --profile-skip 20"),
+            std::string::npos);
+  c.profile_only = true;
+  const auto r = train::train(c);
+  EXPECT_EQ(r.profile["step"]["steps"], 12);
 }
 
 // dlperf profile stops its epoch after the recorded steps, so it writes no checkpoint: one that

@@ -171,7 +171,13 @@ struct ProfileWindow {
           fmt::format("{} {} leaves no step to record: this run trains {} ({} of {})", flag, skip, counted(run_steps, "step"),
                       counted(epochs_to_train, "epoch"), per_epoch),
           fmt::format("lower {}, or use more data, more --epochs or a smaller --batch-size", flag));
+    // Recording stops at the end of the epoch it starts in: a longer window is cut short, and said.
+    if (const int64_t left = per_epoch - skip % per_epoch; steps > left)
+      note = fmt::format("{} {} is more than the {} left in the epoch after {} {}: it records those {} (recording ends with "
+                         "the epoch it starts in; {} 0 records to that end)",
+                         profile_flag(cfg, "steps"), steps, counted(left, "step"), flag, skip, left, profile_flag(cfg, "steps"));
   }
+  std::string note;  ///< said with the run's notes when the window is cut short, else empty
   /// `k`: steps this run trained before the one about to start.
   bool starts_at(int64_t k) const { return k == skip; }
   bool ends_at(int64_t k) const { return steps > 0 && k == skip + steps; }

@@ -296,6 +296,8 @@ class GpuProfile {
              CachingAllocator& mem)
       : window_(cfg, per_epoch, epochs_to_train), first_step_(first_step), net_(net), mem_(mem) {}
   bool done() const { return done_; }
+  /// Said with the run's notes: the window is cut short by the end of its epoch.
+  const std::string& note() const { return window_.note; }
   bool recording() const { return profile::Recorder::get().on(); }
 
   /// Before the run's step `step`: starts or stops the recording where the window starts or ends.
@@ -621,6 +623,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
   if (say) {
     print_notes(notes);
+    if (run.profile && !run.profile->note().empty()) print_notes({run.profile->note()});
     run.print_header(start_epoch, result.epochs);
   }
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0

@@ -733,7 +733,10 @@ TrainResult train(const TrainConfig& cfg) {
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
   const size_t resumed_epochs = result.epochs.size();
   // Before the header, so a profile window past the run's end is refused before anything prints.
-  if (cfg.profile) run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
+  if (cfg.profile) {
+    run.window.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch);
+    if (!run.window->note.empty()) notes.push_back(run.window->note);
+  }
   if (say) {
     print_notes(notes);
     run.print_header(start_epoch, result.epochs, threads);
