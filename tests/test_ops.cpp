@@ -3,6 +3,8 @@
 // r, so dL/dy = r.
 #include <gtest/gtest.h>
 
+#include <ostream>
+#include <string>
 #include <tuple>
 
 #include "hw/cpu_info.h"
@@ -26,6 +28,24 @@ struct ConvCase {
   Dims x;
   OpAttrs a;
 };
+
+// "2x3x8x8", the dims as the test names show them.
+std::string dims_name(const Dims& d) {
+  std::string s;
+  for (const int64_t v : d) {
+    if (!s.empty()) s += 'x';
+    s += std::to_string(v);
+  }
+  return s;
+}
+
+// The case as gtest prints it, and so as ctest names it (gtest_discover_tests): without a
+// PrintTo, gtest printed the struct's bytes, heap pointers and padding included, so the names
+// changed from build to build.
+void PrintTo(const ConvCase& c, std::ostream* os) {
+  *os << dims_name(c.x) << "_out" << c.a.out_channels << "_k" << c.a.kernel << "s" << c.a.stride << "p" << c.a.padding
+      << (c.a.bias ? "_bias" : "");
+}
 
 class Conv2dTest : public ::testing::TestWithParam<ConvCase> {};
 
@@ -159,6 +179,17 @@ struct PoolCase {
   int64_t k, s, p;
   cpu::tag layout = cpu::tag::undef;  ///< producer layout; undef = plain nchw
 };
+
+void PrintTo(const PoolCase& c, std::ostream* os) {
+  *os << ops::to_string(c.kind) << "_" << dims_name(c.x) << "_k" << c.k << "s" << c.s << "p" << c.p;
+  switch (c.layout) {
+    case cpu::tag::undef: break;
+    case cpu::tag::nhwc: *os << "_nhwc"; break;
+    case cpu::tag::nChw8c: *os << "_nChw8c"; break;
+    case cpu::tag::nChw16c: *os << "_nChw16c"; break;
+    default: *os << "_tag" << int(c.layout); break;
+  }
+}
 
 class PoolTest : public ::testing::TestWithParam<PoolCase> {};
 
