@@ -166,7 +166,7 @@ struct ProfileWindow {
   int64_t skip, steps;
   ProfileWindow(const TrainConfig& cfg, int64_t per_epoch, int64_t epochs_to_train) : skip(cfg.profile_skip), steps(cfg.profile_steps) {
     const int64_t run_steps = per_epoch * epochs_to_train;
-    const std::string flag = profile_flag(cfg, "skip");
+    const std::string flag = profile_flag(cfg, "skip"), steps_flag = profile_flag(cfg, "steps");
     check(skip < run_steps,
           fmt::format("{} {} leaves no step to record: this run trains {} ({} of {})", flag, skip, counted(run_steps, "step"),
                       counted(epochs_to_train, "epoch"), per_epoch),
@@ -175,7 +175,7 @@ struct ProfileWindow {
     if (const int64_t left = per_epoch - skip % per_epoch; steps > left)
       note = fmt::format("{} {} is more than the {} left in the epoch after {} {}: it records those {} (recording ends with "
                          "the epoch it starts in; {} 0 records to that end)",
-                         profile_flag(cfg, "steps"), steps, counted(left, "step"), flag, skip, left, profile_flag(cfg, "steps"));
+                         steps_flag, steps, counted(left, "step"), flag, skip, left, steps_flag);
   }
   std::string note;  ///< said with the run's notes when the window is cut short, else empty
   /// `k`: steps this run trained before the one about to start.
@@ -208,6 +208,6 @@ void print_notes(const std::vector<std::string>& notes);
 
 /// The training loop on GPU `device` (builds with the CUDA backend only; gpu_trainer.cpp), with
 /// the notes to print before its header.
-TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph, const std::vector<std::string>& notes);
+TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph, std::vector<std::string> notes);
 
 }  // namespace dlperf::train::detail

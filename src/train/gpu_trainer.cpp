@@ -612,7 +612,7 @@ struct GpuRun {
 
 }  // namespace
 
-TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph, const std::vector<std::string>& notes) {
+TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, nn::Graph graph, std::vector<std::string> notes) {
   GpuRun run(cfg, device, std::move(d), std::move(graph));
   const bool say = !cfg.quiet;
   TrainResult result;
@@ -620,10 +620,12 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   const size_t resumed_epochs = result.epochs.size();
   run.step = start_epoch * run.per_epoch;
   // Before the header, so a profile window past the run's end is refused before anything prints.
-  if (cfg.profile) run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
+  if (cfg.profile) {
+    run.profile.emplace(cfg, run.per_epoch, cfg.epochs - start_epoch, run.step, *run.net, run.mem);
+    if (!run.profile->note().empty()) notes.push_back(run.profile->note());
+  }
   if (say) {
     print_notes(notes);
-    if (run.profile && !run.profile->note().empty()) print_notes({run.profile->note()});
     run.print_header(start_epoch, result.epochs);
   }
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0

@@ -705,7 +705,7 @@ TrainResult train(const TrainConfig& cfg) {
                                     d.train.classes, cfg.batch);
   if (const int gpu = cuda::resolve_device(cfg.device); gpu >= 0) {  // throws when the device cannot be used
 #ifdef DLPERF_HAVE_CUDA
-    return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph), notes);
+    return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph), std::move(notes));
 #endif
   }
   if (const std::string why = cpu_precision_refusal(cfg.precision); !why.empty())
