@@ -410,6 +410,23 @@ TEST(Cli, AProfileWithoutFilesSaysSo) {
     EXPECT_NE(f.path().extension(), ".json") << f.path();
 }
 
+// A profile file that cannot be written (a full disk: /dev/full stands in for it) names the flag
+// that chose its path, in each command's own words.
+TEST(Cli, AProfileFileThatCannotBeWrittenNamesItsFlag) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  TempDir dir;
+  const std::string run = "--device cpu --model small --data synthetic:1x12x12:256 --runs-dir '' --no-progress";
+  for (const auto& [command, flag] : {std::pair{"profile --skip 1 --steps 2 --out p", "--out"},
+                                      std::pair{"train --profile --profile-steps 2 --profile-out p", "--profile-out"}}) {
+    std::filesystem::create_symlink("/dev/full", dir.path / "p.trace.json.tmp");  // the failed write removes it
+    const Outcome o = run_dlperf(dir, fmt::format("{} {}", command, run));
+    EXPECT_EQ(o.exit_code, 1) << command;
+    EXPECT_FALSE(std::filesystem::exists(dir.path / "p.trace.json")) << command;
+    EXPECT_NE(o.err.find("could not write p.trace.json (is the disk full, or the directory read-only?)"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(fmt::format("hint: check {}\n", flag)), std::string::npos) << o.err;
+  }
+}
+
 // Runs within one second keep their own default files, and a bench whose default results file
 // cannot be written says so before it measures anything.
 TEST(Cli, DefaultOutputFilesAreNeverReplacedAndCheckedFirst) {

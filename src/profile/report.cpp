@@ -271,7 +271,8 @@ json to_json(const Report& r) {
           {"ceilings", plan::to_json(r.ceilings)}};
 }
 
-void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory) {
+void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory,
+                 const std::string& hint) {
   json ev = json::array();
   ev.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"args", {{"name", "dlperf"}}}});
   std::set<int> tracks;
@@ -294,7 +295,7 @@ void write_trace(const std::string& path, const std::vector<Event>& events, cons
   }
   const std::string body = json{{"traceEvents", ev}, {"displayTimeUnit", "ms"}}.dump();
   const bool gz = path.size() > 3 && path.compare(path.size() - 3, 3, ".gz") == 0;
-  write_file_atomically(path, gz ? gzip(body) : body, "check --profile-out");
+  write_file_atomically(path, gz ? gzip(body) : body, hint);
 }
 
 }  // namespace dlperf::profile

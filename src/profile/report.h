@@ -57,7 +57,9 @@ void print_report(const Report& r, size_t max_rows = 40);
 nlohmann::json to_json(const Report& r);
 
 /// Chrome Trace Event Format: complete events ("X", microseconds), a track per thread, memory
-/// counter tracks ("C"). Gzip-compressed when the path ends in .gz.
-void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory);
+/// counter tracks ("C"). Gzip-compressed when the path ends in .gz. `hint` is the error's hint
+/// when it cannot be written ("check --out": the flag that chose the path).
+void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory,
+                 const std::string& hint);
 
 }  // namespace dlperf::profile

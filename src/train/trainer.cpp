@@ -181,10 +181,11 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
     if (say) std::printf("no trace or table file: --runs-dir is empty and no %s was given\n", detail::profile_flag(cfg, "out").c_str());
     return;
   }
-  result.trace_path = prefix + trace_ext;
-  profile::write_trace(result.trace_path, events, rec.memory());
-  const std::string table = prefix + ".json";
+  // A file that cannot be written names the flag that chose where it goes (the hint's words).
   const std::string where = cfg.profile_out.empty() ? std::string("--runs-dir") : detail::profile_flag(cfg, "out");
+  result.trace_path = prefix + trace_ext;
+  profile::write_trace(result.trace_path, events, rec.memory(), "check " + where);
+  const std::string table = prefix + ".json";
   write_file_atomically(table, result.profile.dump(2) + "\n", "check " + where);
   if (say)
     std::printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing); table: %s\n", result.trace_path.c_str(),
