@@ -370,15 +370,37 @@ TEST(Roofline, PointsRoofsAndFiles) {
   std::string header;
   std::getline(csv, header);
   EXPECT_EQ(header, "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops");
-  if (draw) {  // a valid PNG: the 8-byte signature
-    std::ifstream png(stem + ".png", std::ios::binary);
-    char sig[8] = {};
-    png.read(sig, 8);
-    EXPECT_EQ(std::string(sig + 1, 3), "PNG");
+  if (draw) {  // a valid PNG, signature to IEND
+    EXPECT_TRUE(report::png_is_whole(stem + ".png"));
     EXPECT_GT(std::filesystem::file_size(stem + ".png"), 1000u);
   }
   EXPECT_THROW(bench::write_roofline({}, {{"FMA peak", 150}}, {}, stem, "t", false), Error);
   EXPECT_THROW(bench::write_roofline(points, {}, {}, stem, "t", false), Error);
+}
+
+// gnuplot exits 0 when it cannot write its PNG, leaving the file cut short on a full disk (a
+// 17 kB plot stopped at 8 kB): a plot is checked from its signature to its IEND chunk, and a
+// damaged one is an error and removed, not embedded in a report.
+TEST(Plot, APngCutShortIsAnErrorAndRemoved) {
+  TempDir t;
+  const std::string signature = "\x89PNG\r\n\x1a\n", header = std::string("\0\0\0\x0dIHDR", 8) + std::string(17, '\x01');
+  const std::string iend = std::string("\0\0\0\0IEND\xae\x42\x60\x82", 12);
+  const auto write = [&](const std::string& name, const std::string& bytes) {
+    std::ofstream(t.path / name, std::ios::binary) << bytes;
+    return (t.path / name).string();
+  };
+  EXPECT_TRUE(report::png_is_whole(write("whole.png", signature + header + iend)));
+  EXPECT_FALSE(report::png_is_whole(write("cut.png", signature + header + iend.substr(0, 6))));
+  EXPECT_FALSE(report::png_is_whole(write("text.png", "not a png at all, but long enough")));
+  EXPECT_FALSE(report::png_is_whole((t.path / "missing.png").string()));
+  if (!report::gnuplot_available() || !std::filesystem::exists("/dev/full")) GTEST_SKIP() << "needs gnuplot and /dev/full";
+  const auto png = t.path / "full.png";
+  std::filesystem::create_symlink("/dev/full", png);  // every write fails: no space left on device
+  const std::string gp = write("full.gp", fmt::format("set terminal pngcairo\nset output '{}'\nplot x\n", png.string()));
+  const std::string error = error_of([&] { report::run_gnuplot(gp, png.string()); });
+  EXPECT_NE(error.find("gnuplot did not write a whole " + png.string()), std::string::npos) << error;
+  EXPECT_NE(error.find("rerun: gnuplot " + gp), std::string::npos) << error;
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::symlink_status(png))) << "the damaged plot is left in place";
 }
 
 // A pass is held to the roof of the level its bytes fit in (the level the planner picks), so a

@@ -100,10 +100,7 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
     if (report::gnuplot_available()) {
       EXPECT_FALSE(e.plots.empty());
       for (const auto& p : e.plots) {
-        std::ifstream png(dir.path / p, std::ios::binary);
-        char sig[8] = {};
-        png.read(sig, 8);
-        EXPECT_EQ(std::string(sig + 1, 3), "PNG") << p;
+        EXPECT_TRUE(report::png_is_whole((dir.path / p).string())) << p;
         EXPECT_NE(readme.find("](" + p + ")"), std::string::npos) << p;
       }
     }
@@ -216,6 +213,27 @@ TEST(Lab, ResumeReusesTheFinishedRunsOfAnInterruptedLab) {
       EXPECT_EQ(b["images_per_s"], a["images_per_s"]);
     }
   }
+}
+
+// A report that cannot be written (a full disk: /dev/full stands in for it) fails the lab after
+// its runs, whose records are kept, and says how to get the report without training them again.
+TEST(Lab, AReportThatCannotBeWrittenSaysResumeKeepsTheRuns) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  TempDir dir;
+  lab::LabConfig c = tiny_lab(dir.path);
+  c.experiments = {"batch"};
+  fs::create_symlink("/dev/full", dir.path / "batch.csv.tmp");
+  const std::string error = error_of([&] { lab::run_lab(c); });
+  EXPECT_NE(error.find("could not write " + (dir.path / "batch.csv").string()), std::string::npos) << error;
+  EXPECT_NE(error.find("| free some space, then run the same dlperf lab command with --resume: it reuses the 3 finished runs kept in " +
+                       dir.path.string() + "/runs and writes the report"),
+            std::string::npos)
+      << error;
+  EXPECT_EQ(records_in(dir.path / "runs"), 3u);
+  c.resume = true;  // the space is back
+  lab::run_lab(c);
+  EXPECT_EQ(json::parse(slurp(dir.path / "lab.json"))["reused_runs"], 3);
+  EXPECT_EQ(records_in(dir.path / "runs"), 3u);
 }
 
 TEST(Lab, CtrlCEndsTheLabAndResumeReusesTheRunsThatFinished) {

@@ -109,7 +109,7 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
   write_file_atomically(gp, script, "check that the directory is writable and the disk has room");
   written.push_back(gp);
   if (draw) {
-    report::run_gnuplot(gp);
+    report::run_gnuplot(gp, png);
     written.push_back(png);
   }
   return written;

@@ -659,7 +659,14 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   json machine = hw::machine_json();
   machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;
-  write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check()});
+  try {
+    write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check()});
+  } catch (const Error& e) {  // a full disk at the end of hours of runs: they are kept, and say how to get the report
+    const size_t n = runner.record_paths().size();
+    throw Error(e.what(), fmt::format("free some space, then run the same dlperf lab command with --resume: it reuses the {} finished "
+                                      "run{} kept in {}/runs and writes the report",
+                                      n, n == 1 ? "" : "s", cfg.out));
+  }
   if (!cfg.quiet) {
     for (const auto& e : exps) print_experiment(e);
     if (noise.runs > 0)

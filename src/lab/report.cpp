@@ -130,7 +130,7 @@ std::string draw(const Plot& p, const Experiment& e, const fs::path& out) {
     script += fmt::format("set xlabel '{}'\n{}set offsets graph 0.05, graph 0.05, 0, 0\n", p.xlabel, p.log2x ? "set logscale x 2\n" : "");
   script += plot_cmd + "\n";
   write_file(gp, script);
-  report::run_gnuplot(gp.string());
+  report::run_gnuplot(gp.string(), png.string());
   return (fs::path("plots") / (p.stem + ".png")).string();
 }
 

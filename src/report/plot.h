@@ -8,7 +8,10 @@ namespace dlperf::report {
 
 /// True when `gnuplot` runs and has the pngcairo terminal.
 bool gnuplot_available();
-/// Runs `gnuplot script_path`; throws Error with gnuplot's exit status on failure.
-void run_gnuplot(const std::string& script_path);
+/// Runs `gnuplot script_path`, whose output is `png_path`; throws Error with gnuplot's exit
+/// status on failure, or when the PNG is missing or cut short (removing it).
+void run_gnuplot(const std::string& script_path, const std::string& png_path);
+/// True when `path` is a PNG from its signature to its closing IEND chunk.
+bool png_is_whole(const std::string& path);
 
 }  // namespace dlperf::report
