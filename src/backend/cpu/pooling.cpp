@@ -6,7 +6,9 @@
 // 2-3 GB/s on the benchmark machine, several times slower than a plain loop over the channel
 // vectors (see docs/benchmarks.md). Average pooling and other layouts go to oneDNN, among them
 // the nChw16c blocks of AVX-512 CPUs: there oneDNN has an AVX-512 kernel, which on a Zen 4 EPYC
-// (2026-11-22, medium at batch 64) was as fast as this code forward and 20% faster backward.
+// (2026-11-22, medium at batch 64) was as fast as this code forward and 20% faster backward; on
+// a Zen 5 (2026-11-24, small at batch 256, scripts/ab_profile.py, medians of 3) this code taking
+// nChw16c as two vectors of 8 ran 1.5-1.8x slower forward and 1.1x slower backward, the step 5%.
 #include <immintrin.h>
 
 #include <algorithm>
