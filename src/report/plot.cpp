@@ -3,9 +3,7 @@
 #include <fmt/format.h>
 
 #include <array>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 
