@@ -4,9 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <ostream>
-#include <string>
 #include <tuple>
 
+#include "core/tensor.h"
 #include "hw/cpu_info.h"
 #include "op_harness.h"
 
@@ -29,21 +29,11 @@ struct ConvCase {
   OpAttrs a;
 };
 
-// "2x3x8x8", the dims as the test names show them.
-std::string dims_name(const Dims& d) {
-  std::string s;
-  for (const int64_t v : d) {
-    if (!s.empty()) s += 'x';
-    s += std::to_string(v);
-  }
-  return s;
-}
-
 // The case as gtest prints it, and so as ctest names it (gtest_discover_tests): without a
 // PrintTo, gtest printed the struct's bytes, heap pointers and padding included, so the names
 // changed from build to build.
 void PrintTo(const ConvCase& c, std::ostream* os) {
-  *os << dims_name(c.x) << "_out" << c.a.out_channels << "_k" << c.a.kernel << "s" << c.a.stride << "p" << c.a.padding
+  *os << dims_str(c.x) << "_out" << c.a.out_channels << "_k" << c.a.kernel << "s" << c.a.stride << "p" << c.a.padding
       << (c.a.bias ? "_bias" : "");
 }
 
@@ -181,7 +171,7 @@ struct PoolCase {
 };
 
 void PrintTo(const PoolCase& c, std::ostream* os) {
-  *os << ops::to_string(c.kind) << "_" << dims_name(c.x) << "_k" << c.k << "s" << c.s << "p" << c.p;
+  *os << ops::to_string(c.kind) << "_" << dims_str(c.x) << "_k" << c.k << "s" << c.s << "p" << c.p;
   switch (c.layout) {
     case cpu::tag::undef: break;
     case cpu::tag::nhwc: *os << "_nhwc"; break;
