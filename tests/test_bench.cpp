@@ -8,6 +8,7 @@
 #include "core/memory.h"
 #include "core/rng.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 
 namespace dlperf::test {
 namespace {
@@ -499,24 +500,25 @@ TEST(MachineProfile, AQuickMeasurementNeverReplacesAFullOne) {
   TempDir t;
   const auto cwd = std::filesystem::current_path();
   std::filesystem::current_path(t.path);
+  auto replaces = [](const nlohmann::json& p) { return bench::why_machine_profile_kept(p).empty(); };
   const nlohmann::json full = {{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"quick", false}};
   nlohmann::json quick = full;
   quick["quick"] = true;
-  EXPECT_TRUE(bench::replaces_machine_profile(quick));  // no profile yet
+  EXPECT_TRUE(replaces(quick));  // no profile yet
   bench::write_machine_profile(full);
   EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(), "measured by 'dlperf bench all', in runs/machine-profile.json");
-  EXPECT_FALSE(bench::replaces_machine_profile(quick));
+  EXPECT_FALSE(replaces(quick));
   quick["threads"] = 1;
-  EXPECT_FALSE(bench::replaces_machine_profile(quick));
+  EXPECT_FALSE(replaces(quick));
   quick["cpu"] = "another CPU";
-  EXPECT_TRUE(bench::replaces_machine_profile(quick));
+  EXPECT_TRUE(replaces(quick));
   nlohmann::json full_1 = full;
   full_1["threads"] = 1;
-  EXPECT_TRUE(bench::replaces_machine_profile(full_1));
+  EXPECT_TRUE(replaces(full_1));
   quick = full;
   quick["quick"] = true;
   bench::write_machine_profile(quick);  // a quick one is replaced by another
-  EXPECT_TRUE(bench::replaces_machine_profile(quick));
+  EXPECT_TRUE(replaces(quick));
   EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(), "measured by 'dlperf bench all --quick', in runs/machine-profile.json");
   // A profile whose CPU facts are another CPU's (the same "AMD EPYC" name on a Zen 3 and a Zen 5
   // VM) holds no ceilings for this one; with this CPU's facts it does.
@@ -527,6 +529,102 @@ TEST(MachineProfile, AQuickMeasurementNeverReplacesAFullOne) {
   here["cpu_identity"]["isa"] = "another ISA";
   bench::write_machine_profile(here);
   EXPECT_EQ(bench::load_ceilings(cpu.model, 2).f32_gflops, 0.0);
+  std::filesystem::current_path(cwd);
+}
+
+// The kernel's accounting, read as bench and train read it: per-CPU lines of the CPUs this
+// process may run on (not the first, all-CPU line), this process's own time and its children's
+// (the name in /proc/PID/stat may hold spaces and parentheses), and the shares between readings.
+TEST(HostLoad, ReadsTheKernelsAccountingOfTheCpusItMayRunOn) {
+  const std::string stat0 =
+      "cpu  300 0 100 1000 0 0 0 10 0 0\n"
+      "cpu0 100 0 50 500 0 0 0 5 0 0\n"
+      "cpu1 200 0 50 500 0 0 0 5 0 0\n"
+      "cpu2 999 0 0 0 0 0 0 0 0 0\n"
+      "intr 12345\n";
+  hw::CpuTimes a = hw::parse_proc_stat(stat0, {0, 1}, 100);
+  ASSERT_TRUE(a.known);
+  EXPECT_EQ(a.cpus, 2);
+  EXPECT_DOUBLE_EQ(a.busy_s, 4.0);   // (100 + 50 + 200 + 50) ticks
+  EXPECT_DOUBLE_EQ(a.steal_s, 0.1);
+  EXPECT_DOUBLE_EQ(a.total_s, 14.1);
+  EXPECT_FALSE(hw::parse_proc_stat(stat0, {7}, 100).known) << "none of its CPUs listed";
+  EXPECT_DOUBLE_EQ(hw::parse_proc_stat("cpu0 100 0 100 800\n", {0}, 100).total_s, 10.0) << "an old kernel's line, without steal";
+
+  EXPECT_DOUBLE_EQ(hw::parse_self_stat("42 (dl perf (x)) R 1 2 3 4 5 6 7 8 9 10 120 30 40 10 20 0", 100), 2.0);
+  EXPECT_EQ(hw::parse_self_stat("42 (dlperf) R 1 2", 100), -1);
+  EXPECT_EQ(hw::parse_self_stat("", 100), -1);
+
+  // 10 s on 2 CPUs: this process used 12 s of the 20, other processes 4, the hypervisor 1.
+  hw::CpuTimes b = a;
+  a.self_s = 1;
+  b.self_s = 13;
+  b.busy_s = a.busy_s + 16;
+  b.steal_s = a.steal_s + 1;
+  b.total_s = a.total_s + 20;
+  const hw::HostLoad h = hw::host_load(a, b);
+  ASSERT_TRUE(h.known);
+  EXPECT_DOUBLE_EQ(h.seconds, 10.0);
+  EXPECT_NEAR(h.others_share, 0.2, 1e-12);
+  EXPECT_NEAR(h.steal_share, 0.05, 1e-12);
+  EXPECT_TRUE(h.busy());
+  EXPECT_EQ(hw::busy_note(h), "other processes used 20% of the 2 CPUs' time, and the hypervisor took 5% for other guests");
+  // Below the threshold, or too short a window to tell, it is not busy.
+  b.busy_s = a.busy_s + 12.5, b.steal_s = a.steal_s;
+  EXPECT_FALSE(hw::host_load(a, b).busy());
+  EXPECT_EQ(hw::busy_note(hw::host_load(a, b)), "");
+  b.busy_s = a.busy_s + 16, b.total_s = a.total_s + 1.6;
+  EXPECT_FALSE(hw::host_load(a, b).busy()) << "0.8 s";
+  // Ticks sampled apart can make this process's time exceed the CPUs' busy time: that is no load.
+  b.total_s = a.total_s + 20, b.busy_s = a.busy_s + 11.9;
+  EXPECT_EQ(hw::host_load(a, b).others_share, 0.0);
+  EXPECT_FALSE(hw::host_load(a, hw::CpuTimes{}).known);
+  const hw::HostLoad instant = hw::host_load(a, a);  // within one tick
+  EXPECT_TRUE(instant.known);
+  EXPECT_EQ(instant.seconds, 0.0);
+  EXPECT_EQ(instant.others_share, 0.0);
+  EXPECT_FALSE(instant.busy());
+  // The machine's own counters move forward.
+  const hw::CpuTimes now = hw::cpu_times_now();
+  ASSERT_TRUE(now.known) << "/proc/stat or /proc/self/stat unreadable";
+  EXPECT_EQ(now.cpus, hw::usable_cpus());
+  EXPECT_GT(now.total_s, 0.0);
+  EXPECT_GE(now.self_s, 0.0);
+}
+
+// A bench all that shared the CPUs with other work (hw::HostLoad::busy) reads low: it does not
+// replace a profile measured on an idle machine, a calm one replaces it, and the ceilings it left
+// say how they were measured.
+TEST(MachineProfile, AMeasurementOnABusyMachineDoesNotReplaceACalmOne) {
+  TempDir t;
+  const auto cwd = std::filesystem::current_path();
+  std::filesystem::current_path(t.path);
+  const nlohmann::json calm = {{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"quick", false},
+                               {"host_load", {{"known", true}, {"others_share", 0.01}, {"steal_share", 0.0}, {"busy", false}}}};
+  nlohmann::json busy = calm;
+  busy["f32_gflops"] = 50.0;
+  busy["host_load"] = {{"known", true}, {"others_share", 0.34}, {"steal_share", 0.0}, {"busy", true},
+                       {"note", "other processes used 34% of the 2 CPUs' time"}};
+  EXPECT_TRUE(bench::why_machine_profile_kept(busy).empty()) << "no profile yet: the busy one is better than none";
+  bench::write_machine_profile(busy);
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(),
+            "measured by 'dlperf bench all', in runs/machine-profile.json, while other processes used 34% of the 2 CPUs' time "
+            "(they may read low: rerun it on an idle machine)");
+  nlohmann::json calm_quick = calm;
+  calm_quick["quick"] = true;
+  EXPECT_TRUE(bench::why_machine_profile_kept(calm_quick).empty()) << "an idle quick run replaces a busy full one";
+  bench::write_machine_profile(calm);
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(), "measured by 'dlperf bench all', in runs/machine-profile.json");
+  const std::string kept = bench::why_machine_profile_kept(busy);
+  EXPECT_NE(kept.find("measured on an idle machine, this run was not"), std::string::npos) << kept;
+  nlohmann::json other_cpu = busy;
+  other_cpu["cpu"] = "another CPU";
+  EXPECT_TRUE(bench::why_machine_profile_kept(other_cpu).empty());
+  // A profile from before host loads were recorded counts as calm.
+  nlohmann::json old = calm;
+  old.erase("host_load");
+  bench::write_machine_profile(old);
+  EXPECT_FALSE(bench::why_machine_profile_kept(busy).empty());
   std::filesystem::current_path(cwd);
 }
 

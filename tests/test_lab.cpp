@@ -134,6 +134,7 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
       EXPECT_FALSE(r["note"].get<std::string>().empty());
     }
   EXPECT_NE(readme.find("## Machine"), std::string::npos);
+  EXPECT_NE(readme.find("**Other work on the CPUs:** "), std::string::npos) << "every run record says what else ran";
   // Before the runs, the lab listed them and the planner predicted their time; every run it
   // trained was planned (the records, and the two noise runs that keep none).
   const json& planned = j["planned"];
@@ -459,6 +460,31 @@ TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
             "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 2.0% "
             "in images/s (1.0% between the two at the start); rows closer than 3% are still called alike (a few runs can agree by luck)");
   EXPECT_EQ(lab::noise_of({1000}).runs, 0);
+}
+
+// Rows say when their run shared the CPUs with other work, and the report says how many did: a
+// run counted once, however many experiments show it.
+TEST(Lab, SharedCpusAreSaidRowByRowAndOverTheLab) {
+  json calm = {{"status", "measured"}, {"note", ""}, {"host_busy_pct", 1.5}, {"record", "runs/a.json"}};
+  lab::Experiment batch, model;
+  batch.rows = {calm, calm};
+  batch.rows[1]["record"] = "runs/b.json";
+  batch.rows[1]["host_busy_pct"] = 4.0;
+  model.rows = {calm, json{{"status", "missing"}, {"note", "no GPU"}}};
+  EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
+            "no run shared the CPUs with other work: other processes and the hypervisor took at most 4% of their time during any run");
+  model.rows.push_back({{"status", "measured"}, {"note", "CPUs shared: other processes used 37% of the 2 CPUs' time"},
+                        {"host_busy_pct", 37.2}, {"record", "runs/c.json"}});
+  EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
+            "1 of 3 runs shared the CPUs with other work (up to 37% of their time; those rows' notes say so), so they read slow, and "
+            "the noise above may hold it too");
+  EXPECT_EQ(lab::row_note(model.rows[2]), "CPUs shared: other processes used 37% of the 2 CPUs' time");
+  EXPECT_EQ(lab::row_note(model.rows[1]), "missing: no GPU");
+  EXPECT_EQ(lab::row_note(calm), "");
+  // Records from before dlperf kept the host's load say nothing, and neither does the report.
+  calm["host_busy_pct"] = nullptr;
+  batch.rows = {calm};
+  EXPECT_EQ(lab::shared_cpus_sentence({batch}), "");
 }
 
 TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {

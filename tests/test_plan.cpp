@@ -11,6 +11,7 @@
 #include "bench/machine_profile.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 #include "nn/optimizer.h"
 #include "plan/against.h"
 #include "plan/catalog.h"
@@ -231,6 +232,17 @@ TEST(PlanMemory, EnginePredictionIsTheMeasuredPeak) {
       ASSERT_EQ(cmp.size(), 1u);
       EXPECT_EQ(cmp[0].memory_error(), 0);
       EXPECT_GT(cmp[0].predicted_step_s, 0);
+      // The record says what else ran on the CPUs, epoch by epoch and over the run.
+      EXPECT_EQ(r.record["epochs"][0]["host_load"]["known"], true) << r.record["epochs"][0].dump();
+      EXPECT_EQ(r.record["summary"]["host_load"]["cpus"], hw::usable_cpus());
+      // A run whose epoch shared the CPUs is named so beside its measured step.
+      json busy = json::parse(std::ifstream(r.record_path));
+      busy["epochs"].back()["host_load"] = {{"known", true}, {"cpus", 2}, {"seconds", 3.0}, {"others_share", 0.4}, {"steal_share", 0.0}};
+      std::ofstream(dir.path / "busy.json") << busy.dump();
+      const auto shared = plan::compare_with_records({(dir.path / "busy.json").string()}, plan::host_ceilings(1), skipped);
+      ASSERT_EQ(shared.size(), 1u);
+      EXPECT_EQ(shared[0].busy_note, "other processes used 40% of the 2 CPUs' time");
+      EXPECT_EQ(cmp[0].busy_note.empty(), !hw::host_load_from_json(r.record["epochs"].back()["host_load"]).busy());
     }
   std::ofstream(dir.path / "junk.json") << "{not json";
   std::vector<plan::Skipped> skipped;

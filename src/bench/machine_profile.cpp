@@ -75,19 +75,34 @@ Ceilings load_ceilings(const std::string& cpu_model, int threads) {
     c.bandwidth_gbps = p.value("bandwidth_gbps", nlohmann::json::object());
     c.call_overhead_us = p.value("call_overhead_us", 0.0);
     c.quick = p.value("quick", false);
+    if (const auto& load = p.value("host_load", nlohmann::json::object()); load.is_object() && load.value("note", nlohmann::json()).is_string())
+      c.busy_note = load["note"];
   }
   return c;
 }
 
 std::string Ceilings::source() const {
-  return fmt::format("measured by 'dlperf bench all{}', in {}", quick ? " --quick" : "", kMachineProfile);
+  return fmt::format("measured by 'dlperf bench all{}', in {}{}", quick ? " --quick" : "", kMachineProfile,
+                     busy_note.empty() ? "" : fmt::format(", while {} (they may read low: rerun it on an idle machine)", busy_note));
 }
 
-bool replaces_machine_profile(const nlohmann::json& profile) {
-  if (!profile.value("quick", false)) return true;
+std::string why_machine_profile_kept(const nlohmann::json& profile) {
   const auto held = read_profile();
-  return !(held.is_object() && held.contains("cpu") && !held.value("quick", false) && held["cpu"] == profile["cpu"] &&
-           held.value("cpu_identity", nlohmann::json()) == profile.value("cpu_identity", nlohmann::json()));
+  if (!(held.is_object() && held.contains("cpu") && held["cpu"] == profile["cpu"] &&
+        held.value("cpu_identity", nlohmann::json()) == profile.value("cpu_identity", nlohmann::json())))
+    return "";  // none, damaged, or another CPU's
+  auto busy = [](const nlohmann::json& p) {
+    const auto load = p.value("host_load", nlohmann::json::object());
+    return load.is_object() && load.value("busy", nlohmann::json(false)) == true;
+  };
+  if (busy(profile) && !busy(held))
+    return "it was measured on an idle machine, this run was not ('dlperf bench all' on an idle machine replaces it; or "
+           "remove it to keep this run's)";
+  if (busy(held) && !busy(profile)) return "";
+  if (profile.value("quick", false) && !held.value("quick", false))
+    return "it holds a full measurement of this CPU, which --quick's would make coarser ('dlperf bench all' without --quick "
+           "replaces it)";
+  return "";
 }
 
 double GpuCeilings::peak(const std::string& precision) const {

@@ -4,7 +4,8 @@
 //
 //   {"cpu": "...", "cpu_identity": {"model": .., "isa": .., "f32_lanes": .., "l1d_bytes": ..}, "threads": 2, "isa": "...", "f32_gflops": 81.2,
 //    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "call_overhead_us": 1.7, "bf16_gflops": 912 (where the CPU has
-//    AVX512-BF16), "quick": false, "source": "dlperf bench all",
+//    AVX512-BF16), "quick": false, "source": "dlperf bench all", "host_load": {"others_share": .., "steal_share": ..,
+//    "busy": false, ...} (hw::HostLoad, with "note" where busy),
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
 //              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
 #pragma once
@@ -23,8 +24,9 @@ struct Ceilings {
   nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
   double call_overhead_us = 0;   ///< a call into the CPU engine (bench::cpu_dispatch); 0 = none measured
   bool quick = false;            ///< measured by 'dlperf bench all --quick' (fewer sizes and repeats)
+  std::string busy_note;         ///< what else ran meanwhile, where that was enough to disturb them (hw::busy_note)
   /// Where they came from, as tables and notes say it: "measured by 'dlperf bench all', in
-  /// runs/machine-profile.json" (with --quick where they were measured so).
+  /// runs/machine-profile.json" (with --quick where they were measured so, and the busy note).
   std::string source() const;
 };
 /// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU (by its
@@ -58,10 +60,11 @@ nlohmann::json to_json(const GpuCeilings& g);
 
 /// Writes kMachineProfile atomically (a temporary file renamed over it), creating runs/.
 void write_machine_profile(const nlohmann::json& profile);
-/// Whether `profile` (what 'dlperf bench all' measured) should replace the machine profile: not
-/// when it was measured with --quick and the profile holds a full measurement of the same CPU
-/// (at any thread count): seconds of sampling would replace a minute's, no better than what
-/// plan and profile measure on the spot where the profile lacks a thread count.
-bool replaces_machine_profile(const nlohmann::json& profile);
+/// Why `profile` (what 'dlperf bench all' measured) should not replace the machine profile, in
+/// words; empty where it should. It should not where the profile holds the same CPU measured
+///   - on an idle machine, and this run was not (HostLoad::busy): its ceilings would read low;
+///   - in full, and this run was --quick: seconds of sampling would replace a minute's, no better
+///     than what plan and profile measure on the spot where the profile lacks a thread count.
+std::string why_machine_profile_kept(const nlohmann::json& profile);
 
 }  // namespace dlperf::bench

@@ -33,6 +33,7 @@
 #include "core/text.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 #include "report/table.h"
 
 namespace dlperf::cli {
@@ -321,8 +322,8 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
 nlohmann::json run_cpu_launch(const bench::Options& o) {
   const auto r = bench::cpu_dispatch(o);
   std::printf("\nCPU engine call (launch latency's counterpart: a oneDNN relu on 16x64 floats through the engine's call path, "
-              "back to back, %s, median of %d x %d calls): %.2f us a call [%.2f-%.2f]\n",
-              counted(r.threads, "thread").c_str(), r.repeats, r.calls, r.us.median, r.us.min, r.us.max);
+              "back to back, %s, median of %d x %d calls): %.2f us a call [%.2f-%.2f]; dlperf plan takes the fastest, %.2f us\n",
+              counted(r.threads, "thread").c_str(), r.repeats, r.calls, r.us.median, r.us.min, r.us.max, r.us.min);
   return bench::to_json(r);
 }
 
@@ -556,6 +557,8 @@ void add_bench(CLI::App& app, const Command& self) {
     std::printf("dlperf bench on %s (%s, %s)\n",  // every section starts with its blank line
                 cpu.model.c_str(), counted(threads, "thread").c_str(), cpu.isa.c_str());
     nlohmann::json out = {{"command", "bench"}, {"quick", args->opt.quick}, {"machine", hw::machine_json()}};
+    // What else ran on these CPUs meanwhile: a benchmark that shared them reads low, and says so.
+    const hw::CpuTimes times_before = hw::cpu_times_now();
     // Ctrl-C (or SIGTERM) ends the sweep after the benchmark it stops, and what finished is still
     // written; a second one ends the process at once.
     const StopOnSignal stop_on_signal;
@@ -609,11 +612,20 @@ void add_bench(CLI::App& app, const Command& self) {
         std::printf("\nMPI all-reduce on the CPU: skipped: this build has no dlperf-allreduce (Open MPI was not found)\n");
       }
     }
+    const hw::HostLoad load = hw::host_load(times_before, hw::cpu_times_now());
+    out["host_load"] = hw::to_json(load);
+    if (load.busy())
+      std::printf("\nnote: %s while this ran, so the figures above may read low; run it again on an idle machine "
+                  "('top' shows what else runs)\n", hw::busy_note(load).c_str());
     if (runs({"all"})) {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"cpu_identity", hw::cpu_identity(hw::to_json(cpu))}, {"threads", threads}, {"isa", cpu.isa},
                                 {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
                                 {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
-      if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_median"];
+      // The fastest sample: another process's time slices only ever slow a sample down, and the
+      // plan predicts a machine that runs nothing else.
+      if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_min"];
+      profile["host_load"] = out["host_load"];
+      if (load.busy()) profile["host_load"]["note"] = hw::busy_note(load);
       if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_median"))
         profile["bf16_gflops"] = b["gflops_median"];  // measured, not skipped (no AVX512-BF16) or failed
       std::printf("\nbandwidth plateaus (triad):");
@@ -630,12 +642,11 @@ void add_bench(CLI::App& app, const Command& self) {
           if (g.hbm_gbps() > 0) std::printf(", device memory %.0f GB/s (%s)", g.hbm_gbps(), g.bandwidth_kernel.c_str());
         }
       }
-      if (bench::replaces_machine_profile(profile)) {
+      if (const std::string kept = bench::why_machine_profile_kept(profile); kept.empty()) {
         bench::write_machine_profile(profile);
         std::printf("\nmachine profile: %s\n", bench::kMachineProfile);
       } else {
-        std::printf("\nmachine profile: %s kept as it was: it holds a full measurement of this CPU, which --quick's "
-                    "would make coarser ('dlperf bench all' without --quick replaces it)\n", bench::kMachineProfile);
+        std::printf("\nmachine profile: %s kept as it was: %s\n", bench::kMachineProfile, kept.c_str());
       }
     }
     if (const int sig = stop_signal()) out["stopped"] = {{"signal", signal_name(sig)}, {"finished", done}};

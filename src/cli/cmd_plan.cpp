@@ -416,7 +416,7 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
   std::vector<double> te, me;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows) {
-    t.add({r.run, format_decimals(r.predicted_step_s * 1e3, 2), format_decimals(r.measured_step_s * 1e3, 2),
+    t.add({r.run + (r.busy_note.empty() ? "" : " *"), format_decimals(r.predicted_step_s * 1e3, 2), format_decimals(r.measured_step_s * 1e3, 2),
            fmt::format("{:+.1f}%", 100 * r.time_error()), format_decimals(r.predicted_peak / 1e6, 1),
            format_decimals(r.measured_peak / 1e6, 1), fmt::format("{:+.1f}%", 100 * r.memory_error())});
     te.push_back(r.time_error());
@@ -424,7 +424,8 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
     auto maybe = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
     out.push_back({{"run", r.run}, {"file", r.file}, {"predicted_step_s", r.predicted_step_s}, {"measured_step_s", r.measured_step_s},
                    {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
-                   {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)}});
+                   {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)},
+                   {"busy_note", r.busy_note}});
   }
   std::printf("Predicted vs measured, %s (ceilings: %s)\n\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
   t.print();
@@ -436,6 +437,10 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
       if (std::fabs(errors[i]) > std::fabs(errors[w])) w = i;
     return rows.size() > 1 && errors[w] != 0 ? " (" + rows[w].run + ")" : std::string();
   };
+  for (const auto& r : rows)
+    if (!r.busy_note.empty())
+      std::printf("* %s: %s while it trained, so its measured step reads slow ('dlperf train' it again on an idle machine)\n",
+                  r.run.c_str(), r.busy_note.c_str());
   std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%%s\npeak memory: median |error| %.1f%%, worst %.1f%%%s\n",
               100 * ts.median, 100 * ts.worst, worst_run(te).c_str(), 100 * ms.median, 100 * ms.worst, worst_run(me).c_str());
   // Energy: predicted from --cpu-watts, measured where the records have RAPL readings.

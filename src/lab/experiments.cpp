@@ -19,6 +19,7 @@
 #include "core/version.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 #include "lab/lab.h"
 #include "nn/graph.h"
 #include "report/table.h"
@@ -367,9 +368,13 @@ json measured_row(const json& rec) {
   const double batch = rec["config"]["batch_size"];
   const double steps = std::floor(rec["data"]["train_images"].get<double>() / batch) * epochs;
   const json& m = rec.at("model");
+  // Other work on the CPUs while it trained (hw::HostLoad): a row that shared them reads slow.
+  const hw::HostLoad load = hw::host_load_from_json(s.value("host_load", json()));
+  const std::string busy = hw::busy_note(load);
   const double flops_per_image = m["forward_flops_per_image"].get<double>() + m["backward_flops_per_image"].get<double>();
   return {{"status", "measured"},
-          {"note", ""},
+          {"note", busy.empty() ? "" : "CPUs shared: " + busy},
+          {"host_busy_pct", load.known ? json(100 * (load.others_share + load.steal_share)) : json()},
           {"epoch_s", (train_s + eval_s) / epochs},
           {"total_s", train_s + eval_s},
           {"train_s", train_s},
@@ -544,7 +549,7 @@ void print_experiment(const Experiment& e) {
     for (const auto& c : e.columns) {
       cells.push_back(cell_text(r.value(c.key, json()), c.decimals));
     }
-    cells.push_back(r["status"] == "measured" ? "" : r["status"].get<std::string>() + ": " + r["note"].get<std::string>());
+    cells.push_back(row_note(r));
     t.add(cells);
   }
   std::printf("\nPerformance Comparison: %s\n", e.title.c_str());
@@ -671,6 +676,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
     for (const auto& e : exps) print_experiment(e);
     if (noise.runs > 0)
       std::printf("\nRun-to-run noise: %s.\n", noise_sentence(noise).c_str());
+    if (const std::string s = shared_cpus_sentence(exps); !s.empty()) std::printf("Other work on the CPUs: %s.\n", s.c_str());
     std::printf("\nlab done in %s; report: %s/README.md (CSV, JSON and plots beside it)\n", format_seconds(seconds).c_str(),
                 cfg.out.c_str());
     if (const std::string p = planned_against_measured(runner.plan_check()); !p.empty()) std::printf("the lab's %s\n", p.c_str());

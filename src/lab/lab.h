@@ -116,6 +116,15 @@ Noise noise_of(const std::vector<double>& images_per_s);
 /// the noise, never less than 3% (a few runs can agree by luck). Without the ".".
 std::string noise_sentence(const Noise& n);
 
+/// A row's note as the tables show it: "missing: why" for a row that did not measure, else its
+/// note (a measured row's is empty unless something is to be said, such as shared CPUs).
+std::string row_note(const nlohmann::json& row);
+
+/// Whether the lab's runs shared the CPUs with other work (each row's host_busy_pct, a run
+/// counted once however many experiments show it): "no run shared the CPUs with other work (...)",
+/// or how many did and by how much; "" where the records do not say (made before dlperf kept it).
+std::string shared_cpus_sentence(const std::vector<Experiment>& exps);
+
 /// The observations for one experiment, from its rows only (so they follow the data).
 std::vector<std::string> observe(const Experiment& e);
 

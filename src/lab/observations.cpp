@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include "core/text.h"
 #include "core/timer.h"
+#include "hw/host_load.h"
 #include "lab/lab.h"
 #include "plan/against.h"
 
@@ -332,6 +334,32 @@ std::vector<std::string> precision(const Experiment& e) {
 }
 
 }  // namespace
+
+std::string row_note(const json& row) {
+  const std::string note = row.value("note", "");
+  if (row.value("status", "") != "measured") return fmt::format("{}: {}", row.value("status", ""), note);
+  return note;
+}
+
+std::string shared_cpus_sentence(const std::vector<Experiment>& exps) {
+  std::map<std::string, double> busy_pct;  // by run record: the base run is a row of several experiments
+  for (const auto& e : exps)
+    for (const auto& r : e.rows)
+      if (r.value("status", "") == "measured" && r.value("host_busy_pct", json()).is_number())
+        busy_pct[r.value("record", "") + r.value("run", "")] = r["host_busy_pct"];
+  if (busy_pct.empty()) return "";
+  int shared = 0;
+  double most = 0;
+  for (const auto& [run, pct] : busy_pct) {
+    shared += pct >= 100 * hw::kBusyShare;
+    most = std::max(most, pct);
+  }
+  if (shared == 0)
+    return fmt::format("no run shared the CPUs with other work: other processes and the hypervisor took at most {:.0f}% of "
+                       "their time during any run", most);
+  return fmt::format("{} of {} runs shared the CPUs with other work (up to {:.0f}% of their time; those rows' notes say so), "
+                     "so they read slow, and the noise above may hold it too", shared, busy_pct.size(), most);
+}
 
 Noise noise_of(const std::vector<double>& images_per_s) {
   Noise n;

@@ -49,7 +49,7 @@ Experiment prediction(const std::vector<std::string>& records) {
                       {"peak_mb", c.measured_peak / 1e6},
                       {"peak_error_bytes", c.predicted_peak - c.measured_peak},
                       {"status", "measured"},
-                      {"note", ""},
+                      {"note", c.busy_note.empty() ? "" : "CPUs shared: " + c.busy_note},
                       {"record", c.file}});
   for (const plan::Skipped& s : skipped)
     e.rows.push_back({{"run", std::filesystem::path(s.file).filename().string()}, {"status", "missing"}, {"note", s.why}});

@@ -143,9 +143,7 @@ std::string markdown_table(const Experiment& e) {
   for (const auto& r : e.rows) {
     s += "|";
     for (const auto& c : e.columns) s += fmt::format(" {} |", cell_text(r.value(c.key, json()), c.decimals));
-    s += " ";
-    if (r["status"] != "measured") s += fmt::format("{}: {}", r["status"].get<std::string>(), r["note"].get<std::string>());
-    s += " |\n";
+    s += " " + row_note(r) + " |\n";
   }
   return s;
 }
@@ -226,7 +224,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       "{}\n\nMade by `dlperf lab{}` on {} in {}{}. {}Every number below was measured by a training run "
       "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
       "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
-      "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}\n\n",
+      "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}{}\n\n",
       kReportTitle, cfg.full.value_or(false) ? " --full" : " --quick", date, format_seconds(lab_seconds),
       reused_runs > 0 ? fmt::format(" (resumed: {} run{} reused from the interrupted lab before it)", reused_runs,
                                     reused_runs == 1 ? "" : "s")
@@ -239,7 +237,11 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       run_size(exps),
       cfg.base_model, cfg.base_batch, cfg.base_lr,
       noise.runs > 0 ? fmt::format("\n\n**Run-to-run noise:** {}.", noise_sentence(noise))
-                    : "");
+                    : "",
+      [&] {
+        const std::string s = shared_cpus_sentence(exps);
+        return s.empty() ? s : fmt::format("\n\n**Other work on the CPUs:** {}.", s);
+      }());
   for (const auto& e : exps) {
     md += fmt::format("## {}\n\n{}\n\n{}\n", e.title, e.question, markdown_table(e));
     for (const auto& p : e.plots) md += fmt::format("![{}]({})\n", e.title, p);

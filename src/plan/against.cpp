@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/text.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 #include "plan/catalog.h"
 #include "plan/memory.h"
 #include "plan/targets.h"
@@ -156,6 +157,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     const bool profile_run = r.contains("profile") && images_trained < 0.99 * steps * double(batch);
     cmp.measured_step_s = profile_run ? r["profile"]["step"]["step_s"].get<double>() : last["train_s"].get<double>() / steps;
     cmp.measured_peak = r["summary"]["peak_bytes"];
+    cmp.busy_note = hw::busy_note(hw::host_load_from_json(last.value("host_load", json())));
     if (!profile_run && last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
     cmp.energy_source = profile_run ? "a dlperf profile run: its energy covers a few steps, not an epoch"
                                     : r.value("energy_source", "the record has no energy measurement");

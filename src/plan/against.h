@@ -20,6 +20,7 @@ struct Comparison {
   double predicted_peak = 0, measured_peak = 0;
   double predicted_energy_j = -1, measured_energy_j = -1;  ///< < 0 = unknown
   std::string energy_source;  ///< the record's, when it measured none
+  std::string busy_note;      ///< what else ran on the CPUs in the measured epoch, where it slowed it (hw::busy_note)
   double time_error() const { return (predicted_step_s - measured_step_s) / measured_step_s; }
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };

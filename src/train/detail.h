@@ -205,6 +205,8 @@ std::string write_record(const nlohmann::json& record, const std::string& dir, c
 /// Prints each of `notes` as "note: ..." (what train() found about the run's data and flags),
 /// once nothing can refuse the run any more.
 void print_notes(const std::vector<std::string>& notes);
+/// After a run's "done:" line: what else ran on the CPUs, where that slowed it (hw::busy_note).
+void print_host_load_note(const nlohmann::json& summary);
 
 /// The training loop on GPU `device` (builds with the CUDA backend only; gpu_trainer.cpp), with
 /// the notes to print before its header.

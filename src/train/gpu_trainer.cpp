@@ -479,6 +479,7 @@ struct GpuRun {
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
     net->tally(true);
     const double t_start = now_s(), j_start = power->joules();
+    const hw::CpuTimes cpu_start = hw::cpu_times_now();
     if (cfg.data_on_device) train_dev->set_order(epoch, net->stream());
     else train_loader->start_epoch(epoch);
     const std::function<void(cudaStream_t)> gather = cfg.data_on_device ? train_dev->loader(*net, -1) : nullptr;
@@ -525,6 +526,7 @@ struct GpuRun {
     if (profile && profile->recording()) profile->stop();  // the epoch ended inside the recording window
     const cuda::GpuTally t = net->tally(true);              // waits for the epoch's last step
     st.train_s = now_s() - t_start;
+    st.host_load = hw::host_load(cpu_start, hw::cpu_times_now());
     st.compute_s = st.train_s - st.data_wait_s;
     if (!std::isfinite(t.loss_sum)) throw diverged(t.loss_sum, epoch, per_epoch);
     if (power->available()) st.energy_j = power->joules() - j_start;
@@ -606,6 +608,7 @@ struct GpuRun {
       std::printf("\ndone: %s in %s of training (%.0f img/s), %s, peak GPU memory %s\n",
                   counted((long long)result.epochs.size(), "epoch").c_str(), format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
                   final_accuracy(s).c_str(), format_bytes(s["peak_bytes"].get<double>()).c_str());
+      print_host_load_note(s);
     }
   }
 };

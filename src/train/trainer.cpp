@@ -200,6 +200,11 @@ json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epo
   return meta;
 }
 
+void print_host_load_note(const json& summary) {
+  if (const std::string busy = hw::busy_note(hw::host_load_from_json(summary.value("host_load", json()))); !busy.empty())
+    std::printf("note: %s during training, so its speed reads low; 'top' shows what else runs\n", busy.c_str());
+}
+
 void print_notes(const std::vector<std::string>& notes) {
   for (const auto& n : notes) std::printf("note: %s\n", n.c_str());
 }
@@ -231,7 +236,9 @@ json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::Da
                {"shape", {t.channels, t.height, t.width}}, {"classes", t.classes}};
   r["epochs"] = json::array();
   double train_s = 0, peak = 0, wait = 0, images = 0, joules = 0;
+  std::vector<hw::HostLoad> loads;
   for (const auto& e : epochs) {
+    loads.push_back(e.host_load);
     if (e.energy_j > 0) joules += e.energy_j;
     r["epochs"].push_back(to_json(e));
     train_s += e.train_s;
@@ -246,7 +253,7 @@ json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::Da
                     {"final_test_acc", epochs.back().evaluated ? json(epochs.back().test_acc) : json()},
                     {"final_train_loss", epochs.back().train_loss},
                     {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
-                    {"data_wait_share", wait / train_s}};
+                    {"data_wait_share", wait / train_s}, {"host_load", hw::to_json(hw::combined(loads))}};
   // Energy and CO2 where measured (RAPL: CPU packages only; NVML: the GPU board).
   if (!epochs.empty() && epochs.back().energy_j >= 0) {
     r["summary"]["energy_j"] = joules;
@@ -299,7 +306,8 @@ json to_json(const EpochStats& e) {
           {"test_acc", e.evaluated ? json(e.test_acc) : json()},
           {"lr", e.lr},               {"peak_bytes", e.peak_bytes},
           {"energy_j", e.energy_j >= 0 ? json(e.energy_j) : json()},
-          {"peak_bytes_by_category", by_cat}};
+          {"peak_bytes_by_category", by_cat},
+          {"host_load", hw::to_json(e.host_load)}};
 }
 
 EpochStats epoch_from_json(const json& j) {
@@ -317,6 +325,7 @@ EpochStats epoch_from_json(const json& j) {
   e.lr = j.at("lr");
   e.peak_bytes = j.at("peak_bytes");
   e.energy_j = j.value("energy_j", json()).is_number() ? j["energy_j"].get<double>() : -1;
+  e.host_load = hw::host_load_from_json(j.value("host_load", json()));
   for (int i = 0; i < kMemCategories; ++i)
     e.peak_by_category.push_back(j.at("peak_bytes_by_category").value(std::string(to_string(MemCategory(i))), 0.0));
   return e;
@@ -580,6 +589,7 @@ struct Run {
     train_loader.start_epoch(epoch);
     EpochTally tally;
     const double t_start = now_s(), j_start = energy.available() ? energy.joules() : 0;
+    const hw::CpuTimes cpu_start = hw::cpu_times_now();
     profile::Recorder& rec = profile::Recorder::get();
     for (int64_t i = 0;; ++i) {
       if (opt.steps_done() == cfg.sigint_at_step) std::raise(SIGINT);
@@ -637,6 +647,7 @@ struct Run {
       profiled_ = true;
     }
     st.train_s = now_s() - t_start;
+    st.host_load = hw::host_load(cpu_start, hw::cpu_times_now());
     if (energy.available()) st.energy_j = energy.joules() - j_start;
     progress.clear();
     tally.finish(st);
@@ -754,6 +765,7 @@ TrainResult train(const TrainConfig& cfg) {
     std::printf("\ndone: %s in %s of training (%.0f img/s), %s, peak tracked memory %s (process RSS %s)\n",
                 counted((long long)result.epochs.size(), "epoch").c_str(), format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
                 final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
+    print_host_load_note(s);
   }
   if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
   if (cfg.profile && (stopped_in == 0 || run.profiled()))

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "hw/host_load.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
 
@@ -74,6 +75,7 @@ struct EpochStats {
   double energy_j = -1;       ///< CPU package energy of the training loop (RAPL); < 0 = not measured
   double peak_bytes = 0;      ///< tracked by the allocator, all categories at once
   std::vector<double> peak_by_category;
+  hw::HostLoad host_load;     ///< what else ran on the CPUs during the training loop
 };
 
 struct TrainResult {
