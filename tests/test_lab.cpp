@@ -460,6 +460,18 @@ TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
             "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 2.0% "
             "in images/s (1.0% between the two at the start); rows closer than 3% are still called alike (a few runs can agree by luck)");
   EXPECT_EQ(lab::noise_of({1000}).runs, 0);
+  // Runs that shared the CPUs with other work are said: their difference is partly the load's.
+  lab::Noise shared = drift;
+  shared.shared_runs = 1;
+  EXPECT_EQ(lab::noise_sentence(shared),
+            "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 30.0% "
+            "in images/s (1.0% between the two at the start: the machine's speed drifted while the lab ran), so rows closer than "
+            "that are called alike; 1 of them shared the CPUs with other work, so part of the difference is the machine's load");
+  shared = pair;
+  shared.shared_runs = 2;
+  EXPECT_EQ(lab::noise_sentence(shared), "two identical runs of the base configuration differed by 4.7% in images/s, so rows closer "
+                                         "than that are called alike; both shared the CPUs with other work, so part of the difference "
+                                         "is the machine's load");
 }
 
 // Rows say when their run shared the CPUs with other work, and the report says how many did: a
@@ -476,8 +488,7 @@ TEST(Lab, SharedCpusAreSaidRowByRowAndOverTheLab) {
   model.rows.push_back({{"status", "measured"}, {"note", "CPUs shared: other processes used 37% of the 2 CPUs' time"},
                         {"host_busy_pct", 37.2}, {"record", "runs/c.json"}});
   EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
-            "1 of 3 runs shared the CPUs with other work (up to 37% of their time; those rows' notes say so), so they read slow, and "
-            "the noise above may hold it too");
+            "1 of 3 runs shared the CPUs with other work (up to 37% of their time; those rows' notes say so), so they read slow");
   EXPECT_EQ(lab::row_note(model.rows[2]), "CPUs shared: other processes used 37% of the 2 CPUs' time");
   EXPECT_EQ(lab::row_note(model.rows[1]), "missing: no GPU");
   EXPECT_EQ(lab::row_note(calm), "");
@@ -639,6 +650,10 @@ TEST(Lab, PlanObservationsFollowTheData) {
   // |errors| 6.25%, 25%, 6.25%: median 6.25%, worst the mlp's.
   EXPECT_TRUE(says(obs, "within a median 6.2% of the measured (3 runs: worst mlp b16 w1, planned 150 us against 120 us "
                         "measured); identical runs differed by up to 1.5% in speed")) << obs[1];
+  p.rows[1]["note"] = "CPUs shared: other processes used 37% of the 2 CPUs' time";  // its row says why it was off
+  EXPECT_TRUE(says(lab::observe(p), "(3 runs: worst mlp b16 w1, planned 150 us against 120 us measured, a run that shared the CPUs "
+                                    "with other work)")) << lab::observe(p)[1];
+  p.rows[1]["note"] = "";
   p.rows[2]["peak_error_bytes"] = -476000.0;  // 0.2% under
   p.rows[2]["peak_mb_planned"] = 237.524;
   obs = lab::observe(p);

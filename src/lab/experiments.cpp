@@ -155,17 +155,28 @@ class Runner {
   /// measures how much identical runs differ on this machine (noise()).
   void measure_noise() {
     base_images_per_s_.clear();
+    base_shared_ = 0;
     const Outcome& a = run("base", base_label(), base_);
     const Outcome b = execute("base", base_label() + " again (run-to-run noise)", noise_twin());
-    if (a.ok && b.ok) base_images_per_s_ = {a.record["summary"]["images_per_s"], b.record["summary"]["images_per_s"]};
+    if (a.ok && b.ok) {
+      base_images_per_s_ = {a.record["summary"]["images_per_s"], b.record["summary"]["images_per_s"]};
+      base_shared_ = shared_cpus(a.record) + shared_cpus(b.record);
+    }
   }
   /// After the experiments: the base configuration once more, so noise() also covers how far
   /// the machine's speed drifted over the lab.
   void measure_drift() {
     const Outcome c = execute("base", base_label() + " at the end (drift over the lab)", noise_twin());
-    if (c.ok && base_images_per_s_.size() == 2) base_images_per_s_.push_back(c.record["summary"]["images_per_s"]);
+    if (c.ok && base_images_per_s_.size() == 2) {
+      base_images_per_s_.push_back(c.record["summary"]["images_per_s"]);
+      base_shared_ += shared_cpus(c.record);
+    }
   }
-  Noise noise() const { return noise_of(base_images_per_s_); }
+  Noise noise() const {
+    Noise n = noise_of(base_images_per_s_);
+    if (n.runs > 0) n.shared_runs = base_shared_;
+    return n;
+  }
 
   /// One run per configuration: a configuration that an earlier experiment ran (the base run,
   /// say) is reused, so the report shows one measurement of it, not two that differ by noise.
@@ -350,6 +361,11 @@ class Runner {
     const std::string total = std::to_string(planned_.size());
     return fmt::format("{:>{}}/{}, ", run, total.size(), total);
   }
+  // Whether a run shared the CPUs with other work (its record's host_load): 1 or 0.
+  static int shared_cpus(const json& record) {
+    return hw::host_load_from_json(record["summary"].value("host_load", json())).busy() ? 1 : 0;
+  }
+  int base_shared_ = 0;  ///< of the noise runs
   std::set<std::string> planned_keys_;
   std::vector<train::TrainConfig> planned_;
   const Outcome not_run_{false, "planned, not run", {}, ""};

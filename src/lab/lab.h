@@ -109,6 +109,7 @@ struct Noise {
   double start_pct = 0;  ///< between the two at the start
   double pct = 0;        ///< the largest difference among all of them: what a row must exceed
   int runs = 0;          ///< identical runs measured: 2, or 3 with the one at the end (0: none)
+  int shared_runs = 0;   ///< of them, those that shared the CPUs with other work (hw::HostLoad::busy)
 };
 /// The Noise of base runs' images/s, in the order they ran (the first two at the start).
 Noise noise_of(const std::vector<double>& images_per_s);

@@ -358,7 +358,7 @@ std::string shared_cpus_sentence(const std::vector<Experiment>& exps) {
     return fmt::format("no run shared the CPUs with other work: other processes and the hypervisor took at most {:.0f}% of "
                        "their time during any run", most);
   return fmt::format("{} of {} runs shared the CPUs with other work (up to {:.0f}% of their time; those rows' notes say so), "
-                     "so they read slow, and the noise above may hold it too", shared, busy_pct.size(), most);
+                     "so they read slow", shared, busy_pct.size(), most);
 }
 
 Noise noise_of(const std::vector<double>& images_per_s) {
@@ -380,8 +380,13 @@ std::string noise_sentence(const Noise& n) {
                                 "differed by up to {:.1f}% in images/s ({:.1f}% between the two at the start{})",
                                 n.pct, n.start_pct, drifted ? ": the machine's speed drifted while the lab ran" : "")
                   : fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", n.pct);
-  if (n.pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike";
-  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (a few runs can agree by luck)", kNoiseFloorPct);
+  const std::string shared =
+      n.shared_runs == 0 ? ""
+                         : fmt::format("; {} shared the CPUs with other work, so part of the difference is the machine's load",
+                                       n.shared_runs == n.runs ? (n.runs == 2 ? "both" : "all three")
+                                                               : fmt::format("{} of them", n.shared_runs));
+  if (n.pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike" + shared;
+  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (a few runs can agree by luck)", kNoiseFloorPct) + shared;
 }
 
 // The planner against the runs: memory to the byte or how far off, step time's median and worst
@@ -407,10 +412,13 @@ std::vector<std::string> prediction(const Experiment& e) {
                                 exact, n, worst_mem["run"].get<std::string>(), 100 * mem_err(worst_mem), num(worst_mem, "peak_mb_planned"),
                                 num(worst_mem, "peak_mb")));
     const double median = plan::summarize(step_errors).median;
+    // A run that shared the CPUs measured the load as much as the engine (its note says so).
+    const bool shared = !worst_step.value("note", "").empty();
     out.push_back(fmt::format("It predicted step time within a median {:.1f}% of the measured ({}: worst {}, planned {} "
-                              "against {} measured){}.",
+                              "against {} measured{}){}.",
                               100 * median, n == 1 ? "one run" : fmt::format("{} runs", n), worst_step["run"].get<std::string>(),
                               step_time(num(worst_step, "step_ms_planned")), step_time(num(worst_step, "step_ms")),
+                              shared ? ", a run that shared the CPUs with other work" : "",
                               e.noise_pct > 0 ? fmt::format("; identical runs differed by up to {:.1f}% in speed", e.noise_pct) : ""));
   }
   for (const auto& m : missing_notes(e, "run")) out.push_back("Not planned: " + m + ".");
