@@ -1,6 +1,7 @@
 // dlperf plan: the standard Transformer formulas against hand-computed values, the memory
 // model against what the engine's allocator measures, the catalog, and the comparison with
 // run records.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -624,10 +625,20 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   EXPECT_EQ(saved.peak_gflops, 12.5);
   EXPECT_EQ(saved.dram_gbps, 7.0);
   EXPECT_NE(saved.source.find("measured by 'dlperf bench all'"), std::string::npos) << saved.source;
+  // The cost of a call is measured now whatever the profile holds: it moves with the CPUs' placement.
+  EXPECT_NE(saved.source.find("; a call's cost measured just now"), std::string::npos) << saved.source;
+  EXPECT_EQ(saved.call_overhead_s, c.call_overhead_s);
   EXPECT_EQ(plan::host_ceilings(1, "bf16").peak_gflops, 25.0);  // no bf16 peak in the profile: twice fp32's
   bench::write_machine_profile({{"cpu", cpu.model}, {"threads", 1}, {"f32_gflops", 12.5}, {"bf16_gflops", 23.0}, {"bandwidth_gbps", {{"DRAM", 7.0}}}});
   EXPECT_EQ(plan::host_ceilings(1, "bf16").peak_gflops, 23.0);  // the one bench all measured
   EXPECT_EQ(plan::host_ceilings(1).peak_gflops, 12.5);
+  const double now_us = c.call_overhead_s * 1e6;
+  bench::write_machine_profile({{"cpu", cpu.model}, {"threads", 1}, {"f32_gflops", 12.5}, {"call_overhead_us", 2 * now_us},
+                                {"bandwidth_gbps", {{"DRAM", 7.0}}}});
+  const plan::CpuCeilings moved = plan::host_ceilings(1);
+  EXPECT_EQ(moved.call_overhead_s, c.call_overhead_s);
+  EXPECT_NE(moved.source.find(fmt::format("({:.2f} us; {:.2f} us when the profile was measured", now_us, 2 * now_us)), std::string::npos)
+      << moved.source;
   // A damaged profile (a field of the wrong type, or not JSON) counts as none, not as an error.
   // So is a rate of 0 or below, which the readers would replace with a fallback without a word.
   for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru"),

@@ -1,5 +1,7 @@
 #include "plan/step_time.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -52,8 +54,11 @@ bench::Ceilings measured_now(const hw::CpuInfo& cpu, int threads) {
   });
 }
 
-// A call into the engine (bench launch's CPU figure) where the machine profile has none: a
-// few milliseconds.
+// A call into the engine (bench launch's CPU figure), measured in a few milliseconds. Always now,
+// not from the machine profile: it is the fork and join of the OpenMP threads, so it moves with
+// how far apart the CPUs are, and a VM's two vCPUs read 1.2 us and, half an hour later, 2.7 us
+// (2026-11-24, the Zen 5 VM idle both times; one thread: 0.4 us). Training moves with it: the
+// mlp's step took 33 us in the first state and 71 us in the second.
 double call_overhead_now_us(int threads) {
   return once_per_thread_count(threads, [](int t) {
     bench::Options o;
@@ -80,10 +85,14 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   }
   c.peak_gflops = measured.f32_gflops;
   c.bf16_measured_gflops = measured.bf16_gflops;
-  c.call_overhead_s = measured.call_overhead_us * 1e-6;
-  if (c.call_overhead_s <= 0) {  // a profile written before bench measured it, or none
-    c.call_overhead_s = call_overhead_now_us(threads) * 1e-6;
-    if (from_profile) c.source += "; a call's cost measured just now";
+  const double call_us = call_overhead_now_us(threads);
+  c.call_overhead_s = call_us * 1e-6;
+  if (from_profile) {
+    const double kept_us = measured.call_overhead_us;
+    c.source += kept_us > 0 && std::fabs(call_us / kept_us - 1) > 0.25
+                    ? fmt::format("; a call's cost measured just now ({:.2f} us; {:.2f} us when the profile was measured: the "
+                                  "threads' fork and join moves with how far apart a VM's CPUs are placed)", call_us, kept_us)
+                    : "; a call's cost measured just now";
   }
   const json& b = measured.bandwidth_gbps;
   c.l1_gbps = b.value("L1", 0.0);

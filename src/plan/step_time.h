@@ -23,8 +23,9 @@ struct CpuCeilings {
   double fp32_peak_gflops = 0;  ///< peak_gflops's fp32 value while it holds bf16's (with_precision goes back by it)
   double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
-  /// A call into the engine at these threads (bench::cpu_dispatch), added to every layer pass;
-  /// 0 = not measured (ceilings made by hand): EngineModel::call_overhead_s then.
+  /// A call into the engine at these threads (bench::cpu_dispatch, measured when host_ceilings
+  /// runs: it moves with the CPUs' placement), added to every layer pass; 0 = not measured
+  /// (ceilings made by hand): EngineModel::call_overhead_s then.
   double call_overhead_s = 0;
   int threads = 1;
   int loader_workers = 1;  ///< the run's loader threads (0: it loads in the training thread); not a ceiling, but how the run uses the CPU
