@@ -140,6 +140,8 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   const json& planned = j["planned"];
   EXPECT_EQ(planned["runs"].get<size_t>(), records_in(dir.path / "runs") + 2);
   EXPECT_EQ(j["noise_runs"], 3);
+  EXPECT_GT(j["engine_call_us"]["start"].get<double>(), 0);  // the cores' round trip, before and after the runs
+  EXPECT_GT(j["engine_call_us"]["end"].get<double>(), 0);
   EXPECT_GE(j["noise_pct"].get<double>(), j["noise_start_pct"].get<double>());
   EXPECT_EQ(planned["unpredicted_runs"], 0);
   EXPECT_GT(planned["seconds"].get<double>(), 0);
@@ -467,6 +469,14 @@ TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
             "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 30.0% "
             "in images/s (1.0% between the two at the start: the machine's speed drifted while the lab ran), so rows closer than "
             "that are called alike; 1 of them shared the CPUs with other work, so part of the difference is the machine's load");
+  // A call into the engine that moved by more than 25% over the lab is said; one that did not is not.
+  lab::Noise moved = pair;
+  moved.call_start_us = 1.14, moved.call_end_us = 2.65;
+  EXPECT_EQ(lab::noise_sentence(moved), lab::noise_sentence(pair) + "; meanwhile a call into the engine went from 1.14 to 2.65 us, so "
+                                        "the round trip between the cores changed (as when a VM's vCPUs are placed elsewhere), and every "
+                                        "step with it");
+  moved.call_end_us = 1.3;
+  EXPECT_EQ(lab::noise_sentence(moved), lab::noise_sentence(pair));
   shared = pair;
   shared.shared_runs = 2;
   EXPECT_EQ(lab::noise_sentence(shared), "two identical runs of the base configuration differed by 4.7% in images/s, so rows closer "

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -12,6 +13,7 @@
 
 #include "backend/cuda/runtime.h"
 #include "bench/loader_bench.h"
+#include "bench/ops_bench.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/text.h"
@@ -156,6 +158,7 @@ class Runner {
   void measure_noise() {
     base_images_per_s_.clear();
     base_shared_ = 0;
+    call_us_ = {engine_call_us(), 0};
     const Outcome& a = run("base", base_label(), base_);
     const Outcome b = execute("base", base_label() + " again (run-to-run noise)", noise_twin());
     if (a.ok && b.ok) {
@@ -171,10 +174,12 @@ class Runner {
       base_images_per_s_.push_back(c.record["summary"]["images_per_s"]);
       base_shared_ += shared_cpus(c.record);
     }
+    call_us_[1] = engine_call_us();
   }
   Noise noise() const {
     Noise n = noise_of(base_images_per_s_);
     if (n.runs > 0) n.shared_runs = base_shared_;
+    n.call_start_us = call_us_[0], n.call_end_us = call_us_[1];
     return n;
   }
 
@@ -366,6 +371,16 @@ class Runner {
     return hw::host_load_from_json(record["summary"].value("host_load", json())).busy() ? 1 : 0;
   }
   int base_shared_ = 0;  ///< of the noise runs
+  // A call into the engine (bench::cpu_dispatch, a few ms): the threads' round trip between cores,
+  // which moves when a VM places its vCPUs elsewhere, and every step with it. Not while planning.
+  double engine_call_us() const {
+    if (planning_) return 0;
+    bench::Options o;
+    o.threads = base_.threads;
+    o.quick = true;
+    return bench::cpu_dispatch(o).us.min;
+  }
+  std::array<double, 2> call_us_{};  ///< at the start of the lab and at its end
   std::set<std::string> planned_keys_;
   std::vector<train::TrainConfig> planned_;
   const Outcome not_run_{false, "planned, not run", {}, ""};

@@ -110,6 +110,9 @@ struct Noise {
   double pct = 0;        ///< the largest difference among all of them: what a row must exceed
   int runs = 0;          ///< identical runs measured: 2, or 3 with the one at the end (0: none)
   int shared_runs = 0;   ///< of them, those that shared the CPUs with other work (hw::HostLoad::busy)
+  /// A call into the CPU engine (bench::cpu_dispatch) at the lab's start and end, in us; 0 = not
+  /// measured. Where they differ by more than 25%, the cores' placement moved during the lab.
+  double call_start_us = 0, call_end_us = 0;
 };
 /// The Noise of base runs' images/s, in the order they ran (the first two at the start).
 Noise noise_of(const std::vector<double>& images_per_s);

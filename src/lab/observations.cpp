@@ -385,8 +385,16 @@ std::string noise_sentence(const Noise& n) {
                          : fmt::format("; {} shared the CPUs with other work, so part of the difference is the machine's load",
                                        n.shared_runs == n.runs ? (n.runs == 2 ? "both" : "all three")
                                                                : fmt::format("{} of them", n.shared_runs));
-  if (n.pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike" + shared;
-  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (a few runs can agree by luck)", kNoiseFloorPct) + shared;
+  // The cores' round trip (the OpenMP fork and join of every op), before and after the runs.
+  const bool moved = n.call_start_us > 0 && n.call_end_us > 0 && std::fabs(n.call_end_us / n.call_start_us - 1) > 0.25;
+  const std::string placement =
+      moved ? fmt::format("; meanwhile a call into the engine went from {:.2f} to {:.2f} us, so the round trip between the cores "
+                          "changed (as when a VM's vCPUs are placed elsewhere), and every step with it",
+                          n.call_start_us, n.call_end_us)
+            : "";
+  if (n.pct >= kNoiseFloorPct) return measured + ", so rows closer than that are called alike" + shared + placement;
+  return measured + fmt::format("; rows closer than {:.0f}% are still called alike (a few runs can agree by luck)", kNoiseFloorPct) +
+         shared + placement;
 }
 
 // The planner against the runs: memory to the byte or how far off, step time's median and worst
