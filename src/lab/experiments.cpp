@@ -368,7 +368,7 @@ class Runner {
   }
   // Whether a run shared the CPUs with other work (its record's host_load): 1 or 0.
   static int shared_cpus(const json& record) {
-    return hw::host_load_from_json(record["summary"].value("host_load", json())).busy() ? 1 : 0;
+    return hw::host_load_from_json(record.value("summary", json::object()).value("host_load", json())).busy() ? 1 : 0;
   }
   int base_shared_ = 0;  ///< of the noise runs
   // A call into the engine (bench::cpu_dispatch, a few ms): the threads' round trip between cores,
