@@ -276,6 +276,13 @@ DispatchResult cpu_dispatch(const Options& o) {
   return r;
 }
 
+double cpu_call_now_us(int threads) {
+  Options o;
+  o.threads = threads;
+  o.quick = true;
+  return cpu_dispatch(o).us.min;
+}
+
 nlohmann::json to_json(const DispatchResult& r) {
   return {{"threads", r.threads}, {"us_median", r.us.median}, {"us_min", r.us.min}, {"us_max", r.us.max},
           {"repeats", r.repeats}, {"calls", r.calls}, {"primitive", "oneDNN eltwise relu forward, 16x64 f32"}};

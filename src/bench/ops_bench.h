@@ -60,6 +60,9 @@ struct DispatchResult {
 };
 /// On `threads` OpenMP threads (0: as many as OpenMP runs now); the relu's outputs are checked.
 DispatchResult cpu_dispatch(const Options& o);
+/// A call's cost now, in a few ms: cpu_dispatch --quick's fastest sample, the figure plan and
+/// the machine profile take (another process's time slices only ever slow a sample down).
+double cpu_call_now_us(int threads);
 
 nlohmann::json to_json(const GemmPoint& p);
 nlohmann::json to_json(const ConvPoint& p);

@@ -373,13 +373,7 @@ class Runner {
   int base_shared_ = 0;  ///< of the noise runs
   // A call into the engine (bench::cpu_dispatch, a few ms): the threads' round trip between cores,
   // which moves when a VM places its vCPUs elsewhere, and every step with it. Not while planning.
-  double engine_call_us() const {
-    if (planning_) return 0;
-    bench::Options o;
-    o.threads = base_.threads;
-    o.quick = true;
-    return bench::cpu_dispatch(o).us.min;
-  }
+  double engine_call_us() const { return planning_ ? 0 : bench::cpu_call_now_us(base_.threads); }
   std::array<double, 2> call_us_{};  ///< at the start of the lab and at its end
   std::set<std::string> planned_keys_;
   std::vector<train::TrainConfig> planned_;

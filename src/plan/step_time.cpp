@@ -60,12 +60,8 @@ bench::Ceilings measured_now(const hw::CpuInfo& cpu, int threads) {
 // (2026-11-24, the Zen 5 VM idle both times; one thread: 0.4 us). Training moves with it: the
 // mlp's step took 33 us in the first state and 71 us in the second.
 double call_overhead_now_us(int threads) {
-  return once_per_thread_count(threads, [](int t) {
-    bench::Options o;
-    o.threads = t;
-    o.quick = true;
-    return bench::cpu_dispatch(o).us.min;  // the fastest sample, as bench all keeps it
-  });
+  // A lambda of its own: each measurement's type keeps its own cache in once_per_thread_count.
+  return once_per_thread_count(threads, [](int t) { return bench::cpu_call_now_us(t); });
 }
 }  // namespace
 
