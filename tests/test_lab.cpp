@@ -496,7 +496,7 @@ TEST(Lab, SharedCpusAreSaidRowByRowAndOverTheLab) {
   EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
             "no run shared the CPUs with other work: other processes and the hypervisor took at most 4% of their time during any run");
   model.rows.push_back({{"status", "measured"}, {"note", "CPUs shared: other processes used 37% of the 2 CPUs' time"},
-                        {"host_busy_pct", 37.2}, {"record", "runs/c.json"}});
+                        {"host_busy_pct", 37.2}, {"host_shared", true}, {"record", "runs/c.json"}});
   EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
             "1 of 3 runs shared the CPUs with other work (up to 37% of their time; those rows' notes say so), so they read slow");
   EXPECT_EQ(lab::row_note(model.rows[2]), "CPUs shared: other processes used 37% of the 2 CPUs' time");

@@ -400,6 +400,7 @@ json measured_row(const json& rec) {
   return {{"status", "measured"},
           {"note", busy.empty() ? "" : "CPUs shared: " + busy},
           {"host_busy_pct", load.known ? json(100 * (load.others_share + load.steal_share)) : json()},
+          {"host_shared", load.busy()},  // the verdict, by hw::HostLoad's rule (a second or more, 10% or more)
           {"epoch_s", (train_s + eval_s) / epochs},
           {"total_s", train_s + eval_s},
           {"train_s", train_s},

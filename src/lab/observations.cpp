@@ -9,7 +9,6 @@
 
 #include "core/text.h"
 #include "core/timer.h"
-#include "hw/host_load.h"
 #include "lab/lab.h"
 #include "plan/against.h"
 
@@ -342,23 +341,26 @@ std::string row_note(const json& row) {
 }
 
 std::string shared_cpus_sentence(const std::vector<Experiment>& exps) {
-  std::map<std::string, double> busy_pct;  // by run record: the base run is a row of several experiments
+  // By run record: the base run is a row of several experiments. Shared: the row's verdict
+  // (HostLoad::busy), not the share alone: a run of 50 ms is 10 ticks of the kernel's clock, and
+  // one stray tick is 10%.
+  std::map<std::string, std::pair<double, bool>> runs;
   for (const auto& e : exps)
     for (const auto& r : e.rows)
       if (r.value("status", "") == "measured" && r.value("host_busy_pct", json()).is_number())
-        busy_pct[r.value("record", "") + r.value("run", "")] = r["host_busy_pct"];
-  if (busy_pct.empty()) return "";
+        runs[r.value("record", "") + r.value("run", "")] = {r["host_busy_pct"], r.value("host_shared", false)};
+  if (runs.empty()) return "";
   int shared = 0;
   double most = 0;
-  for (const auto& [run, pct] : busy_pct) {
-    shared += pct >= 100 * hw::kBusyShare;
-    most = std::max(most, pct);
+  for (const auto& [run, load] : runs) {
+    shared += load.second;
+    most = std::max(most, load.first);
   }
   if (shared == 0)
     return fmt::format("no run shared the CPUs with other work: other processes and the hypervisor took at most {:.0f}% of "
                        "their time during any run", most);
   return fmt::format("{} of {} runs shared the CPUs with other work (up to {:.0f}% of their time; those rows' notes say so), "
-                     "so they read slow", shared, busy_pct.size(), most);
+                     "so they read slow", shared, runs.size(), most);
 }
 
 Noise noise_of(const std::vector<double>& images_per_s) {
