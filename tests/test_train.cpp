@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -263,6 +264,58 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("not a dlperf checkpoint"), std::string::npos);
   fs::remove(path);
   EXPECT_NE(error_of([&] { train::train(c); }).find("no checkpoint to resume from"), std::string::npos);
+}
+
+// Found by scripts/fuzz_inputs.py: a header field of the wrong type ended a resume in
+// "[json.exception.type_error.302] type must be number, but is string", naming neither the file
+// nor the field; a count past the file's size could wrap the sum checked against it.
+TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
+  TempDir ck;
+  auto c = tiny();
+  c.epochs = 1;
+  c.checkpoint_dir = ck.path.string();
+  train::train(c);
+  const auto path = train::checkpoint_path(c.checkpoint_dir);
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 8, 8);
+  const nlohmann::json header = nlohmann::json::parse(bytes.substr(16, length));
+  auto refusal = [&](const nlohmann::json& h) {  // the checkpoint with header h, and what loading it says
+    const std::string body = h.dump();
+    const uint64_t n = body.size();
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), 8);
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << body << bytes.substr(16 + length);
+    f.close();
+    const std::string error = error_of([&] { train::load_checkpoint(c.checkpoint_dir); });
+    if (!error.empty()) {
+      EXPECT_NE(error.find(path), std::string::npos) << error;
+    }
+    return error;
+  };
+  for (const auto& [pointer, value, said] : std::vector<std::tuple<std::string, nlohmann::json, std::string>>{
+           {"/model", 0, "its model is not a name"},
+           {"/epoch_done", "x", "its epoch_done is not a whole number"},
+           {"/input", "1x12x12", "its input is not a shape"},
+           {"/config/epochs", "nan", "its config.epochs is not a whole number"},
+           {"/config/data", 5, "its config.data is not a name"},
+           {"/tensors/0/count", "nan", "its tensors is not a list of names and counts"},
+           {"/tensors/1/count", uint64_t(1) << 62, "its header counts more values than its"},
+           {"/history/0/train_acc", nlohmann::json::object(), "has a damaged header: its history's epoch 1 reads 'type must be number, but is object'"},
+           {"/history", 3, "its history is not a list of the finished epochs"}}) {
+    nlohmann::json h = header;
+    h[nlohmann::json::json_pointer(pointer)] = value;
+    EXPECT_NE(refusal(h).find(said), std::string::npos) << pointer << ": " << refusal(h);
+  }
+  nlohmann::json h = header;
+  h.erase("optimizer_steps");
+  EXPECT_NE(refusal(h).find("its optimizer_steps is not a whole number"), std::string::npos) << refusal(h);
+  EXPECT_EQ(refusal(header), "");  // the header as written loads
 }
 
 // The header's recipe says what shapes learning, so a run with --augment or --label-smoothing

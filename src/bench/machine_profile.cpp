@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_error.h"
 #include "hw/cpu_info.h"
 
 namespace dlperf::bench {
@@ -30,8 +31,8 @@ nlohmann::json read_profile() {
   nlohmann::json p;
   try {
     p = nlohmann::json::parse(f);
-  } catch (const std::exception& e) {
-    return damaged(fmt::format("it is not valid JSON ({})", e.what()));
+  } catch (const nlohmann::json::exception& e) {
+    return damaged(fmt::format("it is not valid JSON ({})", json_error_text(e)));
   }
   if (!p.is_object()) return damaged("it is not a JSON object");
   // The fields the readers below take, with their types: value() would throw on a wrong one.
@@ -46,6 +47,8 @@ nlohmann::json read_profile() {
        (p.contains("call_overhead_us") && !is_rate(p["call_overhead_us"])) || (p.contains("bf16_gflops") && !is_rate(p["bf16_gflops"]))))
     return damaged("its cpu, threads, f32_gflops, bandwidth_gbps, call_overhead_us or bf16_gflops field is missing, of the wrong type, or "
                    "not above 0");
+  if (!p.value("quick", nlohmann::json(false)).is_boolean() || !p.value("cpu_identity", nlohmann::json::object()).is_object())
+    return damaged("its quick or cpu_identity field has the wrong type");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
     if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
         !is_numbers(g.value("peak_gflops", nlohmann::json::object())) || !is_numbers(g.value("bandwidth_gbps", nlohmann::json::object())) ||
@@ -56,8 +59,8 @@ nlohmann::json read_profile() {
 
 }  // namespace
 
-Ceilings load_ceilings(const std::string& cpu_model, int threads) {
-  const auto p = read_profile();
+namespace {
+Ceilings ceilings_in(const nlohmann::json& p, const std::string& cpu_model, int threads) {
   // A profile that names its CPU's facts stands for this machine only where they are its facts:
   // a checkout's runs/ that moved from a Zen 3 VM to a Zen 5 one says "AMD EPYC" on both.
   if (p.is_object() && p.contains("cpu_identity") && p["cpu_identity"] != hw::cpu_identity(hw::to_json(hw::cpu_info()))) {
@@ -80,13 +83,23 @@ Ceilings load_ceilings(const std::string& cpu_model, int threads) {
   }
   return c;
 }
+}  // namespace
+
+Ceilings load_ceilings(const std::string& cpu_model, int threads) {
+  try {
+    return ceilings_in(read_profile(), cpu_model, threads);
+  } catch (const nlohmann::json::exception& e) {  // a field read_profile does not check, of the wrong type
+    damaged(json_error_text(e));
+    return {};
+  }
+}
 
 std::string Ceilings::source() const {
   return fmt::format("measured by 'dlperf bench all{}', in {}{}", quick ? " --quick" : "", kMachineProfile,
                      busy_note.empty() ? "" : fmt::format(", while {} (they may read low: rerun it on an idle machine)", busy_note));
 }
 
-std::string why_machine_profile_kept(const nlohmann::json& profile) {
+std::string why_machine_profile_kept(const nlohmann::json& profile) try {
   const auto held = read_profile();
   if (!(held.is_object() && held.contains("cpu") && held["cpu"] == profile["cpu"] &&
         held.value("cpu_identity", nlohmann::json()) == profile.value("cpu_identity", nlohmann::json())))
@@ -103,6 +116,8 @@ std::string why_machine_profile_kept(const nlohmann::json& profile) {
     return "it holds a full measurement of this CPU, which --quick's would make coarser ('dlperf bench all' without --quick "
            "replaces it)";
   return "";
+} catch (const nlohmann::json::exception&) {
+  return "";  // the profile held is damaged: this run's replaces it
 }
 
 double GpuCeilings::peak(const std::string& precision) const {

@@ -30,7 +30,8 @@ struct GzFile {
       const int r = gzread(f, static_cast<char*>(dst) + got, chunk);
       if (r < 0) {
         int code = 0;
-        const char* msg = gzerror(f, &code);
+        std::string msg = gzerror(f, &code);
+        if (msg.rfind(path + ": ", 0) == 0) msg.erase(0, path.size() + 2);  // zlib names the file too
         throw Error(fmt::format("{} is corrupt while reading {}: {}", path, what, msg), kHint);
       }
       if (r == 0) break;

@@ -102,7 +102,12 @@ nlohmann::json cpu_identity(const nlohmann::json& cpu) {
 
 std::string cpu_facts(const nlohmann::json& cpu) {
   const nlohmann::json id = cpu_identity(cpu);
-  std::string s = id.value("model", std::string("?")) + " (" + id.value("isa", std::string("?"));
+  // A record's or profile's facts as they are, even hand-edited into another type.
+  auto text = [&](const char* key) {
+    const nlohmann::json v = id.value(key, nlohmann::json());
+    return v.is_string() ? v.get<std::string>() : v.is_null() ? std::string("?") : v.dump();
+  };
+  std::string s = text("model") + " (" + text("isa");
   if (id.contains("f32_lanes")) s += fmt::format(", {} f32 lanes", id["f32_lanes"].dump());
   for (const auto& [key, name] : {std::pair{"l1d_bytes", "L1d"}, {"l2_bytes", "L2"}, {"l3_bytes", "L3"}})
     if (id.value(key, nlohmann::json()).is_number()) s += fmt::format(", {} {}", name, format_binary_bytes(id[key].get<double>()));

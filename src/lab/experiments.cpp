@@ -16,6 +16,7 @@
 #include "bench/ops_bench.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/json_error.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
@@ -108,6 +109,8 @@ std::string planned_sentence(const TimeEstimate& t) {
 
 // Runs training configurations, once each: experiments share runs with identical settings (the
 // base run is the batch-64 row, the fp32 row and a workers row), so the lab does not repeat them.
+json measured_row(const json& rec);
+
 class Runner {
  public:
   Runner(const LabConfig& lab, bool quick) : lab_(lab), start_(now_s()) {
@@ -205,7 +208,14 @@ class Runner {
     for (const auto& path : record_files(base_.runs_dir)) {
       std::ifstream in(path);
       json rec = json::parse(in, nullptr, /*allow_exceptions=*/false);
-      const std::string key = resumable_run_key(rec, machine);
+      std::string key;
+      try {  // a record with a field of the wrong type (damaged, hand-edited) is not reused: its run trains again
+        key = resumable_run_key(rec, machine);
+        if (!key.empty()) measured_row(rec);  // read as its row will be
+      } catch (const json::exception& e) {
+        damaged_.push_back(fmt::format("{} ({})", path.filename().string(), json_error_text(e)));
+        continue;
+      }
       if (key.empty()) continue;
       rec["record_path"] = path.string();
       earlier_.emplace(key, std::move(rec));  // of two records of one configuration, either will do
@@ -232,6 +242,8 @@ class Runner {
   /// Run records an earlier lab left in the report's runs/ folder (a fresh lab adds its own).
   size_t records_in_runs_dir() const { return record_files(base_.runs_dir).size(); }
   size_t reused() const { return reused_; }
+  /// The run records --resume found damaged, with why: "x.json (type must be string, but is number)".
+  const std::vector<std::string>& damaged() const { return damaged_; }
   /// The planner's seconds for each planned run (estimate_time's per_run), to be set against
   /// the runs' measured time as they finish.
   void set_predictions(const std::vector<double>& seconds) {
@@ -336,6 +348,7 @@ class Runner {
   std::vector<std::string> order_;  ///< cache_'s keys in the order the runs came
   std::map<std::string, json> earlier_;  ///< --resume: finished runs of an earlier lab, by configuration
   size_t reused_ = 0;
+  std::vector<std::string> damaged_;
   int runs_ = 0;  ///< training runs started (warm-up excluded)
   bool planning_ = false;
   PlanCheck check_;
@@ -389,14 +402,14 @@ json measured_row(const json& rec) {
     eval_s += e.at("eval_s").get<double>();
     compute_s += e.at("compute_s").get<double>();
   }
-  const double epochs = double(rec["epochs"].size());
-  const double batch = rec["config"]["batch_size"];
-  const double steps = std::floor(rec["data"]["train_images"].get<double>() / batch) * epochs;
+  const double epochs = double(rec.at("epochs").size());
+  const double batch = rec.at("config").at("batch_size");
+  const double steps = std::floor(rec.at("data").at("train_images").get<double>() / batch) * epochs;
   const json& m = rec.at("model");
   // Other work on the CPUs while it trained (hw::HostLoad): a row that shared them reads slow.
   const hw::HostLoad load = hw::host_load_from_json(s.value("host_load", json()));
   const std::string busy = hw::busy_note(load);
-  const double flops_per_image = m["forward_flops_per_image"].get<double>() + m["backward_flops_per_image"].get<double>();
+  const double flops_per_image = m.at("forward_flops_per_image").get<double>() + m.at("backward_flops_per_image").get<double>();
   return {{"status", "measured"},
           {"note", busy.empty() ? "" : "CPUs shared: " + busy},
           {"host_busy_pct", load.known ? json(100 * (load.others_share + load.steal_share)) : json()},
@@ -404,23 +417,23 @@ json measured_row(const json& rec) {
           {"epoch_s", (train_s + eval_s) / epochs},
           {"total_s", train_s + eval_s},
           {"train_s", train_s},
-          {"images_per_s", s["images_per_s"]},
+          {"images_per_s", s.at("images_per_s").get<double>()},
           {"step_ms", 1e3 * train_s / std::max(steps, 1.0)},
           {"mflops_per_step", flops_per_image * batch / 1e6},
           // The kernels of the GPU's captured step (none counted on the CPU, or on eager GPU steps).
           {"kernels_per_step", rec.value(json::json_pointer("/gpu_step/graph_nodes/kernels"), json())},
-          {"peak_mb", s["peak_bytes"].get<double>() / 1e6},
-          {"test_acc", 100 * s["final_test_acc"].get<double>()},
-          {"loss_scale_skips", s.contains("loss_scale_skips") ? s["loss_scale_skips"] : json()},
-          {"data_wait_pct", 100 * s["data_wait_share"].get<double>()},
+          {"peak_mb", s.at("peak_bytes").get<double>() / 1e6},
+          {"test_acc", 100 * s.at("final_test_acc").get<double>()},
+          {"loss_scale_skips", s.contains("loss_scale_skips") ? s.at("loss_scale_skips") : json()},
+          {"data_wait_pct", 100 * s.at("data_wait_share").get<double>()},
           {"idle_pct", 100 * (1 - compute_s / train_s)},
-          {"parameters_m", m["parameters"].get<double>() / 1e6},
+          {"parameters_m", m.at("parameters").get<double>() / 1e6},
           {"mflops_per_image", flops_per_image / 1e6},
-          {"achieved_gflops", flops_per_image * s["images_per_s"].get<double>() / 1e9},
-          {"epochs", rec["epochs"].size()},
-          {"train_images", rec["data"]["train_images"]},
-          {"test_images", rec["data"]["test_images"]},
-          {"classes", rec["data"]["classes"]},
+          {"achieved_gflops", flops_per_image * s.at("images_per_s").get<double>() / 1e9},
+          {"epochs", rec.at("epochs").size()},
+          {"train_images", rec.at("data").at("train_images").get<int64_t>()},
+          {"test_images", rec.at("data").at("test_images").get<int64_t>()},
+          {"classes", rec.at("data").at("classes").get<int64_t>()},
           {"record", rec.value("record_path", "")}};
 }
 
@@ -646,9 +659,12 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
                 cfg.out.c_str());
   if (cfg.resume) {
     const size_t n = runner.load_earlier_runs();
-    if (!cfg.quiet)
-      std::printf("resuming: %zu finished run%s of this machine and this build of dlperf in %s/runs can be reused\n\n", n,
+    if (!cfg.quiet) {
+      std::printf("resuming: %zu finished run%s of this machine and this build of dlperf in %s/runs can be reused\n", n,
                   n == 1 ? "" : "s", cfg.out.c_str());
+      for (const std::string& d : runner.damaged()) std::printf("note: not reusing the damaged run record %s: its run trains again\n", d.c_str());
+      std::printf("\n");
+    }
   } else if (const size_t n = runner.records_in_runs_dir(); n > 0 && !cfg.quiet) {
     std::printf("note: %s/runs already holds %zu run record%s; this lab adds its own beside them (--resume reuses "
                 "the finished runs of an interrupted lab)\n\n", cfg.out.c_str(), n, n == 1 ? "" : "s");

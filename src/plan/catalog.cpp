@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_error.h"
 #include "core/text.h"
 
 namespace dlperf::plan {
@@ -184,7 +185,7 @@ Catalog load_catalog(const std::string& extra_file) {
   try {
     j = json::parse(f);
   } catch (const json::exception& e) {
-    throw Error(fmt::format("the catalog {} is not valid JSON: {}", extra_file, e.what()));
+    throw Error(fmt::format("the catalog {} is not valid JSON: {}", extra_file, json_error_text(e)));
   }
   // A key the catalog does not know would add nothing, silently (a "gpus" list, say).
   check(j.is_object(), fmt::format("the catalog {} is not a JSON object", extra_file), kFormatHint);

@@ -11,6 +11,8 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/json_error.h"
+#include "train/trainer.h"
 
 namespace dlperf::train {
 
@@ -41,9 +43,43 @@ json read_header(std::ifstream& f, uint64_t size, const std::string& path, const
   f.read(h.data(), std::streamsize(hlen));
   try {
     return json::parse(h);
-  } catch (const std::exception& e) {
-    throw Error(fmt::format("{} has a corrupt header: {}", path, e.what()), hint);
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{} has a corrupt header: {}", path, json_error_text(e)), hint);
   }
+}
+
+// Checks the header fields a resume reads (check_checkpoint_matches, the trainers' resume,
+// resumed_line) have the types they are read as, so a damaged or hand-edited header is refused
+// here, naming its field, and not deep in a resume as "type must be number, but is string".
+void check_header(const json& meta, const std::string& path, const std::string& hint) {
+  auto need = [&](bool ok, const std::string& field, const char* what) {
+    check(ok, fmt::format("{} has a damaged header: its {} is not {}", path, field, what), hint);
+  };
+  auto count = [](const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; };
+  need(meta.is_object(), "header", "a JSON object");
+  need(meta.contains("model") && meta["model"].is_string(), "model", "a name");
+  need(meta.contains("batch_size") && count(meta["batch_size"]), "batch_size", "a whole number");
+  need(meta.contains("epoch_done") && count(meta["epoch_done"]), "epoch_done", "a whole number");
+  need(meta.contains("optimizer_steps") && count(meta["optimizer_steps"]), "optimizer_steps", "a whole number");
+  if (meta.contains("input"))
+    need(meta["input"].is_array() && std::all_of(meta["input"].begin(), meta["input"].end(), count), "input", "a shape");
+  need(meta.contains("tensors") && meta["tensors"].is_array(), "tensors", "a list");
+  for (const auto& t : meta["tensors"])
+    need(t.is_object() && t.value("name", json()).is_string() && count(t.value("count", json())), "tensors",
+         "a list of names and counts");
+  if (meta.contains("data_crc32"))
+    need(meta["data_crc32"].is_number_unsigned() && meta["data_crc32"].get<uint64_t>() <= UINT32_MAX, "data_crc32", "a CRC-32");
+  const json config = meta.value("config", json::object());
+  need(config.is_object(), "config", "a JSON object");
+  for (const char* key : {"data", "optimizer", "schedule"})
+    need(!config.contains(key) || config[key].is_string(), fmt::format("config.{}", key), "a name");
+  need(!config.contains("epochs") || config["epochs"].is_number_integer(), "config.epochs", "a whole number");
+  need(meta.contains("history") && meta["history"].is_array(), "history", "a list of the finished epochs");
+  for (size_t i = 0; i < meta["history"].size(); ++i) try {
+      epoch_from_json(meta["history"][i]);
+    } catch (const json::exception& e) {
+      throw Error(fmt::format("{} has a damaged header: its history's epoch {} reads '{}'", path, i + 1, json_error_text(e)), hint);
+    }
 }
 }  // namespace
 
@@ -123,9 +159,15 @@ Checkpoint load_checkpoint(const std::string& dir) {
   f.seekg(0);
   Checkpoint ck;
   ck.meta = read_header(f, size, path, hint);
+  check_header(ck.meta, path, hint);
   const uint64_t hlen = uint64_t(f.tellg()) - 16;
-  uint64_t total = 0;
-  for (const auto& t : ck.meta.at("tensors")) total += t.at("count").get<uint64_t>();
+  uint64_t total = 0;  // floats; each count is checked against the file's size first, so the sum cannot wrap
+  for (const auto& t : ck.meta.at("tensors")) {
+    const uint64_t count = t.at("count").get<uint64_t>();
+    check(count <= size / 4 && total + count <= size / 4,
+          fmt::format("{} is truncated or damaged: its header counts more values than its {} bytes hold", path, size), hint);
+    total += count;
+  }
   check(16 + hlen + total * 4 == size,
         fmt::format("{} is truncated or damaged: expected {} bytes, found {}", path, 16 + hlen + total * 4, size), hint);
   for (const auto& t : ck.meta.at("tensors")) {
