@@ -76,7 +76,10 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --schedule cosine --warmup-epochs 3 --epochs 2", "--warmup-epochs 3 is longer than the run (2 epochs)"},
       {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
-      {"train --model truncated.json", "model spec truncated.json is not valid JSON"},
+      {"train --model truncated.json", "model spec truncated.json is not valid JSON: line 1, column"},  // no "[json.exception"
+      {"plan --model mlp --input 1x28x2147483648", "an image of 1x28x2147483648 holds more than 2^31 - 1 values"},  // was SIGFPE in oneDNN
+      {"models show mlp --input 3x20000x20000", "layer 'fc1' (linear): its weight 64x1200000000 holds more than 2^31 - 1 values"},
+      {"plan --model mlp --classes 2147483647", "layer 'fc2' (linear): its weight 2147483647x64 holds more than"},
       {"train --model no-layers.json", "needs a non-empty 'layers' list"},
       {"train --data /nonexistent", "--data /nonexistent: no such directory"},
       {"train --resume", "--resume needs --checkpoint DIR"},

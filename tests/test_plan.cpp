@@ -643,7 +643,11 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   // So is a rate of 0 or below, which the readers would replace with a fallback without a word.
   for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru"),
                                   R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": -5, "bandwidth_gbps": {"DRAM": 7}})",
-                                  R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": 12.5, "bandwidth_gbps": {"DRAM": 0}})"}) {
+                                  R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": 12.5, "bandwidth_gbps": {"DRAM": 0}})",
+                                  // found by scripts/fuzz_inputs.py: these stopped plan with "type must be string"
+                                  R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": 12.5, "bandwidth_gbps": {}, "quick": "no"})",
+                                  R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": 12.5, "bandwidth_gbps": {},
+                                      "cpu_identity": {"model": [1, 2], "isa": {}}})"}) {
     std::ofstream(bench::kMachineProfile) << body;
     const plan::CpuCeilings ignored = plan::host_ceilings(1);
     EXPECT_EQ(ignored.peak_gflops, c.peak_gflops) << body;
@@ -742,7 +746,8 @@ TEST(PlanAgainst, AFieldOfTheWrongTypeSkipsTheRecordNamingTheField) {
   std::vector<std::string> files;
   for (const auto& [pointer, value] : std::vector<std::pair<std::string, nlohmann::json>>{
            {"/config/precision", 5}, {"/config/workers", "two"}, {"/config/optimizer", nullptr}, {"/device", "H100"},
-           {"/energy_source", false}}) {
+           {"/energy_source", false}, {"/config/augment", -1}, {"/config/workers", -3}, {"/data/train_images", 0},
+           {"/data/train_images", 63}, {"/epochs/0/train_s", 0}}) {
     nlohmann::json rec = good;
     rec[nlohmann::json::json_pointer(pointer)] = value;
     files.push_back((dir.path / fmt::format("bad{}.json", files.size())).string());
@@ -753,11 +758,36 @@ TEST(PlanAgainst, AFieldOfTheWrongTypeSkipsTheRecordNamingTheField) {
   std::vector<plan::Skipped> skipped;
   const auto cmp = plan::compare_with_records(files, plan::host_ceilings(1), skipped);
   EXPECT_EQ(cmp.size(), 1u);
-  ASSERT_EQ(skipped.size(), 5u);
-  for (const std::string field : {"/config/precision", "/config/workers", "/config/optimizer", "/device", "/energy_source"})
+  ASSERT_EQ(skipped.size(), 10u);
+  for (const std::string field : {"/config/precision", "/config/workers", "/config/optimizer", "/device", "/energy_source",
+                                  "/config/augment", "/data/train_images", "/epochs/-1/train_s"})
     EXPECT_TRUE(std::any_of(skipped.begin(), skipped.end(), [&](const plan::Skipped& s) {
       return s.why.find("a damaged run record: " + field + " is missing or not what dlperf wrote") != std::string::npos;
     })) << field;
+}
+
+// Found by scripts/fuzz_inputs.py: shapes no engine can index crashed dlperf (oneDNN's inner
+// product divided by zero, SIGFPE) where they should be refused with the reason, and a field of
+// the wrong type that no check looks at is still said as the record's fault, not the program's.
+TEST(PlanAgainst, ARecordNoEngineCouldRunIsSkippedNotACrash) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("mlp", "synthetic:1x28x28:256", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  const nlohmann::json good = train::train(c).record;
+  std::vector<std::string> files;
+  for (const auto& [pointer, value] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"/data/shape", {1, 28, 2147483648}}, {"/data/classes", 2147483648}, {"/machine/cpu/model", -1}}) {
+    nlohmann::json rec = good;
+    rec[nlohmann::json::json_pointer(pointer)] = value;
+    files.push_back((dir.path / fmt::format("bad{}.json", files.size())).string());
+    std::ofstream(files.back()) << rec.dump();
+  }
+  std::vector<plan::Skipped> skipped;
+  plan::compare_with_records(files, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(skipped.size(), 3u);
+  EXPECT_NE(skipped[0].why.find("an image of 1x28x2147483648 holds more than 2^31 - 1 values"), std::string::npos) << skipped[0].why;
+  EXPECT_NE(skipped[1].why.find("2147483648 classes is not between 1 and 2^31 - 1"), std::string::npos) << skipped[1].why;
+  EXPECT_NE(skipped[2].why.find("trained on another CPU, -1 ("), std::string::npos) << skipped[2].why;
 }
 
 TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "core/json_error.h"
 #include "nn/presets.h"
 
 namespace dlperf::nn {
@@ -178,7 +179,7 @@ ModelSpec load_model(const std::string& name_or_path) {
   try {
     j = json::parse(f);
   } catch (const json::parse_error& e) {
-    throw Error(fmt::format("model spec {} is not valid JSON: {}", name_or_path, e.what()));
+    throw Error(fmt::format("model spec {} is not valid JSON: {}", name_or_path, json_error_text(e)));
   }
   return parse_model_spec(j, name_or_path);
 }
@@ -222,7 +223,24 @@ std::vector<int> Graph::consumers(int i) const {
 }
 
 namespace {
+namespace {
+// The most values a tensor may hold per image (an activation) or in all (a weight): oneDNN and
+// cuDNN index some tensors with 32-bit integers, and oneDNN's inner product divided by zero
+// (SIGFPE) on a 1x28x2147483648 input's 6e10 features. Counted in double, which cannot wrap.
+constexpr double kMaxValues = 2147483647.0;
+double values(Dims::const_iterator begin, Dims::const_iterator end) {
+  double n = 1;
+  for (auto it = begin; it != end; ++it) n *= double(*it);
+  return n;
+}
+}  // namespace
+
 Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
+  check(batch >= 1 && double(batch) <= kMaxValues, fmt::format("batch size {} is not between 1 and 2^31 - 1", batch));
+  check(classes >= 1 && double(classes) <= kMaxValues, fmt::format("{} classes is not between 1 and 2^31 - 1", classes));
+  check(values(chw.begin(), chw.end()) <= kMaxValues,
+        fmt::format("an image of {} holds more than 2^31 - 1 values, more than dlperf's engines index", dims_str(chw)),
+        "use smaller images");
   Graph g;
   g.model = spec.name;
   g.input = {batch, chw[0], chw[1], chw[2]};
@@ -251,6 +269,15 @@ Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, in
       throw Error(fmt::format("{}: {} (input {})", where, e.what(), dims_str(n.in_dims[0])), e.hint());
     }
     n.params = ops::param_shapes(n.kind, n.attrs, n.in_dims[0]);
+    check(values(n.out_dims.begin() + 1, n.out_dims.end()) <= kMaxValues,
+          fmt::format("{}: its output {} holds more than 2^31 - 1 values per image, more than dlperf's engines index", where,
+                      dims_str(Dims(n.out_dims.begin() + 1, n.out_dims.end()))),
+          "use smaller images (--input, or other --data), or fewer channels or features");
+    for (const auto& p : n.params)
+      check(values(p.dims.begin(), p.dims.end()) <= kMaxValues,
+            fmt::format("{}: its {} {} holds more than 2^31 - 1 values, more than dlperf's engines index", where, p.name,
+                        dims_str(p.dims)),
+            "use smaller images (--input, or other --data), or fewer classes, channels or features");
     const int in = n.inputs[0];
     n.needs_dx = in >= 0 && !(g.nodes[size_t(in)].kind == OpKind::flatten && g.nodes[size_t(in)].inputs[0] < 0);
     n.cost = n.cost_at(4);

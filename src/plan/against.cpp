@@ -12,6 +12,8 @@
 
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
+#include "core/interrupt.h"
+#include "core/json_error.h"
 #include "core/text.h"
 #include "hw/cpu_info.h"
 #include "hw/host_load.h"
@@ -42,15 +44,17 @@ std::string missing_field(const json& r) {
       {"/config/model", [](const json& v) { return v.is_string(); }},
       {"/data/shape", [](const json& v) { return v.is_array() && v.size() == 3 && v[0].is_number() && v[1].is_number() && v[2].is_number(); }},
       {"/data/classes", [](const json& v) { return v.is_number_integer(); }},
-      {"/data/train_images", [](const json& v) { return v.is_number(); }},
+      {"/data/train_images", [](const json& v) { return v.is_number() && v.get<double>() >= 1; }},
       {"/epochs", [](const json& v) { return v.is_array() && !v.empty() && v.back().is_object(); }},
       {"/summary/peak_bytes", [](const json& v) { return v.is_number(); }}};
   for (const auto& [pointer, ok] : need) {
     const json::json_pointer p(pointer);
     if (!r.contains(p) || !ok(r[p])) return pointer;
   }
+  if (r["data"]["train_images"].get<double>() < r["config"]["batch_size"].get<double>()) return "/data/train_images";  // not a step
   for (const char* key : {"images_per_s", "train_s"})
-    if (!r["epochs"].back().value(key, json()).is_number()) return fmt::format("/epochs/-1/{}", key);
+    if (const json v = r["epochs"].back().value(key, json()); !v.is_number() || v.get<double>() <= 0)
+      return fmt::format("/epochs/-1/{}", key);
   if (r.contains("profile") && !r.value(json::json_pointer("/profile/step/step_s"), json()).is_number()) return "/profile/step/step_s";
   // Fields read with a default where absent (older records lack some), but of the right type where present.
   const auto is_string = [](const json& v) { return v.is_string(); };
@@ -58,8 +62,9 @@ std::string missing_field(const json& r) {
   const std::vector<std::pair<const char*, bool (*)(const json&)>> typed = {
       {"/config/optimizer", is_string}, {"/config/precision", is_string}, {"/config/device_used", is_string},
       {"/config/layout", is_string}, {"/energy_source", is_string}, {"/config/momentum", is_number},
-      {"/config/workers", [](const json& v) { return v.is_number_integer(); }},
+      {"/config/workers", [](const json& v) { return v.is_number_integer() && v.get<int64_t>() >= 0; }},
       {"/config/data_on_device", [](const json& v) { return v.is_boolean(); }},
+      {"/config/augment", [](const json& v) { return v.is_boolean(); }},
       {"/device", [](const json& v) { return v.is_object() && v.value("name", json("")).is_string(); }},
       {"/data/test_images", is_number}};
   for (const auto& [pointer, ok] : typed) {
@@ -103,32 +108,35 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
   std::vector<Comparison> out;
   std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
   const json here = hw::to_json(hw::cpu_info());
-  for (const auto& file : files) {
+  // One record; a field of the wrong type that missing_field does not look at (it checks those
+  // every record needs) is caught below and said with its path, as the record's fault.
+  auto compare_one = [&](const std::string& file) {
     json r;
     try {
       if (!std::filesystem::exists(file)) {  // most often a glob that matched nothing, passed on as is
         skipped.push_back({file, "no such file"});
-        continue;
+        return;
       }
       std::ifstream f(file);
       check(bool(f), fmt::format("cannot read {}", file));
       r = json::parse(f);
     } catch (const std::exception& e) {
-      skipped.push_back({file, fmt::format("not a JSON run record ({})", e.what())});
-      continue;
+      const auto* je = dynamic_cast<const json::exception*>(&e);
+      skipped.push_back({file, fmt::format("not a JSON run record ({})", je ? json_error_text(*je) : e.what())});
+      return;
     }
     if (!r.is_object() || r.value("command", "") != "train" || !r.contains("summary")) {
       const std::string kind = other_dlperf_output(r);
       if (others && !kind.empty()) {
         ++(*others)[kind];
-        continue;
+        return;
       }
       skipped.push_back({file, kind.empty() ? "not a finished training run record" : fmt::format("a {}, not a training run record", kind)});
-      continue;
+      return;
     }
     if (const std::string field = missing_field(r); !field.empty()) {
       skipped.push_back({file, fmt::format("a damaged run record: {} is missing or not what dlperf wrote", field)});
-      continue;
+      return;
     }
     const json& cfg = r["config"];
     const json& d = r["data"];
@@ -141,7 +149,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       g = nn::build_graph(nn::load_model(cfg["model"]), {d["shape"][0], d["shape"][1], d["shape"][2]}, d["classes"], batch);
     } catch (const Error& e) {
       skipped.push_back({file, fmt::format("cannot rebuild its model: {}", e.what())});
-      continue;
+      return;
     }
     Comparison cmp;
     cmp.file = std::filesystem::path(file).filename().string();
@@ -169,7 +177,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       const std::string id = catalog_id_for_gpu(gpu);
       if (id.empty()) {
         skipped.push_back({file, fmt::format("a GPU run on {}, which the hardware catalog has no entry for", gpu.empty() ? "?" : gpu)});
-        continue;
+        return;
       }
       JobSpec job;
       job.graph = &g;
@@ -182,7 +190,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       const TargetEstimate t = estimate(job, gpu_spec, 0, 1);
       if (!t.unsupported.empty()) {
         skipped.push_back({file, fmt::format("{}: {}", id, t.unsupported)});
-        continue;
+        return;
       }
       cmp.run = fmt::format("{} b{} {} on {}{}", g.model, batch, job.precision, id, tag);
       cmp.predicted_step_s = t.step_s;
@@ -195,16 +203,16 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       }
       if (gpu_spec.tdp_w > 0) cmp.predicted_energy_j = gpu_spec.tdp_w * cmp.predicted_step_s * steps;
       out.push_back(cmp);
-      continue;
+      return;
     }
     if (const std::string why = made_on_another_cpu(r, here); !why.empty()) {
       skipped.push_back({file, why});
-      continue;
+      return;
     }
     const std::string precision = cfg.value("precision", "fp32");
     if (precision == "bf16" && !cpu::has_bf16_kernels()) {  // its layouts are oneDNN's bf16 kernels'
       skipped.push_back({file, "a bf16 run, and oneDNN has no bf16 kernels on this CPU to plan its memory by"});
-      continue;
+      return;
     }
     if (precision != "fp32") cmp.run += " " + precision;
     if (cfg.value("augment", false)) cmp.run += " aug";  // its batches fill slower (EngineModel)
@@ -214,7 +222,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     if (threads > hw::usable_cpus()) {
       skipped.push_back({file, fmt::format("trained on {}, more than the {} this process may use here, so its ceilings cannot be "
                                            "measured here", counted(threads, "thread"), counted(hw::usable_cpus(), "CPU"))});
-      continue;
+      return;
     }
     const int workers = cfg.value("workers", 0);
     CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
@@ -224,6 +232,17 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     cmp.predicted_peak = engine_memory(g, opt, workers, precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
+  };
+  for (const auto& file : files) {
+    try {
+      compare_one(file);
+    } catch (const json::exception& e) {
+      skipped.push_back({file, fmt::format("a damaged run record: {}", json_error_text(e))});
+    } catch (const Interrupted&) {
+      throw;
+    } catch (const Error& e) {  // one record the engine cannot plan does not stop the others' comparison
+      skipped.push_back({file, e.what()});
+    }
   }
   // Runs of one name are told apart by what differs among them: the image shape (one model on
   // two datasets), the learning rate (the lab's batch sizes with and without the linear scaling
