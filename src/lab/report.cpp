@@ -143,7 +143,7 @@ std::string markdown_table(const Experiment& e) {
   for (const auto& r : e.rows) {
     s += "|";
     for (const auto& c : e.columns) s += fmt::format(" {} |", cell_text(r.value(c.key, json()), c.decimals));
-    s += " " + row_note(r) + " |\n";
+    s += fmt::format(" {} |\n", row_note(r));
   }
   return s;
 }
