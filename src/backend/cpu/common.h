@@ -16,6 +16,7 @@
 
 #include "core/memory.h"
 #include "core/tensor.h"
+#include "nn/graph.h"
 #include "profile/recorder.h"
 
 namespace dlperf::cpu {
@@ -85,6 +86,10 @@ struct Prim {
             weights ? profile::Phase::backward_weight : data ? profile::Phase::backward_data : profile::Phase::forward};
   }
 };
+/// Throws Error unless oneDNN can index every tensor of `n` (its inputs, output and weights,
+/// the batch included): at most 2^31 - 1 values each. Past that its inner product divided by zero
+/// (SIGFPE) where it should have refused (a 1x28x2147483648 image's 6e10 features).
+void check_indexable(const nn::Node& n);
 dnnl::primitive_attr default_attr();
 /// Runs `p` on the stream with `args` plus the shared scratchpad, then waits.
 void run(const Prim& p, std::unordered_map<int, memory> args);

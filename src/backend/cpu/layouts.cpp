@@ -52,6 +52,7 @@ EngineBuffers walk(const nn::Graph& g, const std::string& precision, std::vector
     const std::vector<int> readers = g.consumers(int(i));
     const bool fuse_relu =
         n.kind == OpKind::batchnorm2d && readers.size() == 1 && plan::relu_fused_into_batchnorm(g, size_t(readers[0]));
+    check_indexable(n);
     Footprint f;
     try {
       f = footprint(n.kind, n.attrs, in, n.in_dims,

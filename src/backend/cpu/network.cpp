@@ -76,6 +76,7 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
     const std::vector<int> readers = graph_.consumers(int(i));
     const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && readers.size() == 1 &&
                            plan::relu_fused_into_batchnorm(graph_, size_t(readers[0]));
+    check_indexable(n);
     try {
       s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name,
                      {.fuse_relu = fuse_relu,
