@@ -7,7 +7,8 @@ an internal message or a machine-sized allocation.
     scripts/fuzz_inputs.py --dlperf build-asan/dlperf --cases 200 --only spec,checkpoint
 
 build-asan/ (scripts/sanitize.sh makes it) finds what the plain build cannot: reads past a buffer,
-undefined behaviour. The inputs, each made here from scratch, and the command that reads it:
+undefined behaviour. Give it --timeout 600: where the machine profile is damaged, plan measures the
+ceilings on the spot, a second in the plain build and minutes under ASan, which read as hangs. The inputs, each made here from scratch, and the command that reads it:
 
     idx         a directory of IDX files (raw)          train --data DIR
     idx-gz      the same, gzip-compressed               train --data DIR

@@ -231,12 +231,18 @@ TEST(StopOnSignal, FirstSignalAsksASecondEndsTheProcess) {
       ::testing::KilledBySignal(SIGINT), "");
 }
 
-TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
-  TempDir ck;
+// The tiny run of one epoch, trained with its checkpoint in `ck`.
+train::TrainConfig checkpointed_run(const TempDir& ck) {
   auto c = tiny();
   c.epochs = 1;
   c.checkpoint_dir = ck.path.string();
   train::train(c);
+  return c;
+}
+
+TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
+  TempDir ck;
+  auto c = checkpointed_run(ck);
   c.resume = true;
   c.model = "medium";
   EXPECT_NE(error_of([&] { train::train(c); }).find("is for model small"), std::string::npos);
@@ -271,10 +277,7 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
 // nor the field; a count past the file's size could wrap the sum checked against it.
 TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
   TempDir ck;
-  auto c = tiny();
-  c.epochs = 1;
-  c.checkpoint_dir = ck.path.string();
-  train::train(c);
+  const auto c = checkpointed_run(ck);
   const auto path = train::checkpoint_path(c.checkpoint_dir);
   std::string bytes;
   {
