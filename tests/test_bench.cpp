@@ -603,8 +603,7 @@ TEST(MachineProfile, AMeasurementOnABusyMachineDoesNotReplaceACalmOne) {
                                {"host_load", {{"known", true}, {"others_share", 0.01}, {"steal_share", 0.0}, {"busy", false}}}};
   nlohmann::json busy = calm;
   busy["f32_gflops"] = 50.0;
-  busy["host_load"] = {{"known", true}, {"others_share", 0.34}, {"steal_share", 0.0}, {"busy", true},
-                       {"note", "other processes used 34% of the 2 CPUs' time"}};
+  busy["host_load"] = hw::to_json(hw::HostLoad{.known = true, .cpus = 2, .seconds = 5, .others_share = 0.34, .steal_share = 0});
   EXPECT_TRUE(bench::why_machine_profile_kept(busy).empty()) << "no profile yet: the busy one is better than none";
   bench::write_machine_profile(busy);
   EXPECT_EQ(bench::load_ceilings("some CPU", 2).source(),

@@ -11,6 +11,7 @@
 #include "core/files.h"
 #include "core/json_error.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 
 namespace dlperf::bench {
 
@@ -78,8 +79,7 @@ Ceilings ceilings_in(const nlohmann::json& p, const std::string& cpu_model, int 
     c.bandwidth_gbps = p.value("bandwidth_gbps", nlohmann::json::object());
     c.call_overhead_us = p.value("call_overhead_us", 0.0);
     c.quick = p.value("quick", false);
-    if (const auto& load = p.value("host_load", nlohmann::json::object()); load.is_object() && load.value("note", nlohmann::json()).is_string())
-      c.busy_note = load["note"];
+    c.busy_note = hw::busy_note(hw::host_load_from_json(p.value("host_load", nlohmann::json())));
   }
   return c;
 }
@@ -104,10 +104,7 @@ std::string why_machine_profile_kept(const nlohmann::json& profile) try {
   if (!(held.is_object() && held.contains("cpu") && held["cpu"] == profile["cpu"] &&
         held.value("cpu_identity", nlohmann::json()) == profile.value("cpu_identity", nlohmann::json())))
     return "";  // none, damaged, or another CPU's
-  auto busy = [](const nlohmann::json& p) {
-    const auto load = p.value("host_load", nlohmann::json::object());
-    return load.is_object() && load.value("busy", nlohmann::json(false)) == true;
-  };
+  auto busy = [](const nlohmann::json& p) { return hw::host_load_from_json(p.value("host_load", nlohmann::json())).busy(); };
   if (busy(profile) && !busy(held))
     return "it was measured on an idle machine, this run was not ('dlperf bench all' on an idle machine replaces it; or "
            "remove it to keep this run's)";

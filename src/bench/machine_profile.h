@@ -5,7 +5,7 @@
 //   {"cpu": "...", "cpu_identity": {"model": .., "isa": .., "f32_lanes": .., "l1d_bytes": ..}, "threads": 2, "isa": "...", "f32_gflops": 81.2,
 //    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "call_overhead_us": 1.7, "bf16_gflops": 912 (where the CPU has
 //    AVX512-BF16), "quick": false, "source": "dlperf bench all", "host_load": {"others_share": .., "steal_share": ..,
-//    "busy": false, ...} (hw::HostLoad, with "note" where busy),
+//    "busy": false, ...} (hw::HostLoad, whose busy_note the ceilings' source() repeats),
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
 //              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
 #pragma once

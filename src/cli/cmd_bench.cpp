@@ -625,7 +625,6 @@ void add_bench(CLI::App& app, const Command& self) {
       // plan predicts a machine that runs nothing else.
       if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_min"];
       profile["host_load"] = out["host_load"];
-      if (load.busy()) profile["host_load"]["note"] = hw::busy_note(load);
       if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_median"))
         profile["bf16_gflops"] = b["gflops_median"];  // measured, not skipped (no AVX512-BF16) or failed
       std::printf("\nbandwidth plateaus (triad):");

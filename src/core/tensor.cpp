@@ -32,6 +32,12 @@ std::string to_string(DType t) {
   return "?";
 }
 
+double values_in(const Dims& d) {
+  double n = 1;
+  for (auto x : d) n *= double(x);
+  return n;
+}
+
 int64_t numel(const Dims& d) {
   int64_t n = 1;
   for (auto x : d) n *= x;

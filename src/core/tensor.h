@@ -17,6 +17,12 @@ std::string to_string(DType t);
 
 using Dims = std::vector<int64_t>;
 int64_t numel(const Dims& d);
+/// numel counted in double, which cannot wrap: for checking a shape read from a file or a flag
+/// before anything multiplies it in int64.
+double values_in(const Dims& d);
+/// The most values a tensor may hold where oneDNN or cuDNN index it with 32-bit integers: past it
+/// oneDNN's inner product divided by zero (SIGFPE) on a 1x28x2147483648 image's 6e10 features.
+inline constexpr double kMaxIndexedValues = 2147483647.0;
 /// "64x3x32x32"
 std::string dims_str(const Dims& d);
 /// "3x32x32" -> {3, 32, 32}; throws Error naming `flag` when it is not CxHxW.

@@ -39,10 +39,12 @@ struct GzFile {
     }
     return got;
   }
+  [[noreturn]] void truncated(size_t got, size_t n, const std::string& what) const {
+    throw Error(fmt::format("{} is truncated: it ends {} bytes into {} ({} bytes)", path, got, what, n), kHint);
+  }
   // Reads exactly n bytes; says what is wrong when it cannot.
   void read(void* dst, size_t n, const std::string& what) {
-    const size_t got = read_some(dst, n, what);
-    check(got == n, fmt::format("{} is truncated: it ends {} bytes into {} ({} bytes)", path, got, what, n), kHint);
+    if (const size_t got = read_some(dst, n, what); got != n) truncated(got, n, what);
   }
   // Reads n bytes into `out`, growing it as they arrive: the header's count is not trusted for
   // the allocation, or a damaged count field (20 million images in a 1 MB file) would have
@@ -56,10 +58,7 @@ struct GzFile {
       const size_t had = out.size(), step = std::min(n - had, std::max(kChunk, had));
       out.resize(had + step);
       const size_t got = read_some(out.data() + had, step, what);
-      if (got < step) {
-        out.resize(had + got);
-        check(false, fmt::format("{} is truncated: it ends {} bytes into {} ({} bytes)", path, out.size(), what, n), kHint);
-      }
+      if (got < step) truncated(had + got, n, what);
     }
   }
   bool at_end() {

@@ -223,24 +223,13 @@ std::vector<int> Graph::consumers(int i) const {
 }
 
 namespace {
-namespace {
-// The most values an activation may hold per image: oneDNN and cuDNN index some tensors with
-// 32-bit integers, and oneDNN's inner product divided by zero (SIGFPE) on a 1x28x2147483648
-// input's 6e10 features. Counted in double, which cannot wrap. Whole tensors (the batch, the
-// weights) the CPU engine checks itself (cpu::check_indexable): the planner still answers for
-// GPUs whether a model with a larger weight fits.
-constexpr double kMaxValues = 2147483647.0;
-double values(Dims::const_iterator begin, Dims::const_iterator end) {
-  double n = 1;
-  for (auto it = begin; it != end; ++it) n *= double(*it);
-  return n;
-}
-}  // namespace
-
+// An activation's values per image are capped at kMaxIndexedValues here; whole tensors (the
+// batch, the weights) the CPU engine checks itself (cpu::check_indexable), so the planner still
+// answers for GPUs whether a model with a larger weight fits.
 Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
-  check(batch >= 1 && double(batch) <= kMaxValues, fmt::format("batch size {} is not between 1 and 2^31 - 1", batch));
-  check(classes >= 1 && double(classes) <= kMaxValues, fmt::format("{} classes is not between 1 and 2^31 - 1", classes));
-  check(values(chw.begin(), chw.end()) <= kMaxValues,
+  check(batch >= 1 && double(batch) <= kMaxIndexedValues, fmt::format("batch size {} is not between 1 and 2^31 - 1", batch));
+  check(classes >= 1 && double(classes) <= kMaxIndexedValues, fmt::format("{} classes is not between 1 and 2^31 - 1", classes));
+  check(values_in(chw) <= kMaxIndexedValues,
         fmt::format("an image of {} holds more than 2^31 - 1 values, more than dlperf's engines index", dims_str(chw)),
         "use smaller images");
   Graph g;
@@ -271,9 +260,10 @@ Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, in
       throw Error(fmt::format("{}: {} (input {})", where, e.what(), dims_str(n.in_dims[0])), e.hint());
     }
     n.params = ops::param_shapes(n.kind, n.attrs, n.in_dims[0]);
-    check(values(n.out_dims.begin() + 1, n.out_dims.end()) <= kMaxValues,
+    const Dims per_image(n.out_dims.begin() + 1, n.out_dims.end());
+    check(values_in(per_image) <= kMaxIndexedValues,
           fmt::format("{}: its output {} holds more than 2^31 - 1 values per image, more than dlperf's engines index", where,
-                      dims_str(Dims(n.out_dims.begin() + 1, n.out_dims.end()))),
+                      dims_str(per_image)),
           "use smaller images (--input, or other --data), or fewer channels or features");
     const int in = n.inputs[0];
     n.needs_dx = in >= 0 && !(g.nodes[size_t(in)].kind == OpKind::flatten && g.nodes[size_t(in)].inputs[0] < 0);

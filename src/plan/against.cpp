@@ -109,7 +109,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
   std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
   const json here = hw::to_json(hw::cpu_info());
   // One record; a field of the wrong type that missing_field does not look at (it checks those
-  // every record needs) is caught below and said with its path, as the record's fault.
+  // every record needs) is caught below and said as the record's fault.
   auto compare_one = [&](const std::string& file) {
     json r;
     try {
@@ -120,9 +120,11 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       std::ifstream f(file);
       check(bool(f), fmt::format("cannot read {}", file));
       r = json::parse(f);
-    } catch (const std::exception& e) {
-      const auto* je = dynamic_cast<const json::exception*>(&e);
-      skipped.push_back({file, fmt::format("not a JSON run record ({})", je ? json_error_text(*je) : e.what())});
+    } catch (const json::exception& e) {
+      skipped.push_back({file, fmt::format("not a JSON run record ({})", json_error_text(e))});
+      return;
+    } catch (const std::exception& e) {  // unreadable (dlperf::Error), or the file system's error
+      skipped.push_back({file, fmt::format("not a JSON run record ({})", e.what())});
       return;
     }
     if (!r.is_object() || r.value("command", "") != "train" || !r.contains("summary")) {

@@ -71,11 +71,9 @@ void Mem::zero() { std::memset(buffer->data(), 0, mem_desc_.get_size()); }
 
 void check_indexable(const nn::Node& n) {
   auto check_size = [&](const Dims& d, const std::string& what) {
-    double values = 1;
-    for (int64_t x : d) values *= double(x);
-    check(values <= 2147483647.0,
+    check(values_in(d) <= kMaxIndexedValues,
           fmt::format("layer '{}' ({}): its {} {} holds {:.3g} values, more than the 2^31 - 1 the CPU engine (oneDNN) indexes", n.name,
-                      ops::to_string(n.kind), what, dims_str(d), values),
+                      ops::to_string(n.kind), what, dims_str(d), values_in(d)),
           "use smaller images (--input, or other --data), a smaller batch, or fewer classes, channels or features");
   };
   for (const Dims& d : n.in_dims) check_size(d, "input");

@@ -87,8 +87,7 @@ struct Prim {
   }
 };
 /// Throws Error unless oneDNN can index every tensor of `n` (its inputs, output and weights,
-/// the batch included): at most 2^31 - 1 values each. Past that its inner product divided by zero
-/// (SIGFPE) where it should have refused (a 1x28x2147483648 image's 6e10 features).
+/// the batch included): at most kMaxIndexedValues each.
 void check_indexable(const nn::Node& n);
 dnnl::primitive_attr default_attr();
 /// Runs `p` on the stream with `args` plus the shared scratchpad, then waits.
