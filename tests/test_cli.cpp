@@ -78,7 +78,6 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"train --model truncated.json", "model spec truncated.json is not valid JSON: line 1, column"},  // no "[json.exception"
       {"plan --model mlp --input 1x28x2147483648", "an image of 1x28x2147483648 holds more than 2^31 - 1 values"},  // was SIGFPE in oneDNN
-      {"plan --model mlp --input 3x20000x20000", "layer 'fc1' (linear): its input 64x1200000000 holds 7.68e+10 values, more than the 2^31 - 1 the CPU engine"},
       {"train --model no-layers.json", "needs a non-empty 'layers' list"},
       {"train --data /nonexistent", "--data /nonexistent: no such directory"},
       {"train --resume", "--resume needs --checkpoint DIR"},
@@ -629,6 +628,41 @@ TEST(Cli, PlanSaysBelowTheTableWhyATargetHasNoRow) {
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nt4( +-){10}\n)"))) << o.out;
   EXPECT_NE(o.out.find("  * t4: no bf16 peak in the catalog (it lists fp16, fp32)"), std::string::npos) << o.out;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nh100-sxm .* <\$0\.01 )"))) << o.out;  // a second on an H100: under a cent, not "$0.00"
+}
+
+// A job one of dlperf's engines cannot run (a tensor past the 2^31 - 1 values it indexes) is still
+// planned for the targets whose engine takes it: the plan used to end in the CPU engine's error,
+// whatever the targets. The CPU engine indexes every tensor in 32 bits; the GPU engine only its
+// convolutions (cuDNN's descriptors), so a big linear layer runs on a GPU and a big conv does not.
+TEST(Cli, AJobOneEngineCannotRunIsPlannedForTheOthers) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "plan --model mlp --input 3x512x512 --batch-size 4096 --targets h100-sxm,cpu --scaling 2 --layers --json p.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  const std::string refusal = "layer 'fc1' (linear): its input 4096x786432 holds 3.22e+09 values, more than the 2^31 - 1 the CPU engine (oneDNN) indexes";
+  EXPECT_NE(o.out.find("this CPU          dlperf's CPU engine cannot run it: " + refusal), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("  * cpu: dlperf's CPU engine cannot run it: " + refusal), std::string::npos) << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(\nh100-sxm +1 +[0-9.]+ GB / 80\.00 GB +yes )"))) << o.out;
+  EXPECT_NE(o.out.find("Scaling on h100-sxm"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("No per-layer plan"), std::string::npos) << o.out;
+  const nlohmann::json j = nlohmann::json::parse(slurp(dir.path / "p.json"));
+  EXPECT_TRUE(j["memory_bytes"].is_null());
+  EXPECT_TRUE(j["step"].is_null());
+  EXPECT_NE(j["cpu_cannot_run"].get<std::string>().find(refusal), std::string::npos);
+  EXPECT_TRUE(j["targets"]["rows"][0]["fits"].get<bool>());
+  EXPECT_NE(j["targets"]["rows"][1]["unsupported"].get<std::string>().find(refusal), std::string::npos);
+  EXPECT_EQ(j["scaling"]["rows"].size(), 2u);
+
+  const Outcome conv = run_dlperf(dir, "plan --model small --input 3x512x512 --batch-size 4096 --targets h100-sxm");
+  ASSERT_EQ(conv.exit_code, 0) << conv.err;
+  EXPECT_NE(conv.out.find("  * h100-sxm: dlperf's GPU engine cannot run it: layer 'conv1' (conv2d): its input 4096x3x512x512 holds "
+                          "3.22e+09 values, more than the 2^31 - 1 cuDNN's convolution indexes"),
+            std::string::npos)
+      << conv.out;
+  // Scaling on a target that cannot run the job says why; it printed a table of inf and nan.
+  const Outcome fp16 = run_dlperf(dir, "plan --model small --precision fp16 --scaling 2");
+  ASSERT_EQ(fp16.exit_code, 0) << fp16.err;
+  EXPECT_NE(fp16.out.find("No scaling on cpu: dlperf's CPU engine trains fp32"), std::string::npos) << fp16.out;
+  EXPECT_EQ(fp16.out.find("nan"), std::string::npos) << fp16.out;
 }
 
 // A real Ctrl-C (SIGINT) once the first epoch's row is out: training stops at its next step, says

@@ -395,6 +395,19 @@ TEST(KERNEL_SUITE, LinearLayersRunWithOrWithoutTheGemmEpilogues) {
 }
 #endif
 
+// cuDNN's convolution descriptors take 32-bit sizes: a conv whose input (batch included) holds more
+// than 2^31 - 1 values is refused by name before anything is allocated, rather than reported as
+// out of memory or as a cuDNN status. The graph itself allows it, so the planner can answer for it.
+TEST(KERNEL_SUITE, AConvTooBigForCudnnIsNamed) {
+  REQUIRE_GPU();
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {3, 512, 512}, 10, 4096);
+  const std::string why = error_of([&] { cuda::Network net(g, 1, 0, {}); });
+  EXPECT_NE(why.find("layer 'conv1' (conv2d): its input 4096x3x512x512 holds 3.22e+09 values, more than the 2^31 - 1 "
+                     "cuDNN's convolution indexes"),
+            std::string::npos)
+      << why;
+}
+
 }  // namespace
 }  // namespace dlperf::test
 

@@ -161,6 +161,10 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
     weak.layout.dp = dp;
     weak.global_batch = per_device * dp;
     const auto w = plan::estimate(weak, d, 0, 1);
+    if (!w.unsupported.empty()) {  // no step time to scale (it printed inf and nan)
+      std::printf("\nNo scaling on %s: %s\n", d.id.c_str(), w.unsupported.c_str());
+      return {{"target", d.id}, {"unsupported", w.unsupported}};
+    }
     if (dp == 1) t1_weak = w.step_s;
     const double samples_per_s = double(per_device * dp) / w.step_s, weak_efficiency = t1_weak / w.step_s;
     std::vector<std::string> row = {std::to_string(dp), format_seconds(w.step_s), fmt::format("{:.0f}", samples_per_s),
@@ -266,6 +270,30 @@ void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
 
 
 
+// This CPU's section of a plan: memory by category, whether it fits, step time and the ceilings.
+void print_cpu_plan(const PlanArgs& a, const plan::CpuCeilings& c, const plan::MemoryEstimate& m, const plan::StepPrediction& p,
+                    double steps, double avail, bool fits) {
+  report::Table mt({"memory", "bytes"});
+  for (int i = 0; i < kMemCategories; ++i) mt.add({std::string(to_string(MemCategory(i))), format_bytes(m.bytes[size_t(i)])});
+  mt.separator();
+  mt.add({"peak (all allocated at start)", format_bytes(m.total())});
+  mt.print();
+  if (avail > 0) {
+    // The same capacity as the cpu target's row below, and dlperf train's check.
+    std::printf("%s: %s of the %s dlperf plans on (%.0f%% of the %s available)\n\n", fits ? "fits" : "does NOT fit",
+                format_bytes(m.total()).c_str(), format_bytes(hw::kUsableMemoryShare * avail).c_str(), 100 * hw::kUsableMemoryShare,
+                format_bytes(avail).c_str());
+  }
+  std::printf("step time         %s (forward %s, backward %s, optimizer %s, per-step overhead %s)\n", format_seconds(p.step_s).c_str(),
+              format_seconds(p.forward_s).c_str(), format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str(),
+              format_seconds(p.overhead_s).c_str());
+  std::printf("throughput        %.0f images/s\n", double(a.batch) / p.step_s);
+  std::printf("epoch             %s (%.0f steps, training only)\n", format_seconds(p.step_s * steps).c_str(), steps);
+  std::printf("job               %s for %s\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), counted(a.epochs, "epoch").c_str());
+  std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s, %s a call: %s\n", c.peak_gflops, c.l2_gbps,
+              c.l3_gbps, c.dram_gbps, format_seconds(c.call_overhead_s).c_str(), c.source.c_str());
+}
+
 void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   // This CPU's section is dlperf's CPU engine: fp32, or bf16 where the CPU has AVX512-BF16 (as
   // `dlperf train` would run it); --precision applies to the targets below in any case.
@@ -280,8 +308,17 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
         "lower --batch-size, or give the training set's real size with --dataset-size");
   const nn::ModelSpec spec = nn::load_model(a.model);
   const nn::Graph g = nn::build_graph(spec, parse_chw(a.input), a.classes, a.batch);
-  const plan::MemoryEstimate m = plan::engine_memory(g, opt, a.workers, cpu_precision);
-  const plan::StepPrediction p = plan::predict_step(g, opt, c);
+  // A job the CPU engine cannot run (a tensor too big for oneDNN to index) still gets its
+  // FLOPs and the targets below: a GPU may take it.
+  std::string cpu_refuses;
+  plan::MemoryEstimate m;
+  plan::StepPrediction p;
+  try {
+    m = plan::engine_memory(g, opt, a.workers, cpu_precision);
+    p = plan::predict_step(g, opt, c);
+  } catch (const Error& e) {
+    cpu_refuses = fmt::format("{}{}", e.what(), e.hint().empty() ? "" : fmt::format(" ({})", e.hint()));
+  }
   const double steps = std::floor(double(a.dataset) / double(a.batch));
   std::printf("dlperf plan: %s on %s, batch %lld, %s, %s%s, on this CPU (%s, %s)\n", g.model.c_str(), a.input.c_str(),
               (long long)a.batch, a.optimizer.c_str(), counted(a.workers, "loader worker").c_str(), a.augment ? ", augmented" : "",
@@ -298,27 +335,10 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
               g.forward_flops() + g.backward_flops());
   const double job_flops = (g.forward_flops() + g.backward_flops()) * steps * double(a.epochs);
   std::printf("FLOPs for the job %.3g (%s of %.0f steps)\n\n", job_flops, counted(a.epochs, "epoch").c_str(), steps);
-  report::Table mt({"memory", "bytes"});
-  for (int i = 0; i < kMemCategories; ++i) mt.add({std::string(to_string(MemCategory(i))), format_bytes(m.bytes[size_t(i)])});
-  mt.separator();
-  mt.add({"peak (all allocated at start)", format_bytes(m.total())});
-  mt.print();
+  if (!cpu_refuses.empty()) std::printf("this CPU          dlperf's CPU engine cannot run it: %s\n", cpu_refuses.c_str());
   const double avail = hw::available_memory_bytes();
   const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
-  if (avail > 0) {
-    // The same capacity as the cpu target's row below, and dlperf train's check.
-    std::printf("%s: %s of the %s dlperf plans on (%.0f%% of the %s available)\n\n", fits ? "fits" : "does NOT fit",
-                format_bytes(m.total()).c_str(), format_bytes(hw::kUsableMemoryShare * avail).c_str(), 100 * hw::kUsableMemoryShare,
-                format_bytes(avail).c_str());
-  }
-  std::printf("step time         %s (forward %s, backward %s, optimizer %s, per-step overhead %s)\n", format_seconds(p.step_s).c_str(),
-              format_seconds(p.forward_s).c_str(), format_seconds(p.backward_s).c_str(), format_seconds(p.optimizer_s).c_str(),
-              format_seconds(p.overhead_s).c_str());
-  std::printf("throughput        %.0f images/s\n", double(a.batch) / p.step_s);
-  std::printf("epoch             %s (%.0f steps, training only)\n", format_seconds(p.step_s * steps).c_str(), steps);
-  std::printf("job               %s for %s\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), counted(a.epochs, "epoch").c_str());
-  std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s, %s a call: %s\n", c.peak_gflops, c.l2_gbps,
-              c.l3_gbps, c.dram_gbps, format_seconds(c.call_overhead_s).c_str(), c.source.c_str());
+  if (cpu_refuses.empty()) print_cpu_plan(a, c, m, p, steps, avail, fits);
   plan::JobSpec job;
   job.graph = &g;
   job.spec = &spec;
@@ -353,6 +373,10 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
                         {"epoch_s", p.step_s * steps},
                         {"job_s", p.step_s * steps * double(a.epochs)},
                         {"ceilings", plan::to_json(c)}};
+  if (!cpu_refuses.empty()) {  // nothing to say about this CPU but why
+    for (const char* key : {"memory_bytes", "step", "images_per_s", "epoch_s", "job_s"}) out[key] = nullptr;
+    out["cpu_cannot_run"] = cpu_refuses;
+  }
   out["targets"] = print_targets(job, a, c);
   out["scaling"] = print_scaling(job, a, c, [&](int64_t per_device, nn::Graph& holder) {
     holder = nn::build_graph(spec, parse_chw(a.input), a.classes, per_device);
@@ -361,7 +385,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
     j.global_batch = per_device;
     return j;
   });
-  if (a.layers) {
+  if (a.layers && !cpu_refuses.empty()) std::printf("\nNo per-layer plan: it is this CPU's, and dlperf's CPU engine cannot run the job.\n");
+  if (a.layers && cpu_refuses.empty()) {
     // Memory: what each layer's buffers hold (a fused relu's are its batchnorm's).
     const std::vector<plan::MemoryEstimate> by_layer = plan::engine_memory_by_layer(g, opt, a.workers, cpu_precision);
     check(by_layer.size() == p.layers.size() + 1, "plan: the time and memory models disagree on the layers");

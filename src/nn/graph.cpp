@@ -214,6 +214,18 @@ double Graph::activation_bytes() const {
   return b;
 }
 
+void check_indexable(const Node& n, const std::string& engine) {
+  auto check_size = [&](const Dims& d, const std::string& what) {
+    check(values_in(d) <= kMaxIndexedValues,
+          fmt::format("layer '{}' ({}): its {} {} holds {:.3g} values, more than the 2^31 - 1 {} indexes", n.name,
+                      ops::to_string(n.kind), what, dims_str(d), values_in(d), engine),
+          "use smaller images (--input, or other --data), a smaller batch, or fewer classes, channels or features");
+  };
+  for (const Dims& d : n.in_dims) check_size(d, "input");
+  check_size(n.out_dims, "output");
+  for (const auto& p : n.params) check_size(p.dims, p.name);
+}
+
 std::vector<int> Graph::consumers(int i) const {
   std::vector<int> c;
   for (size_t j = 0; j < nodes.size(); ++j)
@@ -224,8 +236,8 @@ std::vector<int> Graph::consumers(int i) const {
 
 namespace {
 // An activation's values per image are capped at kMaxIndexedValues here; whole tensors (the
-// batch, the weights) the CPU engine checks itself (cpu::check_indexable), so the planner still
-// answers for GPUs whether a model with a larger weight fits.
+// batch, the weights) each engine checks itself (check_indexable), so the planner still answers
+// for GPUs whether a model with a larger weight fits.
 Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch) {
   check(batch >= 1 && double(batch) <= kMaxIndexedValues, fmt::format("batch size {} is not between 1 and 2^31 - 1", batch));
   check(classes >= 1 && double(classes) <= kMaxIndexedValues, fmt::format("{} classes is not between 1 and 2^31 - 1", classes));

@@ -80,6 +80,12 @@ struct Graph {
 /// layer whose shapes do not fit.
 Graph build_graph(const ModelSpec& spec, const Dims& chw, int64_t classes, int64_t batch);
 
+/// Throws Error unless each tensor of `n` (its inputs, output and weights, the batch included)
+/// holds at most kMaxIndexedValues: what an engine that indexes with 32-bit integers can take.
+/// `engine` names it in the message ("the CPU engine (oneDNN)"). The graph does not check this
+/// itself, so the planner can still answer for a GPU whether a model with a larger tensor fits.
+void check_indexable(const Node& n, const std::string& engine);
+
 /// The resolved spec: every layer with its inferred in_channels / in_features and input names.
 nlohmann::json resolved_json(const ModelSpec& spec, const Graph& g);
 

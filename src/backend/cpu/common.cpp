@@ -69,17 +69,7 @@ Mem Mem::alias(const md& other) const {
 
 void Mem::zero() { std::memset(buffer->data(), 0, mem_desc_.get_size()); }
 
-void check_indexable(const nn::Node& n) {
-  auto check_size = [&](const Dims& d, const std::string& what) {
-    check(values_in(d) <= kMaxIndexedValues,
-          fmt::format("layer '{}' ({}): its {} {} holds {:.3g} values, more than the 2^31 - 1 the CPU engine (oneDNN) indexes", n.name,
-                      ops::to_string(n.kind), what, dims_str(d), values_in(d)),
-          "use smaller images (--input, or other --data), a smaller batch, or fewer classes, channels or features");
-  };
-  for (const Dims& d : n.in_dims) check_size(d, "input");
-  check_size(n.out_dims, "output");
-  for (const auto& p : n.params) check_size(p.dims, p.name);
-}
+void check_indexable(const nn::Node& n) { nn::check_indexable(n, "the CPU engine (oneDNN)"); }
 
 dnnl::primitive_attr default_attr() {
   dnnl::primitive_attr a;
