@@ -113,6 +113,9 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   const std::vector<std::string> ids = targets_or_default(a, job.transformer.has_value());
   report::Table t({"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"});
   std::vector<std::string> notes;
+  // Targets that cannot run the job, grouped by why: every GPU refusing the same convolution is
+  // one note, not one 250-character line each.
+  std::vector<std::pair<std::string, std::vector<std::string>>> unsupported;
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& id : ids) {
     const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
@@ -120,7 +123,9 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
     rows.push_back(to_json(e));
     if (!e.unsupported.empty()) {
       t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});  // why goes below: in the CO2 column it pushed the others' figures right
-      notes.push_back(fmt::format("{}: {}", d.id, e.unsupported));
+      auto it = std::find_if(unsupported.begin(), unsupported.end(), [&](const auto& u) { return u.first == e.unsupported; });
+      if (it == unsupported.end()) it = unsupported.insert(unsupported.end(), {e.unsupported, {}});
+      it->second.push_back(d.id);
       continue;
     }
     t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",
@@ -135,6 +140,9 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   std::printf("\nOn hardware targets (%s; energy at TDP x PUE %.2f, CO2 at %.0f gCO2e/kWh for '%s'):\n", 
               job.transformer ? "datasheet peaks at 60% for GEMMs" : "this CPU from measured ceilings, others from datasheets",
               pue, grid, a.grid >= 0 ? "--grid-intensity" : a.region.c_str());
+  std::vector<std::string> why_not;
+  for (const auto& [why, targets] : unsupported) why_not.push_back(fmt::format("{}: {}", fmt::join(targets, ", "), why));
+  notes.insert(notes.begin(), why_not.begin(), why_not.end());
   t.print();
   for (const auto& n : notes) std::printf("  * %s\n", n.c_str());
   return {{"rows", rows}, {"pue", pue}, {"grid_gco2_per_kwh", grid}, {"notes", notes}};
