@@ -320,13 +320,13 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   // FLOPs and the targets below: a GPU may take it.
   std::string cpu_refuses;
   plan::MemoryEstimate m;
-  plan::StepPrediction p;
   try {
     m = plan::engine_memory(g, opt, a.workers, cpu_precision);
-    p = plan::predict_step(g, opt, c);
   } catch (const Error& e) {
-    cpu_refuses = fmt::format("{}{}", e.what(), e.hint().empty() ? "" : fmt::format(" ({})", e.hint()));
+    cpu_refuses = with_hint(e);
   }
+  plan::StepPrediction p;
+  if (cpu_refuses.empty()) p = plan::predict_step(g, opt, c);
   const double steps = std::floor(double(a.dataset) / double(a.batch));
   std::printf("dlperf plan: %s on %s, batch %lld, %s, %s%s, on this CPU (%s, %s)\n", g.model.c_str(), a.input.c_str(),
               (long long)a.batch, a.optimizer.c_str(), counted(a.workers, "loader worker").c_str(), a.augment ? ", augmented" : "",

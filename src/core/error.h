@@ -22,6 +22,9 @@ class Error : public std::runtime_error {
   std::string hint_;
 };
 
+/// "what (hint)", or "what" where there is none: an error told inside a line of its own.
+inline std::string with_hint(const Error& e) { return e.hint().empty() ? e.what() : std::string(e.what()) + " (" + e.hint() + ")"; }
+
 /// Throws Error when `ok` is false. For checks of user input and invariants alike.
 inline void check(bool ok, const std::string& what, const std::string& hint = "") {
   if (!ok) throw Error(what, hint);

@@ -107,10 +107,10 @@ std::string planned_sentence(const TimeEstimate& t) {
   return s;
 }
 
+json measured_row(const json& rec);  // below: a finished run's row, which --resume reads each earlier record as
+
 // Runs training configurations, once each: experiments share runs with identical settings (the
 // base run is the batch-64 row, the fp32 row and a workers row), so the lab does not repeat them.
-json measured_row(const json& rec);
-
 class Runner {
  public:
   Runner(const LabConfig& lab, bool quick) : lab_(lab), start_(now_s()) {

@@ -59,6 +59,10 @@ int64_t largest_batch_within(const nn::ModelSpec& spec, const Dims& chw, int64_t
 /// checks it against the allocator on a GPU.
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout = "auto");
+/// Throws Error naming the first convolution of `g` too big for dlperf's GPU engine: cuDNN's
+/// legacy convolution descriptors take 32-bit sizes, while its other layers (cuBLASLt, its own
+/// kernels) index in 64 bits. cuda::Network checks it before allocating; the planner's GPU rows too.
+void check_gpu_engine_indexes(const nn::Graph& g);
 /// Device bytes of the GPU step's values (cuda::StepArgs; network.cpp asserts the size).
 inline constexpr double kGpuStepArgsBytes = 40;
 

@@ -64,23 +64,8 @@ double memory_of(const JobSpec& job, const Device& d) {
   return gpu_engine_memory(g, job.optimizer, job.precision).total() + kAssumedConvWorkspace;
 }
 
-// Why dlperf's engine for `d` cannot run `g` in `precision` at all, or "". The CPU engine's limits are found by
-// laying the model out (oneDNN's 32-bit indexing, among others); the GPU engine's by cuDNN's
-// legacy convolution descriptors, which take 32-bit sizes (cuda::Network checks the same).
-std::string engine_refuses(const nn::Graph& g, const Device& d, const std::string& precision) {
-  try {
-    if (d.id == "cpu") {
-      (void)cpu::engine_buffers(g, precision);
-    } else {
-      for (const auto& n : g.nodes)
-        if (n.kind == ops::OpKind::conv2d) nn::check_indexable(n, "cuDNN's convolution");
-    }
-  } catch (const Error& e) {
-    return fmt::format("dlperf's {} engine cannot run it: {}{}", d.id == "cpu" ? "CPU" : "GPU", e.what(),
-                       e.hint().empty() ? "" : " (" + e.hint() + ")");
-  }
-  return "";
-}
+// A target's row for a job dlperf's engine for it refuses (a tensor too big for it to index, say).
+std::string cannot_run(const char* engine, const Error& e) { return fmt::format("dlperf's {} engine cannot run it: {}", engine, with_hint(e)); }
 
 // The first change, in order of cost to the user, that makes the job fit on `d`.
 std::string what_would_fit(const JobSpec& job, const Device& d) {
@@ -160,14 +145,18 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     const nn::Graph& g = *job.graph;
     nn::OptimizerConfig opt;
     opt.name = job.optimizer;
-    // A job dlperf's own engine refuses (a tensor too big for it to index, say) is planned for
-    // the targets whose engine takes it, and marked unsupported on the others.
-    if (const std::string why = engine_refuses(g, d, job.precision); !why.empty()) {
-      e.unsupported = why;
+    // A job dlperf's own engine refuses is planned for the targets whose engine takes it, and
+    // marked unsupported on the others.
+    try {
+      if (d.id == "cpu")
+        e.memory = engine_memory(g, opt, 1, job.precision).total();  // lays it out, as oneDNN would or would not
+      else
+        check_gpu_engine_indexes(g);
+    } catch (const Error& x) {
+      e.unsupported = cannot_run(d.id == "cpu" ? "CPU" : "GPU", x);
       return e;
     }
     if (d.id == "cpu") {  // our own engine, byte for byte and with its measured ceilings
-      e.memory = engine_memory(g, opt, 1, job.precision).total();
       e.compute_s = predict_step(g, opt, with_precision(host_ceilings(hw::cpu_info().cores), job.precision)).step_s;
     } else {
       // dlperf's GPU executor byte for byte, plus an assumed allowance for cuDNN's workspaces.

@@ -245,11 +245,9 @@ Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions o
 void Network::build(uint64_t seed, int device) {
   check(opts_.precision != Precision::fp8, "the GPU executor trains in fp32, tf32, bf16 or fp16", "pick one of those");
   dt_ = dtype_of(opts_.precision);
-  // cuDNN's legacy convolution descriptors take 32-bit sizes; the other layers run on cuBLASLt
-  // and dlperf's own kernels, which index in 64 bits. Checked before anything is allocated, so a
-  // conv too big to describe is named rather than reported as out of memory or a cuDNN status.
-  for (const auto& n : graph_.nodes)
-    if (n.kind == ops::OpKind::conv2d) nn::check_indexable(n, "cuDNN's convolution");
+  // Before anything is allocated, so a conv too big for cuDNN to describe is named rather than
+  // reported as out of memory or a cuDNN status.
+  plan::check_gpu_engine_indexes(graph_);
   if (opts_.graphs) why_not_graphed_ = "not captured yet (the first step runs eagerly)";
   ok(cudaSetDevice(device), "cudaSetDevice");
   ok(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
