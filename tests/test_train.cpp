@@ -2,6 +2,7 @@
 // a resumed run ends with the same weights as an uninterrupted one, and bad settings or a
 // diverging loss stop it with a clear message.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <csignal>
 #include <cstring>
@@ -488,6 +489,19 @@ TEST(Train, PeakMemoryIsTheRunsOwnAfterABiggerRunInTheSameProcess) {
   const double big_peak = train::train(big).epochs[0].peak_bytes;
   ASSERT_GT(big_peak, 4 * alone);
   EXPECT_EQ(train::train(c).epochs[0].peak_bytes, alone);
+}
+
+// --threads is the run's own: a one-thread run leaves the next run in the same process (the lab
+// trains both kinds in one) on all the cores, not on the one thread it set.
+TEST(Train, AThreadCountIsTheRunsOwn) {
+  const int all = omp_get_max_threads();
+  auto c = tiny();
+  c.epochs = 1;
+  c.threads = 1;
+  EXPECT_EQ(train::train(c).record["config"]["threads_used"], 1);
+  EXPECT_EQ(omp_get_max_threads(), all);
+  c.threads = 0;
+  EXPECT_EQ(train::train(c).record["config"]["threads_used"], all);
 }
 
 // An epoch's record round-trips (checkpoints keep the history), an unevaluated one as null

@@ -253,10 +253,9 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
 
 DispatchResult cpu_dispatch(const Options& o) {
   using namespace dnnl;
-  // oneDNN forks as many threads as OpenMP's count when it executes; the count is put back after.
-  const int before = omp_get_max_threads();
-  const int threads = o.threads > 0 ? o.threads : before;
-  omp_set_num_threads(threads);
+  // oneDNN forks as many threads as OpenMP's count when it executes.
+  const hw::ScopedThreads scoped_threads(o.threads);
+  const int threads = scoped_threads.count();
   const cpu::md desc({16, 64}, cpu::dt::f32, cpu::tag::ab);
   // Untracked buffers: the plan measures this on the spot, sometimes inside a training run (the
   // profile's ceilings), whose tracked peak memory must not grow by them.
@@ -270,7 +269,6 @@ DispatchResult cpu_dispatch(const Options& o) {
   const Spread calls_per_s = rate(r.repeats, double(r.calls), [&] {
     for (int i = 0; i < r.calls; ++i) cpu::run(relu, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, y}});
   });
-  omp_set_num_threads(before);
   r.us = {1e6 / calls_per_s.median, 1e6 / calls_per_s.max, 1e6 / calls_per_s.min};
   for (size_t i = 0; i < xs.size(); ++i) check(ys[i] == std::max(xs[i], 0.f), "the dispatch benchmark's relu gave wrong results");
   return r;

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <omp.h>
 #include <sched.h>
 #include <sys/utsname.h>
 
@@ -34,6 +35,11 @@ int usable_cpus() {
   cpu_set_t set;
   return sched_getaffinity(0, sizeof(set), &set) == 0 ? CPU_COUNT(&set) : 1;
 }
+
+ScopedThreads::ScopedThreads(int threads) : before_(omp_get_max_threads()), count_(threads > 0 ? threads : before_) {
+  omp_set_num_threads(count_);
+}
+ScopedThreads::~ScopedThreads() { omp_set_num_threads(before_); }
 
 void check_threads(int threads) {
   const int cpus = usable_cpus();

@@ -29,6 +29,20 @@ int usable_cpus();
 /// Refuses a --threads above usable_cpus(): OpenMP's threads then wait on each other at every
 /// barrier (one step of `medium` took 48 s with 1000 threads on 2 CPUs). 0 means all of them.
 void check_threads(int threads);
+/// OpenMP's thread count, which oneDNN forks, set to `threads` (0: left as it is) for this
+/// object's scope and put back after: a --threads 1 run must not leave the runs after it in the
+/// same process (the lab's, the tests') on one thread.
+class ScopedThreads {
+ public:
+  explicit ScopedThreads(int threads);
+  ~ScopedThreads();
+  ScopedThreads(const ScopedThreads&) = delete;
+  ScopedThreads& operator=(const ScopedThreads&) = delete;
+  int count() const { return count_; }  ///< the threads it runs with
+
+ private:
+  int before_, count_;
+};
 /// f32 lanes an FMA unit computes per cycle: the widest vector the ISA has, except that AMD's
 /// Zen 4 (family 0x19) executes AVX-512 on 256-bit units. Zen 5 (0x1A) and Intel's AVX-512 cores
 /// have 512-bit units.

@@ -1,7 +1,6 @@
 #include "train/trainer.h"
 
 #include <fmt/format.h>
-#include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -689,8 +688,8 @@ TrainResult train(const TrainConfig& cfg) {
   // A profile an earlier run left recording (it threw mid-window) must not record this one.
   if (profile::Recorder::get().on()) profile::Recorder::get().stop();
   const bool say = !cfg.quiet;
-  if (cfg.threads > 0) omp_set_num_threads(cfg.threads);
-  const int threads = cfg.threads > 0 ? cfg.threads : omp_get_max_threads();
+  const hw::ScopedThreads scoped_threads(cfg.threads);
+  const int threads = scoped_threads.count();
   data::DataPair d = data::load_data(cfg.data);
   // Notes about the run, printed with its header: after every check below that can refuse it, so
   // a refused run prints its one error and nothing before it.
