@@ -843,6 +843,17 @@ TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
   EXPECT_EQ(shapes[0].run, "small b32 w1 on 1x28x28 lr 0.4");
   EXPECT_EQ(shapes[1].run, "small b32 w1 on 1x12x12 lr 0.1");
   EXPECT_EQ(shapes[2].run, shapes[1].run);
+  // The lab's tiny workload on all cores and on one thread: told apart by the threads.
+  rec["config"]["threads_used"] = 1;
+  std::ofstream(dir.path / "e.json") << rec.dump();
+  rec["config"]["threads_used"] = 2;
+  std::ofstream(dir.path / "f.json") << rec.dump();
+  const auto threads = plan::compare_with_records({(dir.path / "e.json").string(), (dir.path / "f.json").string()}, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(threads.size(), hw::usable_cpus() > 1 ? 2u : 1u);  // (a 2-thread run is skipped on one CPU)
+  EXPECT_EQ(threads[0].run, hw::usable_cpus() > 1 ? "small b32 w1 1 thread" : "small b32 w1");
+  if (threads.size() == 2) {
+    EXPECT_EQ(threads[1].run, "small b32 w1 2 threads");
+  }
 }
 
 // A CPU run is predicted with the ceilings of the threads it trained on, and a run from another
@@ -887,6 +898,18 @@ TEST(PlanAgainst, ARunIsPlannedOnTheCpuAndThreadsItTrainedOn) {
   rec.erase("machine");  // a record without the machine's facts is taken as this machine's
   skipped.clear();
   EXPECT_EQ(compare(rec, plan::host_ceilings(1), skipped).size(), 1u);
+
+  // Its memory too, laid out for its threads: oneDNN sizes some scratchpads by the threads it
+  // forks (the mlp's peak at batch 16 is 5120 bytes apart on 1 and 2 threads here).
+  if (hw::usable_cpus() > 1) {
+    train::TrainConfig m = quiet_run("mlp", "synthetic:1x28x28:256", 16, 1, "cpu");
+    m.runs_dir = dir.path.string();
+    m.threads = 1;
+    skipped.clear();
+    const auto mlp = compare(train::train(m).record, plan::host_ceilings(hw::usable_cpus()), skipped);
+    ASSERT_EQ(mlp.size(), 1u) << (skipped.empty() ? "" : skipped[0].why);
+    EXPECT_EQ(mlp[0].predicted_peak, mlp[0].measured_peak);
+  }
 }
 
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {

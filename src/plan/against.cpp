@@ -230,7 +230,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
     at.loader_workers = workers;
     at.augment = cfg.value("augment", false);
+    cmp.threads = std::max(threads, 0);
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
+    // oneDNN sizes some scratchpads by the threads it will fork: laid out on the run's.
+    const hw::ScopedThreads run_threads(threads);
     cmp.predicted_peak = engine_memory(g, opt, workers, precision).total();
     if (cpu_watts > 0) cmp.predicted_energy_j = cpu_watts * cmp.predicted_step_s * steps;
     out.push_back(cmp);
@@ -248,14 +251,17 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
   }
   // Runs of one name are told apart by what differs among them: the image shape (one model on
   // two datasets), the learning rate (the lab's batch sizes with and without the linear scaling
-  // rule). Repeats of one configuration keep the name.
+  // rule), the CPU threads (the lab's tiny workload on all cores and on one). Repeats of one
+  // configuration keep the name.
   std::map<std::string, std::set<std::string>> inputs;
   std::map<std::string, std::set<double>> lrs;
-  for (const Comparison& cmp : out) inputs[cmp.run].insert(cmp.input), lrs[cmp.run].insert(cmp.lr);
+  std::map<std::string, std::set<int>> threads;
+  for (const Comparison& cmp : out) inputs[cmp.run].insert(cmp.input), lrs[cmp.run].insert(cmp.lr), threads[cmp.run].insert(cmp.threads);
   for (Comparison& cmp : out) {
     const std::string name = cmp.run;
     if (inputs[name].size() > 1) cmp.run += " on " + cmp.input;
     if (lrs[name].size() > 1 && cmp.lr > 0) cmp.run += fmt::format(" lr {:g}", cmp.lr);
+    if (threads[name].size() > 1 && cmp.threads > 0) cmp.run += fmt::format(" {}", counted(cmp.threads, "thread"));
   }
   return out;
 }

@@ -12,10 +12,11 @@
 namespace dlperf::plan {
 
 struct Comparison {
-  std::string run;  ///< "medium b64 w1" ("... on 3x32x32", "... lr 0.4" where runs differ in those)
+  std::string run;  ///< "medium b64 w1" ("... on 3x32x32", "... lr 0.4", "... 1 thread" where runs differ in those)
   std::string file;  ///< the record's file name
   double lr = 0;     ///< the run's peak learning rate (0: not recorded)
   std::string input;  ///< the data's image shape, "1x28x28"
+  int threads = 0;    ///< CPU threads it trained on (0: not recorded, or a GPU run)
   double predicted_step_s = 0, measured_step_s = 0;
   double predicted_peak = 0, measured_peak = 0;
   double predicted_energy_j = -1, measured_energy_j = -1;  ///< < 0 = unknown
