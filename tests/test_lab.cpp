@@ -2,6 +2,7 @@
 // columns, and the observations follow the numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -11,6 +12,7 @@
 #include "core/interrupt.h"
 #include "core/version.h"
 #include "data/loader.h"
+#include "hw/cpu_info.h"
 #include "lab/lab.h"
 #include "nn/graph.h"
 #include "plan/step_time.h"
@@ -128,6 +130,11 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
     ASSERT_FALSE(fixed.is_null());
     EXPECT_EQ(cpu["images_per_s"], fixed["images_per_s"]);
   }
+  // The tiny workload also ran on one thread, wherever the lab had more than one.
+  const auto one_thread = std::count_if(exps[0].rows.begin(), exps[0].rows.end(),
+                                        [](const json& r) { return r["workload"] == "mlp" && r["threads"] == 1; });
+  EXPECT_EQ(one_thread, 1);
+  EXPECT_EQ(exps[0].rows[0]["threads"], hw::usable_cpus());
   for (const auto& r : exps[0].rows)
     if (r["device"] == "cuda") {
       EXPECT_EQ(r["status"], "missing");
@@ -571,6 +578,31 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   d.rows[1]["note"] = "no GPU";
   obs = lab::observe(d);
   EXPECT_FALSE(says(obs, "the GPU trains"));
+
+  // The tiny workload on every core and on one thread: the sentence says which is faster and
+  // why, and the GPU is compared with the faster of the two, named.
+  lab::Experiment t;
+  t.name = "device";
+  t.rows = {row({{"device", "cpu"}, {"workload", "mlp"}, {"batch", 16}, {"threads", 2}}, 0.13, 0, 90, 1),
+            row({{"device", "cpu"}, {"workload", "mlp"}, {"batch", 16}, {"threads", 1}}, 0.10, 0, 90, 1),
+            row({{"device", "cuda"}, {"workload", "mlp"}, {"batch", 16}}, 0.2, 0, 90, 1)};
+  t.rows[0]["step_ms"] = 0.065, t.rows[1]["step_ms"] = 0.05, t.rows[2]["step_ms"] = 0.1;
+  obs = lab::observe(t);
+  ASSERT_EQ(obs.size(), 2u);
+  EXPECT_TRUE(says(obs, "mlp at batch 16 on the CPU: 1 thread trains 1.30x faster than 2 threads (50.0 us vs 65.0 us a step): its ops "
+                        "are too small to share between cores"))
+      << obs[0];
+  EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU (1 thread) wins, 2.0x faster than the GPU (50.0 us vs 100 us per step)")) << obs[1];
+  t.rows[1]["epoch_s"] = 0.26;  // one thread twice as slow: the all-core row is the CPU's best
+  obs = lab::observe(t);
+  EXPECT_TRUE(says(obs, "1 thread trains 2.00x slower than 2 threads (50.0 us vs 65.0 us a step).")) << obs[0];
+  EXPECT_TRUE(says(obs, "the CPU (2 threads) wins, 1.5x faster than the GPU")) << obs[1];
+  t.rows[1]["epoch_s"] = 0.128;  // within the noise: alike, and no reason given
+  obs = lab::observe(t);
+  EXPECT_TRUE(says(obs, "1 thread trains about as fast as 2 threads (50.0 us vs 65.0 us a step).")) << obs[0];
+  t.rows[2]["status"] = "missing";  // no GPU: the CPU's best row is the one described
+  obs = lab::observe(t);
+  EXPECT_TRUE(says(obs, "mlp at batch 16 on the CPU (1 thread): 128 ms per epoch")) << obs[1];
 }
 
 TEST(Lab, ModelObservationsFollowTheData) {

@@ -66,7 +66,12 @@ std::vector<Plot> plots_for(const Experiment& e) {
   auto field = [](const char* k) { return [k](const json& r) { return r[k].get<std::string>(); }; };
   if (e.name == "device")
     return {{"device-time", "Seconds per epoch by device", "", "seconds per epoch", "",
-             [](const json& r) { return fmt::format("{} {} b{}", r["device"].get<std::string>(), r["workload"].get<std::string>(), r["batch"].get<int64_t>()); },
+             [](const json& r) {
+               // The tiny workload's one-thread CPU row beside its all-core one.
+               const bool one_thread = r["device"] == "cpu" && r.value("threads", json()) == 1;
+               return fmt::format("{}{} {} b{}", r["device"].get<std::string>(), one_thread ? " 1 thread" : "",
+                                  r["workload"].get<std::string>(), r["batch"].get<int64_t>());
+             },
              "epoch_s", {{"measured", all}}, false}};
   if (e.name == "batch")
     return {{"batch-throughput", "Throughput by batch size", "batch size", "images per second", "batch", nullptr, "images_per_s",
