@@ -1,5 +1,6 @@
 // The five lab experiments: which training runs each makes, and the row each run becomes.
 #include <fmt/format.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -457,9 +458,9 @@ Experiment device(Runner& run, const LabConfig& lab) {
   Experiment e{"device", "Device: CPU vs GPU",
                "How much faster does the same training run on a GPU, and when does the CPU win?", {}, {}, {}, {}};
   e.columns = {{"device", "device", kText},          {"workload", "workload", kText},        {"batch", "batch", 0},
-               {"threads", "threads", 0},              {"epoch_s", "s/epoch", 2},              {"total_s", "total s", 2},              {"images_per_s", "img/s", 0},
-               {"step_ms", "ms/step", 3},              {"mflops_per_step", "MFLOP/step", 2},   {"kernels_per_step", "kernels/step", 0},
-               {"speedup_vs_cpu", "speed-up", 2},      {"test_acc", "test acc %", 2}};
+               {"threads", "threads", 0},              {"epoch_s", "s/epoch", 2},              {"total_s", "total s", 2},
+               {"images_per_s", "img/s", 0},           {"step_ms", "ms/step", 3},              {"mflops_per_step", "MFLOP/step", 2},
+               {"kernels_per_step", "kernels/step", 0}, {"speedup_vs_cpu", "speed-up", 2},     {"test_acc", "test acc %", 2}};
   const std::string no_gpu = gpu_missing_reason();
   struct Workload {
     std::string model;
@@ -476,8 +477,9 @@ Experiment device(Runner& run, const LabConfig& lab) {
       // too short to time reliably on a shared machine, so it runs three times as long.
       c.epochs = 3 * run.base().epochs;
     }
-    const int threads = c.threads > 0 ? c.threads : hw::usable_cpus();
     const auto& o = run.run("device", fmt::format("cpu, {} at batch {}", w.model, w.batch), c);
+    // The threads it trained on: all of OpenMP's (the trainer's default) unless --threads said.
+    const int threads = o.ok ? o.record["config"].value("threads_used", 0) : c.threads > 0 ? c.threads : omp_get_max_threads();
     json cpu = row_of(o, {{"device", "cpu"}, {"workload", w.model}, {"batch", w.batch}, {"threads", threads}});
     if (cpu["status"] == "measured") cpu["speedup_vs_cpu"] = 1.0;
     e.rows.push_back(cpu);
