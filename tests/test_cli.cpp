@@ -109,6 +109,9 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
       {"plan --against damaged-record.json --model large", "--model does not apply with --against: each run record is planned with"},  // was ignored
       {"plan --against damaged-record.json --no-augment", "--augment does not apply with --against"},
+      {"plan --against damaged-record.json --threads 1", "--threads does not apply with --against"},
+      {"plan --transformer gpt2-small --threads 1", "--threads describes a CNN training run"},
+      {"plan --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"plan --against nonexistent.json", "none of the files given to --against could be compared (the lines above say why)"},
       {"plan --against nonexistent.json", "skipped nonexistent.json: no such file"},
       {"plan --against damaged-record.json", "skipped damaged-record.json: a damaged run record: /config/batch_size is missing"},
@@ -611,6 +614,14 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   const plan::EngineModel m = plan::engine_model(hw::cpu_info().isa);
   EXPECT_NEAR(a["step"]["overhead_s"].get<double>(), 32 * 28 * 28 * m.loader_augmented_ns_per_pixel * 1e-9 +
                   m.step_calls * a["ceilings"]["call_overhead_us"].get<double>() * 1e-6 + m.loader_handoff_s, 1e-12);
+  EXPECT_EQ(a["threads"], hw::usable_cpus());  // all of them, as train's default
+  // --threads plans this CPU's section and its cpu target on that many threads, as train takes it.
+  const Outcome one = run_dlperf(dir, "plan --model mlp --batch-size 16 --threads 1 --targets cpu --json one.json");
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_NE(one.out.find("on this CPU (1 thread, fp32)"), std::string::npos) << one.out;
+  const nlohmann::json oj = nlohmann::json::parse(slurp(dir.path / "one.json"));
+  EXPECT_EQ(oj["threads"], 1);
+  EXPECT_EQ(oj["targets"]["rows"][0]["step_s"], oj["step"]["step_s"]);
   const Outcome t = run_dlperf(dir, "plan --transformer gpt2-small --json t.json");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const nlohmann::json tj = nlohmann::json::parse(slurp(dir.path / "t.json"));

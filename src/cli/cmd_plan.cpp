@@ -37,6 +37,7 @@ struct PlanArgs {
   int64_t batch = 64;
   std::string optimizer = "sgd";
   int workers = 1;
+  int threads = 0;  ///< this CPU's compute threads; 0 = all, as train's
   bool augment = false;
   int64_t dataset = 60000;
   int64_t epochs = 5;
@@ -367,6 +368,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
                         {"optimizer", a.optimizer},
                         {"workers", a.workers},
                         {"augment", a.augment},
+                        {"threads", c.threads},
                         {"dataset_size", a.dataset},
                         {"epochs", a.epochs},
                         {"precision", a.precision},
@@ -514,6 +516,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str()->check(at_least(1));
   c->add_option("--optimizer", a->optimizer, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
   c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, data::kMaxWorkers));
+  c->add_option("--threads", a->threads, "this CPU's compute threads, as train takes them (0 = all cores)")->capture_default_str();
   c->add_flag("--augment,!--no-augment", a->augment, "random crops and flips, as train --augment: slower batches")->capture_default_str();
   c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str()->check(at_least(1));
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
@@ -547,17 +550,17 @@ void add_plan(CLI::App& app, const Command& self) {
   c->callback([a, c] {
     // Each record is planned as it ran: a flag describing the run would be ignored.
     if (!a->against.empty())
-      for (const char* flag : {"--model", "--input", "--classes", "--batch-size", "--optimizer", "--workers", "--augment", "--dataset-size",
-                               "--epochs", "--precision", "--catalog"})
+      for (const char* flag : {"--model", "--input", "--classes", "--batch-size", "--optimizer", "--workers", "--threads", "--augment",
+                               "--dataset-size", "--epochs", "--precision", "--catalog"})
         check(c->count(flag) == 0,
               fmt::format("{} does not apply with --against: each run record is planned with the model, input, batch size, optimizer, "
-                          "workers, augmentation, dataset and precision it ran with",
+                          "workers, threads, augmentation, dataset and precision it ran with",
                           flag),
               fmt::format("drop {}; to plan another run, leave out --against", flag));
     // A Transformer's plan reads its size, --tokens, --batch-size, --micro-batch, --precision,
     // --optimizer and the parallel layout: the CNN run's flags would be ignored.
     if (!a->transformer.empty())
-      for (const char* flag : {"--model", "--input", "--classes", "--workers", "--augment", "--dataset-size", "--epochs"})
+      for (const char* flag : {"--model", "--input", "--classes", "--workers", "--threads", "--augment", "--dataset-size", "--epochs"})
         check(c->count(flag) == 0, fmt::format("{} describes a CNN training run, and --transformer plans a Transformer", flag),
               fmt::format("drop {}; a Transformer's job is set by --tokens, --batch-size and --micro-batch", flag));
     // --cpu-watts prices the cpu target's energy (and the records' with --against).
@@ -586,7 +589,11 @@ void add_plan(CLI::App& app, const Command& self) {
       (void)grid_intensity(*a, cat);
     }
     if (!a->json_out.empty()) check_file_path(a->json_out, "--json");
-    const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
+    // This CPU's section and its cpu target on the threads asked for: the ceilings, and the layouts,
+    // since oneDNN sizes some scratchpads by the threads it forks.
+    hw::check_threads(a->threads);
+    const hw::ScopedThreads threads(a->threads);
+    const plan::CpuCeilings ceilings = plan::host_ceilings(threads.count());
     if (!a->transformer.empty())
       plan_transformer(*a, ceilings);
     else if (a->against.empty())

@@ -1,6 +1,7 @@
 #include "plan/targets.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <cmath>
 #include <fstream>
@@ -157,7 +158,8 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       return e;
     }
     if (d.id == "cpu") {  // our own engine, byte for byte and with its measured ceilings
-      e.compute_s = predict_step(g, opt, with_precision(host_ceilings(hw::cpu_info().cores), job.precision)).step_s;
+      // On the threads the plan runs with (plan --threads; all cores by default).
+      e.compute_s = predict_step(g, opt, with_precision(host_ceilings(omp_get_max_threads()), job.precision)).step_s;
     } else {
       // dlperf's GPU executor byte for byte, plus an assumed allowance for cuDNN's workspaces.
       e.memory = memory_of(job, d);
