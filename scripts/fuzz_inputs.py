@@ -8,7 +8,8 @@ an internal message or a machine-sized allocation.
 
 build-asan/ (scripts/sanitize.sh makes it) finds what the plain build cannot: reads past a buffer,
 undefined behaviour. Give it --timeout 600: where the machine profile is damaged, plan measures the
-ceilings on the spot, a second in the plain build and minutes under ASan, which read as hangs. The inputs, each made here from scratch, and the command that reads it:
+ceilings on the spot, a second in the plain build and minutes under ASan, which read as hangs.
+The inputs, each made here from scratch, and the command that reads it:
 
     idx         a directory of IDX files (raw)          train --data DIR
     idx-gz      the same, gzip-compressed               train --data DIR

@@ -734,10 +734,6 @@ TEST(PlanMemory, NhwcCountsTheMapsItMoves) {
     EXPECT_DOUBLE_EQ(plan::gpu_engine_memory(gray, "sgd", p, "nhwc").total(), plan::gpu_engine_memory(gray, "sgd", p, "nchw").total()) << p;
 }
 
-// A dlperf profile record's one epoch is a few steps, warm-up included: its measured step is the
-// profile's mean over the recorded steps, not the epoch's time over a whole epoch's steps.
-// A hand-edited record with a field of the wrong type is skipped naming the field; it used to
-// stop the whole comparison with "[json.exception.type_error.302] type must be string".
 // A run record of `model` trained here, then files in `dir` each with one field set as `edits` say.
 std::vector<std::string> edited_records(const TempDir& dir, const std::string& model, nlohmann::json& good,
                                         const std::vector<std::pair<std::string, nlohmann::json>>& edits) {
@@ -754,6 +750,8 @@ std::vector<std::string> edited_records(const TempDir& dir, const std::string& m
   return files;
 }
 
+// A hand-edited record with a field of the wrong type is skipped naming the field; it used to
+// stop the whole comparison with "[json.exception.type_error.302] type must be string".
 TEST(PlanAgainst, AFieldOfTheWrongTypeSkipsTheRecordNamingTheField) {
   TempDir dir;
   nlohmann::json good;
@@ -791,6 +789,8 @@ TEST(PlanAgainst, ARecordNoEngineCouldRunIsSkippedNotACrash) {
   EXPECT_NE(skipped[2].why.find("trained on another CPU, -1 ("), std::string::npos) << skipped[2].why;
 }
 
+// A dlperf profile record's one epoch is a few steps, warm-up included: its measured step is the
+// profile's mean over the recorded steps, not the epoch's time over a whole epoch's steps.
 TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
   TempDir dir;
   train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:1024", 32, 1, "cpu");

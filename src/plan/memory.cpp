@@ -35,12 +35,12 @@ double optimizer_states(const nn::OptimizerConfig& opt) {
   return opt.momentum != 0 ? 1 : 0;
 }
 
-// Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
 void check_gpu_engine_indexes(const nn::Graph& g) {
   for (const auto& n : g.nodes)
     if (n.kind == ops::OpKind::conv2d) nn::check_indexable(n, "cuDNN's convolution");
 }
 
+// Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout) {
   MemoryEstimate m;
