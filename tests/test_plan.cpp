@@ -500,7 +500,8 @@ TEST(PlanStepTime, EarlierReadersOfAValueSumTheirGradientsIn) {
 
 // Every layer pass and the step's own calls (the input's copy, the loss, the loop) cost what a
 // call into the engine measured (the ceilings' figure, else the fit's), and the step waits for its
-// batch to be filled, pixel by pixel, and with loader workers for the hand-off too.
+// batch to be filled, pixel by pixel (unless a worker with a core of its own fills it meanwhile),
+// and with loader workers for the hand-off too.
 TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   plan::CpuCeilings c;
   c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
@@ -528,9 +529,49 @@ TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, augmented, m).overhead_s,
               16 * 28 * 28 * m.loader_augmented_ns_per_pixel * 1e-9 + m.step_calls * 5e-6, 1e-15);
   EXPECT_GT(m.loader_augmented_ns_per_pixel, m.loader_ns_per_pixel);
+  // Compute threads on every CPU leave the worker none of its own: it fills the batch while the
+  // step waits. With a core to itself it fills the next while the step computes: only the
+  // hand-off is waited for, unless a fill outlasts a step, when the step waits for the rest.
+  plan::CpuCeilings shared = c;
+  shared.threads = 2, shared.cpus = 2;
+  EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, shared, m).overhead_s, measured.overhead_s, 1e-15);
+  plan::CpuCeilings own_core = shared;
+  own_core.threads = 1;
+  const auto overlapped = plan::predict_step(g, nn::OptimizerConfig{}, own_core, m);
+  EXPECT_NEAR(overlapped.overhead_s, m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);
+  plan::EngineModel slow_fill = m;
+  slow_fill.loader_ns_per_pixel = 1e3 * m.loader_ns_per_pixel;  // a fill far longer than the step
+  const auto waits = plan::predict_step(g, nn::OptimizerConfig{}, own_core, slow_fill);
+  EXPECT_NEAR(waits.step_s, 16 * 28 * 28 * slow_fill.loader_ns_per_pixel * 1e-9, 1e-12);
+  own_core.cpus = 4, own_core.loader_workers = 3;  // three workers take turns: a third of the fill each step
+  const auto turns = plan::predict_step(g, nn::OptimizerConfig{}, own_core, slow_fill);
+  EXPECT_NEAR(turns.step_s, 16 * 28 * 28 * slow_fill.loader_ns_per_pixel * 1e-9 / 3, 1e-12);
   // Passes: 2 linear forward, relu forward, relu backward, 2 linear backward-weights, the second's
   // backward-data (the first has no input gradient to compute), and the optimizer.
   EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);
+}
+
+// oneDNN's AVX-512 inner product gives each thread whole blocks of up to 64 features by 16-64
+// images: a layer with fewer blocks than threads keeps the rest idle, and its forward pass takes
+// as long as on fewer threads. Elsewhere (AVX2's gemm) the plan assumes every thread works.
+TEST(PlanStepTime, ASmallLinearLayerKeepsOnlyItsBlocksThreadsBusy) {
+  auto fc1_forward = [](int64_t batch, int64_t features, const char* input, int threads, const std::string& isa) {
+    plan::CpuCeilings c;
+    c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+    c.l2_bytes = 1e6, c.l3_bytes = 32e6, c.call_overhead_s = 1e-6;
+    c.threads = threads, c.isa = isa;
+    const json spec = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", features}}}}};
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), parse_chw(input), features, batch);
+    return plan::predict_step(g, nn::OptimizerConfig{}, c, plan::engine_model("avx512")).layers[1].forward_s - 1e-6;
+  };
+  // 16 images by 64 features: one block, so one of two threads works; 32 images: two blocks.
+  EXPECT_NEAR(fc1_forward(16, 64, "1x28x28", 2, "avx512"), 2 * fc1_forward(16, 64, "1x28x28", 2, "avx2+fma"), 1e-15);
+  EXPECT_NEAR(fc1_forward(32, 64, "1x28x28", 2, "avx512"), fc1_forward(32, 64, "1x28x28", 2, "avx2+fma"), 1e-15);
+  // 16 images by 256 features: four blocks, so four of 16 threads work.
+  EXPECT_NEAR(fc1_forward(16, 256, "1x28x28", 16, "avx512"), 4 * fc1_forward(16, 256, "1x28x28", 16, "avx2+fma"), 1e-15);
+  // One thread, or more than 1024 input features, which the threads also split among them.
+  EXPECT_NEAR(fc1_forward(16, 64, "1x28x28", 1, "avx512"), fc1_forward(16, 64, "1x28x28", 1, "avx2+fma"), 1e-15);
+  EXPECT_NEAR(fc1_forward(16, 64, "1x56x56", 2, "avx512"), fc1_forward(16, 64, "1x56x56", 2, "avx2+fma"), 1e-15);
 }
 
 // The element size each node's input is read in: fp32 everywhere, or bf16 where conv and linear

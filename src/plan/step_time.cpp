@@ -69,6 +69,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   const hw::CpuInfo cpu = hw::cpu_info();
   CpuCeilings c;
   c.threads = threads;
+  c.cpus = hw::usable_cpus();
   c.l2_bytes = double(cpu.l2_bytes) * threads;
   c.l3_bytes = double(cpu.l3_bytes);
   c.isa = cpu.isa;
@@ -179,11 +180,49 @@ double cold_bytes_per_s(double footprint, const CpuCeilings& c, const EngineMode
   return c.dram_gbps * 1e9;
 }
 
-PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m, double from_dram = 0) {
+// `busy`: the threads the pass keeps working, of c.threads (the rest wait at its join).
+PassTime pass_time(const ops::PassCost& p, double efficiency, const CpuCeilings& c, const EngineModel& m, double from_dram = 0,
+                   int busy = 0) {
   if (p.flops == 0 && p.bytes == 0) return {};
   const double compute = p.flops / (c.peak_gflops * 1e9 * efficiency);
   const double memory = stream_s(p.bytes, Sources{from_dram}, c, m);
-  return {std::max(compute, memory) + m.call_overhead_s, compute >= memory};
+  const double idle = busy > 0 && busy < c.threads ? double(c.threads) / busy : 1;
+  return {std::max(compute, memory) * idle + m.call_overhead_s, compute >= memory};
+}
+
+// The threads oneDNN's inner product keeps busy in a linear layer's forward pass on AVX-512 (its
+// brgemm kernels; 0 = all, elsewhere). It hands each thread whole blocks of up to 64 output
+// features by 16-64 images, so a small layer has fewer blocks than threads: the mlp's fc1 (16
+// images, 64 features) is one block, and took 16 us a step on 1 thread and on 2 (2026-11-24, Zen
+// 4), where 32 images (two blocks) went from 30 to 17 us. Written out here because oneDNN does not
+// expose its split; this follows jit_brgemm_inner_product_utils.cpp (init_ip_conf_fwd,
+// get_os_block, get_oc_block), leaving out the kernel shapes no dlperf model reaches (AMX, int8).
+int linear_forward_threads(const nn::Node& n, const CpuCeilings& c) {
+  if (c.isa != "avx512" || c.threads <= 1) return 0;
+  const int64_t os = n.in_dims[0][0], ic = numel(n.in_dims[0]) / os, oc = n.out_dims[1], nthr = c.threads;
+  const bool f32 = c.precision != "bf16";
+  auto div_up = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  const int64_t oc_block = oc >= 64 ? 64 : oc >= 32 ? 32 : 16, nb_oc = div_up(oc, oc_block);
+  const int64_t oc_chunks = os <= 8 && oc <= 256 ? 1 : nb_oc;  // a tiny batch takes every feature block at once
+  const bool gigantic = ic >= 9216 && oc >= 4096 && os >= 512;
+  int64_t max_os_block = gigantic ? 128 : 64;
+  if (f32 && double(div_up(os, max_os_block) * nb_oc) < 1.8 * double(nthr))  // aims at about 2 blocks a thread
+    max_os_block = std::clamp<int64_t>(div_up(os * nb_oc, 2 * nthr), 16, max_os_block);
+  int64_t os_block = std::min(os, max_os_block);  // the largest divisor of the batch from 6 up, else the cap
+  for (int64_t b = max_os_block; b >= 6; --b)
+    if (os % b == 0) {
+      os_block = b;
+      break;
+    }
+  const int64_t nb_os = div_up(os, os_block);
+  int64_t nb_os_blocking = 1;
+  if (f32 && os > 256)
+    nb_os_blocking = std::clamp<int64_t>(std::min(std::max<int64_t>(oc / os / 2, 1), div_up(nb_os * nb_oc, 2 * nthr)), 1,
+                                         std::min<int64_t>(8, nb_os));
+  const int64_t blocks = oc_chunks * div_up(nb_os, nb_os_blocking);
+  // Few blocks and many input features: the threads also split the sum over the features.
+  if (f32 && ic > 1024 && blocks < div_up(ic, 16) && !(oc >= 4096 && os >= 512)) return 0;
+  return int(std::min<int64_t>(blocks, nthr));
 }
 
 // Whether node `i`'s value was written past the caches: oneDNN's fp32 batchnorm (jit bnorm, 2.6
@@ -328,7 +367,8 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     case ops::OpKind::conv2d:
     case ops::OpKind::linear: {
       const auto [kf, kd, kw] = reductions(n);
-      const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m, forward_dram);
+      const int busy = n.kind == ops::OpKind::linear ? linear_forward_threads(n, c) : 0;
+      const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m, forward_dram, busy);
       lt.forward_s += f.s;
       lt.bound = f.compute_bound ? "compute" : "memory";
       const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
@@ -411,8 +451,15 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   const double bytes = params * (2 + 2 * states + 1);
   p.optimizer_s = bytes / bandwidth_for(bytes, c, m) + m.call_overhead_s;
   const double fill_ns = c.augment ? m.loader_augmented_ns_per_pixel : m.loader_ns_per_pixel;
-  p.overhead_s = double(numel(g.input)) * fill_ns * 1e-9 + m.step_calls * m.call_overhead_s +
-                 (c.loader_workers > 0 ? m.loader_handoff_s : 0.0);
+  const double fill_s = double(numel(g.input)) * fill_ns * 1e-9, calls_s = m.step_calls * m.call_overhead_s;
+  if (c.loader_workers > 0 && c.cpus > 0 && c.threads + c.loader_workers <= c.cpus) {
+    // Workers with cores of their own take turns filling batches while the step computes: it
+    // waits for the hand-off, and for the fill only where one worker's turn outlasts the step.
+    const double compute_s = p.forward_s + p.backward_s + p.optimizer_s + calls_s + m.loader_handoff_s;
+    p.overhead_s = calls_s + m.loader_handoff_s + std::max(0.0, fill_s / c.loader_workers - compute_s);
+  } else {
+    p.overhead_s = fill_s + calls_s + (c.loader_workers > 0 ? m.loader_handoff_s : 0.0);
+  }
   p.step_s = p.forward_s + p.backward_s + p.optimizer_s + p.overhead_s;
   return p;
 }
