@@ -590,8 +590,16 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   obs = lab::observe(t);
   ASSERT_EQ(obs.size(), 2u);
   EXPECT_TRUE(says(obs, "mlp at batch 16 on the CPU: 1 thread trains 1.30x faster than 2 threads (50.0 us vs 65.0 us a step): its ops "
-                        "are too small to share between cores"))
+                        "are too small to share between cores, so each call into the engine costs the threads' round trip for little work."))
       << obs[0];
+  // With a loader worker, one thread leaves it a core of its own; two workers would not fit.
+  t.rows[1]["workers"] = 1;
+  EXPECT_TRUE(says(lab::observe(t), "for little work, and the data loader's worker gets a core of its own instead of sharing them "
+                                    "with the compute threads."))
+      << lab::observe(t)[0];
+  t.rows[1]["workers"] = 2;
+  EXPECT_TRUE(says(lab::observe(t), "for little work.")) << lab::observe(t)[0];
+  t.rows[1].erase("workers");
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU (1 thread) wins, 2.0x faster than the GPU (50.0 us vs 100 us per step)")) << obs[1];
   t.rows[1]["epoch_s"] = 0.26;  // one thread twice as slow: the all-core row is the CPU's best
   obs = lab::observe(t);

@@ -435,6 +435,7 @@ json measured_row(const json& rec) {
           {"train_images", rec.at("data").at("train_images").get<int64_t>()},
           {"test_images", rec.at("data").at("test_images").get<int64_t>()},
           {"classes", rec.at("data").at("classes").get<int64_t>()},
+          {"workers", rec.at("config").value("workers", json())},  // the loader's threads (device's observations read it)
           {"record", rec.value("record_path", "")}};
 }
 
@@ -484,8 +485,9 @@ Experiment device(Runner& run, const LabConfig& lab) {
     if (cpu["status"] == "measured") cpu["speedup_vs_cpu"] = 1.0;
     e.rows.push_back(cpu);
     // A tiny model's ops are too small to share between cores: each call into the engine pays
-    // the threads' round trip (bench launch's figure, microseconds) for less work than that. On
-    // one thread the CPU trains it at its best, which is the CPU a GPU should be compared with.
+    // the threads' round trip (bench launch's figure, microseconds) for less work than that, and
+    // one thread leaves the loader's worker a core of its own. On one thread the CPU trains it at
+    // its best, which is the CPU a GPU should be compared with.
     if (w.model == lab.tiny_model && threads > 1) {
       train::TrainConfig one = c;
       one.threads = 1;

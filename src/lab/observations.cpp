@@ -131,11 +131,19 @@ std::vector<std::string> device(const Experiment& e) {
       if (threads_of(all).empty() || threads_of(fewer).empty()) continue;
       const double speedup = num(all, "epoch_s") / num(fewer, "epoch_s");
       const bool faster = speedup > 1 && !within_noise(speedup, e.noise_pct);
+      // The all-core row's threads are the CPUs: fewer threads plus the loader's workers within
+      // them leave the workers cores of their own, which they share with the compute threads on
+      // every core (measured on the mlp: about half of one thread's gain, docs/plan.md).
+      const int64_t workers = fewer.value("workers", json()).is_number_integer() ? fewer["workers"].get<int64_t>() : 0;
+      const bool own_core = workers > 0 && fewer["threads"].get<int64_t>() + workers <= all["threads"].get<int64_t>();
+      const std::string loader = !own_core      ? ""
+                                 : workers == 1 ? ", and the data loader's worker gets a core of its own instead of sharing them with the compute threads"
+                                                : ", and the data loader's workers get cores of their own instead of sharing them with the compute threads";
       out.push_back(fmt::format("{} at batch {} on the CPU: {} trains {} {} ({} vs {} a step){}.", w, batch, threads_of(fewer),
                                 relative_speed(speedup, e.noise_pct, 2), threads_of(all), step_time(num(fewer, "step_ms")),
                                 step_time(num(all, "step_ms")),
                                 faster ? ": its ops are too small to share between cores, so each call into the engine costs "
-                                         "the threads' round trip for little work"
+                                         "the threads' round trip for little work" + loader
                                        : ""));
     }
     if (!gpu) {
