@@ -574,6 +574,24 @@ TEST(PlanStepTime, ASmallLinearLayerKeepsOnlyItsBlocksThreadsBusy) {
   EXPECT_NEAR(fc1_forward(16, 64, "1x56x56", 2, "avx512"), fc1_forward(16, 64, "1x56x56", 2, "avx2+fma"), 1e-15);
 }
 
+// The optimizer updates each parameter tensor in a loop of its own, on one thread up to
+// hw::kParallelMinElements elements (at one thread's share of the bandwidth), else on all.
+TEST(PlanStepTime, TheOptimizerUpdatesSmallTensorsOnOneThread) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e9, c.l3_bytes = 32e9, c.call_overhead_s = 1e-6, c.threads = 2;
+  auto optimizer_s = [&](int64_t features) {
+    const json spec = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", features}}}}};
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, features, 16);
+    return plan::predict_step(g, nn::OptimizerConfig{}, c, plan::engine_model("avx512")).optimizer_s - 1e-6;
+  };
+  const double per_element = 4 * (2 + 2 * 1 + 1);  // SGD with momentum: weight, gradient, momentum
+  ASSERT_LE(784 * 64, hw::kParallelMinElements);
+  EXPECT_NEAR(optimizer_s(64), (784 * 64 + 64) * per_element / 100e9, 1e-15);  // both tensors on one thread: 100 of 200 GB/s
+  ASSERT_GT(784 * 128, hw::kParallelMinElements);
+  EXPECT_NEAR(optimizer_s(128), 784 * 128 * per_element / 200e9 + 128 * per_element / 100e9, 1e-15);
+}
+
 // The element size each node's input is read in: fp32 everywhere, or bf16 where conv and linear
 // read and between them, but dropout (fp32 masks) and the model input.
 TEST(PlanStepTime, Bf16InputsAreTwoBytesWhereTheEngineReadsBf16) {

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
+
 #include <string>
 
 namespace dlperf::hw {
@@ -29,6 +31,11 @@ int usable_cpus();
 /// Refuses a --threads above usable_cpus(): OpenMP's threads then wait on each other at every
 /// barrier (one step of `medium` took 48 s with 1000 threads on 2 CPUs). 0 means all of them.
 void check_threads(int threads);
+/// dlperf's own element-wise loops (the optimizer's update per parameter tensor, dropout) run on
+/// one thread up to this many elements: forking and joining the threads costs 1-3 us on the VMs
+/// measured (`dlperf bench launch`), what one thread takes to update tens of thousands of
+/// elements. `dlperf plan` times those loops by the same rule.
+constexpr int64_t kParallelMinElements = 65536;
 /// OpenMP's thread count, which oneDNN forks, set to `threads` (0: left as it is) for this
 /// object's scope and put back after: a --threads 1 run must not leave the runs after it in the
 /// same process (the lab's, the tests') on one thread.

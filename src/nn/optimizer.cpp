@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::nn {
 
@@ -34,7 +35,7 @@ void Optimizer::step(double lr_d) {
       const float mu = float(cfg_.momentum);
       float* buf = m_[k] ? static_cast<float*>(m_[k]->data()) : nullptr;
       const bool nesterov = cfg_.nesterov;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > hw::kParallelMinElements)
       for (int64_t i = 0; i < n; ++i) {
         float d = g[i] + wd * w[i];
         if (buf) {
@@ -49,7 +50,7 @@ void Optimizer::step(double lr_d) {
       const float c2 = 1.0f / (1.0f - std::pow(b2, float(t_)));
       float* m = static_cast<float*>(m_[k]->data());
       float* v = static_cast<float*>(v_[k]->data());
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > hw::kParallelMinElements)
       for (int64_t i = 0; i < n; ++i) {
         w[i] *= 1.0f - lr * wd;
         m[i] = b1 * m[i] + (1 - b1) * g[i];

@@ -407,9 +407,12 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       break;
     }
     case ops::OpKind::dropout: {
-      const double elems = double(numel(n.out_dims));
-      lt.forward_s += elems * m.dropout_ns_per_element * 1e-9 / c.threads + memory_pass(cost.forward.bytes, 1, forward_dram);
-      lt.backward_s += memory_pass(cost.backward_data.bytes, 1, backward_dram);
+      // Own loops (backend/cpu/eltwise.cpp), on one thread up to hw::kParallelMinElements.
+      const int64_t elems = numel(n.out_dims);
+      const int threads = elems > hw::kParallelMinElements ? std::max(c.threads, 1) : 1;
+      const double share = double(threads) / std::max(c.threads, 1);
+      lt.forward_s += double(elems) * m.dropout_ns_per_element * 1e-9 / threads + memory_pass(cost.forward.bytes, share, forward_dram);
+      lt.backward_s += memory_pass(cost.backward_data.bytes, share, backward_dram);
       break;
     }
     case ops::OpKind::flatten: {  // a reorder to the plain layout, both ways, unless a view
@@ -447,9 +450,17 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
     p.layers.push_back(lt);
   }
   // The optimizer streams weights, gradients and state once: read all, write weights and state.
-  const double params = double(g.param_count()) * 4, states = optimizer_states(opt);
-  const double bytes = params * (2 + 2 * states + 1);
-  p.optimizer_s = bytes / bandwidth_for(bytes, c, m) + m.call_overhead_s;
+  // Each parameter tensor is a loop of its own (nn/optimizer.cpp), on one thread up to
+  // hw::kParallelMinElements (at one thread's share of the bandwidth), else on all of them.
+  const double element_bytes = 4 * (2 + 2 * optimizer_states(opt) + 1);
+  const double bandwidth = bandwidth_for(double(g.param_count()) * element_bytes, c, m);
+  p.optimizer_s = m.call_overhead_s;
+  for (const nn::Node& n : g.nodes)
+    for (const auto& param : n.params) {
+      const int64_t elements = numel(param.dims);
+      const double share = elements > hw::kParallelMinElements ? 1.0 : 1.0 / std::max(c.threads, 1);
+      p.optimizer_s += double(elements) * element_bytes / (bandwidth * share);
+    }
   const double fill_ns = c.augment ? m.loader_augmented_ns_per_pixel : m.loader_ns_per_pixel;
   const double fill_s = double(numel(g.input)) * fill_ns * 1e-9, calls_s = m.step_calls * m.call_overhead_s;
   if (c.loader_workers > 0 && c.cpus > 0 && c.threads + c.loader_workers <= c.cpus) {

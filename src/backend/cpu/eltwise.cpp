@@ -4,6 +4,7 @@
 
 #include "backend/cpu/ops.h"
 #include "core/rng.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::cpu {
 
@@ -89,7 +90,7 @@ class Dropout final : public Op {
     }
     const float scale = 1.0f / (1.0f - p_);
     const uint64_t step_seed = hash_coords(seed_, g_dropout_step);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > hw::kParallelMinElements)
     for (int64_t i = 0; i < n; ++i) {
       const bool keep = uniform01(mix64(step_seed ^ uint64_t(i))) >= p_;
       mask[i] = keep;
@@ -103,7 +104,7 @@ class Dropout final : public Op {
     const float scale = p_ == 0.f ? 1.f : 1.0f / (1.0f - p_);
     const int64_t n = n_;
     const uint8_t* mask = static_cast<const uint8_t*>(mask_->data());
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > hw::kParallelMinElements)
     for (int64_t i = 0; i < n; ++i) dx[i] = mask[i] ? dy[i] * scale : 0.f;
   }
 
