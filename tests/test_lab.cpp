@@ -600,6 +600,14 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   t.rows[1]["workers"] = 2;
   EXPECT_TRUE(says(lab::observe(t), "for little work.")) << lab::observe(t)[0];
   t.rows[1].erase("workers");
+  // The runs' records measured a call's cost around them: the sentence gives both.
+  t.rows[0]["call_us"] = 1.42, t.rows[1]["call_us"] = 0.49;
+  EXPECT_TRUE(says(lab::observe(t), "costs the threads' round trip (1.42 us a call on 2 threads around that run, 0.49 on 1 thread) "
+                                    "for little work."))
+      << lab::observe(t)[0];
+  t.rows[1]["call_us"] = nullptr;  // an older record: no figures
+  EXPECT_TRUE(says(lab::observe(t), "costs the threads' round trip for little work.")) << lab::observe(t)[0];
+  t.rows[0].erase("call_us"), t.rows[1].erase("call_us");
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU (1 thread) wins, 2.0x faster than the GPU (50.0 us vs 100 us per step)")) << obs[1];
   t.rows[1]["epoch_s"] = 0.26;  // one thread twice as slow: the all-core row is the CPU's best
   obs = lab::observe(t);

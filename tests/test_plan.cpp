@@ -971,6 +971,46 @@ TEST(PlanAgainst, ARunIsPlannedOnTheCpuAndThreadsItTrainedOn) {
   }
 }
 
+// A CPU run's record keeps a call into the engine's cost just before and after its epochs; the
+// plan predicts the run with their mean, not with the cost measured when the plan runs (a VM's
+// cores' round trip moves). Records without them (older, or damaged) take the one measured now.
+TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("mlp", "synthetic:1x28x28:256", 16, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  nlohmann::json rec = train::train(c).record;
+  const nlohmann::json& call = rec["summary"]["engine_call_us"];
+  ASSERT_TRUE(call["start"].is_number() && call["end"].is_number()) << rec["summary"].dump();
+  EXPECT_GT(call["start"].get<double>(), 0);
+  EXPECT_LT(call["start"].get<double>(), 1000);  // a call takes microseconds, not milliseconds
+  int n = 0;
+  auto compare = [&](const nlohmann::json& r) {
+    const std::string path = (dir.path / fmt::format("r{}.json", n++)).string();
+    std::ofstream(path) << r.dump();
+    std::vector<plan::Skipped> skipped;
+    const auto rows = plan::compare_with_records({path}, plan::host_ceilings(rec["config"]["threads_used"]), skipped);
+    EXPECT_EQ(rows.size(), 1u);
+    return rows.empty() ? plan::Comparison{} : rows[0];
+  };
+  rec["summary"]["engine_call_us"] = {{"start", 2.0}, {"end", 4.0}};
+  const plan::Comparison slow = compare(rec);
+  EXPECT_TRUE(slow.call_from_record);
+  EXPECT_DOUBLE_EQ(slow.call_us, 3.0);
+  rec["summary"]["engine_call_us"] = {{"start", 1.0}, {"end", 1.0}};
+  const plan::Comparison fast = compare(rec);
+  EXPECT_DOUBLE_EQ(fast.call_us, 1.0);
+  // The mlp's step is a dozen or so calls: 2 us more each makes it 20-40 us longer.
+  EXPECT_GT(slow.predicted_step_s - fast.predicted_step_s, 10 * 2e-6);
+  EXPECT_LT(slow.predicted_step_s - fast.predicted_step_s, 40 * 2e-6);
+  for (const nlohmann::json& damaged : {nlohmann::json(), nlohmann::json("fast"), nlohmann::json{{"start", "1"}, {"end", 2}},
+                                        nlohmann::json{{"start", 0}, {"end", 2}}}) {
+    rec["summary"]["engine_call_us"] = damaged;
+    const plan::Comparison now = compare(rec);
+    EXPECT_FALSE(now.call_from_record) << damaged.dump();
+    EXPECT_GT(now.call_us, 0) << damaged.dump();
+  }
+}
+
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {
   const auto s = plan::summarize({0.1, -0.3, 0.05, -0.02});
   EXPECT_DOUBLE_EQ(s.median, 0.075);

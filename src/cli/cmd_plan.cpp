@@ -447,22 +447,33 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
         skipped.empty() ? "none of the files given to --against is a training run record"
                         : "none of the files given to --against could be compared (the lines above say why)",
         "pass run records of 'dlperf train' or 'dlperf lab' made on this machine, for example runs/*.json or reports/lab/runs/*.json");
-  report::Table t({"run", "step ms pred", "step ms meas", "time err", "peak MB pred", "peak MB meas", "mem err"});
+  report::Table t({"run", "step ms pred", "step ms meas", "time err", "peak MB pred", "peak MB meas", "mem err", "call us"});
   std::vector<double> te, me;
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : rows) {
     t.add({r.run + (r.busy_note.empty() ? "" : " *"), format_decimals(r.predicted_step_s * 1e3, 2), format_decimals(r.measured_step_s * 1e3, 2),
            fmt::format("{:+.1f}%", 100 * r.time_error()), format_decimals(r.predicted_peak / 1e6, 1),
-           format_decimals(r.measured_peak / 1e6, 1), fmt::format("{:+.1f}%", 100 * r.memory_error())});
+           format_decimals(r.measured_peak / 1e6, 1), fmt::format("{:+.1f}%", 100 * r.memory_error()),
+           r.call_us > 0 ? fmt::format("{:.2f}", r.call_us) : "-"});
     te.push_back(r.time_error());
     me.push_back(r.memory_error());
     auto maybe = [](double x) { return x < 0 ? nlohmann::json() : nlohmann::json(x); };
     out.push_back({{"run", r.run}, {"file", r.file}, {"predicted_step_s", r.predicted_step_s}, {"measured_step_s", r.measured_step_s},
                    {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
                    {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)},
-                   {"busy_note", r.busy_note}});
+                   {"busy_note", r.busy_note}, {"call_us", r.call_us > 0 ? nlohmann::json(r.call_us) : nlohmann::json()},
+                   {"call_from_record", r.call_from_record}});
   }
-  std::printf("Predicted vs measured, %s (ceilings: %s)\n\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
+  std::printf("Predicted vs measured, %s (ceilings: %s)\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
+  // Whose call cost each CPU row took: its record's, or (older records) the one measured now.
+  long long from_record = 0, measured_now = 0;
+  for (const auto& r : rows)
+    if (r.call_from_record) ++from_record;
+    else if (r.call_us > 0) ++measured_now;
+  if (from_record > 0)
+    std::printf("call us: a call into the engine as each run measured it around its epochs (%s)%s\n", counted(from_record, "run").c_str(),
+                measured_now > 0 ? fmt::format(", else as measured just now ({}: older records)", counted(measured_now, "run")).c_str() : "");
+  std::printf("\n");
   t.print();
   const auto ts = plan::summarize(te), ms = plan::summarize(me);
   // The worst run by name: the row to look at first.

@@ -395,6 +395,14 @@ class Runner {
 };
 
 // The measurements every experiment reports, from a run record.
+// A call into the engine's cost around a CPU run (the mean of the two its record measured), or
+// null (a GPU run, a record from before 2026-11-24).
+json call_us_of(const json& summary) {
+  const json c = summary.value("engine_call_us", json());
+  if (!c.is_object() || !c.value("start", json()).is_number() || !c.value("end", json()).is_number()) return json();
+  return 0.5 * (c["start"].get<double>() + c["end"].get<double>());
+}
+
 json measured_row(const json& rec) {
   const json& s = rec.at("summary");
   double train_s = 0, eval_s = 0, compute_s = 0;
@@ -436,6 +444,7 @@ json measured_row(const json& rec) {
           {"test_images", rec.at("data").at("test_images").get<int64_t>()},
           {"classes", rec.at("data").at("classes").get<int64_t>()},
           {"workers", rec.at("config").value("workers", json())},  // the loader's threads (device's observations read it)
+          {"call_us", call_us_of(s)},
           {"record", rec.value("record_path", "")}};
 }
 

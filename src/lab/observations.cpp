@@ -139,11 +139,17 @@ std::vector<std::string> device(const Experiment& e) {
       const std::string loader = !own_core      ? ""
                                  : workers == 1 ? ", and the data loader's worker gets a core of its own instead of sharing them with the compute threads"
                                                 : ", and the data loader's workers get cores of their own instead of sharing them with the compute threads";
+      // The round trip in numbers, where both runs' records measured it.
+      const bool calls = fewer.value("call_us", json()).is_number() && all.value("call_us", json()).is_number();
+      const std::string round_trip =
+          calls ? fmt::format(" ({:.2f} us a call on {} around that run, {:.2f} on {})", all["call_us"].get<double>(), threads_of(all),
+                              fewer["call_us"].get<double>(), threads_of(fewer))
+                : "";
       out.push_back(fmt::format("{} at batch {} on the CPU: {} trains {} {} ({} vs {} a step){}.", w, batch, threads_of(fewer),
                                 relative_speed(speedup, e.noise_pct, 2), threads_of(all), step_time(num(fewer, "step_ms")),
                                 step_time(num(all, "step_ms")),
                                 faster ? ": its ops are too small to share between cores, so each call into the engine costs "
-                                         "the threads' round trip for little work" + loader
+                                         "the threads' round trip" + round_trip + " for little work" + loader
                                        : ""));
     }
     if (!gpu) {

@@ -30,14 +30,15 @@ Experiment prediction(const std::vector<std::string>& records) {
   e.question =
       "Before a run, how close does `dlperf plan` come to the step time and peak memory the run measured? It predicts from "
       "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else measured on the "
-      "spot in about a second).";
+      "spot in about a second), with the cost of a call into the engine each run measured around its epochs.";
   e.columns = {{"run", "run", kText},
                {"step_ms_planned", "step ms planned", 3},
                {"step_ms", "step ms measured", 3},
                {"step_ratio", "planned / measured", 3},
                {"peak_mb_planned", "peak MB planned", 2},
                {"peak_mb", "peak MB measured", 2},
-               {"peak_error_bytes", "peak error bytes", 0}};  // the report adds status and note
+               {"peak_error_bytes", "peak error bytes", 0},
+               {"call_us", "call us", 2}};  // the report adds status and note
   std::vector<plan::Skipped> skipped;
   const auto rows = plan::compare_with_records(records, plan::host_ceilings(omp_get_max_threads()), skipped);
   for (const plan::Comparison& c : rows)
@@ -48,6 +49,7 @@ Experiment prediction(const std::vector<std::string>& records) {
                       {"peak_mb_planned", c.predicted_peak / 1e6},
                       {"peak_mb", c.measured_peak / 1e6},
                       {"peak_error_bytes", c.predicted_peak - c.measured_peak},
+                      {"call_us", c.call_us > 0 ? json(c.call_us) : json()},
                       {"status", "measured"},
                       {"note", c.busy_note.empty() ? "" : "CPUs shared: " + c.busy_note},
                       {"record", c.file}});

@@ -228,6 +228,16 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     }
     const int workers = cfg.value("workers", 0);
     CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
+    // The engine call's cost the run trained under, where its record measured it (since
+    // 2026-11-24): on a VM it moves with where the vCPUs are placed, and a tiny model's step with
+    // it, so the cost measured now would blame the model for the machine's change.
+    const json call = r["summary"].value("engine_call_us", json());
+    auto positive = [&](const char* k) { return call.is_object() && call.value(k, json()).is_number() && call[k].get<double>() > 0; };
+    if (positive("start") && positive("end")) {
+      at.call_overhead_s = 0.5e-6 * (call["start"].get<double>() + call["end"].get<double>());
+      cmp.call_from_record = true;
+    }
+    cmp.call_us = at.call_overhead_s * 1e6;
     at.loader_workers = workers;
     at.augment = cfg.value("augment", false);
     cmp.threads = std::max(threads, 0);

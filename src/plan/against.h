@@ -22,6 +22,10 @@ struct Comparison {
   double predicted_energy_j = -1, measured_energy_j = -1;  ///< < 0 = unknown
   std::string energy_source;  ///< the record's, when it measured none
   std::string busy_note;      ///< what else ran on the CPUs in the measured epoch, where it slowed it (hw::busy_note)
+  /// A call into the engine's cost the prediction took, in microseconds: the mean of the two the
+  /// run's record measured around its epochs (`call_from_record`), else measured now; 0 for a GPU run.
+  double call_us = 0;
+  bool call_from_record = false;
   double time_error() const { return (predicted_step_s - measured_step_s) / measured_step_s; }
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };

@@ -19,6 +19,7 @@
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
+#include "bench/ops_bench.h"
 #include "core/error.h"
 #include "core/files.h"
 #include "core/text.h"
@@ -732,6 +733,11 @@ TrainResult train(const TrainConfig& cfg) {
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0)
     check_fits(nn::load_model(cfg.model), graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
+  // A call into the engine's cost just before the epochs and just after (a few ms each: bench's
+  // dispatch measurement): the threads' round trip between the cores, which on a VM moves with
+  // where its vCPUs are placed, and a small model's step with it. The record keeps both, so
+  // `plan --against` predicts the run with the cost it trained under, and the lab can say it.
+  const double call_start_us = bench::cpu_call_now_us(threads);
   // Start from an empty block cache: blocks cached by earlier runs in this process (the lab
   // runs many) would be reused for smaller requests and counted at their larger size. Likewise
   // oneDNN's shared scratchpad, which is live and sized by the largest primitive run so far.
@@ -758,6 +764,8 @@ TrainResult train(const TrainConfig& cfg) {
   const int64_t stopped_in = run_epochs(cfg, run, start_epoch, result.epochs);  // the epoch a signal stopped, or 0
 
   result.record = run.record(result.epochs, threads);
+  if (result.record.contains("summary"))
+    result.record["summary"]["engine_call_us"] = {{"start", call_start_us}, {"end", bench::cpu_call_now_us(threads)}};
   if (stopped_in > 0) result.record["stopped"] = stopped_json(cfg, stopped_in);
   if (say && result.record.contains("summary")) {
     const json& s = result.record["summary"];
