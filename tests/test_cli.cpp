@@ -622,6 +622,21 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   const nlohmann::json oj = nlohmann::json::parse(slurp(dir.path / "one.json"));
   EXPECT_EQ(oj["threads"], 1);
   EXPECT_EQ(oj["targets"]["rows"][0]["step_s"], oj["step"]["step_s"]);
+  EXPECT_TRUE(oj["one_thread"].is_null());  // asked for: nothing to compare with
+  // A step under a millisecond on all cores is also planned on one thread, and said where faster.
+  const Outcome all = run_dlperf(dir, "plan --model mlp --batch-size 16 --targets cpu --json all.json");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  const nlohmann::json aj = nlohmann::json::parse(slurp(dir.path / "all.json"));
+  if (hw::usable_cpus() > 1) {
+    ASSERT_TRUE(aj["one_thread"].is_object()) << aj.dump();
+    const double speedup = aj["one_thread"]["speedup"];
+    EXPECT_NEAR(speedup, aj["step"]["step_s"].get<double>() / aj["one_thread"]["step_s"].get<double>(), 1e-9);
+    EXPECT_EQ(all.out.find("fewer threads     1 thread is planned at") != std::string::npos, speedup >= 1.05) << all.out;
+  } else {
+    EXPECT_TRUE(aj["one_thread"].is_null());
+  }
+  // small at batch 32: a step of milliseconds here, so not planned on one thread (a fast CPU may differ)
+  EXPECT_EQ(j["one_thread"].is_null(), j["step"]["step_s"].get<double>() >= 1e-3 || hw::usable_cpus() == 1);
   const Outcome t = run_dlperf(dir, "plan --transformer gpt2-small --json t.json");
   ASSERT_EQ(t.exit_code, 0) << t.err;
   const nlohmann::json tj = nlohmann::json::parse(slurp(dir.path / "t.json"));

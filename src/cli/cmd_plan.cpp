@@ -348,6 +348,23 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const double avail = hw::available_memory_bytes();
   const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
   if (cpu_refuses.empty()) print_cpu_plan(a, c, m, p, steps, avail, fits);
+  // A step under a millisecond on all cores is made of ops too small to share well between them:
+  // planned on one thread too (about a second to measure its ceilings), and said where faster.
+  nlohmann::json one_thread;
+  if (cpu_refuses.empty() && a.threads == 0 && c.threads > 1 && p.step_s < 1e-3) {
+    plan::CpuCeilings one = plan::with_precision(plan::host_ceilings(1), cpu_precision);
+    one.loader_workers = a.workers;
+    one.augment = a.augment;
+    const double step_s = plan::predict_step(g, opt, one).step_s;
+    one_thread = {{"step_s", step_s}, {"speedup", p.step_s / step_s}};
+    if (p.step_s / step_s >= 1.05)
+      std::printf("fewer threads     1 thread is planned at %s a step, %.2fx faster (--threads 1): this step's ops are too "
+                  "small to share between cores%s\n",
+                  format_seconds(step_s).c_str(), p.step_s / step_s,
+                  a.workers > 0 && 1 + a.workers <= c.cpus
+                      ? (a.workers == 1 ? ", and the loader's worker gets a core of its own" : ", and the loader's workers get cores of their own")
+                      : "");
+  }
   plan::JobSpec job;
   job.graph = &g;
   job.spec = &spec;
@@ -382,7 +399,8 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
                         {"steps_per_epoch", steps},
                         {"epoch_s", p.step_s * steps},
                         {"job_s", p.step_s * steps * double(a.epochs)},
-                        {"ceilings", plan::to_json(c)}};
+                        {"ceilings", plan::to_json(c)},
+                        {"one_thread", one_thread}};
   if (!cpu_refuses.empty()) {  // nothing to say about this CPU but why
     for (const char* key : {"memory_bytes", "step", "images_per_s", "epoch_s", "job_s"}) out[key] = nullptr;
     out["cpu_cannot_run"] = cpu_refuses;
