@@ -220,8 +220,10 @@ int linear_forward_threads(const nn::Node& n, const CpuCeilings& c) {
     nb_os_blocking = std::clamp<int64_t>(std::min(std::max<int64_t>(oc / os / 2, 1), div_up(nb_os * nb_oc, 2 * nthr)), 1,
                                          std::min<int64_t>(8, nb_os));
   const int64_t blocks = oc_chunks * div_up(nb_os, nb_os_blocking);
-  // Few blocks and many input features: the threads also split the sum over the features.
-  if (f32 && ic > 1024 && blocks < div_up(ic, 16) && !(oc >= 4096 && os >= 512)) return 0;
+  // Few blocks and many input features: the threads also split the sum over the features (not
+  // for shapes with plenty of blocks anyway, which oneDNN tells by a looser "gigantic" test here).
+  const bool many_blocks = oc >= 4096 && os >= 512;
+  if (f32 && ic > 1024 && blocks < div_up(ic, 16) && !many_blocks) return 0;
   return int(std::min<int64_t>(blocks, nthr));
 }
 
