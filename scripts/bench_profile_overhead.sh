@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# What profiling costs: trains medium at batch 64 (EPOCHS epochs of LIMIT images; 1 x 12,800 unless
-# told) with and without recording every step of the last epoch (dlperf train --profile
+# What profiling costs: trains MODEL at batch BATCH (medium at 64 unless told; EPOCHS epochs of LIMIT
+# images, 1 x 12,800 unless told) with and without recording every step of the last epoch (dlperf train --profile
 # --profile-skip <the earlier epochs' steps> --profile-steps 0), alternating, REPEATS times each,
 # and prints the median images/s of that last epoch of both and their ratio. On a GPU take two
 # epochs, so the timed one has no first eager step or graph capture in it (the profiled run's
@@ -14,12 +14,13 @@ read -r -a extra <<< "${ARGS:-}"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 rate() {  # images/s of the last epoch's row (epoch, time s, img/s, ...)
-  "$dlperf" train --model medium --batch-size 64 --epochs "$epochs" --train-limit "${LIMIT:-12800}" --test-limit 100 \
+  "$dlperf" train --model "${MODEL:-medium}" --batch-size "$batch" --epochs "$epochs" --train-limit "${LIMIT:-12800}" --test-limit 100 \
     --runs-dir "$tmp" --no-progress "${extra[@]}" "$@" | awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9.]+$/ {r = $3} END {print r}'
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'; }
 epochs=${EPOCHS:-1}
-skip=$(((epochs - 1) * ${LIMIT:-12800} / 64))  # the steps of the epochs before the last (training drops a partial batch)
+batch=${BATCH:-64}
+skip=$(((epochs - 1) * (${LIMIT:-12800} / batch)))  # the steps of the epochs before the last (training drops a partial batch)
 off=() on=()
 for ((i = 0; i < repeats; i++)); do
   off+=("$(rate)")
