@@ -394,7 +394,6 @@ class Runner {
   const Outcome not_run_{false, "planned, not run", {}, ""};
 };
 
-// The measurements every experiment reports, from a run record.
 // A call into the engine's cost around a CPU run (the mean of the two its record measured), or
 // null (a GPU run, a record from before 2026-11-24).
 json call_us_of(const json& summary) {
@@ -403,6 +402,7 @@ json call_us_of(const json& summary) {
   return 0.5 * (c["start"].get<double>() + c["end"].get<double>());
 }
 
+// The measurements every experiment reports, from a run record.
 json measured_row(const json& rec) {
   const json& s = rec.at("summary");
   double train_s = 0, eval_s = 0, compute_s = 0;
