@@ -361,9 +361,9 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
       std::printf("fewer threads     1 thread is planned at %s a step, %.2fx faster (--threads 1): this step's ops are too "
                   "small to share between cores%s\n",
                   format_seconds(step_s).c_str(), p.step_s / step_s,
-                  a.workers > 0 && 1 + a.workers <= c.cpus
-                      ? (a.workers == 1 ? ", and the loader's worker gets a core of its own" : ", and the loader's workers get cores of their own")
-                      : "");
+                  !plan::workers_have_own_cores(one) ? ""
+                  : a.workers == 1                   ? ", and the loader's worker gets a core of its own"
+                                                     : ", and the loader's workers get cores of their own");
   }
   plan::JobSpec job;
   job.graph = &g;

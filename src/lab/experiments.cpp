@@ -26,6 +26,7 @@
 #include "hw/host_load.h"
 #include "lab/lab.h"
 #include "nn/graph.h"
+#include "plan/against.h"
 #include "report/table.h"
 #include "train/trainer.h"
 
@@ -394,14 +395,6 @@ class Runner {
   const Outcome not_run_{false, "planned, not run", {}, ""};
 };
 
-// A call into the engine's cost around a CPU run (the mean of the two its record measured), or
-// null (a GPU run, a record from before 2026-11-24).
-json call_us_of(const json& summary) {
-  const json c = summary.value("engine_call_us", json());
-  if (!c.is_object() || !c.value("start", json()).is_number() || !c.value("end", json()).is_number()) return json();
-  return 0.5 * (c["start"].get<double>() + c["end"].get<double>());
-}
-
 // The measurements every experiment reports, from a run record.
 json measured_row(const json& rec) {
   const json& s = rec.at("summary");
@@ -419,6 +412,7 @@ json measured_row(const json& rec) {
   const hw::HostLoad load = hw::host_load_from_json(s.value("host_load", json()));
   const std::string busy = hw::busy_note(load);
   const double flops_per_image = m.at("forward_flops_per_image").get<double>() + m.at("backward_flops_per_image").get<double>();
+  const double call_us = plan::recorded_call_us(s);
   return {{"status", "measured"},
           {"note", busy.empty() ? "" : "CPUs shared: " + busy},
           {"host_busy_pct", load.known ? json(100 * (load.others_share + load.steal_share)) : json()},
@@ -444,7 +438,7 @@ json measured_row(const json& rec) {
           {"test_images", rec.at("data").at("test_images").get<int64_t>()},
           {"classes", rec.at("data").at("classes").get<int64_t>()},
           {"workers", rec.at("config").value("workers", json())},  // the loader's threads (device's observations read it)
-          {"call_us", call_us_of(s)},
+          {"call_us", call_us > 0 ? json(call_us) : json()},  // null where its record measured none
           {"record", rec.value("record_path", "")}};
 }
 

@@ -102,6 +102,12 @@ std::string other_dlperf_output(const json& j) {
   return "";
 }
 
+double recorded_call_us(const json& summary) {
+  const json call = summary.value("engine_call_us", json());
+  auto positive = [&](const char* k) { return call.is_object() && call.value(k, json()).is_number() && call[k].get<double>() > 0; };
+  return positive("start") && positive("end") ? 0.5 * (call["start"].get<double>() + call["end"].get<double>()) : 0;
+}
+
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
                                              std::vector<Skipped>& skipped, double cpu_watts,
                                              std::map<std::string, int>* others) {
@@ -231,10 +237,8 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     // The engine call's cost the run trained under, where its record measured it (since
     // 2026-11-24): on a VM it moves with where the vCPUs are placed, and a tiny model's step with
     // it, so the cost measured now would blame the model for the machine's change.
-    const json call = r["summary"].value("engine_call_us", json());
-    auto positive = [&](const char* k) { return call.is_object() && call.value(k, json()).is_number() && call[k].get<double>() > 0; };
-    if (positive("start") && positive("end")) {
-      at.call_overhead_s = 0.5e-6 * (call["start"].get<double>() + call["end"].get<double>());
+    if (const double call_us = recorded_call_us(r["summary"]); call_us > 0) {
+      at.call_overhead_s = call_us * 1e-6;
       cmp.call_from_record = true;
     }
     cmp.call_us = at.call_overhead_s * 1e6;

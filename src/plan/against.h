@@ -30,6 +30,11 @@ struct Comparison {
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };
 
+/// The cost of a call into the engine a CPU run's record measured around its epochs (the mean of
+/// summary.engine_call_us's start and end), in microseconds; 0 where it has none (a GPU run, a
+/// record from before 2026-11-24, a damaged field).
+double recorded_call_us(const nlohmann::json& summary);
+
 /// A file --against could not compare, and why.
 struct Skipped {
   std::string file, why;

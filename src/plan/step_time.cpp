@@ -465,7 +465,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
     }
   const double fill_ns = c.augment ? m.loader_augmented_ns_per_pixel : m.loader_ns_per_pixel;
   const double fill_s = double(numel(g.input)) * fill_ns * 1e-9, calls_s = m.step_calls * m.call_overhead_s;
-  if (c.loader_workers > 0 && c.cpus > 0 && c.threads + c.loader_workers <= c.cpus) {
+  if (workers_have_own_cores(c)) {
     // Workers with cores of their own take turns filling batches while the step computes: it
     // waits for the hand-off, and for the fill only where one worker's turn outlasts the step.
     const double compute_s = p.forward_s + p.backward_s + p.optimizer_s + calls_s + m.loader_handoff_s;

@@ -37,6 +37,11 @@ struct CpuCeilings {
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
 };
+/// Whether the loader's workers have cores of their own: the compute threads and they fit in the
+/// CPUs (then they fill batches while the step computes; EngineModel::loader_ns_per_pixel).
+inline bool workers_have_own_cores(const CpuCeilings& c) {
+  return c.loader_workers > 0 && c.cpus > 0 && c.threads + c.loader_workers <= c.cpus;
+}
 /// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
 /// else measured on the first call (about a second, then kept for the process); the cost of an
 /// engine call likewise (a few milliseconds where the profile lacks it). For
