@@ -350,8 +350,9 @@ TEST(PlanMemory, ByLayerRowsAddUpAndHoldTheirOwnBuffers) {
   EXPECT_EQ(rows.back()[MemCategory::activations], block(4 * double(numel(g.input))));  // the model input
 }
 
-// Where a batchnorm's pass streams from: L2 when it fits there; past L2, DRAM in the AVX2 fit,
-// and in the AVX-512 fit a share of L3's rate while it fits in L3; DRAM past L3 in both.
+// Where a batchnorm's pass streams from in the AVX2 fit (twice the minimal bytes): L2 when it
+// fits there, else DRAM; the AVX-512 fit streams a pass past L2 at a share of L3's rate while it
+// fits in L3, and runs batchnorm as oneDNN does (next test).
 TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   plan::CpuCeilings c;
   c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
@@ -363,17 +364,19 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   const plan::EngineModel avx2 = plan::engine_model("avx2+fma"), avx512 = plan::engine_model("avx512");
   EXPECT_EQ(avx2.l3_share, 0);
   EXPECT_GT(avx512.l3_share, 0);
+  EXPECT_FALSE(avx2.batchnorm_in_chunks);
+  EXPECT_TRUE(avx512.batchnorm_in_chunks);
   for (const int64_t batch : {1, 64, 1024}) {  // 50 KB, 3.2 MB and 51 MB of batchnorm input
     const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, batch);
-    const nn::Node& bn = g.nodes[1];
-    const double bytes = bn.cost.forward.bytes;
-    for (const plan::EngineModel& m : {avx2, avx512}) {
-      const double gbps = bytes <= c.l2_bytes                          ? c.l2_gbps
-                          : m.l3_share > 0 && bytes <= c.l3_bytes ? std::max(c.l3_gbps * m.l3_share, c.dram_gbps)
-                                                                      : c.dram_gbps;
-      const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
-      EXPECT_NEAR(p.layers[1].forward_s, bytes * m.batchnorm_passes / (gbps * 1e9) + m.call_overhead_s, 1e-12)
-          << "batch " << batch << (m.l3_share > 0 ? " avx512" : " avx2");
+    const double bytes = g.nodes[1].cost.forward.bytes;
+    const double gbps = bytes <= c.l2_bytes ? c.l2_gbps : c.dram_gbps;
+    const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, avx2);
+    EXPECT_NEAR(p.layers[1].forward_s, bytes * avx2.batchnorm_passes / (gbps * 1e9) + avx2.call_overhead_s, 1e-12) << "batch " << batch;
+    // A pass of the AVX-512 fit (the pooling's) past L2 but within L3 streams at its share of L3's rate.
+    const double pool_bytes = g.nodes[2].cost.forward.bytes;
+    if (pool_bytes > c.l2_bytes && pool_bytes <= c.l3_bytes) {
+      EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, c, avx512).layers[2].forward_s,
+                  pool_bytes / (std::max(c.l3_gbps * avx512.l3_share, c.dram_gbps) * 1e9) + avx512.call_overhead_s, 1e-12);
     }
   }
   // The ceilings name the ISA, and the plan takes that ISA's model.
@@ -382,6 +385,56 @@ TEST(PlanStepTime, PassesStreamFromTheCacheTheyFitIn) {
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx512).step_s);
   c.isa = "avx2+fma";
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, plan::predict_step(g, nn::OptimizerConfig{}, c, avx2).step_s);
+}
+
+// The AVX-512 fit's batchnorm as oneDNN's jit batchnorm runs it. Forward reads its input once
+// from where it lies and twice more from where oneDNN's chunk of channel blocks fits, and (fp32)
+// stores its output to DRAM; backward reads the output's gradient from where it lies, the input
+// from where a step's buffers fit (it was written in forward), both again from the chunk, and
+// stores the input's gradient to DRAM. A chunk: the whole tensor under half the L3 oneDNN
+// assumes (1 MiB a core on AMD, x threads / 2), else as many 16-channel blocks as fit in it, at
+// least one.
+TEST(PlanStepTime, BatchnormRereadsItsChunksWhereTheyFitAndStoresToDram) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6, c.threads = 2;
+  const plan::EngineModel m = plan::engine_model("avx512");
+  auto spec = [](int channels) {
+    return json{{"layers", {{{"type", "conv2d"}, {"out_channels", channels}, {"padding", 1}},
+                            {{"type", "batchnorm2d"}, {"name", "bn"}},
+                            {{"type", "flatten"}},
+                            {{"type", "linear"}, {"out_features", "classes"}}}}};
+  };
+  const double l2 = c.l2_gbps * 1e9, l3 = std::max(c.l3_gbps * m.l3_share, c.dram_gbps) * 1e9, dram = c.dram_gbps * 1e9;
+  auto level = [&](double bytes) { return bytes <= c.l2_bytes ? l2 : bytes <= c.l3_bytes ? l3 : dram; };
+  auto cold_level = [&](const nn::Graph& g) {
+    const double footprint = plan::step_footprint_bytes(g, nn::OptimizerConfig{}, "fp32");
+    return footprint <= c.l2_bytes ? l2 : footprint <= m.cold_step_l3_share * c.l3_bytes ? l3 : dram;
+  };
+  struct Case {
+    int channels;
+    int64_t batch;
+    double forward_chunk, backward_chunk;  ///< bytes of the chunk re-read
+  };
+  const double block = 4.0 * 16 * 28 * 28;  // one image's 16-channel block
+  for (const Case& k : {Case{16, 4, 4 * block, 8 * block},        // 0.2 MB: under 0.5 MiB, one chunk, in L2
+                        Case{64, 4, 4 * 4 * block, 2 * 4 * block},  // 0.8 MB: 1 MiB holds 4 blocks forward, 2 backward
+                        Case{64, 16, 16 * block, 2 * 16 * block},  // 3.2 MB in L3: a block a chunk, in L2 forward
+                        Case{16, 64, 64 * block, 128 * block},      // 3.2 MB: one block a chunk, in L3
+                        Case{16, 1024, 1024 * block, 2048 * block}}) {  // 51 MB: past L3
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec(k.channels), "t"), {1, 28, 28}, 10, k.batch);
+    const double x = 4 * double(numel(g.nodes[1].in_dims[0]));
+    const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
+    EXPECT_NEAR(p.layers[1].forward_s, x / level(x) + x / dram + 2 * x / level(k.forward_chunk) + m.call_overhead_s, 1e-12)
+        << k.channels << " channels, batch " << k.batch;
+    EXPECT_NEAR(p.layers[1].backward_s, x / level(x) + x / cold_level(g) + x / dram + 2 * x / level(k.backward_chunk) + m.call_overhead_s, 1e-12)
+        << k.channels << " channels, batch " << k.batch;
+  }
+  // In bf16 the batchnorm reads and writes bf16, and stores its output in the cache.
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec(16), "t"), {1, 28, 28}, 10, 64);
+  const double x = 2 * double(numel(g.nodes[1].in_dims[0]));
+  const auto p = plan::predict_step(g, nn::OptimizerConfig{}, plan::with_precision(c, "bf16"), m);
+  EXPECT_NEAR(p.layers[1].forward_s, x / level(x) + x / level(x) + 2 * x / level(64 * block / 2) + m.call_overhead_s, 1e-12);
 }
 
 // oneDNN's fp32 batchnorm stores its output and its input's gradient past the caches, so the

@@ -241,6 +241,46 @@ bool written_past_the_caches(const nn::Graph& g, int i, const CpuCeilings& c) {
   return g.nodes[size_t(i)].kind == ops::OpKind::batchnorm2d || relu_fused_into_batchnorm(g, size_t(i));
 }
 
+// A training batchnorm's forward and backward as oneDNN's jit batchnorm (bnorm_jit, nChw16c)
+// runs them. Forward reads its input three times (mean, variance, normalize) and writes its
+// output; backward reads the input and the output's gradient twice each (the scale and shift
+// gradients, then the input's) and writes the input's gradient. It runs over chunks of 16-channel
+// blocks sized to what it takes for L3 (per-core L3 x threads / 2), each chunk's passes one after
+// the other, so the first read of a tensor streams from where the tensor lies and the re-reads
+// from where a chunk fits. oneDNN 2.6 reads cache sizes from Intel's CPUID leaf only and guesses 1
+// MiB of L3 a core elsewhere, as on every AMD CPU; the plan takes that guess for all (Intel's
+// 1.25-2 MiB a core make chunks of about the same size). The output and the input's gradient go
+// past the caches in fp32 (written_past_the_caches), to DRAM; backward's input was written in
+// forward, a step's traffic ago (EngineModel::cold_step_l3_share). On the Zen 4 (`medium` and
+// `small` at batch 16-1024, --layer-times, 3 runs each, 2026-11-24) the batchnorms' time a step
+// was planned a median 9% off, against 16% with twice the minimal bytes: medium's bn1 at batch
+// 256 took 1.9-2.4 ms forward, planned 1.84 so and 3.24 before, when all three reads came from
+// DRAM. docs/plan.md has the table.
+struct PassPair {
+  double forward_s = 0, backward_s = 0;
+};
+PassPair batchnorm_passes_s(const nn::Node& n, double element_bytes, bool past_caches, const Sources& forward_from, const Sources& backward_from,
+                            const CpuCeilings& c, const EngineModel& m) {
+  constexpr double kOnednnL3PerCore = 1 << 20;
+  constexpr int64_t kChannelBlock = 16;
+  const Dims& x = n.in_dims[0];
+  const int64_t blocks = (x[1] + kChannelBlock - 1) / kChannelBlock;
+  const double pixels = double(x[0]) * double(numel(x) / (x[0] * x[1]));  // N x H x W
+  const double bytes = element_bytes * double(numel(x)), block_bytes = element_bytes * pixels * kChannelBlock;
+  const double l3 = kOnednnL3PerCore * std::max(c.threads, 1) / 2;
+  auto chunk_bytes = [&](double tensors) {  // oneDNN's cache_balance
+    if (block_bytes * double(blocks) < l3 / 2) return bytes * tensors;  // small enough not to split
+    return block_bytes * tensors * std::clamp(std::floor(l3 / (block_bytes * tensors)), 1.0, double(blocks));
+  };
+  const double write_s = past_caches ? bytes / (c.dram_gbps * 1e9) : stream_s(bytes, {}, c, m);
+  PassPair t;
+  t.forward_s = stream_s(bytes, forward_from, c, m) + write_s + 2 * bytes / bandwidth_for(chunk_bytes(1), c, m) + m.call_overhead_s;
+  const double input_s = backward_from.cold_bps > 0 ? bytes / backward_from.cold_bps : stream_s(bytes, {}, c, m);
+  t.backward_s = stream_s(bytes, Sources{backward_from.from_dram}, c, m) + input_s + write_s +
+                 2 * bytes / bandwidth_for(chunk_bytes(2), c, m) + m.call_overhead_s;
+  return t;
+}
+
 // Bytes an element in the CPU engine, per node (backend/cpu/network.h).
 struct ElementBytes {
   /// Of its value (and gradient): 4, or in bf16 2 from the first conv on, except the logits and
@@ -311,6 +351,7 @@ EngineModel engine_model(const std::string& isa) {
   m.gemm_efficiency = 1.05;  // above 1: oneDNN skips the padding's taps, which the FLOPs count
   m.backward_share = 0.89;
   m.l3_share = 0.41;
+  m.batchnorm_in_chunks = true;
   // oneDNN's AVX-512 pooling (dlperf's own is for AVX2's 8-channel blocks), fitted at batch 1024
   // (in DRAM): at batch 64, in L3, it ran at the same rate, so it is predicted faster there.
   m.maxpool_efficiency = m.maxpool_2x2_efficiency = 0.64;
@@ -384,6 +425,13 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       break;
     }
     case ops::OpKind::batchnorm2d:
+      if (m.batchnorm_in_chunks) {
+        const PassPair t = batchnorm_passes_s(n, in_bytes, written_past_the_caches(g, int(i), c), Sources{forward_dram},
+                                              Sources{backward_dram, 0, cold_bps}, c, m);
+        lt.forward_s += t.forward_s;
+        lt.backward_s += t.backward_s;
+        break;
+      }
       // As an efficiency, so that the cache level is the one the tensors fit in.
       lt.forward_s += memory_pass(cost.forward.bytes, 1 / m.batchnorm_passes, forward_dram);
       lt.backward_s += memory_pass(cost.backward_data.bytes, 1 / m.batchnorm_passes, backward_dram);

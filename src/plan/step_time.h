@@ -72,6 +72,12 @@ struct EngineModel {
   double gemm_efficiency = 0.78;   ///< conv/linear: fraction of the (measured) FMA peak on large shapes
   double short_reduction = 10;     ///< a reduction this long halves it (a 3x3 conv on 1 channel: K = 9)
   double batchnorm_passes = 2.0;   ///< training batchnorm reads its input 3 times: 2x the minimal bytes
+  /// Batchnorm's passes as oneDNN's jit batchnorm runs them, in place of `batchnorm_passes`: the
+  /// first read of each tensor from where it lies, the re-reads from where oneDNN's chunk of
+  /// channel blocks fits, the fp32 output and input gradient stored to DRAM, backward's input
+  /// from a step's traffic ago (step_time.cpp: batchnorm_passes_s). The AVX-512 fit's; the AVX2
+  /// fit (Zen 3) keeps the figure above, fitted there, which it was not checked against.
+  bool batchnorm_in_chunks = false;
   double backward_share = 0.9;     ///< conv/linear backward passes reach this share of forward's efficiency
   double maxpool_efficiency = 0.35;  ///< our max pool with argmax: fraction of the bandwidth (forward)
   double maxpool_backward_efficiency = 0.26;  ///< scattering gradients through the argmax
