@@ -259,8 +259,10 @@ bool written_past_the_caches(const nn::Graph& g, int i, const CpuCeilings& c) {
 struct PassPair {
   double forward_s = 0, backward_s = 0;
 };
-PassPair batchnorm_passes_s(const nn::Node& n, double element_bytes, bool past_caches, const Sources& forward_from, const Sources& backward_from,
-                            const CpuCeilings& c, const EngineModel& m) {
+// `forward_dram`, `backward_dram`: the input's and the output gradient's bytes a batchnorm before
+// wrote past the caches (layer_time's); `cold_bps`: cold_bytes_per_s's rate.
+PassPair batchnorm_passes_s(const nn::Node& n, double element_bytes, bool past_caches, double forward_dram, double backward_dram,
+                            double cold_bps, const CpuCeilings& c, const EngineModel& m) {
   constexpr double kOnednnL3PerCore = 1 << 20;
   constexpr int64_t kChannelBlock = 16;
   const Dims& x = n.in_dims[0];
@@ -274,9 +276,8 @@ PassPair batchnorm_passes_s(const nn::Node& n, double element_bytes, bool past_c
   };
   const double write_s = past_caches ? bytes / (c.dram_gbps * 1e9) : stream_s(bytes, {}, c, m);
   PassPair t;
-  t.forward_s = stream_s(bytes, forward_from, c, m) + write_s + 2 * bytes / bandwidth_for(chunk_bytes(1), c, m) + m.call_overhead_s;
-  const double input_s = backward_from.cold_bps > 0 ? bytes / backward_from.cold_bps : stream_s(bytes, {}, c, m);
-  t.backward_s = stream_s(bytes, Sources{backward_from.from_dram}, c, m) + input_s + write_s +
+  t.forward_s = stream_s(bytes, Sources{forward_dram}, c, m) + write_s + 2 * bytes / bandwidth_for(chunk_bytes(1), c, m) + m.call_overhead_s;
+  t.backward_s = stream_s(bytes, Sources{backward_dram}, c, m) + stream_s(bytes, Sources{0, bytes, cold_bps}, c, m) + write_s +
                  2 * bytes / bandwidth_for(chunk_bytes(2), c, m) + m.call_overhead_s;
   return t;
 }
@@ -426,8 +427,8 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     }
     case ops::OpKind::batchnorm2d:
       if (m.batchnorm_in_chunks) {
-        const PassPair t = batchnorm_passes_s(n, in_bytes, written_past_the_caches(g, int(i), c), Sources{forward_dram},
-                                              Sources{backward_dram, 0, cold_bps}, c, m);
+        const PassPair t =
+            batchnorm_passes_s(n, in_bytes, written_past_the_caches(g, int(i), c), forward_dram, backward_dram, cold_bps, c, m);
         lt.forward_s += t.forward_s;
         lt.backward_s += t.backward_s;
         break;
