@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -150,6 +151,7 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   EXPECT_GT(j["engine_call_us"]["start"].get<double>(), 0);  // the cores' round trip, before and after the runs
   EXPECT_GT(j["engine_call_us"]["end"].get<double>(), 0);
   EXPECT_GE(j["noise_pct"].get<double>(), j["noise_start_pct"].get<double>());
+  EXPECT_LE(std::fabs(j["noise_end_change_pct"].get<double>()), j["noise_pct"].get<double>());
   EXPECT_EQ(planned["unpredicted_runs"], 0);
   EXPECT_GT(planned["seconds"].get<double>(), 0);
   EXPECT_EQ(planned["finished_runs"], planned["runs"]);  // none diverged here
@@ -467,11 +469,20 @@ TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
   EXPECT_EQ(drift.runs, 3);
   EXPECT_NEAR(drift.start_pct, 1.0, 1e-9);
   EXPECT_NEAR(drift.pct, 30.0, 1e-9);  // the slowest against the fastest, wherever they ran
+  EXPECT_NEAR(drift.end_change_pct, 100 * (1300 / 1005.0 - 1), 1e-9);
   EXPECT_EQ(lab::noise_sentence(drift),
             "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 30.0% "
-            "in images/s (1.0% between the two at the start: the machine's speed drifted while the lab ran), so rows closer than "
+            "in images/s (1.0% between the two at the start; the one at the end ran 29.4% faster than those at the start: the machine's "
+            "speed changed while the lab ran), so rows closer than "
             "that are called alike");
   EXPECT_NEAR(lab::noise_of({1010, 1000, 1005}).pct, 1.0, 1e-9);
+  // A slower run at the end says so.
+  const lab::Noise slower = lab::noise_of({4024, 4001, 3537});
+  EXPECT_NEAR(slower.pct, 13.77, 0.01);
+  EXPECT_NE(lab::noise_sentence(slower).find("(0.6% between the two at the start; the one at the end ran 11.9% slower than those at the "
+                                             "start: the machine's speed changed while the lab ran)"),
+            std::string::npos)
+      << lab::noise_sentence(slower);
   EXPECT_EQ(lab::noise_sentence(lab::noise_of({1000, 1010, 1020})),
             "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 2.0% "
             "in images/s (1.0% between the two at the start); rows closer than 3% are still called alike (a few runs can agree by luck)");
@@ -481,7 +492,8 @@ TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
   shared.shared_runs = 1;
   EXPECT_EQ(lab::noise_sentence(shared),
             "three identical runs of the base configuration, two at the start of the lab and one at its end, differed by up to 30.0% "
-            "in images/s (1.0% between the two at the start: the machine's speed drifted while the lab ran), so rows closer than "
+            "in images/s (1.0% between the two at the start; the one at the end ran 29.4% faster than those at the start: the machine's "
+            "speed changed while the lab ran), so rows closer than "
             "that are called alike; 1 of them shared the CPUs with other work, so part of the difference is the machine's load");
   // A call into the engine that moved by more than 25% over the lab is said; one that did not is not.
   lab::Noise moved = pair;

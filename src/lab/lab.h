@@ -109,6 +109,9 @@ struct Noise {
   double start_pct = 0;  ///< between the two at the start
   double pct = 0;        ///< the largest difference among all of them: what a row must exceed
   int runs = 0;          ///< identical runs measured: 2, or 3 with the one at the end (0: none)
+  /// With 3 runs: the one at the end against the mean of the two at the start, in percent
+  /// (negative: it was slower).
+  double end_change_pct = 0;
   int shared_runs = 0;   ///< of them, those that shared the CPUs with other work (hw::HostLoad::busy)
   /// A call into the CPU engine (bench::cpu_dispatch) at the lab's start and end, in us; 0 = not
   /// measured. Where they differ by more than 25%, the cores' placement moved during the lab.

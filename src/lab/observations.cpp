@@ -408,16 +408,22 @@ Noise noise_of(const std::vector<double>& images_per_s) {
   n.start_pct = apart(images_per_s[0], images_per_s[1]);
   const auto [lo, hi] = std::minmax_element(images_per_s.begin(), images_per_s.end());
   n.pct = apart(*lo, *hi);
+  if (n.runs == 3) n.end_change_pct = 100 * (2 * images_per_s[2] / (images_per_s[0] + images_per_s[1]) - 1);
   return n;
 }
 
 std::string noise_sentence(const Noise& n) {
-  // The run at the end more than twice as far off as the start pair (and over 2%): a drift.
-  const bool drifted = n.pct > 2 * std::max(n.start_pct, 1.0);
+  // The run at the end more than twice as far off as the start pair (and over 2%): the machine's
+  // speed changed. Which way is said, not how: one run cannot tell a slow spell from a drift.
+  const bool changed = n.pct > 2 * std::max(n.start_pct, 1.0);
+  const std::string change =
+      changed ? fmt::format("; the one at the end ran {:.1f}% {} than those at the start: the machine's speed changed while the lab ran",
+                            std::fabs(n.end_change_pct), n.end_change_pct < 0 ? "slower" : "faster")
+              : "";
   const std::string measured =
       n.runs == 3 ? fmt::format("three identical runs of the base configuration, two at the start of the lab and one at its end, "
                                 "differed by up to {:.1f}% in images/s ({:.1f}% between the two at the start{})",
-                                n.pct, n.start_pct, drifted ? ": the machine's speed drifted while the lab ran" : "")
+                                n.pct, n.start_pct, change)
                   : fmt::format("two identical runs of the base configuration differed by {:.1f}% in images/s", n.pct);
   const std::string shared =
       n.shared_runs == 0 ? ""

@@ -210,7 +210,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
   json j = {{"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
             {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise.pct},
-            {"noise_start_pct", noise.start_pct}, {"noise_runs", noise.runs}, {"noise_shared_runs", noise.shared_runs},
+            {"noise_start_pct", noise.start_pct}, {"noise_end_change_pct", noise.end_change_pct}, {"noise_runs", noise.runs}, {"noise_shared_runs", noise.shared_runs},
             {"engine_call_us", {{"start", noise.call_start_us}, {"end", noise.call_end_us}}},
             {"planned", {{"runs", planned.runs}, {"seconds", planned.seconds}, {"unpredicted_runs", planned.unpredicted},
                          {"finished_runs", totals.check.runs}, {"finished_planned_seconds", totals.check.planned_s},

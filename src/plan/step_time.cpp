@@ -348,7 +348,8 @@ EngineModel engine_model(const std::string& isa) {
   if (isa != "avx512") return m;
   // The AVX-512 fit (Zen 4 EPYC, 2026-11-22): `--layer-times` of medium at batch 64 and 1024,
   // set by hand to the measured passes; docs/plan.md has the figures and the lab runs it was
-  // checked on. Batchnorm keeps the AVX2 fit's 2 passes.
+  // checked on. Batchnorm's passes follow oneDNN's chunks (batchnorm_passes_s) instead of the
+  // AVX2 fit's 2 passes.
   m.gemm_efficiency = 1.05;  // above 1: oneDNN skips the padding's taps, which the FLOPs count
   m.backward_share = 0.89;
   m.l3_share = 0.41;
