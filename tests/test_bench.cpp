@@ -45,6 +45,19 @@ TEST(Bench, SpreadIsMedianMinMax) {
   EXPECT_THROW(bench::spread_of({}), Error);
 }
 
+// A round that a neighbour slowed throughout does not lower the figure: the best round's median
+// is, while the spread keeps every sample (the slow round's included).
+TEST(Bench, MemoryFigureIsTheBestRoundsMedian) {
+  const auto [spread, best] = bench::best_round({{200, 210, 205}, {120, 130, 125}, {190, 220, 208}});
+  EXPECT_DOUBLE_EQ(best, 208);
+  EXPECT_DOUBLE_EQ(spread.min, 120);
+  EXPECT_DOUBLE_EQ(spread.max, 220);
+  EXPECT_DOUBLE_EQ(spread.median, 200);  // of all nine
+  // One fast sample in a round does not make it the best: its median decides.
+  EXPECT_DOUBLE_EQ(bench::best_round({{100, 100, 400}, {150, 150, 150}}).second, 150);
+  EXPECT_THROW(bench::best_round({}), Error);
+}
+
 TEST(Bench, QuickMemoryCoversCacheAndMemorySizes) {
   bench::Options o;
   o.quick = true;
@@ -58,8 +71,11 @@ TEST(Bench, QuickMemoryCoversCacheAndMemorySizes) {
     EXPECT_GT(points[i].gbps.median, 0.1);
     EXPECT_LE(points[i].gbps.min, points[i].gbps.median);
     EXPECT_LE(points[i].gbps.median, points[i].gbps.max);
+    EXPECT_GE(points[i].best_round_gbps, points[i].gbps.min);
+    EXPECT_LE(points[i].best_round_gbps, points[i].gbps.max);
+    EXPECT_EQ(points[i].rounds, bench::kMemoryRounds);
     auto j = bench::to_json(points[i]);
-    for (const char* key : {"kernel", "working_set_bytes", "gbps_median", "gbps_min", "gbps_max", "repeats"})
+    for (const char* key : {"kernel", "working_set_bytes", "gbps_best_round", "gbps_median", "gbps_min", "gbps_max", "repeats", "rounds"})
       EXPECT_TRUE(j.contains(key)) << key;
   }
 }
@@ -318,14 +334,14 @@ namespace dlperf::test {
 namespace {
 
 TEST(Bench, BandwidthLevelsTakeThePlateauOfEachCache) {
-  auto pt = [](size_t ws, double gbps) { return bench::MemoryPoint{"triad", ws, {gbps, gbps, gbps}, 1}; };
+  auto pt = [](size_t ws, double gbps) { return bench::MemoryPoint{"triad", ws, {gbps - 1, gbps - 5, gbps}, gbps, 1, 3}; };
   // 1 thread, L1 32 KiB, L2 512 KiB, L3 8 MiB.
   const std::vector<bench::MemoryPoint> points = {pt(8 << 10, 300), pt(16 << 10, 320), pt(128 << 10, 200),
                                                   pt(256 << 10, 180), pt(2 << 20, 90), pt(16 << 20, 50),
                                                   pt(64 << 20, 20), pt(256 << 20, 22),
-                                                  bench::MemoryPoint{"copy", 8 << 10, {999, 999, 999}, 1}};
+                                                  bench::MemoryPoint{"copy", 8 << 10, {999, 999, 999}, 999, 1, 3}};
   const auto levels = bench::bandwidth_levels(points, 32 << 10, 512 << 10, 8 << 20, 1);
-  EXPECT_DOUBLE_EQ(levels["L1"].get<double>(), 310);   // median of the two points in L1, copy ignored
+  EXPECT_DOUBLE_EQ(levels["L1"].get<double>(), 310);   // median of the two points' figures in L1, copy ignored
   EXPECT_DOUBLE_EQ(levels["L2"].get<double>(), 190);
   EXPECT_DOUBLE_EQ(levels["L3"].get<double>(), 90);   // 16 MiB is past half the L3: neither L3 nor DRAM
   EXPECT_DOUBLE_EQ(levels["DRAM"].get<double>(), 21);

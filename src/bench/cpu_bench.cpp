@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/memory.h"
@@ -61,52 +62,75 @@ void run_kernel(const std::string& kernel, float* a, float* b, const float* c, s
 
 }  // namespace
 
-std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
-  const int threads = thread_count(o);
-  std::vector<size_t> sizes;  // working set in bytes, 16 KiB .. 512 MiB
-  for (size_t s = 16 << 10; s <= (size_t(512) << 20); s *= (o.quick ? 8 : 2)) sizes.push_back(s);
-  std::vector<MemoryPoint> out;
-  for (const std::string kernel : {"copy", "triad"}) {
-    const size_t arrays = kernel == "copy" ? 2 : 3;
-    for (size_t ws : sizes) {
-      const size_t n = ws / arrays / sizeof(float);
-      // The arrays' starts are spread evenly over a 4 KiB page's offsets (STREAM's OFFSET, chosen
-      // rather than left to the allocator): a load whose address matches a pending store's in its
-      // low 12 bits waits for it (4K aliasing). Where the allocator happened to place them so,
-      // copy measured 67 to 166 GB/s in L1 against 470 at the sizes beside it (Zen 4); triad at a
-      // 64 KiB working set measured 320 GB/s with its arrays 2 KiB apart and 390 with 1.3 KiB.
-      const size_t spread = 4096 / arrays / 64 * 64;  // copy 2048 B, triad 1344 B
-      const size_t stride = (n * sizeof(float) + 4095) / 4096 * 4096 + spread;
-      Buffer block(arrays * stride + 4096, MemCategory::workspace);
-      char* page = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(block.data()) + 4095) & ~uintptr_t(4095));
-      float *a = reinterpret_cast<float*>(page), *b = reinterpret_cast<float*>(page + stride),
-            *c = arrays == 3 ? reinterpret_cast<float*>(page + 2 * stride) : nullptr;  // copy reads a, writes b
-      // First touch by the same static slices the kernel uses (pages land near their thread).
+std::pair<Spread, double> best_round(const std::vector<std::vector<double>>& rounds) {
+  check(!rounds.empty(), "best_round: no rounds");
+  std::vector<double> all;
+  double best = 0;
+  for (const auto& r : rounds) {
+    all.insert(all.end(), r.begin(), r.end());
+    best = std::max(best, spread_of(r).median);
+  }
+  return {spread_of(all), best};
+}
+
+namespace {
+
+// One point of the sweep: `repeats` samples (GB/s) of `kernel` over a working set of `ws` bytes,
+// after two warm-up samples, its result validated.
+std::vector<double> memory_samples(const std::string& kernel, size_t ws, int threads, int repeats) {
+  const size_t arrays = kernel == "copy" ? 2 : 3;
+  const size_t n = ws / arrays / sizeof(float);
+  // The arrays' starts are spread evenly over a 4 KiB page's offsets (STREAM's OFFSET, chosen
+  // rather than left to the allocator): a load whose address matches a pending store's in its
+  // low 12 bits waits for it (4K aliasing). Where the allocator happened to place them so,
+  // copy measured 67 to 166 GB/s in L1 against 470 at the sizes beside it (Zen 4); triad at a
+  // 64 KiB working set measured 320 GB/s with its arrays 2 KiB apart and 390 with 1.3 KiB.
+  const size_t spread = 4096 / arrays / 64 * 64;  // copy 2048 B, triad 1344 B
+  const size_t stride = (n * sizeof(float) + 4095) / 4096 * 4096 + spread;
+  Buffer block(arrays * stride + 4096, MemCategory::workspace);
+  char* page = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(block.data()) + 4095) & ~uintptr_t(4095));
+  float *a = reinterpret_cast<float*>(page), *b = reinterpret_cast<float*>(page + stride),
+        *c = arrays == 3 ? reinterpret_cast<float*>(page + 2 * stride) : nullptr;  // copy reads a, writes b
+  // First touch by the same static slices the kernel uses (pages land near their thread).
 #pragma omp parallel num_threads(threads)
-      {
-        const auto [lo, hi] = thread_slice(n, size_t(omp_get_thread_num()), size_t(omp_get_num_threads()));
-        for (size_t i = lo; i < hi; ++i) {
-          a[i] = 1.0f + float(i % 7), b[i] = 2.0f;
-          if (c) c[i] = 0.5f;
-        }
-      }
-      // Enough passes per sample that one sample lasts about a millisecond or more.
-      const int passes = int(std::clamp<size_t>((size_t(64) << 20) / ws, 1, 4096));
-      const int repeats = o.quick ? 5 : 15;
-      std::vector<double> gbps;
-      for (int r = -2; r < repeats; ++r) {  // two warm-up samples
-        const double t0 = now_s();
-        run_kernel(kernel, a, b, c, n, threads, passes);
-        const double dt = now_s() - t0;
-        if (r >= 0) gbps.push_back(stream_bytes(kernel, n) * passes / dt / 1e9);
-      }
-      // Validate: copy leaves b == a; triad leaves a == b + 3c == 3.5.
-      for (size_t i = 0; i < n; i += std::max<size_t>(1, n / 64))
-        check(kernel == "copy" ? b[i] == a[i] : a[i] == 3.5f,
-              fmt::format("memory benchmark {}: wrong result at element {}", kernel, i), "the machine or compiler is faulty");
-      out.push_back({kernel, n * arrays * sizeof(float), spread_of(gbps), repeats});
+  {
+    const auto [lo, hi] = thread_slice(n, size_t(omp_get_thread_num()), size_t(omp_get_num_threads()));
+    for (size_t i = lo; i < hi; ++i) {
+      a[i] = 1.0f + float(i % 7), b[i] = 2.0f;
+      if (c) c[i] = 0.5f;
     }
   }
+  // Enough passes per sample that one sample lasts about a millisecond or more.
+  const int passes = int(std::clamp<size_t>((size_t(64) << 20) / ws, 1, 4096));
+  std::vector<double> gbps;
+  for (int r = -2; r < repeats; ++r) {  // two warm-up samples
+    const double t0 = now_s();
+    run_kernel(kernel, a, b, c, n, threads, passes);
+    const double dt = now_s() - t0;
+    if (r >= 0) gbps.push_back(stream_bytes(kernel, n) * passes / dt / 1e9);
+  }
+  // Validate: copy leaves b == a; triad leaves a == b + 3c == 3.5.
+  for (size_t i = 0; i < n; i += std::max<size_t>(1, n / 64))
+    check(kernel == "copy" ? b[i] == a[i] : a[i] == 3.5f,
+          fmt::format("memory benchmark {}: wrong result at element {}", kernel, i), "the machine or compiler is faulty");
+  return gbps;
+}
+
+}  // namespace
+
+std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
+  const int threads = thread_count(o);
+  const int repeats = o.quick ? 5 : 15;
+  std::vector<MemoryPoint> out;  // copy's sizes, then triad's
+  for (const char* kernel : {"copy", "triad"})
+    for (size_t ws = 16 << 10; ws <= (size_t(512) << 20); ws *= (o.quick ? 8 : 2)) {  // 16 KiB .. 512 MiB
+      const size_t arrays = std::string(kernel) == "copy" ? 2 : 3;
+      out.push_back({kernel, ws / arrays / sizeof(float) * arrays * sizeof(float), {}, 0, repeats, kMemoryRounds});
+    }
+  std::vector<std::vector<std::vector<double>>> rounds(out.size());  // per point, per round
+  for (int round = 0; round < kMemoryRounds; ++round)
+    for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(memory_samples(out[i].kernel, out[i].working_set, threads, repeats));
+  for (size_t i = 0; i < out.size(); ++i) std::tie(out[i].gbps, out[i].best_round_gbps) = best_round(rounds[i]);
   return out;
 }
 
@@ -339,15 +363,15 @@ nlohmann::json bandwidth_levels(const std::vector<MemoryPoint>& points, int64_t 
     std::vector<double> v;
     for (const auto& p : points)
       if (p.kernel == "triad" && double(p.working_set) > range.first && double(p.working_set) <= range.second)
-        v.push_back(p.gbps.median);
+        v.push_back(p.best_round_gbps);
     if (!v.empty()) out[name] = spread_of(v).median;
   }
   return out;
 }
 
 nlohmann::json to_json(const MemoryPoint& p) {
-  return {{"kernel", p.kernel}, {"working_set_bytes", p.working_set}, {"gbps_median", p.gbps.median},
-          {"gbps_min", p.gbps.min}, {"gbps_max", p.gbps.max}, {"repeats", p.repeats}};
+  return {{"kernel", p.kernel}, {"working_set_bytes", p.working_set}, {"gbps_best_round", p.best_round_gbps},
+          {"gbps_median", p.gbps.median}, {"gbps_min", p.gbps.min}, {"gbps_max", p.gbps.max}, {"repeats", p.repeats}, {"rounds", p.rounds}};
 }
 
 nlohmann::json to_json(const FlopsResult& r) {

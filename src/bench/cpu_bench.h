@@ -2,6 +2,7 @@
 // plateaus) and the fp32 FMA peak, measured as STREAM and empirical-roofline tools measure them.
 //
 // Method: warm-up, then `repeats` timed runs; the median is the figure, min and max the spread.
+// The memory sweep runs in rounds, and each point takes its best round's median (kMemoryRounds).
 // Inputs are never zero and every kernel's output is checked after timing.
 #pragma once
 
@@ -40,13 +41,24 @@ double stream_flops(const std::string& kernel, size_t n);
 /// on one, while copy's line-aligned halves measured twice one thread's (docs/benchmarks.md).
 std::pair<size_t, size_t> thread_slice(size_t n, size_t t, size_t threads);
 
+/// The memory sweep runs whole this many times, one round after another, and each point's
+/// figure is its best round's median: a neighbour on a VM can slow a whole round of samples (the
+/// Zen 4 VM once measured every level of a quick sweep 20-45% low, then the next FMA benchmark at
+/// full speed), never speed one up. One round's samples of a point lie milliseconds apart; the
+/// rounds lie a sweep apart.
+constexpr int kMemoryRounds = 3;
+
 struct MemoryPoint {
   std::string kernel;        ///< copy | triad
   size_t working_set = 0;    ///< bytes of all arrays together
-  Spread gbps;               ///< GB/s (1e9 bytes)
-  int repeats = 0;
+  Spread gbps;               ///< GB/s (1e9 bytes), over every sample of every round
+  double best_round_gbps = 0;  ///< the best round's median: the point's figure
+  int repeats = 0;           ///< samples per round
+  int rounds = 0;
 };
 std::vector<MemoryPoint> memory_bandwidth(const Options& o);
+/// The spread of all rounds' samples together, and the best round's median (rounds not empty).
+std::pair<Spread, double> best_round(const std::vector<std::vector<double>>& rounds);
 
 struct FlopsResult {
   std::string isa;   ///< the instructions used: "avx512", "avx2+fma", "fma-128", "fma-scalar" (bf16_peak: "avx512-bf16")

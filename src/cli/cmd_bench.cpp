@@ -240,7 +240,8 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
 }
 
 nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int threads, nlohmann::json& levels) {
-  std::printf("\nMemory bandwidth (STREAM byte counts; median of repeats, min-max in brackets):\n");
+  std::printf("\nMemory bandwidth (STREAM byte counts; the sweep runs %d times: each point's best round's median, min-max of\n"
+              "all its samples in brackets):\n", bench::kMemoryRounds);
   const auto points = bench::memory_bandwidth(o);
   report::Table t({"working set", "copy GB/s", "triad GB/s"});
   nlohmann::json rows = nlohmann::json::array();
@@ -248,7 +249,7 @@ nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int t
   levels = bench::bandwidth_levels(points, cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
   // The same sizes come for each kernel, copy first.
   const size_t half = points.size() / 2;
-  auto cell = [](const bench::MemoryPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.gbps.median, p.gbps.min, p.gbps.max); };
+  auto cell = [](const bench::MemoryPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.best_round_gbps, p.gbps.min, p.gbps.max); };
   for (size_t i = 0; i < half; ++i) t.add({format_binary_bytes(double(points[i].working_set)), cell(points[i]), cell(points[half + i])});
   t.print();
   // DRAM against the datasheet where the catalog knows the CPU: the figure is a whole socket's,

@@ -31,7 +31,7 @@ auto once_per_thread_count(int threads, F measure) {
   return it->second;
 }
 
-// Without a machine profile, the ceilings are measured on the spot (about a second) rather than
+// Without a machine profile, the ceilings are measured on the spot (about two seconds) rather than
 // counted: a VM's /proc/cpuinfo reports the base clock, not the boost its cores run at, and
 // typical cache bandwidths are guesses. On the Zen 4 development VM the counted peak was 28% under
 // the measured one, the assumed bandwidths 30-60% off, and the plan's step times came out a
@@ -39,7 +39,8 @@ auto once_per_thread_count(int threads, F measure) {
 // full repeats (half a second): a VM's neighbours can halve a whole quick run's samples, never
 // raise one; and where even that best is under 90% of the peak counted at the base clock (cores
 // run at least that fast unless something takes them away), it is measured twice more. The
-// memory sweep is bench --quick's. Measured once per thread count per process.
+// memory sweep is bench --quick's, each point its best round's (bench::kMemoryRounds). Measured
+// once per thread count per process.
 bench::Ceilings measured_now(const hw::CpuInfo& cpu, int threads) {
   return once_per_thread_count(threads, [&cpu](int t) {
     bench::Options o;
