@@ -620,14 +620,15 @@ void add_bench(CLI::App& app, const Command& self) {
                   "('top' shows what else runs)\n", hw::busy_note(load).c_str());
     if (runs({"all"})) {  // the measured ceilings, for train --layer-times (and later profile, plan)
       nlohmann::json profile = {{"cpu", cpu.model}, {"cpu_identity", hw::cpu_identity(hw::to_json(cpu))}, {"threads", threads}, {"isa", cpu.isa},
-                                {"f32_gflops", out["flops"]["gflops_median"]}, {"bandwidth_gbps", levels},
+                                {"f32_gflops", out["flops"]["gflops_max"]}, {"bandwidth_gbps", levels},
                                 {"quick", args->opt.quick}, {"source", "dlperf bench all"}, {"gpus", nlohmann::json::array()}};
-      // The fastest sample: another process's time slices only ever slow a sample down, and the
-      // plan predicts a machine that runs nothing else.
+      // Every ceiling at its best sample (the FMA peaks, a call) or round (the bandwidths): another
+      // process's time slices only ever slow a sample down, and the plan predicts a machine that
+      // runs nothing else. The plan's on-the-spot ceilings take the FMA peak the same way.
       if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_min"];
       profile["host_load"] = out["host_load"];
       if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_median"))
-        profile["bf16_gflops"] = b["gflops_median"];  // measured, not skipped (no AVX512-BF16) or failed
+        profile["bf16_gflops"] = b["gflops_max"];  // measured, not skipped (no AVX512-BF16) or failed
       std::printf("\nbandwidth plateaus (triad):");
       for (const char* level : {"L1", "L2", "L3", "DRAM"})
         if (levels.contains(level)) std::printf(" %s %.0f GB/s", level, levels[level].get<double>());
