@@ -349,7 +349,7 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   const bool fits = m.total() <= hw::kUsableMemoryShare * avail;
   if (cpu_refuses.empty()) print_cpu_plan(a, c, m, p, steps, avail, fits);
   // A step under a millisecond on all cores is made of ops too small to share well between them:
-  // planned on one thread too (about a second to measure its ceilings), and said where faster.
+  // planned on one thread too (about two seconds to measure its ceilings), and said where faster.
   nlohmann::json one_thread;
   if (cpu_refuses.empty() && a.threads == 0 && c.threads > 1 && p.step_s < 1e-3) {
     plan::CpuCeilings one = plan::with_precision(plan::host_ceilings(1), cpu_precision);

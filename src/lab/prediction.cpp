@@ -30,7 +30,7 @@ Experiment prediction(const std::vector<std::string>& records) {
   e.question =
       "Before a run, how close does `dlperf plan` come to the step time and peak memory the run measured? It predicts from "
       "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else measured on the "
-      "spot in about a second), with the cost of a call into the engine each run measured around its epochs.";
+      "spot in about two seconds), with the cost of a call into the engine each run measured around its epochs.";
   e.columns = {{"run", "run", kText},
                {"step_ms_planned", "step ms planned", 3},
                {"step_ms", "step ms measured", 3},

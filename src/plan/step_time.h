@@ -43,7 +43,7 @@ inline bool workers_have_own_cores(const CpuCeilings& c) {
   return c.loader_workers > 0 && c.cpus > 0 && c.threads + c.loader_workers <= c.cpus;
 }
 /// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
-/// else measured on the first call (about a second, then kept for the process); the cost of an
+/// else measured on the first call (about two seconds, then kept for the process); the cost of an
 /// engine call likewise (a few milliseconds where the profile lacks it). For
 /// "bf16" the compute peak is the VDPBF16PS peak the profile keeps, else twice fp32's: an
 /// AVX512-BF16 dot product does two multiply-adds per fp32 lane in an FMA's time (the Zen 4
