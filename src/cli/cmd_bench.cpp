@@ -627,7 +627,7 @@ void add_bench(CLI::App& app, const Command& self) {
       // runs nothing else. The plan's on-the-spot ceilings take the FMA peak the same way.
       if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_min"];
       profile["host_load"] = out["host_load"];
-      if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_median"))
+      if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_max"))
         profile["bf16_gflops"] = b["gflops_max"];  // measured, not skipped (no AVX512-BF16) or failed
       std::printf("\nbandwidth plateaus (triad):");
       for (const char* level : {"L1", "L2", "L3", "DRAM"})
