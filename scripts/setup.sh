@@ -2,6 +2,8 @@
 # Installs everything dlperf needs on Debian 12 (run as root or with sudo), then configures and
 # builds it into build/. Safe to run again: apt-get skips what is installed, ninja rebuilds
 # only what changed.
+#   scripts/setup.sh            everything, the test suites included (scripts/test.sh)
+#   scripts/setup.sh TARGET...  only these build targets and what they need (scripts/run.sh: dlperf)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,4 +25,6 @@ if ((${#missing[@]})); then
 fi
 
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
-cmake --build build
+targets=()
+for t in "$@"; do targets+=(--target "$t"); done
+cmake --build build "${targets[@]}"
