@@ -30,5 +30,5 @@ if [ -z "${CUDA_ARCH:-}" ] && [ ! -e /dev/nvidia0 ]; then
 fi
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$arch" \
   -DCMAKE_PREFIX_PATH="$root/usr;$lib/cmake" -DCMAKE_INCLUDE_PATH="$root/usr/include" -DCMAKE_LIBRARY_PATH="$lib"
-cmake --build build-gpu --target dlperf dlperf_tests  # not dlperf-allreduce: no MPI there
+cmake --build build-gpu --target dlperf dlperf_tests  # and dlperf-allreduce with dlperf, where CMake finds MPI
 echo "export LD_LIBRARY_PATH=$lib:\${LD_LIBRARY_PATH:-}"
