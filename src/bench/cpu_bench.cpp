@@ -75,11 +75,11 @@ std::pair<Spread, double> best_round(const std::vector<std::vector<double>>& rou
 
 namespace {
 
-// One point of the sweep: `repeats` samples (GB/s) of `kernel` over arrays of `n` floats, after
-// two warm-up samples, its result validated.
-std::vector<double> memory_samples(const std::string& kernel, size_t n, int threads, int repeats) {
+// One point of the sweep: `repeats` samples (GB/s) of `kernel` over a working set of `ws` bytes
+// (all its arrays together), after two warm-up samples, its result validated.
+std::vector<double> memory_samples(const std::string& kernel, size_t ws, int threads, int repeats) {
   const size_t arrays = size_t(stream_bytes(kernel, 1)) / sizeof(float);  // each read or written once a pass
-  const size_t ws = n * arrays * sizeof(float);
+  const size_t n = ws / (arrays * sizeof(float));  // floats per array
   // The arrays' starts are spread evenly over a 4 KiB page's offsets (STREAM's OFFSET, chosen
   // rather than left to the allocator): a load whose address matches a pending store's in its
   // low 12 bits waits for it (4K aliasing). Where the allocator happened to place them so,
@@ -122,15 +122,14 @@ std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
   const int threads = thread_count(o);
   const int repeats = o.quick ? 5 : 15;
   std::vector<MemoryPoint> out;  // copy's sizes, then triad's
-  std::vector<size_t> floats;  // per array, for each point
   for (const char* kernel : {"copy", "triad"})
     for (size_t ws = 16 << 10; ws <= (size_t(512) << 20); ws *= (o.quick ? 8 : 2)) {  // 16 KiB .. 512 MiB
-      floats.push_back(ws / size_t(stream_bytes(kernel, 1)));
-      out.push_back({kernel, size_t(stream_bytes(kernel, floats.back())), {}, 0, repeats, kMemoryRounds});
+      const size_t per_float = size_t(stream_bytes(kernel, 1));  // whole arrays: a multiple of this
+      out.push_back({kernel, ws / per_float * per_float, {}, 0, repeats, kMemoryRounds});
     }
   std::vector<std::vector<std::vector<double>>> rounds(out.size());  // per point, per round
   for (int round = 0; round < kMemoryRounds; ++round)
-    for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(memory_samples(out[i].kernel, floats[i], threads, repeats));
+    for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(memory_samples(out[i].kernel, out[i].working_set, threads, repeats));
   for (size_t i = 0; i < out.size(); ++i) std::tie(out[i].gbps, out[i].best_round_gbps) = best_round(rounds[i]);
   return out;
 }
