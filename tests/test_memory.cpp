@@ -117,9 +117,14 @@ TEST(FormatSeconds, PicksTheUnitThatKeepsTheDigits) {
 TEST(Closest, SuggestsOneCandidateWithinTwoEdits) {
   EXPECT_EQ(edit_distance("tran", "train"), 1u);
   EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("fp23", "fp32"), 1u);  // a swap of neighbours is one typo
+  EXPECT_EQ(edit_distance("abc", "ca"), 3u);     // not two: each letter is swapped or edited once
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
   EXPECT_EQ(closest("tran", {"plan", "train"}), "train");  // 1 edit beats 2
   EXPECT_EQ(closest("tflop", {"tflops", "tdp_w"}), "tflops");
   EXPECT_EQ(closest("xyzzy", {"train", "plan"}), "");
+  EXPECT_EQ(closest("fp8", {"fp32", "fp16"}), "");  // two edits in three letters: another word
+  EXPECT_EQ(closest("trian", {"train", "plan"}), "train");
 }
 
 TEST(FormatDecimals, SmallValuesKeepTwoSignificantDigits) {

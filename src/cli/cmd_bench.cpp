@@ -499,7 +499,7 @@ std::string default_json_path() { return unused_stem("runs", file_timestamp() + 
 void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
-  c->add_option("what", args->what,
+  c->add_option("benchmark", args->what,
                 "memory | flops | gemm | conv | copy | launch | gpu-memory | loader | roofline | allreduce | all, one or more (loader, "
                 "roofline and allreduce are not part of all; launch times a call into the CPU engine, and a GPU's kernel launch where there is one; "
                 "copy and gpu-memory need a GPU and are skipped, saying why, without one)")

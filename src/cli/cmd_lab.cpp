@@ -16,7 +16,7 @@ namespace dlperf::cli {
 void add_lab(CLI::App& app, const Command& self) {
   auto cfg = std::make_shared<lab::LabConfig>();
   auto* c = app.add_subcommand(self.name, self.summary);
-  c->add_option("experiments", cfg->experiments, "which experiments to run (default: all): device batch model workers precision")
+  c->add_option("experiment", cfg->experiments, "which experiments to run (default: all): device batch model workers precision")
       ->check(CLI::IsMember(lab::experiment_names()));
   auto* quick = c->add_flag_callback("--quick", [cfg] { cfg->full = false; },
                                      "a subset (20,000 training images) and 1 epoch per run: minutes on 2 CPU cores (the default without a GPU)");

@@ -86,6 +86,31 @@ std::pair<std::string, std::string> split_at_name(const std::string& what) {
   return {what.substr(0, colon), what.substr(colon + 2)};
 }
 
+struct RefusedChoice {
+  std::string name, given;
+  std::vector<std::string> choices;
+};
+
+// CLI11's IsMember refusal, "NAME: VALUE not in {A,B,C}", taken apart; an empty name otherwise.
+RefusedChoice refused_choice(const std::string& what) {
+  const size_t colon = what.find(": "), not_in = what.rfind(" not in {");
+  if (colon == std::string::npos || not_in == std::string::npos || not_in < colon || !what.ends_with("}")) return {};
+  RefusedChoice r{what.substr(0, colon), what.substr(colon + 2, not_in - colon - 2), {}};
+  const std::string list = what.substr(not_in + 9, what.size() - not_in - 10);
+  for (size_t start = 0; start <= list.size();) {
+    const size_t comma = std::min(list.find(',', start), list.size());
+    r.choices.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return r;
+}
+
+std::string join(const std::vector<std::string>& words, const std::string& between) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : between) + w;
+  return out;
+}
+
 }  // namespace
 
 std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& command, const std::string& command_name) {
@@ -114,6 +139,14 @@ std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& comman
   if (const std::string required = " is required";
       dynamic_cast<const CLI::RequiredError*>(&e) && what[0] != '-' && !what.starts_with("A subcommand") && what.ends_with(required))
     return "'" + command_name + "' needs its " + what.substr(0, what.size() - required.size()) + " argument";
+  // "benchmark: nosuch not in {memory,flops}" (a positional) or "--precision: fp8 not in
+  // {fp32,tf32}": the value given, the nearest one meant, and the choices, in words.
+  if (const auto [name, given, choices] = refused_choice(what); !name.empty()) {
+    std::string message = name[0] == '-' ? name + ": '" + given + "' is not one of its values"
+                                         : "'" + command_name + "' has no " + name + " '" + given + "'";
+    if (const std::string near = closest(given, choices); !near.empty()) message += "; did you mean '" + near + "'?";
+    return message + " (" + (name[0] == '-' ? "" : name + "s: ") + join(choices, ", ") + ")";
+  }
   const auto [name, rest] = split_at_name(what);
   if (name.empty()) return what;
   // "--batch-size: At Most 1 required but received 2"

@@ -15,25 +15,28 @@ std::string format_decimals(double x, int decimals) {
 }
 
 size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  // Levenshtein with adjacent swaps as one edit (the optimal-string-alignment distance): "fp23"
+  // is one typo of "fp32", as "trian" is of "train". Three rows: a swap looks two back.
+  std::vector<size_t> before(b.size() + 1), last(b.size() + 1), row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) last[j] = j;
   for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
     row[0] = i;
     for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1])});
-      diag = up;
+      row[j] = std::min({last[j] + 1, row[j - 1] + 1, last[j - 1] + (a[i - 1] != b[j - 1])});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) row[j] = std::min(row[j], before[j - 2] + 1);
     }
+    std::swap(before, last);
+    std::swap(last, row);
   }
-  return row[b.size()];
+  return last[b.size()];
 }
 
 std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   size_t best_d = 3;  // more than two edits away is no suggestion
   for (const auto& c : candidates)
-    if (const size_t d = edit_distance(word, c); d < best_d) best = c, best_d = d;
+    // Nor is a word that changes by half its letters: "fp8" is two edits from "fp32".
+    if (const size_t d = edit_distance(word, c); d < best_d && 2 * d < word.size()) best = c, best_d = d;
   return best;
 }
 

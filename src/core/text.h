@@ -16,10 +16,12 @@ inline std::string counted(long long n, const std::string& noun) {
 /// of it or "0.000" read as free. Exact zero keeps `decimals` ("0.000").
 std::string format_decimals(double x, int decimals);
 
-/// Levenshtein distance: the edits that turn `a` into `b`, for "did you mean" (as ninja does).
+/// The edits (insert, delete, change, or swap two neighbours) that turn `a` into `b`, for "did
+/// you mean" (as ninja does).
 size_t edit_distance(const std::string& a, const std::string& b);
 
-/// The candidate closest to `word` within two edits, or "": one suggestion, not a list.
+/// The candidate closest to `word` within two edits and fewer than half its letters, or "": one
+/// suggestion, not a list.
 std::string closest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace dlperf
