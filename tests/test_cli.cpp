@@ -88,6 +88,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"profile --steps -1", "--skip and --steps count steps: they cannot be negative"},
       {"profile --checkpoint ck", "dlperf profile writes no checkpoint: it stops mid-epoch"},
       {"plan --model medium --targets cpu,nosuch", "no device 'nosuch' in the hardware catalog"},
+      {"plan --model medium --targets h100", "no device 'h100' in the hardware catalog; did you mean h100-sxm or h100-pcie?\n"},
+      {"plan --model medium --targets rtx-4080", "no device 'rtx-4080' in the hardware catalog\n"},  // not rtx-4090: another GPU
       {"plan --model medium --region mars", "no grid carbon intensity for region 'mars'"},
       {"plan --model medium --batch-size 100000", "--batch-size 100000 is larger than --dataset-size 60000"},
       {"plan --epochs 0", "--epochs: must be at least 1, not 0"},

@@ -22,12 +22,16 @@ double Device::peak_tflops(const std::string& precision) const {
 }
 
 const Device& Catalog::find(const std::string& id) const& {
-  std::string ids;
+  std::vector<std::string> ids, variants;
   for (const auto& d : devices) {
     if (d.id == id) return d;
-    ids += (ids.empty() ? "" : ", ") + d.id;
+    ids.push_back(d.id);
+    if (d.id.starts_with(id + "-")) variants.push_back(d.id);  // "h100": h100-sxm and h100-pcie
   }
-  throw Error(fmt::format("no device '{}' in the hardware catalog", id), "known: " + ids + "; add one with --catalog FILE");
+  // No guess by spelling: "rtx-4080" is one edit from "rtx-4090", and another GPU.
+  const std::string meant = variants.empty() ? "" : fmt::format("; did you mean {}?", fmt::join(variants, " or "));
+  throw Error(fmt::format("no device '{}' in the hardware catalog{}", id, meant),
+              fmt::format("known: {}; add one with --catalog FILE", fmt::join(ids, ", ")));
 }
 
 namespace {
