@@ -60,6 +60,7 @@ if imagenet:
             "description": "ResNet-18 for ImageNet-sized images (7x7 stride-2 stem, 3x3 max pooling), as torchvision's; "
                            "11.7M parameters with 1000 classes",
             "input": [3, 224, 224], "classes": 1000,  # what 'models show' and 'plan' take unless told otherwise
+            "train_images": 1281167,  # ImageNet-1k's training set: what 'plan' counts an epoch in
             "layers": layers}
 else:
     spec = {"name": "resnet18",

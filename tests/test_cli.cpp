@@ -532,15 +532,25 @@ TEST(Cli, TheLabSaysWhatIsComingAndHowLongItTook) {
       << o.out;
 }
 
-// A model made for ImageNet is planned and shown on ImageNet's images and classes unless told
-// otherwise, and says so; --input and --classes still decide where given.
+// A model made for ImageNet is planned and shown on ImageNet's images, classes and training set
+// unless told otherwise, and says so; --input, --classes and --dataset-size still decide where given.
 TEST(Cli, AModelMadeForAnInputIsPlannedOnIt) {
   TempDir dir;
   const Outcome p = run_dlperf(dir, "plan --model resnet18-imagenet -b 8 --dataset-size 64 --epochs 1");
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("dlperf plan: resnet18-imagenet on 3x224x224, batch 8"), std::string::npos) << p.out;
-  EXPECT_NE(p.out.find("(3x224x224 and 1000 classes: what resnet18-imagenet is made for; --input and --classes plan others)"),
-            std::string::npos) << p.out;
+  EXPECT_NE(p.out.find("(3x224x224 and 1000 classes: what resnet18-imagenet is made for; --input, --classes and --dataset-size "
+                       "plan others)"),
+            std::string::npos)
+      << p.out;
+  EXPECT_NE(p.out.find("(1 epoch of 8 steps)"), std::string::npos) << p.out;
+  // Without --dataset-size an epoch is ImageNet's 1,281,167 images: 5004 steps of 256.
+  const Outcome imagenet = run_dlperf(dir, "plan --model resnet18-imagenet -b 256 --epochs 90");
+  ASSERT_EQ(imagenet.exit_code, 0) << imagenet.err;
+  EXPECT_NE(imagenet.out.find("(3x224x224, 1000 classes and 1281167 training images: what resnet18-imagenet is made for"),
+            std::string::npos)
+      << imagenet.out;
+  EXPECT_NE(imagenet.out.find("(90 epochs of 5004 steps)"), std::string::npos) << imagenet.out;
   EXPECT_NE(p.out.find("parameters        11689512 "), std::string::npos) << p.out;  // torchvision's count, with 1000 classes
   const Outcome other = run_dlperf(dir, "plan --model resnet18-imagenet --input 3x64x64 -b 8 --dataset-size 64 --epochs 1");
   ASSERT_EQ(other.exit_code, 0) << other.err;

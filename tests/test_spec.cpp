@@ -154,10 +154,14 @@ TEST(SpecErrors, SayWhatIsWrongAndWhere) {
   EXPECT_TRUE(has(spec_err({{"input", {3, 0, 32}}}), "'input' must be [C, H, W]"));
   EXPECT_TRUE(has(spec_err({{"input", "3x32"}}), "model spec a.json: 'input' '3x32' is not CxHxW"));
   EXPECT_TRUE(has(spec_err({{"classes", 0}}), "'classes' must be at least 1, got 0"));
-  EXPECT_TRUE(has(spec_err({{"inputs", "3x32x32"}}), "unknown top-level key 'inputs' (allowed: name, description, input, classes, layers)"));
-  json named = {{"input", "1x64x48"}, {"classes", 5}, {"layers", {{{"type", "relu"}}}}};
+  EXPECT_TRUE(has(spec_err({{"train_images", 0}}), "'train_images' must be at least 1, got 0"));
+  EXPECT_TRUE(has(spec_err({{"inputs", "3x32x32"}}),
+                  "unknown top-level key 'inputs' (allowed: name, description, input, classes, train_images, layers)"));
+  json named = {{"input", "1x64x48"}, {"classes", 5}, {"train_images", 1234}, {"layers", {{{"type", "relu"}}}}};
   EXPECT_EQ(nn::parse_model_spec(named, "a.json").input, (Dims{1, 64, 48}));
   EXPECT_EQ(nn::parse_model_spec(named, "a.json").classes, 5);
+  EXPECT_EQ(nn::parse_model_spec(named, "a.json").train_images, 1234);
+  EXPECT_EQ(nn::parse_model_spec({{"layers", {{{"type", "relu"}}}}}, "a.json").train_images, 0);
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"eps", 0}}}), "eps must be in (0, 1), got 0"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", 2}}}), "momentum must be in [0, 1], got 2"));
   EXPECT_TRUE(has(err({{{"type", "batchnorm2d"}, {"momentum", -0.1}}}), "momentum must be in [0, 1], got -0.1"));

@@ -547,7 +547,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, data::kMaxWorkers));
   c->add_option("--threads", a->threads, "this CPU's compute threads, as train takes them (0 = all cores)")->capture_default_str();
   c->add_flag("--augment,!--no-augment", a->augment, "random crops and flips, as train --augment: slower batches")->capture_default_str();
-  c->add_option("--dataset-size", a->dataset, "training images per epoch")->capture_default_str()->check(at_least(1));
+  c->add_option("--dataset-size", a->dataset, "training images per epoch (default: the one the model is made for, else this)")->capture_default_str()->check(at_least(1));
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
   auto* layers = c->add_flag("--layers", a->layers, "per-layer predicted times and memory");
   auto* against_opt = c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json)");
@@ -607,8 +607,13 @@ void add_plan(CLI::App& app, const Command& self) {
       if (c->count("--input") == 0 && !spec.input.empty()) taken.push_back(a->input = dims_str(spec.input));
       if (c->count("--classes") == 0 && spec.classes > 0)
         taken.push_back(fmt::format("{} classes", a->classes = spec.classes));
+      // An epoch of ImageNet is 1.28 million images, not Fashion-MNIST's 60,000.
+      if (c->count("--dataset-size") == 0 && spec.train_images > 0)
+        taken.push_back(fmt::format("{} training images", a->dataset = spec.train_images));
       if (!taken.empty())
-        a->made_for = fmt::format("({}: what {} is made for; --input and --classes plan others)", fmt::join(taken, " and "), spec.name);
+        a->made_for = fmt::format("({}: what {} is made for; --input, --classes and --dataset-size plan others)",
+                                  fmt::format("{}", fmt::join(taken.begin(), taken.end() - 1, ", ")) + (taken.size() > 1 ? " and " : "") + taken.back(),
+                                  spec.name);
     }
     // Unknown targets and regions are refused before the plan prints a page that ends in an error.
     if (a->against.empty()) {

@@ -79,8 +79,11 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
   // num_features, in_features, output_shape, parameters) is accepted, so its output loads back,
   // and recomputed from the data like any inferred size.
   for (auto& [k, v] : j.items())
-    check(k == "name" || k == "description" || k == "layers" || k == "input" || k == "classes" || k == "parameters",
-          fmt::format("model spec {}: unknown top-level key '{}' (allowed: name, description, input, classes, layers)", source, k), hint);
+    check(k == "name" || k == "description" || k == "layers" || k == "input" || k == "classes" || k == "train_images" ||
+              k == "parameters",
+          fmt::format("model spec {}: unknown top-level key '{}' (allowed: name, description, input, classes, train_images, layers)",
+                      source, k),
+          hint);
   check(j.contains("layers") && j["layers"].is_array() && !j["layers"].empty(),
         fmt::format("model spec {}: needs a non-empty 'layers' list", source), hint);
   ModelSpec spec;
@@ -96,6 +99,9 @@ ModelSpec parse_model_spec(const json& j, const std::string& source) {
   }
   spec.classes = get_int(j, "classes", 0, top);
   check(!j.contains("classes") || spec.classes >= 1, fmt::format("{}: 'classes' must be at least 1, got {}", top, spec.classes), hint);
+  spec.train_images = get_int(j, "train_images", 0, top);
+  check(!j.contains("train_images") || spec.train_images >= 1,
+        fmt::format("{}: 'train_images' must be at least 1, got {}", top, spec.train_images), hint);
   std::map<std::string, int> counters;
   std::set<std::string> names;
   const std::set<std::string> derived = {"in_channels", "num_features", "in_features", "output_shape", "parameters"};
@@ -351,12 +357,14 @@ json resolved_json(const ModelSpec& spec, const Graph& g) {
     l["parameters"] = n.param_count();
     layers.push_back(std::move(l));
   }
-  return {{"name", spec.name},
-          {"description", spec.description},
-          {"input", Dims(g.input.begin() + 1, g.input.end())},
-          {"classes", g.classes},
-          {"parameters", g.param_count()},
-          {"layers", layers}};
+  json out = {{"name", spec.name},
+              {"description", spec.description},
+              {"input", Dims(g.input.begin() + 1, g.input.end())},
+              {"classes", g.classes},
+              {"parameters", g.param_count()},
+              {"layers", layers}};
+  if (spec.train_images > 0) out["train_images"] = spec.train_images;
+  return out;
 }
 
 }  // namespace dlperf::nn

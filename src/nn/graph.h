@@ -35,6 +35,10 @@ struct ModelSpec {
   /// always takes its data's.
   Dims input;
   int64_t classes = 0;
+  /// The training set's size the model is made for ("train_images"; resnet18-imagenet:
+  /// ImageNet's 1,281,167): what 'dlperf plan' counts an epoch in unless --dataset-size says
+  /// otherwise. 0: none (plan takes Fashion-MNIST's 60,000).
+  int64_t train_images = 0;
 };
 
 /// Parses and validates a spec; `source` names it in errors (a path or preset name).
