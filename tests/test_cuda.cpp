@@ -90,7 +90,9 @@ TEST(Cuda, GpuNamesMapToCatalogEntries) {
   EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA A100-SXM4-40GB"), "a100-40gb");
   EXPECT_EQ(plan::catalog_id_for_gpu("Tesla T4"), "t4");
   EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L4"), "l4");
-  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L40S"), "");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L40S"), "l40s");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA L40"), "");
+  EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA B200"), "b200");
   EXPECT_EQ(plan::catalog_id_for_gpu("NVIDIA GeForce RTX 4090"), "rtx-4090");
 }
 

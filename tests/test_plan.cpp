@@ -87,8 +87,9 @@ TEST(PlanComm, RingAndTreeAllReduceFollowTheAlphaBetaModel) {
 
 TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
   const plan::Catalog c = plan::load_catalog();
-  EXPECT_GE(c.devices.size(), 11u);
-  for (const char* id : {"t4", "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "rtx-4090", "l4", "tpu-v4", "tpu-v5e"}) {
+  EXPECT_GE(c.devices.size(), 13u);
+  for (const char* id :
+       {"t4", "v100", "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h200", "b200", "rtx-4090", "l4", "l40s", "tpu-v4", "tpu-v5e"}) {
     const plan::Device& d = c.find(id);
     EXPECT_FALSE(d.sources.value("specs", "").empty()) << id;
     EXPECT_FALSE(d.sources.value("price", "").empty()) << id;

@@ -564,7 +564,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--zero", a->layout.zero, "Transformer: ZeRO stage 0-3")->capture_default_str()->check(CLI::Range(0, 3))->needs(transformer);
   c->add_option("--checkpointing", a->layout.checkpointing, "Transformer: activation checkpointing: none | selective | full")
       ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}))->needs(transformer);
-  auto* targets = c->add_option("--targets", a->targets, "hardware targets: cpu (this machine) and catalog ids (t4, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, rtx-4090, l4, tpu-v4, tpu-v5e)")
+  auto* targets = c->add_option("--targets", a->targets, "hardware targets: cpu (this machine) and catalog ids (t4, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, rtx-4090, l4, l40s, tpu-v4, tpu-v5e)")
       ->delimiter(',');
   auto* region = c->add_option("--region", a->region, "grid region for CO2 (world, us, eu, fr, de, gb, no, se, ca, cn, in)")->capture_default_str();
   auto* grid = c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region")->check(at_least(0))->excludes(region);

@@ -163,12 +163,14 @@ Catalog parse_catalog(const json& j, const std::string& source) {
 
 std::string catalog_id_for_gpu(const std::string& name) {
   auto has = [&](const char* s) { return name.find(s) != std::string::npos; };
+  if (has("B200")) return "b200";
   if (has("H200")) return "h200";
   if (has("H100")) return has("PCIe") ? "h100-pcie" : "h100-sxm";
   if (has("A100")) return has("80GB") ? "a100-80gb" : "a100-40gb";
   if (has("V100")) return "v100";
   if (has("RTX 4090")) return "rtx-4090";
-  if (has("L40")) return "";  // not the L4
+  if (has("L40S")) return "l40s";
+  if (has("L40")) return "";  // the L40 (no S) is not in the catalog, and not the L4
   if (has(" L4")) return "l4";
   if (has("T4")) return "t4";
   return "";
