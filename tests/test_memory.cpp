@@ -123,6 +123,10 @@ TEST(Closest, SuggestsOneCandidateWithinTwoEdits) {
   EXPECT_EQ(closest("tran", {"plan", "train"}), "train");  // 1 edit beats 2
   EXPECT_EQ(closest("tflop", {"tflops", "tdp_w"}), "tflops");
   EXPECT_EQ(closest("xyzzy", {"train", "plan"}), "");
+  EXPECT_EQ(listed({}), "");
+  EXPECT_EQ(listed({"a"}), "a");
+  EXPECT_EQ(listed({"a", "b"}), "a and b");
+  EXPECT_EQ(listed({"a", "b", "c"}), "a, b and c");
   EXPECT_EQ(closest("fp8", {"fp32", "fp16"}), "");  // two edits in three letters: another word
   EXPECT_EQ(closest("trian", {"train", "plan"}), "train");
 }

@@ -611,9 +611,7 @@ void add_plan(CLI::App& app, const Command& self) {
       if (c->count("--dataset-size") == 0 && spec.train_images > 0)
         taken.push_back(fmt::format("{} training images", a->dataset = spec.train_images));
       if (!taken.empty())
-        a->made_for = fmt::format("({}: what {} is made for; --input, --classes and --dataset-size plan others)",
-                                  fmt::format("{}", fmt::join(taken.begin(), taken.end() - 1, ", ")) + (taken.size() > 1 ? " and " : "") + taken.back(),
-                                  spec.name);
+        a->made_for = fmt::format("({}: what {} is made for; --input, --classes and --dataset-size plan others)", listed(taken), spec.name);
     }
     // Unknown targets and regions are refused before the plan prints a page that ends in an error.
     if (a->against.empty()) {

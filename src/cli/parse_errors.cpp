@@ -2,6 +2,9 @@
 // arguments all together, last first ("The following arguments were not expected: 3 --epoch"),
 // and says "Could not convert: --batch-size = abc"; users need the first unknown one, in their
 // order, and the flag they meant, as cargo and git say it, and what the value should have been.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <cctype>
 #include <string>
@@ -105,12 +108,6 @@ RefusedChoice refused_choice(const std::string& what) {
   return r;
 }
 
-std::string join(const std::vector<std::string>& words, const std::string& between) {
-  std::string out;
-  for (const auto& w : words) out += (out.empty() ? "" : between) + w;
-  return out;
-}
-
 }  // namespace
 
 std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& command, const std::string& command_name) {
@@ -145,7 +142,7 @@ std::string explain_parse_error(const CLI::ParseError& e, const CLI::App& comman
     std::string message = name[0] == '-' ? name + ": '" + given + "' is not one of its values"
                                          : "'" + command_name + "' has no " + name + " '" + given + "'";
     if (const std::string near = closest(given, choices); !near.empty()) message += "; did you mean '" + near + "'?";
-    return message + " (" + (name[0] == '-' ? "" : name + "s: ") + join(choices, ", ") + ")";
+    return message + " (" + (name[0] == '-' ? "" : name + "s: ") + fmt::format("{}", fmt::join(choices, ", ")) + ")";
   }
   const auto [name, rest] = split_at_name(what);
   if (name.empty()) return what;

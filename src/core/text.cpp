@@ -14,6 +14,12 @@ std::string format_decimals(double x, int decimals) {
   return fmt::format("{:.{}f}", x, d);
 }
 
+std::string listed(const std::vector<std::string>& words) {
+  std::string out;
+  for (size_t i = 0; i < words.size(); ++i) out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];
+  return out;
+}
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   // Levenshtein with adjacent swaps as one edit (the optimal-string-alignment distance): "fp23"
   // is one typo of "fp32", as "trian" is of "train". Three rows: a swap looks two back.

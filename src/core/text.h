@@ -11,6 +11,9 @@ inline std::string counted(long long n, const std::string& noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
+/// Words as a sentence lists them: "a", "a and b", "a, b and c".
+std::string listed(const std::vector<std::string>& words);
+
 /// x with at least `decimals` decimals, and more where a value under 1 would otherwise lose its
 /// two leading significant digits: a 5.4 us layer is "0.0054" ms, not "0.005" read as half
 /// of it or "0.000" read as free. Exact zero keeps `decimals` ("0.000").

@@ -248,11 +248,7 @@ std::string best_accuracy(const std::vector<json>& rows) {
   std::vector<std::string> tied;
   for (const auto& r : rows)
     if (std::fabs(num(r, "test_acc") - num(best, "test_acc")) < 0.005) tied.push_back(r["model"]);
-  if (tied.size() > 1) {
-    std::string names;
-    for (size_t i = 0; i < tied.size(); ++i) names += (i == 0 ? "" : i + 1 == tied.size() ? " and " : ", ") + tied[i];
-    return fmt::format("{} tie for the best test accuracy, {:.2f}%.", names, num(best, "test_acc"));
-  }
+  if (tied.size() > 1) return fmt::format("{} tie for the best test accuracy, {:.2f}%.", listed(tied), num(best, "test_acc"));
   const json* second = nullptr;
   for (const auto& r : rows)
     if (&r != &best && (!second || num(r, "test_acc") > num(*second, "test_acc"))) second = &r;
