@@ -376,6 +376,12 @@ TEST(Roofline, PointsRoofsAndFiles) {
   EXPECT_DOUBLE_EQ(points[0].intensity(), 200.0);
   EXPECT_DOUBLE_EQ(points[0].gflops(), 100.0);
   EXPECT_EQ(points[1].pass, "backward");
+  // A convolution's taps on zero padding, which oneDNN skips, are not placed as work done.
+  const auto padded = bench::roofline_points({{{"layer", "conv"}, {"forward_flops", 2e9}, {"forward_padding_flops", 5e8},
+                                               {"forward_bytes", 1e7}, {"forward_s", 0.02}}});
+  ASSERT_EQ(padded.size(), 1u);
+  EXPECT_DOUBLE_EQ(padded[0].gflops(), 75.0);
+  EXPECT_DOUBLE_EQ(padded[0].intensity(), 150.0);
   EXPECT_DOUBLE_EQ(bench::roof(200, 150, 20), 150);  // compute-bound
   EXPECT_DOUBLE_EQ(bench::roof(2, 150, 20), 40);     // memory-bound
   TempDir t;
@@ -386,7 +392,7 @@ TEST(Roofline, PointsRoofsAndFiles) {
   std::ifstream csv(stem + ".csv");
   std::string header;
   std::getline(csv, header);
-  EXPECT_EQ(header, "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops");
+  EXPECT_EQ(header, "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops,padding_flops");
   if (draw) {  // a valid PNG, signature to IEND
     EXPECT_TRUE(report::png_is_whole(stem + ".png"));
     EXPECT_GT(std::filesystem::file_size(stem + ".png"), 1000u);

@@ -92,6 +92,31 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
 // the bytes it moves (no FLOPs, as the optimizer's row), and leaves each layer's rows with
 // exactly the cost model's FLOPs. It used to be filed as the reader's backward-data primitive and
 // priced as a second one: resnet18's convs read 120-240% of the FMA peak.
+// A CPU pass that reads above the FLOP/s peak because its FLOPs count taps on zero padding is
+// explained with its own numbers; nothing is said where no pass does, or on a GPU.
+TEST(Profile, APassAbovePeakForItsPaddingSaysWhy) {
+  profile::Report r;
+  r.ceilings.peak_gflops = 200;
+  profile::OpRow conv, fc;
+  conv.name = "conv3", conv.op = "conv2d", conv.phase = "forward", conv.calls = 10, conv.self_s = 0.01;
+  conv.flops = 2.5e9, conv.padding_flops = 0.5e9;  // 250 GFLOP/s as counted, 200 on data
+  fc.name = "fc", fc.op = "linear", fc.phase = "forward", fc.calls = 10, fc.self_s = 0.01;
+  fc.flops = 1e9;
+  r.rows = {conv, fc};
+  EXPECT_EQ(profile::above_peak_note(r),
+            "conv3 forward reads above the 200.0 GFLOP/s peak: the FLOPs count the multiply-adds on the zero padding, as PyTorch's "
+            "FLOP counters do, and oneDNN skips them (20% of conv3 forward's); on data alone conv3 forward ran at 200.0 GFLOP/s "
+            "(100% of the peak)");
+  r.rows[0].self_s = 0.02;  // 125 GFLOP/s: below the peak, nothing to explain
+  EXPECT_EQ(profile::above_peak_note(r), "");
+  r.rows[0].self_s = 0.01;
+  r.on_gpu = true;  // cuDNN's own matter
+  EXPECT_EQ(profile::above_peak_note(r), "");
+  r.on_gpu = false;
+  r.rows[0].padding_flops = 0;  // above the peak with no padding: not this note's to explain
+  EXPECT_EQ(profile::above_peak_note(r), "");
+}
+
 TEST(Profile, GradientSumsAreTheirOwnRowsAndLayerFlopsStayTheCostModels) {
   TempDir dir;
   const fs::path spec = dir.path / "corners.json";

@@ -109,6 +109,30 @@ TEST(Spec, CostsMatchHandCounts) {
   EXPECT_DOUBLE_EQ(g.nodes[2].cost.backward_data.flops, 2.0 * 2 * 200 * 10);
 }
 
+// The taps on zero padding, counted as PyTorch's FLOP counters count them, and told apart for
+// the passes' rates against a CPU's peak (oneDNN skips them).
+TEST(Spec, AConvolutionsTapsOnZeroPaddingAreToldApart) {
+  ops::OpAttrs a;
+  a.out_channels = 4, a.kernel = 3, a.stride = 1, a.padding = 1;
+  // 3x3 over 8x8 with padding 1: of each axis's 24 taps, the 2 at the edges' outside miss.
+  EXPECT_DOUBLE_EQ(ops::conv_taps_on_data_share(a, {2, 3, 8, 8}), (22.0 / 24) * (22.0 / 24));
+  EXPECT_DOUBLE_EQ(ops::conv_taps_on_data_share(a, {2, 3, 4, 4}), (10.0 / 12) * (10.0 / 12));  // 31% on padding
+  EXPECT_DOUBLE_EQ(ops::conv_taps_on_data_share(a, {2, 3, 4, 8}), (10.0 / 12) * (22.0 / 24));  // each axis its own
+  // Stride 2 over 5 wide: outputs at -1..1, 1..3, 3..5 read 2, 3 and 2 of their 3 taps.
+  a.stride = 2;
+  EXPECT_DOUBLE_EQ(ops::conv_taps_on_data_share(a, {1, 1, 5, 5}), (7.0 / 9) * (7.0 / 9));
+  a.stride = 1, a.padding = 0;
+  EXPECT_DOUBLE_EQ(ops::conv_taps_on_data_share(a, {1, 1, 8, 8}), 1.0);
+  // The same share of every pass; the FLOPs themselves stay the full count.
+  a.padding = 1, a.bias = false;
+  const ops::OpCost c = ops::cost(ops::OpKind::conv2d, a, {{2, 3, 8, 8}});
+  const double macs = 2.0 * 4 * 64 * 27, on_padding = 2 * macs * (1 - (22.0 / 24) * (22.0 / 24));
+  EXPECT_DOUBLE_EQ(c.forward.flops, 2 * macs);
+  for (const ops::PassCost& p : {c.forward, c.backward_data, c.backward_weight}) EXPECT_NEAR(p.padding_flops, on_padding, 1e-9 * macs);
+  EXPECT_NEAR(c.total_backward().padding_flops, 2 * on_padding, 1e-9 * macs);
+  EXPECT_DOUBLE_EQ(ops::cost(ops::OpKind::linear, {.out_features = 3}, {{2, 5}}).forward.padding_flops, 0.0);
+}
+
 TEST(Spec, ResidualAddNamesItsEarlierInput) {
   json j = {{"layers",
              {{{"type", "conv2d"}, {"name", "stem"}, {"out_channels", 4}, {"padding", 1}},

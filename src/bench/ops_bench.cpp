@@ -299,7 +299,7 @@ nlohmann::json to_json(const ConvPoint& p) {
           {"forward_gflops_max", p.forward_gflops.max}, {"backward_data_gflops", p.backward_data_gflops.median},
           {"backward_weights_gflops", p.backward_weights_gflops.median}, {"repeats", p.repeats},
           {"max_rel_error", p.max_rel_error}, {"rotated_input_sets", p.rotated_sets}, {"threads", p.threads},
-          {"input_layout", p.input_layout}};
+          {"input_layout", p.input_layout}, {"padding_share", p.padding_share()}};
 }
 
 }  // namespace dlperf::bench

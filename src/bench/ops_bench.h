@@ -37,6 +37,9 @@ struct ConvPoint {
   /// The input layout it read: training's (cpu::given_input_layouts), "nchw" for a first layer,
   /// oneDNN's channel blocks ("nChw16c" on AVX-512, "nChw8c" on AVX2) after it.
   std::string input_layout;
+  /// Of the counted multiply-adds, the share on the zero padding, which oneDNN skips
+  /// (ops::PassCost::padding_flops): % of peak counts the rest.
+  double padding_share() const { return 1 - ops::conv_taps_on_data_share(attrs, input); }
 };
 /// The largest error of 16 sampled outputs of each of a conv's passes (forward y, weight
 /// gradient dw, data gradient dx) against float64 sums, each relative to the sum of its terms'

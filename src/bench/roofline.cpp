@@ -27,8 +27,8 @@ std::vector<RooflinePoint> roofline_points(const nlohmann::json& layer_times) {
   for (const auto& row : layer_times) {
     for (const char* pass : {"forward", "backward"}) {
       const double flops = row.value(std::string(pass) + "_flops", 0.0), bytes = row.value(std::string(pass) + "_bytes", 0.0),
-                   seconds = row.value(std::string(pass) + "_s", 0.0);
-      if (flops > 0 && bytes > 0 && seconds > 0) out.push_back({row.value("layer", "?"), pass, flops, bytes, seconds});
+                   seconds = row.value(std::string(pass) + "_s", 0.0), padding = row.value(std::string(pass) + "_padding_flops", 0.0);
+      if (flops > 0 && bytes > 0 && seconds > 0) out.push_back({row.value("layer", "?"), pass, flops, bytes, seconds, padding});
     }
   }
   return out;
@@ -59,9 +59,13 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
   const double peak = peaks[0].gflops;
   std::vector<std::string> written;
   const std::string csv = stem + ".csv", gp = stem + ".gp", png = stem + ".png";
-  std::string rows = "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops\n";
-  for (const auto& p : points)
-    rows += fmt::format("{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", p.layer, p.pass, p.flops, p.bytes, p.seconds, p.intensity(), p.gflops());
+  std::string rows = "layer,pass,flops,bytes,seconds,intensity_flop_per_byte,gflops,padding_flops\n";
+  bool padding = false;  // whether the heights leave out taps on padding, which the y label then says
+  for (const auto& p : points) {
+    rows += fmt::format("{},{},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g},{:.6g}\n", p.layer, p.pass, p.flops, p.bytes, p.seconds, p.intensity(),
+                        p.gflops(), p.padding_flops);
+    padding = padding || p.padding_flops > 0;
+  }
   write_file_atomically(csv, rows, "check that the directory is writable and the disk has room");
   written.push_back(csv);
   double lo = 1e9, hi = 0;
@@ -97,7 +101,7 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
       "set title '{title}'\n"
       "set logscale xy\n"
       "set xlabel 'arithmetic intensity (FLOP per byte moved, from the op cost model)'\n"
-      "set ylabel 'achieved GFLOP/s'\n"
+      "set ylabel 'achieved GFLOP/s{ylabel_note}'\n"
       "set grid\nset key bottom right\nset datafile separator ','\n"
       "set xrange [{xlo:.3g}:{xhi:.3g}]\nset yrange [0.1:{ymax:.3g}]\nset samples 400\n"
       "peak = {peak:.6g}\n{roofs}"
@@ -105,7 +109,8 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
       "'{csv}' using 6:7:1 with labels offset 0.8,0.6 font ',8' notitle\n",
       fmt::arg("title", title), fmt::arg("gp", gp), fmt::arg("png", png), fmt::arg("xlo", std::max(lo / 4, 1e-3)),
       fmt::arg("xhi", std::max(hi * 4, 100.0)), fmt::arg("ymax", top * 2), fmt::arg("peak", peak), fmt::arg("roofs", roofs),
-      fmt::arg("plots", plots), fmt::arg("csv", csv), fmt::arg("label", peaks[0].label), fmt::arg("point_plots", point_plots));
+      fmt::arg("plots", plots), fmt::arg("csv", csv), fmt::arg("label", peaks[0].label), fmt::arg("point_plots", point_plots),
+      fmt::arg("ylabel_note", padding ? " of the work run (no taps on zero padding: oneDNN skips them)" : ""));
   write_file_atomically(gp, script, "check that the directory is writable and the disk has room");
   written.push_back(gp);
   if (draw) {

@@ -15,8 +15,11 @@ namespace dlperf::bench {
 struct RooflinePoint {
   std::string layer, pass;  ///< forward | backward, or the profile row's phase
   double flops = 0, bytes = 0, seconds = 0;
-  double intensity() const { return flops / bytes; }
-  double gflops() const { return flops / seconds / 1e9; }
+  /// Of flops, a convolution's taps on zero padding, which the CPU engine (oneDNN) skips: a CPU
+  /// point stands at the work it ran, so that none reads above the peak for work never done.
+  double padding_flops = 0;
+  double intensity() const { return (flops - padding_flops) / bytes; }
+  double gflops() const { return (flops - padding_flops) / seconds / 1e9; }
 };
 
 /// A horizontal compute roof: "fp32 GEMM", "FMA peak", ...

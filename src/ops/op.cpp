@@ -102,6 +102,22 @@ std::vector<ParamShape> param_shapes(OpKind kind, const OpAttrs& a, const Dims& 
   return p;
 }
 
+namespace {
+// Along one axis: the kernel taps, over all output positions, that land inside the input.
+double taps_inside(int64_t in, int64_t kernel, int64_t stride, int64_t pad) {
+  int64_t inside = 0;
+  for (int64_t o = 0, out = window_out(in, kernel, stride, pad); o < out; ++o)
+    for (int64_t k = 0; k < kernel; ++k) inside += (o * stride - pad + k >= 0 && o * stride - pad + k < in) ? 1 : 0;
+  return double(inside);
+}
+}  // namespace
+
+double conv_taps_on_data_share(const OpAttrs& a, const Dims& x) {
+  const double oh = double(window_out(x[2], a.kernel, a.stride, a.padding)), ow = double(window_out(x[3], a.kernel, a.stride, a.padding));
+  const double all = oh * ow * double(a.kernel * a.kernel);
+  return all > 0 ? taps_inside(x[2], a.kernel, a.stride, a.padding) * taps_inside(x[3], a.kernel, a.stride, a.padding) / all : 1.0;
+}
+
 OpCost cost(OpKind kind, const OpAttrs& a, const std::vector<Dims>& in, double e) {
   OpCost c;
   const Dims& x = in.at(0);
@@ -113,9 +129,12 @@ OpCost cost(OpKind kind, const OpAttrs& a, const std::vector<Dims>& in, double e
       const double macs = ny * double(x[1] * a.kernel * a.kernel);
       const double nw = double(a.out_channels * x[1] * a.kernel * a.kernel);
       const double nb = a.bias ? double(a.out_channels) : 0.0;
-      c.forward = {2 * macs + (a.bias ? ny : 0), (nx + nw + nb + ny) * e};
-      c.backward_data = {2 * macs, (ny + nw + nx) * e};
-      c.backward_weight = {2 * macs + (a.bias ? ny : 0), (nx + ny + nw + nb) * e};
+      // The taps on padding are the same in every pass: backward-data and backward-weight pair
+      // the same outputs with the same inputs as forward.
+      const double padding = 2 * macs * (1 - conv_taps_on_data_share(a, x));
+      c.forward = {2 * macs + (a.bias ? ny : 0), (nx + nw + nb + ny) * e, padding};
+      c.backward_data = {2 * macs, (ny + nw + nx) * e, padding};
+      c.backward_weight = {2 * macs + (a.bias ? ny : 0), (nx + ny + nw + nb) * e, padding};
       c.saved_bytes = nx * e;  // the input, for the weight gradient
       break;
     }

@@ -63,6 +63,7 @@ ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, const std::v
     const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
     c.flops += x.flops;
     c.bytes += x.bytes;
+    c.padding_flops += x.padding_flops;
   }
   return c;
 }
@@ -80,7 +81,7 @@ ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<dou
 struct Costed {
   const Event* e;
   double self = 0;
-  double flops = 0, bytes = 0;
+  ops::PassCost cost;
   bool has_launch_child = false;
 };
 
@@ -98,7 +99,7 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
     if (e.track == kGpuTrack) track = kGpuTrack;
   std::vector<Costed> xs;
   for (const auto& e : events)
-    if (e.track == track) xs.push_back({&e, e.t1 - e.t0});
+    if (e.track == track) xs.push_back({&e, e.t1 - e.t0, {}});
   // A forward pass's one primitive is the pass itself: it folds into its layer's forward event.
   std::vector<size_t> stack;
   std::vector<bool> folded(xs.size(), false);
@@ -136,6 +137,7 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   // The GPU engine keeps every activation in bf16 or fp16 in those precisions; the CPU engine's
   // bf16 reads fp32 at dropout (and the model input) and converts (plan::engine_input_bytes).
   const bool gpu = track == kGpuTrack;
+  r.on_gpu = gpu;
   const std::string cpu_precision = precision == "bf16" ? "bf16" : "fp32";
   const std::vector<double> elem_bytes = gpu ? std::vector<double>(g.nodes.size(), precision == "bf16" || precision == "fp16" ? 2 : 4)
                                              : plan::engine_input_bytes(g, cpu_precision);
@@ -152,16 +154,15 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       const auto s = split[{e.step, e.node}];
       const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, elem_bytes),
                            bw = cost_of(g, e.node, Phase::backward_weight, gpu, elem_bytes);
-      if (!s.first) k.flops += bd.flops, k.bytes += bd.bytes;
-      if (!s.second) k.flops += bw.flops, k.bytes += bw.bytes;
+      if (!s.first) k.flops += bd.flops, k.bytes += bd.bytes, k.padding_flops += bd.padding_flops;
+      if (!s.second) k.flops += bw.flops, k.bytes += bw.bytes, k.padding_flops += bw.padding_flops;
     }
     if (e.phase == Phase::loss) {
       const ops::OpCost lc = ops::cost(ops::OpKind::softmax_cross_entropy, {}, {{g.batch(), g.classes}}, 4);
       k = {lc.forward.flops + lc.backward_data.flops, lc.forward.bytes + lc.backward_data.bytes};
     }
     if (e.phase == Phase::optimizer) k = {0, double(g.param_count()) * 4 * 5};  // streams weights, grads, momentum
-    x.flops = k.flops;
-    x.bytes = k.bytes;
+    x.cost = k;
   }
   // Group into rows.
   std::map<std::pair<std::string, std::string>, OpRow> rows;
@@ -181,9 +182,10 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
     row.calls += 1;
     row.self_s += x.self;
     row.total_s += e.t1 - e.t0;
-    row.flops += x.flops;
-    row.bytes += x.bytes;
-    if (e.node >= 0) r.flops_per_step += x.flops;
+    row.flops += x.cost.flops;
+    row.bytes += x.cost.bytes;
+    row.padding_flops += x.cost.padding_flops;
+    if (e.node >= 0) r.flops_per_step += x.cost.flops;
   }
   const double ridge = c.peak_gflops / c.dram_gbps;  // FLOP per byte where compute and DRAM meet
   for (auto& [k, row] : rows) {
@@ -253,13 +255,31 @@ void print_report(const Report& r, size_t max_rows) {
   if (rest > 0) std::printf("(%zu more rows, %.1f%% of the time, in the JSON)\n", r.rows.size() - max_rows, 100 * rest);
   std::printf("Ceilings: %.1f GFLOP/s, DRAM %.1f GB/s (ridge %.1f FLOP/B): %s\n", r.ceilings.peak_gflops, r.ceilings.dram_gbps,
               r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
+  if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+}
+
+std::string above_peak_note(const Report& r) {
+  if (r.on_gpu || r.ceilings.peak_gflops <= 0) return "";
+  const OpRow* fastest = nullptr;  // the fastest of the passes that read above the peak for their padding's taps
+  std::vector<std::string> above;
+  for (const auto& row : r.rows)
+    if (row.padding_flops > 0 && row.gflops() > r.ceilings.peak_gflops) {
+      above.push_back(row.name + " " + row.phase);
+      if (fastest == nullptr || row.gflops() > fastest->gflops()) fastest = &row;
+    }
+  if (fastest == nullptr) return "";
+  return fmt::format("{} read{} above the {:.1f} GFLOP/s peak: the FLOPs count the multiply-adds on the zero padding, as PyTorch's FLOP "
+                     "counters do, and oneDNN skips them ({:.0f}% of {}'s); on data alone {} ran at {:.1f} GFLOP/s ({:.0f}% of the peak)",
+                     listed(above), above.size() == 1 ? "s" : "", r.ceilings.peak_gflops, 100 * fastest->padding_flops / fastest->flops,
+                     fastest->name + " " + fastest->phase, fastest->name + " " + fastest->phase, fastest->gflops_on_data(),
+                     100 * fastest->gflops_on_data() / r.ceilings.peak_gflops);
 }
 
 json to_json(const Report& r) {
   json rows = json::array();
   for (const auto& x : r.rows)
     rows.push_back({{"name", x.name}, {"op", x.op}, {"phase", x.phase}, {"calls", x.calls}, {"self_s", x.self_s},
-                    {"total_s", x.total_s}, {"share", x.share}, {"flops", x.flops}, {"bytes", x.bytes},
+                    {"total_s", x.total_s}, {"share", x.share}, {"flops", x.flops}, {"padding_flops", x.padding_flops}, {"bytes", x.bytes},
                     {"gflops", x.gflops()}, {"gbps", x.gbps()}, {"intensity", x.intensity()}, {"bound", x.bound}});
   const StepSummary& s = r.step;
   return {{"rows", rows},

@@ -22,7 +22,9 @@ struct OpRow {
   double self_s = 0, total_s = 0;  ///< summed over the recorded steps
   double share = 0;                ///< self time / recorded step time
   double flops = 0, bytes = 0;     ///< summed over calls, from the op cost model (0 where it has none)
+  double padding_flops = 0;        ///< of flops, a convolution's multiply-adds on zero padding (ops::PassCost)
   double gflops() const { return self_s > 0 ? flops / self_s / 1e9 : 0; }
+  double gflops_on_data() const { return self_s > 0 ? (flops - padding_flops) / self_s / 1e9 : 0; }
   double gbps() const { return self_s > 0 ? bytes / self_s / 1e9 : 0; }
   double intensity() const { return bytes > 0 ? flops / bytes : 0; }
   std::string bound;               ///< "compute" or "memory" against the ceilings' ridge point; "" without FLOPs
@@ -46,6 +48,7 @@ struct Report {
   plan::CpuCeilings ceilings;
   double recorded_s = 0;    ///< sum of the recorded steps' durations
   double flops_per_step = 0;  ///< of the layer rows, from the cost model
+  bool on_gpu = false;        ///< the rows are the GPU's (CUDA events), not the CPU engine's
 };
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
@@ -54,6 +57,9 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
                     const std::string& precision, const std::string& group_by);
 
 void print_report(const Report& r, size_t max_rows = 40);
+/// Why CPU passes read above the FLOP/s peak where their FLOPs count a convolution's taps on
+/// zero padding, which oneDNN skips; "" when none does (or on a GPU).
+std::string above_peak_note(const Report& r);
 nlohmann::json to_json(const Report& r);
 
 /// Chrome Trace Event Format: complete events ("X", microseconds), a track per thread, memory
