@@ -53,7 +53,6 @@ struct PassCost {
   /// skip them: what a CPU pass runs against its FMA peak is flops - padding_flops. 16% of a
   /// 3x3 convolution's on 8x8, 31% on 4x4.
   double padding_flops = 0;
-  double flops_on_data() const { return flops - padding_flops; }
 };
 
 struct OpCost {
