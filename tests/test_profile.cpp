@@ -87,11 +87,6 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
   }
 }
 
-// A value several layers read gets its gradient from each: the engine sums the second and later
-// ones in (a residual's branches). That sum is a pass of its own, filed as `gradient-sum` with
-// the bytes it moves (no FLOPs, as the optimizer's row), and leaves each layer's rows with
-// exactly the cost model's FLOPs. It used to be filed as the reader's backward-data primitive and
-// priced as a second one: resnet18's convs read 120-240% of the FMA peak.
 // A CPU pass that reads above the FLOP/s peak because its FLOPs count taps on zero padding is
 // explained with its own numbers; nothing is said where no pass does, or on a GPU.
 TEST(Profile, APassAbovePeakForItsPaddingSaysWhy) {
@@ -117,6 +112,11 @@ TEST(Profile, APassAbovePeakForItsPaddingSaysWhy) {
   EXPECT_EQ(profile::above_peak_note(r), "");
 }
 
+// A value several layers read gets its gradient from each: the engine sums the second and later
+// ones in (a residual's branches). That sum is a pass of its own, filed as `gradient-sum` with
+// the bytes it moves (no FLOPs, as the optimizer's row), and leaves each layer's rows with
+// exactly the cost model's FLOPs. It used to be filed as the reader's backward-data primitive and
+// priced as a second one: resnet18's convs read 120-240% of the FMA peak.
 TEST(Profile, GradientSumsAreTheirOwnRowsAndLayerFlopsStayTheCostModels) {
   TempDir dir;
   const fs::path spec = dir.path / "corners.json";
