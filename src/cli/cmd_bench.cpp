@@ -184,17 +184,9 @@ nlohmann::json run_roofline(const BenchArgs& a) {
           {"points", points}, {"files", files}};
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) out.push_back(s.substr(start, comma - start));
-  out.push_back(s.substr(start));
-  return out;
-}
-
 // The models whose convolutions conv times: --models, or medium alone with --quick unless --models was named.
 std::vector<std::string> conv_models(const BenchArgs& a) {
-  return a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split(a.models);
+  return a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split_commas(a.models);
 }
 
 nlohmann::json run_gemm(const bench::Options& o, double peak) {

@@ -98,14 +98,8 @@ struct RefusedChoice {
 RefusedChoice refused_choice(const std::string& what) {
   const size_t colon = what.find(": "), not_in = what.rfind(" not in {");
   if (colon == std::string::npos || not_in == std::string::npos || not_in < colon || !what.ends_with("}")) return {};
-  RefusedChoice r{what.substr(0, colon), what.substr(colon + 2, not_in - colon - 2), {}};
-  const std::string list = what.substr(not_in + 9, what.size() - not_in - 10);
-  for (size_t start = 0; start <= list.size();) {
-    const size_t comma = std::min(list.find(',', start), list.size());
-    r.choices.push_back(list.substr(start, comma - start));
-    start = comma + 1;
-  }
-  return r;
+  const std::string list = what.substr(not_in + 9, what.size() - not_in - 10);  // between the braces
+  return {what.substr(0, colon), what.substr(colon + 2, not_in - colon - 2), split_commas(list)};
 }
 
 }  // namespace

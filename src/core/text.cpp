@@ -14,6 +14,14 @@ std::string format_decimals(double x, int decimals) {
   return fmt::format("{:.{}f}", x, d);
 }
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = s.find(',', start)) != std::string::npos; start = comma + 1) out.push_back(s.substr(start, comma - start));
+  out.push_back(s.substr(start));
+  return out;
+}
+
 std::string listed(const std::vector<std::string>& words) {
   std::string out;
   for (size_t i = 0; i < words.size(); ++i) out += (i == 0 ? "" : i + 1 == words.size() ? " and " : ", ") + words[i];

@@ -11,6 +11,9 @@ inline std::string counted(long long n, const std::string& noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
+/// "a,b,,c" -> {"a", "b", "", "c"}: every piece between commas, empty ones kept.
+std::vector<std::string> split_commas(const std::string& s);
+
 /// Words as a sentence lists them: "a", "a and b", "a, b and c".
 std::string listed(const std::vector<std::string>& words);
 
