@@ -112,6 +112,51 @@ TEST(Profile, APassAbovePeakForItsPaddingSaysWhy) {
   EXPECT_EQ(profile::above_peak_note(r), "");
 }
 
+// The step summary gives the recorded steps' median and range; when a few slow steps pull the
+// mean 5% or more above the median (a busy machine), a note says that every sum in the table
+// counts them, and names what the kernel saw others do on the CPUs when it saw it.
+TEST(Profile, UnsteadyStepsAreCalledOut) {
+  const nn::Graph g = nn::build_graph(nn::load_model("mlp"), {1, 12, 12}, 10, 16);
+  const plan::CpuCeilings c{.peak_gflops = 100, .dram_gbps = 10};
+  auto report = [&](const std::vector<double>& steps_ms) {
+    std::vector<profile::Event> events;
+    double t = 0;
+    for (size_t i = 0; i < steps_ms.size(); ++i) {
+      profile::Event e;
+      e.name = "step", e.phase = profile::Phase::step, e.step = int64_t(i), e.t0 = t, e.t1 = t + steps_ms[i] / 1e3;
+      events.push_back(e);
+      t = e.t1;
+    }
+    return profile::build_report(events, g, c, "fp32", "layer");
+  };
+  profile::Report r = report({10, 11, 9, 10, 10});  // steady: the mean equals the median
+  EXPECT_EQ(r.step.steps, 5);
+  EXPECT_NEAR(r.step.step_s, 0.010, 1e-12);
+  EXPECT_NEAR(r.step.step_median_s, 0.010, 1e-12);
+  EXPECT_NEAR(r.step.step_min_s, 0.009, 1e-12);
+  EXPECT_NEAR(r.step.step_max_s, 0.011, 1e-12);
+  EXPECT_EQ(profile::unsteady_note(r), "");
+  EXPECT_NEAR(profile::to_json(r)["step"]["step_median_s"].get<double>(), 0.010, 1e-12);
+
+  r = report({10, 10, 10, 30});  // one slow step: mean 15 ms, median 10
+  EXPECT_NEAR(r.step.step_median_s, 0.010, 1e-12);
+  EXPECT_EQ(profile::unsteady_note(r),
+            "Unsteady steps: the mean step is 50% above the median and the slowest took 3.0x the median. Some steps ran slow, most "
+            "often because other work shared the machine. Every time in the table is a sum over the steps, the slow ones included: "
+            "rerun, or record more steps (--steps) so that a short slow spell weighs less.");
+  // What the kernel saw, when it saw enough (hw::HostLoad::busy: a second or more, 10% or more).
+  r.host_load = {.known = true, .cpus = 2, .seconds = 3, .others_share = 0.4, .steal_share = 0};
+  EXPECT_NE(profile::unsteady_note(r).find("most often because other work shared the machine (here other processes used 40% of "
+                                           "the 2 CPUs' time while it recorded)."),
+            std::string::npos);
+  EXPECT_EQ(profile::to_json(r)["host_load"]["others_share"], 0.4);
+
+  r = report({10, 10, 10, 11.4});  // 3.5% above the median: within what a quiet machine shows
+  EXPECT_EQ(profile::unsteady_note(r), "");
+  r = report({20});  // one step has no spread
+  EXPECT_EQ(profile::unsteady_note(r), "");
+}
+
 // A value several layers read gets its gradient from each: the engine sums the second and later
 // ones in (a residual's branches). That sum is a pass of its own, filed as `gradient-sum` with
 // the bytes it moves (no FLOPs, as the optimizer's row), and leaves each layer's rows with

@@ -41,6 +41,8 @@ void Recorder::start() {
   stack_.clear();
   step_.store(0, std::memory_order_relaxed);
   origin_.store(now_s(), std::memory_order_relaxed);
+  cpu_start_ = hw::cpu_times_now();
+  cpu_stop_ = {};
   on_.store(true, std::memory_order_release);
   sample_memory(HostAllocator::instance().stats());
   HostAllocator::instance().set_observer([](const MemoryStats& s) { Recorder::get().sample_memory(s); });
@@ -50,6 +52,7 @@ void Recorder::stop() {
   HostAllocator::instance().set_observer(nullptr);
   on_.store(false);
   while (!stack_.empty()) pop();
+  cpu_stop_ = hw::cpu_times_now();
 }
 
 void Recorder::push(std::string name, std::string op, Phase phase, int node, bool launch) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/memory.h"
+#include "hw/host_load.h"
 
 namespace dlperf::profile {
 
@@ -67,6 +68,8 @@ class Recorder {
   /// The finished events, sorted by track then start time.
   std::vector<Event> events() const;
   std::vector<MemorySample> memory() const;
+  /// What else the CPUs did between start() and stop() (other processes, the hypervisor).
+  hw::HostLoad host_load() const { return hw::host_load(cpu_start_, cpu_stop_); }
 
  private:
   // Atomic: the loader's workers read them (step(), now()) while the training thread sets them.
@@ -78,6 +81,7 @@ class Recorder {
   mutable std::mutex mutex_;  // guards others_ and memory_
   std::vector<Event> others_;
   std::vector<MemorySample> memory_;
+  hw::CpuTimes cpu_start_, cpu_stop_;  // the training thread's: set by start() and stop()
 };
 
 /// An event on the training thread for the lifetime of the scope, when recording is on.

@@ -167,11 +167,13 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   // Group into rows.
   std::map<std::pair<std::string, std::string>, OpRow> rows;
   std::set<int64_t> steps;
+  std::vector<double> step_times;
   for (const auto& x : xs) {
     const Event& e = *x.e;
     if (e.phase == Phase::step) {
       r.recorded_s += e.t1 - e.t0;
       steps.insert(e.step);
+      step_times.push_back(e.t1 - e.t0);
     }
     const std::string name = e.phase == Phase::step ? "(step: loop overhead)" : group_by == "op" && !e.op.empty() ? e.op : e.name;
     const std::string phase(to_string(e.phase));
@@ -213,6 +215,12 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
     }
   }
   s.step_s = r.recorded_s / n;
+  if (!step_times.empty()) {
+    std::sort(step_times.begin(), step_times.end());
+    const size_t k = step_times.size();
+    s.step_median_s = k % 2 ? step_times[k / 2] : (step_times[k / 2 - 1] + step_times[k / 2]) / 2;
+    s.step_min_s = step_times.front(), s.step_max_s = step_times.back();
+  }
   s.data_s /= n, s.copy_s /= n, s.forward_s /= n, s.backward_s /= n, s.optimizer_s /= n;
   s.idle_s = s.step_s - s.data_s - s.copy_s - s.forward_s - s.backward_s - s.optimizer_s;
   s.launches = launches / n;
@@ -226,8 +234,11 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
 void print_report(const Report& r, size_t max_rows) {
   const StepSummary& s = r.step;
   auto pct = [&](double x) { return fmt::format("{:.1f}%", 100 * x / std::max(s.step_s, 1e-12)); };
-  std::printf("\nProfile of %s: %s a step, %.0f kernel launches a step (%s)\n", counted(s.steps, "training step").c_str(),
-              format_seconds(s.step_s).c_str(), s.launches, s.launches_source.c_str());
+  const std::string spread = s.steps > 1 ? fmt::format(" (median {}, {} to {})", format_seconds(s.step_median_s),
+                                                        format_seconds(s.step_min_s), format_seconds(s.step_max_s))
+                                          : std::string();
+  std::printf("\nProfile of %s: %s a step%s, %.0f kernel launches a step (%s)\n", counted(s.steps, "training step").c_str(),
+              format_seconds(s.step_s).c_str(), spread.c_str(), s.launches, s.launches_source.c_str());
   // loader_busy sums the workers' busy time, so 2 workers can be busy 150% of the time: the
   // console shows the mean per worker, which reads as a share.
   const std::string loader = s.loader_workers > 0 ? fmt::format("{} loader worker{}, each busy {:.1f}% of the time on average", s.loader_workers,
@@ -256,6 +267,18 @@ void print_report(const Report& r, size_t max_rows) {
   std::printf("Ceilings: %.1f GFLOP/s, DRAM %.1f GB/s (ridge %.1f FLOP/B): %s\n", r.ceilings.peak_gflops, r.ceilings.dram_gbps,
               r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
   if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+  if (const std::string why = unsteady_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+}
+
+std::string unsteady_note(const Report& r) {
+  const StepSummary& s = r.step;
+  if (s.steps < 2 || s.step_median_s <= 0 || s.step_s < (1 + kUnsteadyShare) * s.step_median_s) return "";
+  std::string why = "most often because other work shared the machine";
+  if (const std::string busy = hw::busy_note(r.host_load); !busy.empty()) why += " (here " + busy + " while it recorded)";
+  return fmt::format("Unsteady steps: the mean step is {:.0f}% above the median and the slowest took {:.1f}x the median. Some steps "
+                     "ran slow, {}. Every time in the table is a sum over the steps, the slow ones included: rerun, or record more "
+                     "steps (--steps) so that a short slow spell weighs less.",
+                     100 * (s.step_s / s.step_median_s - 1), s.step_max_s / s.step_median_s, why);
 }
 
 std::string above_peak_note(const Report& r) {
@@ -283,11 +306,13 @@ json to_json(const Report& r) {
                     {"gflops", x.gflops()}, {"gbps", x.gbps()}, {"intensity", x.intensity()}, {"bound", x.bound}});
   const StepSummary& s = r.step;
   return {{"rows", rows},
-          {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
+          {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"step_median_s", s.step_median_s}, {"step_min_s", s.step_min_s},
+                    {"step_max_s", s.step_max_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
                     {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
                     {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers}}},
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
+          {"host_load", hw::to_json(r.host_load)},
           {"ceilings", plan::to_json(r.ceilings)}};
 }
 

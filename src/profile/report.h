@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "hw/host_load.h"
 #include "nn/graph.h"
 #include "plan/step_time.h"
 #include "profile/recorder.h"
@@ -33,6 +34,9 @@ struct OpRow {
 struct StepSummary {
   int64_t steps = 0;
   double step_s = 0;  ///< mean
+  /// The recorded steps' median, fastest and slowest: a mean well above the median says a few
+  /// slow steps (the machine busy with other work) weigh in every sum of the table.
+  double step_median_s = 0, step_min_s = 0, step_max_s = 0;
   double data_s = 0, copy_s = 0, forward_s = 0, backward_s = 0, optimizer_s = 0, idle_s = 0;  ///< means
   double launches = 0;  ///< kernel and primitive executions per step
   /// Where `launches` comes from: one per recorded primitive and own-kernel pass (an estimate:
@@ -49,6 +53,7 @@ struct Report {
   double recorded_s = 0;    ///< sum of the recorded steps' durations
   double flops_per_step = 0;  ///< of the layer rows, from the cost model
   bool on_gpu = false;        ///< the rows are the GPU's (CUDA events), not the CPU engine's
+  hw::HostLoad host_load;     ///< what else the CPUs did while it recorded (Recorder::host_load)
 };
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
@@ -60,6 +65,11 @@ void print_report(const Report& r, size_t max_rows = 40);
 /// Why CPU passes read above the FLOP/s peak where their FLOPs count a convolution's taps on
 /// zero padding, which oneDNN skips; "" when none does (or on a GPU).
 std::string above_peak_note(const Report& r);
+/// Share by which the mean step exceeds the median at which the recording reads as unsteady.
+inline constexpr double kUnsteadyShare = 0.05;
+/// Why the table's times should be read with care when the mean step is kUnsteadyShare or more
+/// above the median, with what else the CPUs did then where the kernel saw it; "" otherwise.
+std::string unsteady_note(const Report& r);
 nlohmann::json to_json(const Report& r);
 
 /// Chrome Trace Event Format: complete events ("X", microseconds), a track per thread, memory

@@ -158,6 +158,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   check(!events.empty(), "the profile recorded no steps", fmt::format("lower {}", detail::profile_flag(cfg, "skip")));
   profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group);
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
+  rep.host_load = rec.host_load();
   if (kernels_per_step > 0) {
     rep.step.launches = double(kernels_per_step);
     rep.step.launches_source = "counted in the step's CUDA graph";
