@@ -117,7 +117,8 @@ TEST(Profile, APassAbovePeakForItsPaddingSaysWhy) {
 // counts them, and names what the kernel saw others do on the CPUs when it saw it.
 TEST(Profile, UnsteadyStepsAreCalledOut) {
   const nn::Graph g = nn::build_graph(nn::load_model("mlp"), {1, 12, 12}, 10, 16);
-  const plan::CpuCeilings c{.peak_gflops = 100, .dram_gbps = 10};
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.dram_gbps = 10;
   auto report = [&](const std::vector<double>& steps_ms) {
     std::vector<profile::Event> events;
     double t = 0;

@@ -16,14 +16,6 @@
 
 namespace dlperf::bench {
 
-Spread spread_of(std::vector<double> s) {
-  check(!s.empty(), "spread_of: no samples");
-  std::sort(s.begin(), s.end());
-  const size_t n = s.size();
-  const double median = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  return {median, s.front(), s.back()};
-}
-
 double stream_bytes(const std::string& kernel, size_t n) {
   check(kernel == "copy" || kernel == "triad", "unknown memory kernel " + kernel);
   return (kernel == "copy" ? 2.0 : 3.0) * double(n) * sizeof(float);

@@ -13,17 +13,17 @@
 #include <utility>
 #include <vector>
 
+#include "core/stats.h"
+
 namespace dlperf::hw {
 struct CpuInfo;
 }
 
 namespace dlperf::bench {
 
-struct Spread {
-  double median = 0, min = 0, max = 0;
-};
-/// Median, min and max of samples (not empty).
-Spread spread_of(std::vector<double> samples);
+// The benchmarks' figures are medians with their spread (core/stats.h).
+using dlperf::Spread;
+using dlperf::spread_of;
 
 struct Options {
   bool quick = false;  ///< fewer sizes and repeats: seconds, not minutes

@@ -53,6 +53,10 @@ struct PassCost {
   /// skip them: what a CPU pass runs against its FMA peak is flops - padding_flops. 16% of a
   /// 3x3 convolution's on 8x8, 31% on 4x4.
   double padding_flops = 0;
+  PassCost& operator+=(const PassCost& o) {
+    flops += o.flops, bytes += o.bytes, padding_flops += o.padding_flops;
+    return *this;
+  }
 };
 
 struct OpCost {
@@ -61,10 +65,7 @@ struct OpCost {
   PassCost backward_weight;  ///< zero for ops without parameters
   double saved_bytes = 0;    ///< kept from forward for backward (training only)
   double output_bytes = 0;   ///< the activation this op produces
-  PassCost total_backward() const {
-    return {backward_data.flops + backward_weight.flops, backward_data.bytes + backward_weight.bytes,
-            backward_data.padding_flops + backward_weight.padding_flops};
-  }
+  PassCost total_backward() const { return PassCost(backward_data) += backward_weight; }
 };
 
 /// A learnable tensor of an op, in its logical (plain) shape.

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/stats.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "plan/memory.h"
@@ -60,10 +61,7 @@ ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, const std::v
   ops::PassCost c;
   for (int i : covered(g, n, gpu)) {
     const ops::OpCost k = g.nodes[size_t(i)].cost_at(elem_bytes[size_t(i)]);
-    const ops::PassCost& x = p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
-    c.flops += x.flops;
-    c.bytes += x.bytes;
-    c.padding_flops += x.padding_flops;
+    c += p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
   }
   return c;
 }
@@ -154,8 +152,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       const auto s = split[{e.step, e.node}];
       const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, elem_bytes),
                            bw = cost_of(g, e.node, Phase::backward_weight, gpu, elem_bytes);
-      if (!s.first) k.flops += bd.flops, k.bytes += bd.bytes, k.padding_flops += bd.padding_flops;
-      if (!s.second) k.flops += bw.flops, k.bytes += bw.bytes, k.padding_flops += bw.padding_flops;
+      if (!s.first) k += bd;
+      if (!s.second) k += bw;
     }
     if (e.phase == Phase::loss) {
       const ops::OpCost lc = ops::cost(ops::OpKind::softmax_cross_entropy, {}, {{g.batch(), g.classes}}, 4);
@@ -216,10 +214,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   }
   s.step_s = r.recorded_s / n;
   if (!step_times.empty()) {
-    std::sort(step_times.begin(), step_times.end());
-    const size_t k = step_times.size();
-    s.step_median_s = k % 2 ? step_times[k / 2] : (step_times[k / 2 - 1] + step_times[k / 2]) / 2;
-    s.step_min_s = step_times.front(), s.step_max_s = step_times.back();
+    const Spread spread = spread_of(step_times);
+    s.step_median_s = spread.median, s.step_min_s = spread.min, s.step_max_s = spread.max;
   }
   s.data_s /= n, s.copy_s /= n, s.forward_s /= n, s.backward_s /= n, s.optimizer_s /= n;
   s.idle_s = s.step_s - s.data_s - s.copy_s - s.forward_s - s.backward_s - s.optimizer_s;
