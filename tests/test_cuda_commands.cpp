@@ -203,6 +203,8 @@ TEST(KERNEL_SUITE, RooflineOfAGpuStep) {
     if (p.layer == "conv1") conv_passes.insert(p.pass);
   }
   EXPECT_EQ(conv_passes, (std::set<std::string>{"forward", "backward"}));
+  // A GPU's note is the profiler's (its steps' spread), never the CPU path's host-load sentence.
+  EXPECT_TRUE(plain.note.empty() || plain.note.rfind("Unsteady steps:", 0) == 0) << plain.note;
 
   const auto g = bench::gpu_ceilings_from_bench(plain.processor, {{{"precision", "fp32"}, {"median_tflops", 12.5}},
                                                                   {{"precision", "bf16"}, {"median_tflops", 99.0}}},

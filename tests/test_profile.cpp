@@ -151,6 +151,9 @@ TEST(Profile, UnsteadyStepsAreCalledOut) {
                                            "the 2 CPUs' time while it recorded)."),
             std::string::npos);
   EXPECT_EQ(profile::to_json(r)["host_load"]["others_share"], 0.4);
+  // bench roofline holds only the profile's JSON: the note reads the same from it.
+  EXPECT_EQ(profile::unsteady_note_from_json(profile::to_json(r)), profile::unsteady_note(r));
+  EXPECT_EQ(profile::unsteady_note_from_json(json::object()), "");  // a profile from before these fields
 
   r = report({10, 10, 10, 11.4});  // 3.5% above the median: within what a quiet machine shows
   EXPECT_EQ(profile::unsteady_note(r), "");

@@ -17,6 +17,7 @@
 #include "core/text.h"
 #include "hw/cpu_info.h"
 #include "plan/catalog.h"
+#include "profile/report.h"
 #include "report/plot.h"
 #include "train/trainer.h"
 
@@ -208,6 +209,7 @@ Roofline gpu_roofline(const RooflineRequest& r, int gpu) {
     if (p != r.precision)
       if (const ComputeCeiling other = known_roof(p); other.gflops > 0) out.peaks.push_back(other);
   out.points = roofline_points_from_profile(result.profile);
+  out.note = profile::unsteady_note_from_json(result.profile);
   return out;
 }
 

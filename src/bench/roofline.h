@@ -62,6 +62,10 @@ struct Roofline {
   std::string device, model;          ///< "cpu" or "cuda:N"; the model's name
   std::string processor;              ///< the CPU or GPU model
   std::string ceilings_source;        ///< where the ceilings come from (measured, datasheet, counted)
+  /// On a GPU, the profiler's unsteady-steps note (profile::unsteady_note): some steps ran slow,
+  /// and every point's time sums them in. "" when steady, and on the CPU, where `dlperf bench`
+  /// already says when other processes shared the CPUs (hw::busy_note over the whole command).
+  std::string note;
 };
 
 /// The memory level a pass moving `bytes` is read against, as `dlperf plan` reads it: the threads'

@@ -176,12 +176,13 @@ nlohmann::json run_roofline(const BenchArgs& a) {
   if (std::any_of(r.points.begin(), r.points.end(), [](const bench::RooflinePoint& p) { return p.padding_flops > 0; }))
     std::printf("(FLOP/byte and GFLOP/s count the work run: a convolution's taps on its zero padding, which oneDNN skips and\n"
                 " PyTorch's FLOP counters count, are left out; the JSON keeps both)\n");
+  if (!r.note.empty()) std::printf("%s\n", r.note.c_str());
   for (const auto& f : files) std::printf("wrote %s\n", f.c_str());
   nlohmann::json peaks = nlohmann::json::array();
   for (const auto& p : r.peaks) peaks.push_back({{"label", p.label}, {"gflops", p.gflops}});
   return {{"device", r.device}, {"processor", r.processor}, {"peak_gflops", peak}, {"peaks", peaks},
           {"bandwidth_gbps", r.bandwidth_gbps}, {"level_bytes", r.level_bytes}, {"ceilings_source", r.ceilings_source},
-          {"points", points}, {"files", files}};
+          {"points", points}, {"files", files}, {"note", r.note.empty() ? nlohmann::json() : nlohmann::json(r.note)}};
 }
 
 // The models whose convolutions conv times: --models, or medium alone with --quick unless --models was named.

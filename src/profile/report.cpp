@@ -277,6 +277,16 @@ std::string unsteady_note(const Report& r) {
                      100 * (s.step_s / s.step_median_s - 1), s.step_max_s / s.step_median_s, why);
 }
 
+std::string unsteady_note_from_json(const json& report) {
+  Report r;
+  const json& s = report.value("step", json::object());
+  r.step.steps = s.value("steps", int64_t(0));
+  r.step.step_s = s.value("step_s", 0.0), r.step.step_median_s = s.value("step_median_s", 0.0);
+  r.step.step_min_s = s.value("step_min_s", 0.0), r.step.step_max_s = s.value("step_max_s", 0.0);
+  r.host_load = hw::host_load_from_json(report.value("host_load", json()));
+  return unsteady_note(r);
+}
+
 std::string above_peak_note(const Report& r) {
   if (r.on_gpu || r.ceilings.peak_gflops <= 0) return "";
   const OpRow* fastest = nullptr;  // the fastest of the passes that read above the peak for their padding's taps

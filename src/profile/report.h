@@ -70,6 +70,9 @@ inline constexpr double kUnsteadyShare = 0.05;
 /// Why the table's times should be read with care when the mean step is kUnsteadyShare or more
 /// above the median, with what else the CPUs did then where the kernel saw it; "" otherwise.
 std::string unsteady_note(const Report& r);
+/// The same note from a report's JSON (to_json's "step" and "host_load"), for callers that hold
+/// only the run's profile: `bench roofline` on a GPU.
+std::string unsteady_note_from_json(const nlohmann::json& report);
 nlohmann::json to_json(const Report& r);
 
 /// Chrome Trace Event Format: complete events ("X", microseconds), a track per thread, memory
