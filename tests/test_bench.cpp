@@ -147,6 +147,22 @@ TEST(Bench, WidthSentenceReadsTheUnitsFromTheRatio) {
   says(150, 16, "short of the 2x the width allows");
 }
 
+// The clock the peak implies against the OS's: boost above, something taking the cores away (or
+// an AVX-512 licence clock) below, silence between.
+TEST(Bench, ClockNoteSaysWhichWayThePeakMissedTheCountedOne) {
+  bench::FlopsResult r;
+  r.vector_bits = 512;
+  r.gflops.median = 232, r.implied_ghz = 3.62;
+  EXPECT_EQ(bench::clock_note(r, 166.2, 2.6),
+            "(above 100%: the cores ran at about 3.62 GHz, faster than the 2.60 GHz the OS reports; boost clocks)");
+  r.gflops.median = 117.2, r.implied_ghz = 1.83;  // one of a Zen 4 VM's halved quick runs
+  EXPECT_EQ(bench::clock_note(r, 166.2, 2.6),
+            "(under 90%: the cores ran at about 1.83 GHz, slower than the 2.60 GHz the OS reports. Some Xeons clock 512-bit work "
+            "lower; on a VM, other guests on the same physical cores can halve a run for a while. If a rerun reads higher, it was the latter)");
+  r.gflops.median = 160;
+  EXPECT_EQ(bench::clock_note(r, 166.2, 2.6), "");
+}
+
 // bf16 runs where the CPU has AVX512-BF16 (validated exactly inside), and says why not elsewhere.
 // Both lengths: the full one runs its lanes up to 15.3, near where exact growth ends (16), and
 // once ran past it (`dlperf bench all` failed its own validation on a Zen 4).

@@ -287,6 +287,19 @@ std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, i
   return s + ".";
 }
 
+std::string clock_note(const FlopsResult& widest, double counted, double os_ghz) {
+  const double share = widest.gflops.median / counted;
+  if (share > 1.05)
+    return fmt::format("(above 100%: the cores ran at about {:.2f} GHz, faster than the {:.2f} GHz the OS reports; boost clocks)",
+                       widest.implied_ghz, os_ghz);
+  if (share < 0.9)
+    return fmt::format("(under 90%: the cores ran at about {:.2f} GHz, slower than the {:.2f} GHz the OS reports. Some Xeons clock "
+                       "{}-bit work lower; on a VM, other guests on the same physical cores can halve a run for a while. If a rerun reads "
+                       "higher, it was the latter)",
+                       widest.implied_ghz, os_ghz, widest.vector_bits);
+  return "";
+}
+
 namespace {
 
 // Each VDPBF16PS adds a.b over pairs to every fp32 lane: with a = b = 2^-10 (exact in bf16) a

@@ -87,6 +87,12 @@ FlopsResult fma_peak(const Options& o);
 /// for 512-bit work). `unit_lanes` is what hw::CpuInfo counts (lanes_f32), which the sentence
 /// contradicts where the measurement does.
 std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, int unit_lanes);
+/// What the widest width's peak against the one counted at the clock the OS reports (`counted`,
+/// at `os_ghz`) says about the clock, in words: above 105%, boost clocks; under 90%, the cores ran
+/// slower than that clock (AVX-512 licence clocks on some Xeons; on a VM, other guests on the
+/// same physical cores, which halved 2 to 4 of 150 quick runs on the Zen 4 with no other process
+/// or steal time to show for it); "" between.
+std::string clock_note(const FlopsResult& widest, double counted, double os_ghz);
 /// bf16 peak through AVX512-BF16's VDPBF16PS (16 lanes x 2 products x 2 FLOPs an instruction),
 /// 12 independent chains, validated exactly. Empty `isa` with `why_not` set where the CPU lacks it.
 FlopsResult bf16_peak(const Options& o, std::string* why_not);

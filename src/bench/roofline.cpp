@@ -17,6 +17,7 @@
 #include "core/text.h"
 #include "hw/cpu_info.h"
 #include "plan/catalog.h"
+#include "plan/step_time.h"
 #include "profile/report.h"
 #include "report/plot.h"
 #include "train/trainer.h"
@@ -124,7 +125,10 @@ std::vector<std::string> write_roofline(const std::vector<RooflinePoint>& points
 namespace {
 
 // The CPU: --layer-times against the machine profile's ceilings for this CPU and thread count,
-// measured quickly now when it has none.
+// else those the plan and the profile measure now (plan::ceilings_measured_now, once a process: the
+// training run's --layer-times reads the same peak). Not a quick run's median: a VM's neighbours
+// halve a whole quick FMA run now and then (2 to 4 of 150 on the Zen 4), and the roof then stood at
+// half the peak.
 Roofline cpu_roofline(const RooflineRequest& r) {
   const hw::CpuInfo cpu = hw::cpu_info();
   const int threads = r.threads > 0 ? r.threads : omp_get_max_threads();
@@ -135,23 +139,23 @@ Roofline cpu_roofline(const RooflineRequest& r) {
   out.bandwidth_gbps = known.bandwidth_gbps;
   out.ceilings_source = known.source();
   if (peak == 0) {
-    std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring quickly\n", threads);
-    Options q;
-    q.quick = true, q.threads = r.threads;
-    peak = fma_peak(q).gflops.median;
-    out.bandwidth_gbps = bandwidth_levels(memory_bandwidth(q), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, threads);
-    out.ceilings_source = "measured now (bench --quick)";
+    std::printf("no machine profile for this CPU and %d threads (dlperf bench all writes one); measuring now\n", threads);
+    const Ceilings now = plan::ceilings_measured_now(threads);
+    peak = now.f32_gflops;
+    out.bandwidth_gbps = now.bandwidth_gbps;
+    out.ceilings_source = fmt::format("measured just now; 'dlperf bench all' keeps a fuller measurement in {}", kMachineProfile);
   }
   // Where the engine can train bf16 (AVX512-BF16), that precision's roof beside fp32's: bench
-  // all's, else measured now (a fraction of a second). The step's own precision's roof first.
+  // all's, else measured now (half a second; the best repeat, as the fp32 peak). The step's own
+  // precision's roof first.
   double bf16 = 0;
   if (cpu::has_bf16_kernels()) {
     bf16 = known.bf16_gflops;
     if (bf16 <= 0) {
-      Options q;
-      q.quick = true, q.threads = threads;
+      Options o;
+      o.threads = threads;
       std::string why;
-      bf16 = bf16_peak(q, &why).gflops.median;
+      bf16 = bf16_peak(o, &why).gflops.max;
     }
   }
   const bool in_bf16 = r.precision == "bf16";

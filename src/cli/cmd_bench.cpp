@@ -278,9 +278,7 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
            fmt::format("{:.1f} at {:.2f} GHz", counted_at(w), cpu.ghz), fmt::format("{:.0f}%", 100 * w.gflops.median / counted_at(w))});
   t.print();
   const double counted_peak = counted_at(r);
-  if (r.gflops.median > 1.05 * counted_peak)
-    std::printf("(above 100%%: the cores ran at about %.2f GHz, faster than the %.2f GHz the OS reports; boost clocks)\n",
-                r.implied_ghz, cpu.ghz);
+  if (const std::string note = bench::clock_note(r, counted_peak, cpu.ghz); !note.empty()) std::printf("%s\n", note.c_str());
   if (widths.size() > 1) std::printf("%s\n", bench::width_sentence(widths[0], widths[1], cpu.lanes_f32).c_str());
   auto j = bench::to_json(r);
   j["counted_peak_gflops"] = counted_peak;

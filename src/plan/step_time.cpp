@@ -31,6 +31,8 @@ auto once_per_thread_count(int threads, F measure) {
   return it->second;
 }
 
+}  // namespace
+
 // Without a machine profile, the ceilings are measured on the spot (about two seconds) rather than
 // counted: a VM's /proc/cpuinfo reports the base clock, not the boost its cores run at, and
 // typical cache bandwidths are guesses. On the Zen 4 development VM the counted peak was 28% under
@@ -41,8 +43,9 @@ auto once_per_thread_count(int threads, F measure) {
 // run at least that fast unless something takes them away), it is measured twice more. The
 // memory sweep is bench --quick's, each point its best round's (bench::kMemoryRounds). Measured
 // once per thread count per process.
-bench::Ceilings measured_now(const hw::CpuInfo& cpu, int threads) {
-  return once_per_thread_count(threads, [&cpu](int t) {
+bench::Ceilings ceilings_measured_now(int threads) {
+  return once_per_thread_count(threads, [](int t) {
+    const hw::CpuInfo cpu = hw::cpu_info();
     bench::Options o;
     o.threads = t;
     const double counted = cpu.peak_gflops() * t / std::max(cpu.cores, 1);
@@ -55,6 +58,7 @@ bench::Ceilings measured_now(const hw::CpuInfo& cpu, int threads) {
   });
 }
 
+namespace {
 // A call into the engine (bench launch's CPU figure), measured in a few milliseconds. Always now,
 // not from the machine profile: it is the fork and join of the OpenMP threads, so it moves with
 // how far apart the CPUs are, and a VM's two vCPUs read 1.2 us and, half an hour later, 2.7 us
@@ -78,7 +82,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.source = measured.source();
   const bool from_profile = measured.f32_gflops > 0;
   if (!from_profile) {
-    measured = measured_now(cpu, threads);
+    measured = ceilings_measured_now(threads);
     c.source = "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile);
   }
   c.peak_gflops = measured.f32_gflops;

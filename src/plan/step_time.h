@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/machine_profile.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
 
@@ -49,6 +50,10 @@ inline bool workers_have_own_cores(const CpuCeilings& c) {
 /// AVX512-BF16 dot product does two multiply-adds per fp32 lane in an FMA's time (the Zen 4
 /// measured 2.0x, the Zen 5 1.84-1.88x; AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
+/// The fp32 FMA peak and the bandwidth of each cache level and DRAM that host_ceilings measures
+/// where there is no machine profile (step_time.cpp says how), measured on the first call for
+/// `threads` and kept for the process. No bf16 peak, and no guesses for levels it cannot place.
+bench::Ceilings ceilings_measured_now(int threads);
 /// `c` for a run in `precision`: bf16's compute peak is `bf16_measured_gflops`, or twice fp32's
 /// (either way, once).
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
