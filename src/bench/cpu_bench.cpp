@@ -1,6 +1,7 @@
 #include "bench/cpu_bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <immintrin.h>
 #include <omp.h>
 
@@ -298,6 +299,17 @@ std::string clock_note(const FlopsResult& widest, double counted, double os_ghz)
                        "higher, it was the latter)",
                        widest.implied_ghz, os_ghz, widest.vector_bits);
   return "";
+}
+
+std::string rerun_note(const std::vector<double>& leads, const std::string& what) {
+  if (leads.size() < 2) return "";
+  const double best = *std::max_element(leads.begin(), leads.end());
+  if (best < 1.1 * leads.front()) return "";
+  std::vector<std::string> again;
+  for (size_t i = 1; i < leads.size(); ++i) again.push_back(fmt::format("{:.1f}", leads[i]));
+  return fmt::format("({}: the first run read {:.1f} GFLOP/s, low for this CPU, so it ran again ({}) and keeps the fastest: a VM's "
+                     "other guests on the same cores halve a run now and then)",
+                     what, leads.front(), fmt::format("{}", fmt::join(again, ", ")));
 }
 
 namespace {

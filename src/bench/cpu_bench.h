@@ -93,6 +93,28 @@ std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, i
 /// same physical cores, which halved 2 to 4 of 150 quick runs on the Zen 4 with no other process
 /// or steal time to show for it); "" between.
 std::string clock_note(const FlopsResult& widest, double counted, double os_ghz);
+/// Runs `measure` (returning a FlopsResult, or fma_peaks' widths led by the widest) and, while
+/// the lead's median reads under `floor(lead)`, up to twice more, keeping the fastest run. A VM's other
+/// guests halve a whole quick run now and then (6 of 300 on the Zen 4), and never speed one up;
+/// a ceiling kept from such a run held every later plan and profile to half the machine. `leads`
+/// gets every run's lead median, in order.
+template <class Measure, class Floor>
+auto fastest_run(Measure measure, Floor floor, std::vector<double>& leads) {
+  auto lead = [](const auto& r) -> const FlopsResult& {
+    if constexpr (requires { r.front(); }) return r.front();
+    else return r;
+  };
+  auto best = measure();
+  leads = {lead(best).gflops.median};
+  while (leads.size() < 3 && lead(best).gflops.median < floor(lead(best))) {
+    auto again = measure();
+    leads.push_back(lead(again).gflops.median);
+    if (leads.back() > lead(best).gflops.median) best = std::move(again);
+  }
+  return best;
+}
+/// What fastest_run's `leads` say when a rerun read faster than the first run: "" otherwise.
+std::string rerun_note(const std::vector<double>& leads, const std::string& what);
 /// bf16 peak through AVX512-BF16's VDPBF16PS (16 lanes x 2 products x 2 FLOPs an instruction),
 /// 12 independent chains, validated exactly. Empty `isa` with `why_not` set where the CPU lacks it.
 FlopsResult bf16_peak(const Options& o, std::string* why_not);
