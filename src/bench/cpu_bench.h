@@ -94,10 +94,10 @@ std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, i
 /// or steal time to show for it); "" between.
 std::string clock_note(const FlopsResult& widest, double counted, double os_ghz);
 /// Runs `measure` (returning a FlopsResult, or fma_peaks' widths led by the widest) and, while
-/// the lead's median reads under `floor(lead)`, up to twice more, keeping the fastest run. A VM's other
-/// guests halve a whole quick run now and then (6 of 300 on the Zen 4), and never speed one up;
-/// a ceiling kept from such a run held every later plan and profile to half the machine. `leads`
-/// gets every run's lead median, in order.
+/// the lead's median reads under `floor(lead)`, up to twice more, keeping the fastest run. A VM's
+/// other guests halve a whole quick run now and then (6 of 300 on the Zen 4), and never speed one
+/// up; a machine profile kept from such a run would hold every later plan and profile to half the
+/// machine. `leads` gets every run's lead median, in order.
 template <class Measure, class Floor>
 auto fastest_run(Measure measure, Floor floor, std::vector<double>& leads) {
   auto lead = [](const auto& r) -> const FlopsResult& {
