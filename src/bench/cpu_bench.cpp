@@ -305,11 +305,9 @@ std::string rerun_note(const std::vector<double>& leads, const std::string& what
   if (leads.size() < 2) return "";
   const double best = *std::max_element(leads.begin(), leads.end());
   if (best < 1.1 * leads.front()) return "";
-  std::vector<std::string> again;
-  for (size_t i = 1; i < leads.size(); ++i) again.push_back(fmt::format("{:.1f}", leads[i]));
-  return fmt::format("({}: the first run read {:.1f} GFLOP/s, low for this CPU, so it ran again ({}) and keeps the fastest: a VM's "
-                     "other guests on the same cores halve a run now and then)",
-                     what, leads.front(), fmt::format("{}", fmt::join(again, ", ")));
+  return fmt::format("({}: the first run read {:.1f} GFLOP/s, low for this CPU, so it ran again ({:.1f}) and keeps the fastest: a "
+                     "VM's other guests on the same cores halve a run now and then)",
+                     what, leads.front(), fmt::join(leads.begin() + 1, leads.end(), ", "));
 }
 
 namespace {

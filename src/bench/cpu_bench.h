@@ -90,8 +90,7 @@ std::string width_sentence(const FlopsResult& wide, const FlopsResult& narrow, i
 /// What the widest width's peak against the one counted at the clock the OS reports (`counted`,
 /// at `os_ghz`) says about the clock, in words: above 105%, boost clocks; under 90%, the cores ran
 /// slower than that clock (AVX-512 licence clocks on some Xeons; on a VM, other guests on the
-/// same physical cores, which halved 2 to 4 of 150 quick runs on the Zen 4 with no other process
-/// or steal time to show for it); "" between.
+/// same physical cores: fastest_run below); "" between.
 std::string clock_note(const FlopsResult& widest, double counted, double os_ghz);
 /// Runs `measure` (returning a FlopsResult, or fma_peaks' widths led by the widest) and, while
 /// the lead's median reads under `floor(lead)`, up to twice more, keeping the fastest run. A VM's
