@@ -73,7 +73,7 @@ TEST(Bench, QuickMemoryCoversCacheAndMemorySizes) {
     EXPECT_LE(points[i].gbps.median, points[i].gbps.max);
     EXPECT_GE(points[i].best_round_gbps, points[i].gbps.min);
     EXPECT_LE(points[i].best_round_gbps, points[i].gbps.max);
-    EXPECT_EQ(points[i].rounds, bench::kMemoryRounds);
+    EXPECT_EQ(points[i].rounds, bench::kRounds);
     auto j = bench::to_json(points[i]);
     for (const char* key : {"kernel", "working_set_bytes", "gbps_best_round", "gbps_median", "gbps_min", "gbps_max", "repeats", "rounds"})
       EXPECT_TRUE(j.contains(key)) << key;
@@ -250,7 +250,15 @@ TEST(Bench, GemmCountsAndQuickSweepIsValidated) {
   for (const auto& p : points) {
     EXPECT_GT(p.gflops.median, 0.1);
     EXPECT_LT(p.max_rel_error, 1e-5);
-    EXPECT_TRUE(bench::to_json(p).contains("gflops_median"));
+    // In rounds, as the memory sweep: the figure is the best round's median.
+    EXPECT_EQ(p.rounds, bench::kRounds);
+    EXPECT_EQ(p.repeats, 3);
+    EXPECT_GE(p.best_round_gflops, p.gflops.median);
+    EXPECT_LE(p.best_round_gflops, p.gflops.max);
+    const auto j = bench::to_json(p);
+    EXPECT_DOUBLE_EQ(j.at("gflops_best_round").get<double>(), p.best_round_gflops);
+    EXPECT_DOUBLE_EQ(j.at("gflops_median").get<double>(), p.gflops.median);
+    EXPECT_EQ(j.at("rounds"), bench::kRounds);
   }
 }
 
@@ -314,12 +322,25 @@ TEST(Bench, ConvSweepTimesEachDistinctLayer) {
   const auto points = bench::conv_sweep(o, {"small", "small"}, {1, 16, 16}, 8);
   ASSERT_EQ(points.size(), 3u);  // small has three convs; the second model adds no new shape
   EXPECT_EQ(points[0].layer, "conv1");
-  EXPECT_EQ(points[0].backward_data_gflops.median, 0.0);  // the first layer needs no data gradient
+  EXPECT_EQ(points[0].backward_data_gflops, 0.0);  // the first layer needs no data gradient
   for (const auto& p : points) {
-    EXPECT_GT(p.forward_gflops.median, 0.0);
-    EXPECT_GT(p.backward_weights_gflops.median, 0.0);
+    EXPECT_GT(p.forward_gflops, 0.0);
+    EXPECT_GT(p.backward_weights_gflops, 0.0);
+    // In rounds: the figure is a round's median, so it lies within every sample's spread.
+    EXPECT_EQ(p.rounds, bench::kRounds);
+    EXPECT_EQ(p.repeats, 3);
+    EXPECT_GE(p.forward_gflops, p.forward_samples.min);
+    EXPECT_LE(p.forward_gflops, p.forward_samples.max);
+    EXPECT_GE(p.forward_gflops, p.forward_samples.median) << "the best round's median is no lower than the pooled median";
+    EXPECT_GE(p.backward_weights_gflops, p.backward_weights_samples.median);
+    EXPECT_LE(p.backward_weights_gflops, p.backward_weights_samples.max);
+    const auto j = bench::to_json(p);
+    EXPECT_DOUBLE_EQ(j.at("forward_gflops").get<double>(), p.forward_gflops);
+    EXPECT_DOUBLE_EQ(j.at("forward_gflops_median").get<double>(), p.forward_samples.median);
+    EXPECT_DOUBLE_EQ(j.at("backward_weights_gflops_max").get<double>(), p.backward_weights_samples.max);
+    EXPECT_EQ(j.at("rounds"), bench::kRounds);
   }
-  EXPECT_GT(points[1].backward_data_gflops.median, 0.0);
+  EXPECT_GT(points[1].backward_data_gflops, 0.0);
   EXPECT_EQ(bench::to_json(points[1])["input"], (Dims{8, 16, 8, 8}));
   // Each conv reads what training gives it: the first the plain model input, the others the
   // channel blocks oneDNN chose for the layers before them (on a plain input oneDNN would run

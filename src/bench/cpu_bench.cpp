@@ -118,10 +118,10 @@ std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
   for (const char* kernel : {"copy", "triad"})
     for (size_t ws = 16 << 10; ws <= (size_t(512) << 20); ws *= (o.quick ? 8 : 2)) {  // 16 KiB .. 512 MiB
       const size_t per_float = size_t(stream_bytes(kernel, 1));  // whole arrays: a multiple of this
-      out.push_back({kernel, ws / per_float * per_float, {}, 0, repeats, kMemoryRounds});
+      out.push_back({kernel, ws / per_float * per_float, {}, 0, repeats, kRounds});
     }
   std::vector<std::vector<std::vector<double>>> rounds(out.size());  // per point, per round
-  for (int round = 0; round < kMemoryRounds; ++round)
+  for (int round = 0; round < kRounds; ++round)
     for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(memory_samples(out[i].kernel, out[i].working_set, threads, repeats));
   for (size_t i = 0; i < out.size(); ++i) std::tie(out[i].gbps, out[i].best_round_gbps) = best_round(rounds[i]);
   return out;

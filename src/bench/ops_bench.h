@@ -1,6 +1,8 @@
 // GEMM and convolution throughput on the CPU, through the same oneDNN code paths the engine
 // uses: GEMM over a sweep of shapes (square, and the dense layers of training), convolutions
-// for the presets' layers (forward, backward-data and backward-weights timed separately).
+// for the presets' layers (forward, backward-data and backward-weights timed separately). Both
+// sweeps run in rounds, as the memory sweep does (kRounds), and each figure is its best round's
+// median.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,8 +17,10 @@ namespace dlperf::bench {
 
 struct GemmPoint {
   int64_t m = 0, n = 0, k = 0;
-  Spread gflops;
-  int repeats = 0;
+  Spread gflops;                 ///< over every sample of every round
+  double best_round_gflops = 0;  ///< the best round's median: the point's figure
+  int repeats = 0;               ///< samples per round
+  int rounds = 0;
   double max_rel_error = 0;  ///< sampled outputs against a float64 dot product
   int rotated_sets = 1;      ///< input copies the repeats rotate over (2x the last-level cache)
   int threads = 0;           ///< the threads oneDNN ran it on (omp_get_max_threads when measured)
@@ -29,14 +33,19 @@ struct ConvPoint {
   std::string model, layer;
   Dims input;  ///< N, C, H, W
   ops::OpAttrs attrs;
-  Spread forward_gflops, backward_data_gflops, backward_weights_gflops;
-  int repeats = 0;
+  /// Each pass's figure, its best round's median. Backward-data is derived from two such
+  /// figures (backward with the data gradient, minus backward without it): 0 for a first
+  /// layer, which computes no data gradient.
+  double forward_gflops = 0, backward_data_gflops = 0, backward_weights_gflops = 0;
+  Spread forward_samples{}, backward_weights_samples{};  ///< over every sample of every round
+  int repeats = 0;  ///< samples per round, of each pass
+  int rounds = 0;
   double max_rel_error = 0;  ///< of sampled outputs of the three passes against float64
   int rotated_sets = 1;      ///< copies of the tensors the calls cycle through (2x the L3)
   int threads = 0;           ///< the threads oneDNN ran it on (omp_get_max_threads when measured)
   /// The input layout it read: training's (cpu::given_input_layouts), "nchw" for a first layer,
   /// oneDNN's channel blocks ("nChw16c" on AVX-512, "nChw8c" on AVX2) after it.
-  std::string input_layout;
+  std::string input_layout{};
   /// Of the counted multiply-adds, the share on the zero padding, which oneDNN skips
   /// (ops::PassCost::padding_flops): % of peak counts the rest.
   double padding_share() const { return 1 - ops::conv_taps_on_data_share(attrs, input); }

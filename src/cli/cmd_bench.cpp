@@ -191,12 +191,13 @@ std::vector<std::string> conv_models(const BenchArgs& a) {
 }
 
 nlohmann::json run_gemm(const bench::Options& o, double peak) {
-  std::printf("\nGEMM through oneDNN matmul (f32, median of repeats; inputs rotate over copies spanning 2x the L3):\n");
+  std::printf("\nGEMM through oneDNN matmul (f32; the sweep runs %d times: each shape's best round's median, the spread over\n"
+              "all its samples; inputs rotate over copies spanning 2x the L3):\n", bench::kRounds);
   report::Table t({"M", "N", "K", "GFLOP/s", "spread", "% of FMA peak", "max rel. error", "input copies"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& g : bench::gemm_sweep(o)) {
-    t.add({std::to_string(g.m), std::to_string(g.n), std::to_string(g.k), fmt::format("{:.1f}", g.gflops.median),
-           fmt::format("{:.1f}-{:.1f}", g.gflops.min, g.gflops.max), fmt::format("{:.0f}%", 100 * g.gflops.median / peak),
+    t.add({std::to_string(g.m), std::to_string(g.n), std::to_string(g.k), fmt::format("{:.1f}", g.best_round_gflops),
+           fmt::format("{:.1f}-{:.1f}", g.gflops.min, g.gflops.max), fmt::format("{:.0f}%", 100 * g.best_round_gflops / peak),
            fmt::format("{:.1e}", g.max_rel_error), std::to_string(g.rotated_sets)});
     rows.push_back(bench::to_json(g));
   }
@@ -215,17 +216,17 @@ void check_conv_input(const BenchArgs& a) {
 nlohmann::json run_conv(const BenchArgs& a, double peak) {
   const Dims chw = parse_chw(a.input);
   const auto models = conv_models(a);
-  std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass):\n",
-              fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str());
+  std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass, each its best round's median\n"
+              "of %d rounds):\n", fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str(), bench::kRounds);
   report::Table t({"model", "layer", "input", "layout", "out", "k/s/p", "forward", "bwd data", "bwd weights", "on padding",
                    "fwd % of peak", "max rel. error", "input copies"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : bench::conv_sweep(a.opt, models, chw, a.batch)) {
     t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), p.input_layout, std::to_string(p.attrs.out_channels),
-           fmt::format("{}/{}/{}", p.attrs.kernel, p.attrs.stride, p.attrs.padding), fmt::format("{:.1f}", p.forward_gflops.median),
-           p.backward_data_gflops.median > 0 ? fmt::format("{:.1f}", p.backward_data_gflops.median) : "-",
-           fmt::format("{:.1f}", p.backward_weights_gflops.median), fmt::format("{:.0f}%", 100 * p.padding_share()),
-           fmt::format("{:.0f}%", 100 * p.forward_gflops.median * (1 - p.padding_share()) / peak),
+           fmt::format("{}/{}/{}", p.attrs.kernel, p.attrs.stride, p.attrs.padding), fmt::format("{:.1f}", p.forward_gflops),
+           p.backward_data_gflops > 0 ? fmt::format("{:.1f}", p.backward_data_gflops) : "-",
+           fmt::format("{:.1f}", p.backward_weights_gflops), fmt::format("{:.0f}%", 100 * p.padding_share()),
+           fmt::format("{:.0f}%", 100 * p.forward_gflops * (1 - p.padding_share()) / peak),
            fmt::format("{:.1e}", p.max_rel_error), std::to_string(p.rotated_sets)});
     rows.push_back(bench::to_json(p));
   }
@@ -239,7 +240,7 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
 
 nlohmann::json run_memory(const bench::Options& o, const hw::CpuInfo& cpu, int threads, nlohmann::json& levels) {
   std::printf("\nMemory bandwidth (STREAM byte counts; the sweep runs %d times: each point's best round's median, min-max of\n"
-              "all its samples in brackets):\n", bench::kMemoryRounds);
+              "all its samples in brackets):\n", bench::kRounds);
   const auto points = bench::memory_bandwidth(o);
   report::Table t({"working set", "copy GB/s", "triad GB/s"});
   nlohmann::json rows = nlohmann::json::array();

@@ -41,7 +41,7 @@ auto once_per_thread_count(int threads, F measure) {
 // full repeats (half a second): a VM's neighbours can halve a whole quick run's samples, never
 // raise one; and where even that best is under 90% of the peak counted at the base clock (cores
 // run at least that fast unless something takes them away), it is measured twice more. The
-// memory sweep is bench --quick's, each point its best round's (bench::kMemoryRounds). Measured
+// memory sweep is bench --quick's, each point its best round's (bench::kRounds). Measured
 // once per thread count per process.
 bench::Ceilings ceilings_measured_now(int threads) {
   return once_per_thread_count(threads, [](int t) {
