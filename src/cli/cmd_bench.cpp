@@ -349,16 +349,17 @@ nlohmann::json run_loader(const BenchArgs& a) {
         "use a smaller --batch-size");
   const std::vector<int> workers = a.workers.empty() ? data::worker_counts(hw::cpu_info().cores) : a.workers;
   const auto points = bench::loader_sweep(t, a.batch, workers, a.opt);
-  std::printf("\nData loader alone (%s: %s training images of %lldx%lldx%lld; batches of %lld, shuffled, the consumer only taking "
-              "them; augmented: random crop of a 2-pixel pad%s; median of %d epochs):\n",
+  std::printf("\nData loader alone (%s: %s training images of %lldx%lldx%lld; batches of %lld, shuffled, the consumer only taking\n"
+              "them; augmented: random crop of a 2-pixel pad%s; the sweep runs %d times: each point's best round's median of %d\n"
+              "epochs, the spread over all its epochs):\n",
               t.name.c_str(), std::to_string(t.size()).c_str(), (long long)t.channels, (long long)t.height, (long long)t.width,
-              (long long)a.batch, t.flip_ok ? " and flips" : "", points.front().epochs);
+              (long long)a.batch, t.flip_ok ? " and flips" : "", bench::kRounds, points.front().epochs);
   report::Table table({"workers", "augmented", "k images/s", "spread", "ns/pixel", fmt::format("vs -j {}", workers.front())});
   for (const auto& p : points) {
     const auto& first = *std::find_if(points.begin(), points.end(), [&](const bench::LoaderPoint& q) { return q.augment == p.augment; });
-    table.add({std::to_string(p.workers), p.augment ? "yes" : "no", fmt::format("{:.0f}", p.images_per_s.median / 1e3),
+    table.add({std::to_string(p.workers), p.augment ? "yes" : "no", fmt::format("{:.0f}", p.best_round_images_per_s / 1e3),
                fmt::format("{:.0f}-{:.0f}", p.images_per_s.min / 1e3, p.images_per_s.max / 1e3), fmt::format("{:.2f}", p.ns_per_pixel),
-               fmt::format("{:.2f}x", p.images_per_s.median / first.images_per_s.median)});
+               fmt::format("{:.2f}x", p.best_round_images_per_s / first.best_round_images_per_s)});
   }
   table.print();
   std::printf("(a training run on this data cannot take more images/s than its row here; one whose model alone would is waiting "

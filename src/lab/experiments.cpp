@@ -566,7 +566,7 @@ Experiment workers(Runner& run, const LabConfig& lab) {
       bench::Options o;
       o.quick = true;
       const auto points = bench::loader_sweep(d.train, b.batch, counts, o, {b.augment});
-      for (size_t i = 0; i < points.size() && i < e.rows.size(); ++i) e.rows[i]["loader_images_per_s"] = points[i].images_per_s.median;
+      for (size_t i = 0; i < points.size() && i < e.rows.size(); ++i) e.rows[i]["loader_images_per_s"] = points[i].best_round_images_per_s;
     } catch (const Error& err) {  // the rows stand without it; the first row's note says why
       json& r = e.rows.front();
       const std::string note = r.value("note", "");
