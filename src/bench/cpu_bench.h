@@ -2,7 +2,8 @@
 // plateaus) and the fp32 FMA peak, measured as STREAM and empirical-roofline tools measure them.
 //
 // Method: warm-up, then `repeats` timed runs; the median is the figure, min and max the spread.
-// The memory, GEMM and conv sweeps run in rounds, and each point takes its best round's median (kRounds).
+// The memory, GEMM, conv and loader sweeps run in rounds, and each point takes its best round's
+// median (kRounds).
 // Inputs are never zero and every kernel's output is checked after timing.
 #pragma once
 
@@ -41,8 +42,8 @@ double stream_flops(const std::string& kernel, size_t n);
 /// on one, while copy's line-aligned halves measured twice one thread's (docs/benchmarks.md).
 std::pair<size_t, size_t> thread_slice(size_t n, size_t t, size_t threads);
 
-/// The memory, GEMM and conv sweeps run whole this many times, one round after another, and
-/// each point's figure is its best round's median: a neighbour on a VM can slow a whole round of
+/// The memory, GEMM, conv and loader sweeps run whole this many times, one round after another,
+/// and each point's figure is its best round's median: a neighbour on a VM can slow a whole round of
 /// samples (the Zen 4 VM once measured every level of a quick memory sweep 20-45% low, then the
 /// next FMA benchmark at full speed), never speed one up. One round's samples of a point lie
 /// milliseconds apart; the rounds lie a sweep apart.
