@@ -8,6 +8,8 @@
 #include <iterator>
 #include <set>
 
+#include "core/timer.h"
+#include "plan/against.h"
 #include "profile/recorder.h"
 #include "profile/report.h"
 #include "test_util.h"
@@ -84,6 +86,13 @@ TEST(Profile, TableFlopsEqualTheCostModelAndSharesAddUp) {
     EXPECT_GT(s["backward_s"].get<double>(), 0);
     EXPECT_GT(s["launches_per_step"].get<double>(), double(g.nodes.size()));
     EXPECT_GT(p["peak_bytes_by_category"]["activations"].get<double>(), 0);
+    // The median step is read against dlperf plan's step for the run, the one `plan --against`
+    // predicts from its record (the engine call's cost measured around the epochs, the workers).
+    std::vector<plan::Skipped> skipped;
+    const auto planned = plan::compare_with_records({r.record_path}, plan::host_ceilings(r.record["config"]["threads_used"]), skipped);
+    ASSERT_EQ(planned.size(), 1u) << (skipped.empty() ? "" : skipped[0].why);
+    EXPECT_GT(s["planned_s"].get<double>(), 0);
+    EXPECT_NEAR(s["planned_s"].get<double>(), planned[0].predicted_step_s, 1e-9 * planned[0].predicted_step_s);
   }
 }
 
@@ -159,6 +168,40 @@ TEST(Profile, UnsteadyStepsAreCalledOut) {
   EXPECT_EQ(profile::unsteady_note(r), "");
   r = report({20});  // one step has no spread
   EXPECT_EQ(profile::unsteady_note(r), "");
+}
+
+// Steps slow alike leave the mean at the median, so only the plan's step time can tell a slow
+// spell over the whole recording: the note comes at kSlowerThanPlan times it, and not without a plan.
+TEST(Profile, StepsSlowerThanThePlanAreCalledOut) {
+  const nn::Graph g = nn::build_graph(nn::load_model("mlp"), {1, 12, 12}, 10, 16);
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.dram_gbps = 10;
+  std::vector<profile::Event> events;
+  for (int i = 0; i < 4; ++i) {  // four steps of 8 ms: steady
+    profile::Event e;
+    e.name = "step", e.phase = profile::Phase::step, e.step = i, e.t0 = 0.008 * i, e.t1 = 0.008 * (i + 1);
+    events.push_back(e);
+  }
+  profile::Report r = profile::build_report(events, g, c, "fp32", "layer");
+  EXPECT_EQ(profile::unsteady_note(r), "");
+  EXPECT_EQ(profile::slower_than_plan_note(r), "") << "no plan (a GPU run): nothing to read against";
+  EXPECT_TRUE(profile::to_json(r)["step"]["planned_s"].is_null());
+  r.step.planned_s = 0.005;  // 1.6x, as the Zen 4 VM's slow spells ran
+  const std::string note = profile::slower_than_plan_note(r);
+  EXPECT_EQ(note.rfind("Slow throughout: the median step took 1.60x the " + format_seconds(0.005) + " that dlperf plan predicts", 0), 0u)
+      << note;
+  EXPECT_NE(note.find("Rerun to tell which"), std::string::npos);
+  // What the kernel saw other processes take, when it saw enough, as the unsteady note says it.
+  EXPECT_EQ(note.find("here other processes"), std::string::npos);
+  r.host_load = {.known = true, .cpus = 2, .seconds = 3, .others_share = 0.4, .steal_share = 0};
+  EXPECT_NE(profile::slower_than_plan_note(r).find("; here other processes used 40% of the 2 CPUs' time while it recorded; it slows"),
+            std::string::npos)
+      << profile::slower_than_plan_note(r);
+  EXPECT_DOUBLE_EQ(profile::to_json(r)["step"]["planned_s"].get<double>(), 0.005);
+  r.step.planned_s = 0.008 / 1.25;  // within what the plan misses by on a quiet VM
+  EXPECT_EQ(profile::slower_than_plan_note(r), "");
+  r.step.planned_s = 0.008 / profile::kSlowerThanPlan;
+  EXPECT_NE(profile::slower_than_plan_note(r), "");
 }
 
 // A value several layers read gets its gradient from each: the engine sums the second and later

@@ -264,6 +264,19 @@ void print_report(const Report& r, size_t max_rows) {
               r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
   if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = unsteady_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+  if (const std::string why = slower_than_plan_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+}
+
+std::string slower_than_plan_note(const Report& r) {
+  const StepSummary& s = r.step;
+  if (s.planned_s <= 0 || s.step_median_s < kSlowerThanPlan * s.planned_s) return "";
+  std::string spell = "other work on the machine, or a VM's neighbours";
+  if (const std::string busy = hw::busy_note(r.host_load); !busy.empty()) spell += "; here " + busy + " while it recorded";
+  return fmt::format("Slow throughout: the median step took {:.2f}x the {} that dlperf plan predicts for this run from this machine's "
+                     "ceilings. A slow spell over the whole recording reads so ({}; it slows every step alike, so the mean step "
+                     "stays at the median), or the plan misjudges this run on this CPU. Rerun to tell which: a spell passes, a "
+                     "misjudgement stays.",
+                     s.step_median_s / s.planned_s, format_seconds(s.planned_s), spell);
 }
 
 std::string unsteady_note(const Report& r) {
@@ -315,7 +328,8 @@ json to_json(const Report& r) {
           {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"step_median_s", s.step_median_s}, {"step_min_s", s.step_min_s},
                     {"step_max_s", s.step_max_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
                     {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
-                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers}}},
+                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers},
+                    {"planned_s", s.planned_s > 0 ? json(s.planned_s) : json()}}},
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
           {"host_load", hw::to_json(r.host_load)},

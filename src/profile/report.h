@@ -44,6 +44,9 @@ struct StepSummary {
   std::string launches_source = "one per primitive and layer pass";
   double loader_busy = 0;  ///< loader workers' busy time / recorded time, summed over workers
   int64_t loader_workers = 0;  ///< the run's loader workers (0: batches load in the training thread or on the GPU)
+  /// dlperf plan's step time for the run on this CPU's ceilings (plan::predict_step); 0 where
+  /// none was made (a GPU run, whose plan rests on datasheets).
+  double planned_s = 0;
 };
 
 struct Report {
@@ -73,6 +76,14 @@ std::string unsteady_note(const Report& r);
 /// The same note from a report's JSON (to_json's "step" and "host_load"), for callers that hold
 /// only the run's profile: `bench roofline` on a GPU.
 std::string unsteady_note_from_json(const nlohmann::json& report);
+/// The median step at which a recording reads as slower than the plan: dlperf plan is a median
+/// 1-4% off on the VMs it was checked on, its worst runs (the tiny mlp) about 20%, while a slow
+/// spell of a VM ran every step of a profile 1.2-1.6x (docs/profile.md).
+inline constexpr double kSlowerThanPlan = 1.3;
+/// Why the table's times may all be slow when the median step is kSlowerThanPlan or more times
+/// the planned one: a slow spell over the whole recording leaves the mean at the median, so
+/// unsteady_note cannot see it; "" otherwise, or without a plan.
+std::string slower_than_plan_note(const Report& r);
 nlohmann::json to_json(const Report& r);
 
 /// Chrome Trace Event Format: complete events ("X", microseconds), a track per thread, memory

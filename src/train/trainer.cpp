@@ -29,6 +29,7 @@
 #include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "hw/energy.h"
+#include "plan/against.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
 #include "profile/recorder.h"
@@ -151,7 +152,7 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
 }
 
 void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& ms,
-                    TrainResult& result, int64_t kernels_per_step) {
+                    TrainResult& result, int64_t kernels_per_step, double planned_step_s) {
   const bool say = !cfg.quiet;
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
@@ -159,6 +160,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group);
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
   rep.host_load = rec.host_load();
+  rep.step.planned_s = planned_step_s;
   if (kernels_per_step > 0) {
     rep.step.launches = double(kernels_per_step);
     rep.step.launches_source = "counted in the step's CUDA graph";
@@ -686,6 +688,20 @@ struct Run {
   }
 };
 
+// dlperf plan's step time for this CPU run, as `plan --against` predicts it from the run's
+// record: the profile's ceilings with the engine call's cost measured around the epochs, the
+// run's loader workers and augmentation. 0 where the plan cannot model the run: the profile
+// stands without it.
+double planned_step_s(const TrainConfig& cfg, const nn::Graph& g, plan::CpuCeilings at, const json& summary) {
+  try {
+    if (const double call_us = plan::recorded_call_us(summary); call_us > 0) at.call_overhead_s = call_us * 1e-6;
+    at.loader_workers = cfg.workers;
+    at.augment = cfg.augment;
+    return plan::predict_step(g, cfg.optimizer, at).step_s;
+  } catch (const Error&) {
+    return 0;
+  }
+}
 
 }  // namespace
 
@@ -781,8 +797,11 @@ TrainResult train(const TrainConfig& cfg) {
     print_host_load_note(s);
   }
   if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
-  if (cfg.profile && (stopped_in == 0 || run.profiled()))
-    finish_profile(cfg, run.graph, plan::host_ceilings(threads, cfg.precision), HostAllocator::instance().stats(), result);
+  if (cfg.profile && (stopped_in == 0 || run.profiled())) {
+    const plan::CpuCeilings ceilings = plan::host_ceilings(threads, cfg.precision);
+    finish_profile(cfg, run.graph, ceilings, HostAllocator::instance().stats(), result, 0,
+                   planned_step_s(cfg, run.graph, ceilings, result.record.value("summary", json::object())));
+  }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
                                       fmt::format("{}-train-{}-{}-b{}", file_timestamp(), run.graph.model, run.data.train.name, cfg.batch));
