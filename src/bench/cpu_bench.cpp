@@ -120,9 +120,7 @@ std::vector<MemoryPoint> memory_bandwidth(const Options& o) {
       const size_t per_float = size_t(stream_bytes(kernel, 1));  // whole arrays: a multiple of this
       out.push_back({kernel, ws / per_float * per_float, {}, 0, repeats, kRounds});
     }
-  std::vector<std::vector<std::vector<double>>> rounds(out.size());  // per point, per round
-  for (int round = 0; round < kRounds; ++round)
-    for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(memory_samples(out[i].kernel, out[i].working_set, threads, repeats));
+  const auto rounds = in_rounds(out.size(), [&](size_t i) { return memory_samples(out[i].kernel, out[i].working_set, threads, repeats); });
   for (size_t i = 0; i < out.size(); ++i) std::tie(out[i].gbps, out[i].best_round_gbps) = best_round(rounds[i]);
   return out;
 }

@@ -48,6 +48,15 @@ std::pair<size_t, size_t> thread_slice(size_t n, size_t t, size_t threads);
 /// next FMA benchmark at full speed), never speed one up. One round's samples of a point lie
 /// milliseconds apart; the rounds lie a sweep apart.
 constexpr int kRounds = 3;
+/// The order the sweeps share: measure(i) for every point i, one round after another, kRounds
+/// times, so that a point's rounds lie a whole sweep apart. What measure gave, per point, per round.
+template <class Measure>
+auto in_rounds(size_t points, Measure measure) {
+  std::vector<std::vector<decltype(measure(size_t(0)))>> rounds(points);
+  for (int round = 0; round < kRounds; ++round)
+    for (size_t i = 0; i < points; ++i) rounds[i].push_back(measure(i));
+  return rounds;
+}
 
 struct MemoryPoint {
   std::string kernel;        ///< copy | triad

@@ -58,19 +58,18 @@ std::vector<LoaderPoint> loader_sweep(const data::Dataset& d, int64_t batch, con
   // In rounds, as the other sweeps (kRounds): a quick epoch of Fashion-MNIST takes 15-40 ms, so a
   // slow spell of the VM took a whole point's epochs (in 3 of 12 quick sweeps on the Zen 4, a
   // point read 0.6-0.8x its median).
-  std::vector<std::vector<std::vector<double>>> rounds(out.size());  // per point, per round
-  std::vector<std::vector<uint64_t>> reference(augments.size());     // per augment: each epoch's checksum with workers[0]
-  for (int round = 0; round < kRounds; ++round)
-    for (size_t i = 0; i < out.size(); ++i) {
-      std::vector<uint64_t> sums;
-      rounds[i].push_back(loader_round(d, batch, mean, stddev, out[i], sums));
-      std::vector<uint64_t>& first = reference[i / workers.size()];
-      if (first.empty()) first = sums;
-      check(sums == first,
-            fmt::format("the data loader with {} delivered other batches than with {} ({}): a bug in dlperf", counted(out[i].workers, "worker"),
-                        workers.front(), out[i].augment ? "augmented" : "not augmented"),
-            "report it with the command that showed it");
-    }
+  std::vector<std::vector<uint64_t>> reference(augments.size());  // per augment: each epoch's checksum with workers[0]
+  const auto rounds = in_rounds(out.size(), [&](size_t i) {
+    std::vector<uint64_t> sums;
+    std::vector<double> rates = loader_round(d, batch, mean, stddev, out[i], sums);
+    std::vector<uint64_t>& first = reference[i / workers.size()];
+    if (first.empty()) first = sums;
+    check(sums == first,
+          fmt::format("the data loader with {} delivered other batches than with {} ({}): a bug in dlperf", counted(out[i].workers, "worker"),
+                      workers.front(), out[i].augment ? "augmented" : "not augmented"),
+          "report it with the command that showed it");
+    return rates;
+  });
   for (size_t i = 0; i < out.size(); ++i) {
     LoaderPoint& p = out[i];
     std::tie(p.images_per_s, p.best_round_images_per_s) = best_round(rounds[i]);

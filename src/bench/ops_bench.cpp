@@ -171,9 +171,7 @@ std::vector<GemmPoint> gemm_sweep(const Options& o) {
   // In rounds, as the memory sweep (kRounds): one round's samples of a shape lie milliseconds
   // apart, and a VM's neighbour halved all of them now and then (6 of 100 quick sweeps on the
   // Zen 4 VM had a row at 86-134 GFLOP/s, where the shapes' medians are 155-215).
-  std::vector<std::vector<std::vector<double>>> rounds(out.size());  // per shape, per round
-  for (int round = 0; round < kRounds; ++round)
-    for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(gemm_round(out[i]));
+  const auto rounds = in_rounds(out.size(), [&](size_t i) { return gemm_round(out[i]); });
   for (size_t i = 0; i < out.size(); ++i) std::tie(out[i].gflops, out[i].best_round_gflops) = best_round(rounds[i]);
   return out;
 }
@@ -283,9 +281,7 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
   }
   // In rounds, as the GEMMs: a VM's neighbour slowed one round of a layer now and then (13% of
   // 150 quick sweeps of medium on the Zen 4 VM had a pass under 75% of its usual median).
-  std::vector<std::vector<ConvRound>> rounds(out.size());  // per layer, per round
-  for (int round = 0; round < kRounds; ++round)
-    for (size_t i = 0; i < out.size(); ++i) rounds[i].push_back(conv_round(*layers[i].first, layers[i].second, out[i]));
+  const auto rounds = in_rounds(out.size(), [&](size_t i) { return conv_round(*layers[i].first, layers[i].second, out[i]); });
   for (size_t i = 0; i < out.size(); ++i) {
     auto pass = [&](std::vector<double> ConvRound::*samples) {
       std::vector<std::vector<double>> per_round;
