@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # The GPU session's checks, shaped by the device tool's limits (../.library/device/README.md):
-# 10 minutes a command, 30 minutes of device time a session, a machine kept warm only 30 s after a
-# call, and at most 8 files back from $OUT. So every call
+# 15 minutes of device time a session (the machine's start, about 1-2 minutes, included), 10
+# minutes a command, a machine kept warm only 30 s after a call, and no fresh machine started with
+# under 4 minutes left. So a session gets one long call and, issued at once while the machine is
+# still warm, one short one (docs/gpu.md, "The GPU session's checklist"). Every call
 #   - builds first (scripts/gpu/build.sh; a no-op when the machine is still warm with build-gpu/),
 #   - runs the stages it names in order, each under a timeout cut to what is left of --budget,
-#   - packs every log, run record and JSON into $OUT/gpu-check.tar.gz and prints a short summary.
+#   - writes $OUT/summary.txt as it goes and refreshes $OUT/gpu-check.tar.gz (every log, run
+#     record and JSON) after each stage, so a call cut off by the device time still brings back
+#     what its finished stages measured.
 #
 #   scripts/gpu/check.sh [--budget SECONDS] STAGE...
 # Stages:
-#   tests       the CUDA tests (Cuda.*), batchnorm and the CPU-vs-GPU steps first
+#   tests       the CUDA tests (Cuda.*), each in its own process (a kernel fault leaves the CUDA
+#               context unusable, which in one process would fail every test after it), 4 at a time
 #   sanitize    the kernel tests under compute-sanitizer memcheck (out-of-bounds and misaligned accesses)
 #   races       batchnorm's and pooling's tests under racecheck and synccheck (shared memory, barriers)
 #   suite       the rest of the test suite on the GPU build
@@ -18,11 +23,13 @@
 #   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
 #   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16,
 #               and bench loader (can the host feed the GPU?)
-#   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (for example "--models small,medium")
+#   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (default "--batches 64,1024 --repeats 2":
+#               the four models in fp32 and bf16, 16 rows; the whole table, 32 rows of 3, takes three calls)
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
-# A session's plan (docs/gpu.md, "The GPU session's checklist"): here, scripts/gpu/fetch_debs.sh once;
-# there, with carry [".deb"]:  check.sh tests sanitize train recipe profile,  then  check.sh bench vs-torch.
+# A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
+#   check.sh --budget 450 tests recipe train vs-torch    (timeout_s 480), then at once, warm,
+#   check.sh --budget 200 bench profile                  (timeout_s 230; the tool cuts it to what is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 budget=570
@@ -39,13 +46,16 @@ data=$PWD/.deb/fashion-mnist
 bin=build-gpu/dlperf
 tests=build-gpu/tests/dlperf_tests
 
-pack() {  # one archive and the summary come back through $OUT, whatever happened before
+summary=$out/summary.txt  # in $OUT itself, line by line: it comes back even from a call that was killed
+: > "$summary"
+pack() {  # the archive of everything so far; after each stage, and at the end whatever happened
   if [ "$out" != "$work" ]; then
-    tar czf "$out/gpu-check.tar.gz" -C "$work" . && cp "$work/summary.txt" "$out/" 2>/dev/null
+    tar czf "$out/gpu-check.tar.gz.part" -C "$work" . && mv "$out/gpu-check.tar.gz.part" "$out/gpu-check.tar.gz"
+    cp "$summary" "$work/" 2>/dev/null
   fi
 }
 trap pack EXIT
-say() { echo "$*" | tee -a "$work/summary.txt"; }
+say() { echo "$*" | tee -a "$summary"; }
 left() { echo $((budget - (SECONDS - start) - 20)); }  # seconds a stage may still take; 20 s kept for packing
 # run_for LIMIT CMD...: CMD under min(LIMIT, what is left); says when it was cut short.
 run_for() {
@@ -59,35 +69,48 @@ run_for() {
   [ $rc -eq 124 ] && say "  cut short after ${limit}s: $*"
   return $rc
 }
+ctest_summary() {  # the totals, the tests that failed, how many skipped (on a GPU none should), the first failures
+  grep -E "tests passed|^\s+[0-9]+ - .*\((Failed|Timeout|Not Run|SEGFAULT|Subprocess aborted|Exception)" "$1" |
+    head -40 | tee -a "$summary"
+  local skipped
+  skipped=$(grep -cE "^\s+[0-9]+ - .*\(Skipped\)" "$1")
+  [ "$skipped" -eq 0 ] || say "  skipped: $skipped, first $(grep -m1 -oE "Cuda\.\w+ \(Skipped\)" "$1")"
+  grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$summary"
+}
 gtest_summary() {  # the totals, the failed tests and where their first failures are
-  grep -E "^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test|^\[  FAILED  \] .*\(" "$1" | tee -a "$work/summary.txt"
-  grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$work/summary.txt"
+  grep -E "^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test|^\[  FAILED  \] .*\(" "$1" | tee -a "$summary"
+  grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$summary"
 }
 
 say "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
 nvidia-smi > "$work/nvidia-smi.txt" 2>&1
 t0=$SECONDS
 if ! scripts/gpu/build.sh > "$work/build.log" 2>&1; then
-  say "build failed:"; tail -40 "$work/build.log" | tee -a "$work/summary.txt"; exit 1
+  say "build failed:"; tail -40 "$work/build.log" | tee -a "$summary"; exit 1
 fi
 say "build: $((SECONDS - t0)) s; $(grep -m1 'CUDA backend' "$work/build.log")"
-ldd $bin | grep -E "cudnn|cublas|nccl|not found" | tee -a "$work/summary.txt"
+ldd $bin | grep -E "cudnn|cublas|nccl|not found" | tee -a "$summary"
 
 for stage in "$@"; do
   t0=$SECONDS
   say "== $stage"
   case "$stage" in
     tests)
-      # Batchnorm's and the layout's kernels and cuBLASLt's epilogues are new and unrun: their tests
-      # run first (gtest keeps its own order within one run, whatever the filter's), so a failure
-      # there is read first.
-      first='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.Convolution*:Cuda.TrainingSteps*:Cuda.Gemm*:Cuda.LinearBias*'
-      run_for 120 $tests --gtest_filter="$first" > "$work/tests-cuda-first.log" 2>&1
-      gtest_summary "$work/tests-cuda-first.log"
-      run_for 300 $tests --gtest_filter="Cuda.*:-$first" > "$work/tests-cuda.log" 2>&1
-      gtest_summary "$work/tests-cuda.log"
-      # The CPU engine's bf16 path: never run yet (the development CPU has no AVX512-BF16; they
-      # skip here too unless this host's CPU has it).
+      # ctest runs each test in a process of its own: a kernel that faults (an illegal address)
+      # leaves the CUDA context unusable, and in one gtest process every later test would fail
+      # with it, hiding what they would have found. Four at a time: none is timed, and the GPU
+      # has room for all four.
+      if command -v ctest > /dev/null; then
+        run_for 300 ctest --test-dir build-gpu -R '^Cuda\.' -j 4 --timeout 150 --output-on-failure \
+          > "$work/tests-cuda.log" 2>&1
+        ctest_summary "$work/tests-cuda.log"
+      else
+        say "  no ctest on the PATH: the CUDA tests in one process"
+        run_for 300 $tests --gtest_filter='Cuda.*' > "$work/tests-cuda.log" 2>&1
+        gtest_summary "$work/tests-cuda.log"
+      fi
+      # The CPU engine's bf16 path (run on a Zen 4 on 2026-11-22): on this host's CPU too, if it
+      # has AVX512-BF16, else they skip.
       say "  host CPU bf16: $(grep -o -m1 -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo | sort -u | tr '\n' ' ')"
       run_for 120 $tests --gtest_filter='CpuBf16.*:Network.Bf16*:Train.Bf16*:CpuF32Copies.*' > "$work/tests-cpu-bf16.log" 2>&1
       gtest_summary "$work/tests-cpu-bf16.log"
@@ -99,7 +122,7 @@ for stage in "$@"; do
           > "$work/sanitize.log" 2>&1
         say "  compute-sanitizer rc $?"
         grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned" "$work/sanitize.log" | sort | uniq -c | head -20 |
-          tee -a "$work/summary.txt"
+          tee -a "$summary"
       else
         say "  compute-sanitizer not on PATH"
       fi
@@ -124,53 +147,53 @@ for stage in "$@"; do
         "--precision bf16 --data-on-device --layout nchw" "--precision bf16 --data-on-device --batch-size 1024" \
         "--precision bf16 --data-on-device --batch-size 1024 --layout nchw" "--precision fp16 --data-on-device"; do
         echo "== dlperf train ${variant:-(defaults)}" >> "$work/train.txt"
-        run_for 60 $bin train "${common[@]}" $variant >> "$work/train.txt" 2>&1
+        run_for 30 $bin train "${common[@]}" $variant >> "$work/train.txt" 2>&1
         # The second epoch's line and the end, or the error.
         say "  ${variant:-(defaults)}: $(grep -E "^ +2 +[0-9]|error" "$work/train.txt" | tail -1)"
       done
       # The planner's predictions (step time, peak memory, energy from NVML) against these runs.
       $bin plan --against "$work"/runs/*.json > "$work/plan-against.txt" 2>&1
-      grep -vE "^skipped" "$work/plan-against.txt" | tail -20 | tee -a "$work/summary.txt"
+      grep -vE "^skipped" "$work/plan-against.txt" | tail -20 | tee -a "$summary"
       ;;
     recipe)
       run_for 120 env DLPERF=$bin DATA="$data" RUNS="$work/recipe" scripts/recipe_fmnist93.sh > "$work/recipe.txt" 2>&1
-      tail -2 "$work/recipe.txt" | tee -a "$work/summary.txt"
+      tail -2 "$work/recipe.txt" | tee -a "$summary"
       ;;
     profile)
-      run_for 90 $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device \
+      run_for 60 $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device \
         --runs-dir "$work/runs" --out "$work/profile-medium" > "$work/profile.txt" 2>&1
-      head -30 "$work/profile.txt" | tee -a "$work/summary.txt"
-      run_for 200 env DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 EPOCHS=2 LIMIT=60000 \
+      head -30 "$work/profile.txt" | tee -a "$summary"
+      run_for 120 env DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 EPOCHS=2 LIMIT=60000 \
         scripts/bench_profile_overhead.sh > "$work/profile-overhead.txt" 2>&1
-      tail -3 "$work/profile-overhead.txt" | tee -a "$work/summary.txt"
+      tail -3 "$work/profile-overhead.txt" | tee -a "$summary"
       ;;
     bench)
       # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the
       # GPU's measured ceilings, which the rooflines after it read.
       for kind in all allreduce; do
-        limit=90; [ "$kind" = all ] && limit=240
+        limit=60; [ "$kind" = all ] && limit=150
         run_for $limit $bin bench "$kind" --quick --json "$work/bench-$kind.json" \
           > "$work/bench-$kind.txt" 2>&1
         say "  bench $kind: rc $?, $(wc -l < "$work/bench-$kind.txt") lines"
       done
       cp runs/machine-profile.json "$work/" 2>/dev/null
-      grep -A1 "^GPU ceilings" "$work/bench-all.txt" | tee -a "$work/summary.txt"
+      grep -A1 "^GPU ceilings" "$work/bench-all.txt" | tee -a "$summary"
       for p in fp32 bf16; do
-        run_for 90 $bin bench roofline --device cuda --precision $p --data "$data" --steps 50 > "$work/roofline-$p.txt" 2>&1
+        run_for 60 $bin bench roofline --device cuda --precision $p --data "$data" --steps 50 > "$work/roofline-$p.txt" 2>&1
         say "  bench roofline $p: rc $?"
-        grep "^Roofline on" "$work/roofline-$p.txt" | tee -a "$work/summary.txt"
+        grep "^Roofline on" "$work/roofline-$p.txt" | tee -a "$summary"
       done
       cp runs/roofline-*-cuda-* "$work/" 2>/dev/null
       # Whether the host can feed the GPU: the loader alone, by workers (0, 2, 4, 8 on 16 cores).
-      run_for 60 $bin bench loader --data "$data" --json "$work/bench-loader.json" > "$work/bench-loader.txt" 2>&1
+      run_for 30 $bin bench loader --data "$data" --json "$work/bench-loader.json" > "$work/bench-loader.txt" 2>&1
       say "  bench loader: rc $?"
-      grep -A10 "^Data loader alone" "$work/bench-loader.txt" | tee -a "$work/summary.txt"
+      grep -A10 "^Data loader alone" "$work/bench-loader.txt" | tee -a "$summary"
       ;;
     vs-torch)
-      read -r -a vs_args <<< "${VS_TORCH_ARGS:-}"
+      read -r -a vs_args <<< "${VS_TORCH_ARGS---batches 64,1024 --repeats 2}"
       run_for 600 python3 scripts/gpu/bench_vs_torch.py --dlperf $bin --data "$data" --json "$work/vs-torch.json" \
         --markdown "$work/vs-torch.md" "${vs_args[@]}" > "$work/vs-torch.txt" 2>&1
-      grep -vE "^(model|-----)" "$work/vs-torch.txt" | tail -40 | tee -a "$work/summary.txt"
+      grep -vE "^(model|-----)" "$work/vs-torch.txt" | tail -40 | tee -a "$summary"
       ;;
     lab)
       read -r -a lab_args <<< "${LAB_ARGS:---quick}"
@@ -179,11 +202,12 @@ for stage in "$@"; do
       run_for 500 $bin lab --data "$data" --out lab-gpu --resume --no-progress "${lab_args[@]}" > "$work/lab.txt" 2>&1
       say "  lab rc $? (rerun the stage to finish a lab that was cut short)"
       cp -r lab-gpu "$work/lab" 2>/dev/null
-      grep -E "^## |^- " "$work/lab/README.md" 2>/dev/null | head -60 | tee -a "$work/summary.txt"  # sections and observations
+      grep -E "^## |^- " "$work/lab/README.md" 2>/dev/null | head -60 | tee -a "$summary"  # sections and observations
       ;;
     *)
       say "unknown stage $stage"; sed -n '/^# Stages:/,/^# A session/{/^# A session/!p}' "$0"
       ;;
   esac
   say "  ($stage: $((SECONDS - t0)) s)"
+  pack
 done
