@@ -54,7 +54,10 @@ pack() {  # the archive of everything so far; after each stage, and at the end w
     cp "$summary" "$work/" 2>/dev/null
   fi
 }
-trap pack EXIT
+# Killed (the call's time limit, or a timeout around this script), bash leaves the stage it was
+# running behind: its `timeout` started a process group of its own. Stop it first, so no orphaned
+# dlperf keeps running (a rehearsal here left one that slowed the next lab 10x), then pack.
+trap 'pkill -TERM -P $$ 2>/dev/null; pack' EXIT
 say() { echo "$*" | tee -a "$summary"; }
 left() { echo $((budget - (SECONDS - start) - 20)); }  # seconds a stage may still take; 20 s kept for packing
 # run_for LIMIT CMD...: CMD under min(LIMIT, what is left); says when it was cut short.
