@@ -1,9 +1,16 @@
 // The CPU micro-benchmarks: byte and FLOP counts, the statistics, and the quick mode end to end.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
 #include "backend/ref/ref_ops.h"
 #include "bench/cpu_bench.h"
+#include "bench/machine_profile.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/rng.h"
@@ -691,6 +698,47 @@ TEST(HostLoad, ReadsTheKernelsAccountingOfTheCpusItMayRunOn) {
   EXPECT_EQ(now.cpus, hw::usable_cpus());
   EXPECT_GT(now.total_s, 0.0);
   EXPECT_GE(now.self_s, 0.0);
+}
+
+// A measurement the plan keeps for the process (its ceilings, measured now) is taken again when
+// it was taken while other processes shared the CPUs, and kept when it was not. The load is real:
+// as many spinning processes as this process may use CPUs, orphaned (their time is not counted as
+// this process's children's), for 1.4 s of the 1.5 s the first measurement takes.
+TEST(HostLoad, AMeasurementTakenUnderLoadIsTakenAgainLater) {
+  if (!hw::cpu_times_now().known) GTEST_SKIP() << "/proc/stat or /proc/self/stat unreadable";
+  hw::KeptMeasurements<int> kept(std::chrono::seconds(0));  // retaken at the next call, not a minute later
+  int calls = 0;
+  auto measure = [&](int) {
+    if (++calls == 1) {
+      const std::string spin = fmt::format(
+          "for i in $(seq {}); do (timeout 1.4 sh -c 'while :; do :; done' > /dev/null 2>&1 &); done", hw::usable_cpus());
+      EXPECT_EQ(std::system(spin.c_str()), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+    }
+    return calls;
+  };
+  const auto first = kept.get(2, measure);
+  EXPECT_EQ(first.value, 1);
+  EXPECT_TRUE(first.load.busy()) << "others " << first.load.others_share << " over " << first.load.seconds << " s";
+  EXPECT_NE(hw::busy_note(first.load), "");
+  const auto second = kept.get(2, measure);
+  EXPECT_EQ(second.value, 2) << "taken again";
+  EXPECT_FALSE(second.load.busy());
+  EXPECT_EQ(kept.get(2, measure).value, 2) << "an idle one is kept";
+  EXPECT_EQ(kept.get(1, measure).value, 3) << "each thread count its own";
+  EXPECT_EQ(calls, 3);
+  // Ceilings measured so say it, and how they were disturbed.
+  bench::Ceilings now;
+  now.measured_now = true;
+  EXPECT_EQ(now.source(), "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in runs/machine-profile.json");
+  now.busy_note = hw::busy_note(first.load);
+  EXPECT_EQ(now.source(), fmt::format("measured just now, quickly, while {} (they may read low); 'dlperf bench all' keeps a fuller "
+                                      "measurement in runs/machine-profile.json", now.busy_note));
+  // A busy one within the minute is kept (a burst of calls on a busy machine measures once).
+  hw::KeptMeasurements<int> patient;
+  calls = 0;
+  EXPECT_TRUE(patient.get(2, measure).load.busy());
+  EXPECT_EQ(patient.get(2, measure).value, 1);
 }
 
 // A bench all that shared the CPUs with other work (hw::HostLoad::busy) reads low: it does not

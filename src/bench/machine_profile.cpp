@@ -95,6 +95,9 @@ Ceilings load_ceilings(const std::string& cpu_model, int threads) {
 }
 
 std::string Ceilings::source() const {
+  if (measured_now)
+    return fmt::format("measured just now, quickly{}; 'dlperf bench all' keeps a fuller measurement in {}",
+                       busy_note.empty() ? "" : fmt::format(", while {} (they may read low)", busy_note), kMachineProfile);
   return fmt::format("measured by 'dlperf bench all{}', in {}{}", quick ? " --quick" : "", kMachineProfile,
                      busy_note.empty() ? "" : fmt::format(", while {} (they may read low: rerun it on an idle machine)", busy_note));
 }

@@ -25,8 +25,10 @@ struct Ceilings {
   double call_overhead_us = 0;   ///< a call into the CPU engine (bench::cpu_dispatch); 0 = none measured
   bool quick = false;            ///< measured by 'dlperf bench all --quick' (fewer sizes and repeats)
   std::string busy_note;         ///< what else ran meanwhile, where that was enough to disturb them (hw::busy_note)
+  bool measured_now = false;     ///< measured by this process (plan::ceilings_measured_now), not read from the profile
   /// Where they came from, as tables and notes say it: "measured by 'dlperf bench all', in
-  /// runs/machine-profile.json" (with --quick where they were measured so, and the busy note).
+  /// runs/machine-profile.json" (with --quick where they were measured so, and the busy note),
+  /// or "measured just now, quickly; ...".
   std::string source() const;
 };
 /// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU (by its

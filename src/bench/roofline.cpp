@@ -143,7 +143,7 @@ Roofline cpu_roofline(const RooflineRequest& r) {
     const Ceilings now = plan::ceilings_measured_now(threads);
     peak = now.f32_gflops;
     out.bandwidth_gbps = now.bandwidth_gbps;
-    out.ceilings_source = fmt::format("measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in {}", kMachineProfile);
+    out.ceilings_source = now.source();
   }
   // Where the engine can train bf16 (AVX512-BF16), that precision's roof beside fp32's: bench
   // all's, else measured now (half a second; the best repeat, as the fp32 peak). The step's own

@@ -8,7 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <chrono>
+#include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace dlperf::hw {
@@ -53,5 +57,43 @@ HostLoad host_load_from_json(const nlohmann::json& j);
 /// "other processes used 34% of the 2 CPUs' time, and the hypervisor took 3%"; empty where the
 /// load is unknown or not busy().
 std::string busy_note(const HostLoad& h);
+
+/// A measurement taken once per thread count for the rest of the process (the plan's ceilings
+/// when no machine profile holds them), with the load it was taken under. One taken while other
+/// work shared the CPUs (HostLoad::busy) reads low, and is taken again at the first call a minute
+/// or more later: a lab whose start overlapped other work would otherwise predict every run from
+/// it (its runs' plan read 1.6x to 3x their measured step times; planned from ceilings measured
+/// again once the machine was idle, 0.85x to 1.12x). Not sooner: on a machine that stays busy, each call of a burst (a plan per
+/// run) would measure again.
+template <class T>
+class KeptMeasurements {
+ public:
+  struct Kept {
+    T value;
+    HostLoad load;
+    std::chrono::steady_clock::time_point taken;
+  };
+  explicit KeptMeasurements(std::chrono::seconds retake_busy_after = std::chrono::seconds(60))
+      : retake_busy_after_(retake_busy_after) {}
+  /// measure(threads)'s result: the kept one, or measured now where none is kept or the kept one
+  /// was busy() and is retake_busy_after old.
+  template <class F>
+  Kept get(int threads, F measure) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    auto it = kept_.find(threads);
+    if (it == kept_.end() || (it->second.load.busy() && std::chrono::steady_clock::now() - it->second.taken >= retake_busy_after_)) {
+      const CpuTimes begin = cpu_times_now();
+      T value = measure(threads);
+      // Timed from the measurement's end: one that a busy machine drew out is not taken again at once.
+      it = kept_.insert_or_assign(threads, Kept{std::move(value), host_load(begin, cpu_times_now()), std::chrono::steady_clock::now()}).first;
+    }
+    return it->second;
+  }
+
+ private:
+  std::chrono::seconds retake_busy_after_;
+  std::mutex mutex_;
+  std::map<int, Kept> kept_;
+};
 
 }  // namespace dlperf::hw

@@ -31,6 +31,9 @@ Experiment prediction(const std::vector<std::string>& records) {
       "Before a run, how close does `dlperf plan` come to the step time and peak memory the run measured? It predicts from "
       "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else measured on the "
       "spot in about two seconds), with the cost of a call into the engine each run measured around its epochs.";
+  const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
+  e.question += fmt::format(" The ceilings here ({:.0f} GFLOP/s, DRAM {:.0f} GB/s) were {}.", ceilings.peak_gflops, ceilings.dram_gbps,
+                            ceilings.source);
   e.columns = {{"run", "run", kText},
                {"step_ms_planned", "step ms planned", 3},
                {"step_ms", "step ms measured", 3},
@@ -40,7 +43,7 @@ Experiment prediction(const std::vector<std::string>& records) {
                {"peak_error_bytes", "peak error bytes", 0},
                {"call_us", "call us", 2}};  // the report adds status and note
   std::vector<plan::Skipped> skipped;
-  const auto rows = plan::compare_with_records(records, plan::host_ceilings(omp_get_max_threads()), skipped);
+  const auto rows = plan::compare_with_records(records, ceilings, skipped);
   for (const plan::Comparison& c : rows)
     e.rows.push_back({{"run", c.run},
                       {"step_ms_planned", 1e3 * c.predicted_step_s},

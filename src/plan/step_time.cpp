@@ -5,13 +5,12 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <map>
-#include <mutex>
 
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
 #include "bench/ops_bench.h"
 #include "hw/cpu_info.h"
+#include "hw/host_load.h"
 #include "plan/memory.h"
 
 namespace dlperf::plan {
@@ -19,16 +18,13 @@ namespace dlperf::plan {
 using nlohmann::json;
 
 namespace {
-// measure(threads), run once per thread count per process: each caller (each lambda type) keeps
-// its own results.
+// measure(threads), run once per thread count per process (each caller, each lambda type, keeps
+// its own results), and again where the kept result was measured while other work shared the
+// CPUs (hw::KeptMeasurements).
 template <class F>
 auto once_per_thread_count(int threads, F measure) {
-  static std::mutex mutex;
-  static std::map<int, decltype(measure(threads))> done;
-  const std::lock_guard<std::mutex> lock(mutex);
-  auto it = done.find(threads);
-  if (it == done.end()) it = done.emplace(threads, measure(threads)).first;
-  return it->second;
+  static hw::KeptMeasurements<decltype(measure(threads))> kept;
+  return kept.get(threads, measure);
 }
 
 }  // namespace
@@ -42,9 +38,10 @@ auto once_per_thread_count(int threads, F measure) {
 // raise one; and where even that best is under 90% of the peak counted at the base clock (cores
 // run at least that fast unless something takes them away), it is measured twice more. The
 // memory sweep is bench --quick's, each point its best round's (bench::kRounds). Measured
-// once per thread count per process.
+// once per thread count per process, and again later where other work shared the CPUs
+// meanwhile (hw::KeptMeasurements); the source says so while they stand.
 bench::Ceilings ceilings_measured_now(int threads) {
-  return once_per_thread_count(threads, [](int t) {
+  const auto kept = once_per_thread_count(threads, [](int t) {
     const hw::CpuInfo cpu = hw::cpu_info();
     bench::Options o;
     o.threads = t;
@@ -54,8 +51,12 @@ bench::Ceilings ceilings_measured_now(int threads) {
     for (int retry = 0; retry < 2 && m.f32_gflops < 0.9 * counted; ++retry) m.f32_gflops = std::max(m.f32_gflops, bench::fma_peak(o).gflops.max);
     o.quick = true;
     m.bandwidth_gbps = bench::bandwidth_levels(bench::memory_bandwidth(o), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, t);
+    m.measured_now = true;
     return m;
   });
+  bench::Ceilings m = kept.value;
+  m.busy_note = hw::busy_note(kept.load);
+  return m;
 }
 
 namespace {
@@ -66,7 +67,7 @@ namespace {
 // mlp's step took 33 us in the first state and 71 us in the second.
 double call_overhead_now_us(int threads) {
   // A lambda of its own: each measurement's type keeps its own cache in once_per_thread_count.
-  return once_per_thread_count(threads, [](int t) { return bench::cpu_call_now_us(t); });
+  return once_per_thread_count(threads, [](int t) { return bench::cpu_call_now_us(t); }).value;
 }
 }  // namespace
 
@@ -83,7 +84,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   const bool from_profile = measured.f32_gflops > 0;
   if (!from_profile) {
     measured = ceilings_measured_now(threads);
-    c.source = "measured just now, quickly; 'dlperf bench all' keeps a fuller measurement in " + std::string(bench::kMachineProfile);
+    c.source = measured.source();
   }
   c.peak_gflops = measured.f32_gflops;
   c.bf16_measured_gflops = measured.bf16_gflops;
