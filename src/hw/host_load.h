@@ -63,8 +63,8 @@ std::string busy_note(const HostLoad& h);
 /// work shared the CPUs (HostLoad::busy) reads low, and is taken again at the first call a minute
 /// or more later: a lab whose start overlapped other work would otherwise predict every run from
 /// it (its runs' plan read 1.6x to 3x their measured step times; planned from ceilings measured
-/// again once the machine was idle, 0.85x to 1.12x). Not sooner: on a machine that stays busy, each call of a burst (a plan per
-/// run) would measure again.
+/// again once the machine was idle, 0.85x to 1.12x). Not sooner: on a machine that stays busy,
+/// each call of a burst (a plan per run) would measure again.
 template <class T>
 class KeptMeasurements {
  public:
