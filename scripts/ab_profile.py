@@ -11,8 +11,8 @@ build, sorted by build A's time, then the step time; with --skip 0 also the firs
 pays for what a run does once (the first touch of every buffer).
 
 One build under two settings: give the same binary twice and the settings with --env-a/--env-b,
-for example 4 KiB pages against huge pages (docs/benchmarks.md):
-  python3 scripts/ab_profile.py build/dlperf build/dlperf --env-a DLPERF_HUGE_PAGES=off --batch-size 1024 --skip 0
+for example oneDNN's AVX2 kernels against its AVX-512 ones on an AVX-512 CPU:
+  python3 scripts/ab_profile.py build/dlperf build/dlperf --env-a ONEDNN_MAX_CPU_ISA=AVX2 --batch-size 256
 """
 import argparse
 import glob
