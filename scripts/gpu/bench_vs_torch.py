@@ -17,6 +17,8 @@ Fairness, as the issue states it:
     models each row's first repeat times PyTorch in every format of --torch-layouts (NCHW and
     channels_last) and the other repeats use the faster, so the peer is never timed in
     a format that slows it (the row says which it got);
+  - PyTorch's fused SGD on the GPU where it has one (the versions line says "torch_sgd fused"),
+    the one-kernel update dlperf has too;
   - fp32 means fp32 for both (TF32 off), tf32 turns it on for both, bf16/fp16 use torch.autocast
     (fp16 with a GradScaler) and dlperf --precision;
   - with --compile, also torch.compile(mode="max-autotune") where it runs: compiled once per row
@@ -53,17 +55,46 @@ def target_ratio(model, batch):
     return 1.0
 
 
+def set_tf32(on):
+    """Lets cuBLAS and cuDNN use TF32 for fp32 work, or forbids it. PyTorch 2.9 and later have a
+    per-library `fp32_precision` ("tf32" or "ieee"): their old `allow_tf32` flags warn there, and
+    once both kinds were set, code that reads the new one (torch.compile's inductor) raises
+    "you have used mix of the legacy and new APIs". So only the new one is set where it exists."""
+    matmul, conv = torch.backends.cuda.matmul, getattr(torch.backends.cudnn, "conv", None)
+    try:  # an older PyTorch's matmul object raises AssertionError, not AttributeError, for a name it lacks
+        new_api = conv is not None and hasattr(conv, "fp32_precision") and hasattr(matmul, "fp32_precision")
+    except AssertionError:
+        new_api = False
+    if new_api:
+        matmul.fp32_precision = conv.fp32_precision = "tf32" if on else "ieee"
+    else:
+        matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
+
+
+def sgd_kind(device):
+    """"fused" where this PyTorch has a fused SGD for `device` (one kernel updates every
+    parameter, as dlperf's update does: the strongest eager peer), else "default" (its foreach
+    or per-tensor loop)."""
+    if device != "cuda":
+        return "default"
+    try:
+        torch.optim.SGD([torch.zeros(1, device=device, requires_grad=True)], lr=0.1, momentum=0.9, fused=True)
+        return "fused"
+    except (TypeError, RuntimeError, ValueError):
+        return "default"
+
+
 def torch_run(spec, x, y, batch, lr, precision, device, compiled, timed_epochs=1, layout="nchw"):
     """Images/s of each of `timed_epochs` epochs over (x, y), which are already on `device`, after
     one warm-up epoch; a list, one figure an epoch. `layout`: nchw or channels_last (the model's
     and the images' memory format)."""
     torch.manual_seed(0)
     if device == "cuda":  # fp32 means fp32 (PyTorch lets cuDNN use TF32 by default); tf32 allows it in both libraries
-        torch.backends.cudnn.allow_tf32 = precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        set_tf32(precision == "tf32")
     model, x = in_layout(SpecNet(spec).to(device), x, layout)
     model.train()
-    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=True, weight_decay=5e-4,
+                          **({"fused": True} if sgd_kind(device) == "fused" else {}))
     step_model = torch.compile(model, mode="max-autotune") if compiled else model
     amp = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
     scaler = torch.amp.GradScaler(device) if precision == "fp16" else None
@@ -207,6 +238,7 @@ def main():
     x = ((x - x.mean()) / x.std()).to(args.device)
     y = torch.from_numpy(ys.astype(np.int64)).to(args.device)
     info = versions(args.device)
+    info["torch_sgd"] = sgd_kind(args.device)
     if args.dlperf_arg:
         info["dlperf_args"] = " ".join(args.dlperf_arg)
     print("dlperf vs PyTorch, training images/s (second epoch of %d images, median of %d): %s\n"
