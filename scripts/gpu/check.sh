@@ -50,8 +50,8 @@ summary=$out/summary.txt  # in $OUT itself, line by line: it comes back even fro
 : > "$summary"
 pack() {  # the archive of everything so far; after each stage, and at the end whatever happened
   if [ "$out" != "$work" ]; then
+    cp "$summary" "$work/" 2>/dev/null  # first, so the archive holds the summary up to this stage
     tar czf "$out/gpu-check.tar.gz.part" -C "$work" . && mv "$out/gpu-check.tar.gz.part" "$out/gpu-check.tar.gz"
-    cp "$summary" "$work/" 2>/dev/null
   fi
 }
 # Killed (the call's time limit, or a timeout around this script), bash leaves the stage it was
