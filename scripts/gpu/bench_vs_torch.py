@@ -30,6 +30,7 @@ Run on the GPU machine after scripts/gpu/build.sh:
 It also runs on a CPU-only PyTorch (--device cpu) to test the script itself.
 """
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -71,6 +72,7 @@ def set_tf32(on):
         matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = on
 
 
+@functools.lru_cache(maxsize=None)
 def sgd_kind(device):
     """"fused" where this PyTorch has a fused SGD for `device` (one kernel updates every
     parameter, as dlperf's update does: the strongest eager peer), else "default" (its foreach
