@@ -33,6 +33,7 @@ if [ "${1:-}" = --thread ]; then
   "$root/build/dlperf" bench all --quick --threads 1 >/dev/null  # the ceilings, measured untraced
   tsan() { echo "== TSan: dlperf $*"; "$root/build-tsan/dlperf" "$@" --threads 1 --no-progress >/dev/null; }
   tsan profile -m small -d synthetic:1x12x12:512 -b 16 -j 2 --skip 2 --steps 12
+  tsan profile -m small -d synthetic:1x12x12:512 -b 16 -j 2 --skip 2 --steps 24 --every 3  # paused between recorded steps
   tsan train -m medium --train-limit 1024 --test-limit 256 -b 32 -j 3 -e 1 --augment --checkpoint ck
   tsan train -m medium --train-limit 1024 --test-limit 256 -b 32 -j 2 -e 2 --augment --checkpoint ck --resume
   tsan train -m mlp --train-limit 1024 --test-limit 256 -b 16 -j 2 -e 1 --profile

@@ -260,55 +260,65 @@ TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
 // Profiled steps run back to back on the GPU (their events are read two steps later, from two
 // sets used in turn): on the GPU track each step follows the one before, holds all its spans,
 // and every step has the same passes. With graphs and eagerly, with the data on the GPU and
-// copied from the host; 7 steps, so the last read of each set is at the profile's end.
+// copied from the host; 7 steps, so the last read of each set is at the profile's end. With
+// --profile-every 3 it records steps 0, 3 and 6 of the window, the steps between replaying the
+// plain training graph: the recorded ones line up the same way.
 TEST(KERNEL_SUITE, ProfiledStepsLineUpOnTheGpuTrack) {
   REQUIRE_GPU();
   TempDir dir;
   const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 12, 12}, 10, 32);
-  for (bool graphs : {true, false})
-    for (bool on_device : {true, false}) {
-      SCOPED_TRACE(fmt::format("graphs {}, data on the GPU {}", graphs, on_device));
-      train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:512", 32, 1);  // 16 steps
-      c.graphs = graphs;
-      c.data_on_device = on_device;
-      c.profile = c.profile_only = true;
-      c.profile_skip = 2;
-      c.profile_steps = 7;
-      c.profile_out = (dir.path / "prof").string();
-      const auto r = train::train(c);
-      EXPECT_EQ(r.profile["step"]["steps"], 7);
-      std::map<int64_t, std::vector<profile::Event>> steps;
-      for (const auto& e : profile::Recorder::get().events())
-        if (e.track == profile::kGpuTrack) steps[e.step].push_back(e);
-      ASSERT_EQ(steps.size(), 7u);
-      double before = -1;
-      size_t passes = 0;
-      for (const auto& [k, events] : steps) {
-        SCOPED_TRACE(fmt::format("step {}", k));
-        std::vector<const profile::Event*> whole;
-        for (const auto& e : events)
-          if (e.phase == profile::Phase::step) whole.push_back(&e);
-        ASSERT_EQ(whole.size(), 1u);
-        const profile::Event& step = *whole[0];
-        EXPECT_GE(step.t0, before);
-        before = step.t1;
-        std::vector<const profile::Event*> spans;
-        for (const auto& e : events) {
-          if (&e == &step) continue;
-          EXPECT_LE(step.t0, e.t0) << e.name;
-          EXPECT_LE(e.t0, e.t1) << e.name;
-          EXPECT_LE(e.t1, step.t1) << e.name;
-          if (e.phase != profile::Phase::data) spans.push_back(&e);
+  for (int64_t every : {1, 3})
+    for (bool graphs : {true, false})
+      for (bool on_device : {true, false}) {
+        SCOPED_TRACE(fmt::format("every {}, graphs {}, data on the GPU {}", every, graphs, on_device));
+        train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:512", 32, 1);  // 16 steps
+        c.graphs = graphs;
+        c.data_on_device = on_device;
+        c.profile = c.profile_only = true;
+        c.profile_skip = 2;
+        c.profile_steps = 7;
+        c.profile_every = every;
+        c.profile_out = (dir.path / "prof").string();
+        const auto r = train::train(c);
+        const std::set<int64_t> recorded = every == 1 ? std::set<int64_t>{0, 1, 2, 3, 4, 5, 6} : std::set<int64_t>{0, 3, 6};
+        EXPECT_EQ(r.profile["step"]["steps"], int64_t(recorded.size()));
+        std::map<int64_t, std::vector<profile::Event>> steps;
+        std::set<int64_t> host_steps;
+        for (const auto& e : profile::Recorder::get().events()) {
+          if (e.track == profile::kGpuTrack) steps[e.step].push_back(e);
+          if (e.track == 0) host_steps.insert(e.step);
         }
-        if (k == 0) passes = spans.size();
-        EXPECT_EQ(spans.size(), passes);
-        // Nothing runs between spans, so each begins at the previous one's end mark (one event
-        // record a boundary): the spans tile the step from the first pass to the update.
-        std::stable_sort(spans.begin(), spans.end(), [](auto* a, auto* b) { return a->t0 < b->t0; });
-        for (size_t i = 1; i < spans.size(); ++i) EXPECT_EQ(spans[i]->t0, spans[i - 1]->t1) << spans[i]->name;
+        ASSERT_EQ(steps.size(), recorded.size());
+        EXPECT_EQ(host_steps, recorded);
+        double before = -1;
+        size_t passes = 0;
+        for (const auto& [k, events] : steps) {
+          EXPECT_TRUE(recorded.count(k)) << k;
+          SCOPED_TRACE(fmt::format("step {}", k));
+          std::vector<const profile::Event*> whole;
+          for (const auto& e : events)
+            if (e.phase == profile::Phase::step) whole.push_back(&e);
+          ASSERT_EQ(whole.size(), 1u);
+          const profile::Event& step = *whole[0];
+          EXPECT_GE(step.t0, before);
+          before = step.t1;
+          std::vector<const profile::Event*> spans;
+          for (const auto& e : events) {
+            if (&e == &step) continue;
+            EXPECT_LE(step.t0, e.t0) << e.name;
+            EXPECT_LE(e.t0, e.t1) << e.name;
+            EXPECT_LE(e.t1, step.t1) << e.name;
+            if (e.phase != profile::Phase::data) spans.push_back(&e);
+          }
+          if (k == 0) passes = spans.size();
+          EXPECT_EQ(spans.size(), passes);
+          // Nothing runs between spans, so each begins at the previous one's end mark (one event
+          // record a boundary): the spans tile the step from the first pass to the update.
+          std::stable_sort(spans.begin(), spans.end(), [](auto* a, auto* b) { return a->t0 < b->t0; });
+          for (size_t i = 1; i < spans.size(); ++i) EXPECT_EQ(spans[i]->t0, spans[i - 1]->t1) << spans[i]->name;
+        }
+        EXPECT_GT(passes, g.nodes.size());  // a forward and a backward pass a layer, the loss, the update
       }
-      EXPECT_GT(passes, g.nodes.size());  // a forward and a backward pass a layer, the loss, the update
-    }
 }
 
 // The window counts the run's steps: it may start in the second epoch, past the first epoch's

@@ -427,6 +427,50 @@ TEST(Profile, AWindowMayStartInALaterEpoch) {
   EXPECT_NE(e.find("this run trains 48 steps (3 epochs of 16)"), std::string::npos) << e;
 }
 
+// --profile-every N records the window's first step and every Nth after it; the steps between run
+// unrecorded (on a GPU they replay the plain training graph), so what a long recording costs is
+// divided by N. The table is the recorded steps': its FLOPs a step still the cost model's.
+TEST(Profile, ARecordingEveryNthStepTakesOnlyThoseSteps) {
+  TempDir dir;
+  auto c = profiled("small", dir.path);
+  c.data = "synthetic:1x12x12:1024";  // 64 steps an epoch
+  c.profile_skip = 2;
+  c.profile_steps = 32;  // steps 2 to 33 of the run
+  c.profile_every = 4;   // records 2, 6, ..., 30
+  const auto r = train::train(c);
+  EXPECT_EQ(r.profile["step"]["steps"], 8);
+  EXPECT_EQ(r.profile["step"]["every"], 4);
+  // The loader's workers are recorded through the steps between too: they refill half their
+  // 8-batch queue at a time, every 4 steps, which the recorded steps alone might never see.
+  EXPECT_GT(r.profile["step"]["loader_busy"].get<double>(), 0);
+  EXPECT_LE(r.profile["step"]["loader_busy"].get<double>(), 2.0 + 1e-9);
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {1, 12, 12}, 10, 16);
+  EXPECT_NEAR(r.profile["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  double share = 0;
+  for (const auto& row : r.profile["rows"]) {
+    EXPECT_EQ(row["calls"].get<int>() % 8, 0) << row.dump();  // once (or twice) in each recorded step
+    share += row["share"].get<double>();
+  }
+  EXPECT_NEAR(share, 1.0, 0.01);
+  // The training thread's track holds those steps alone, numbered by their place in the window.
+  std::ifstream f(r.trace_path);
+  const json t = json::parse(f);
+  std::set<int64_t> steps;
+  for (const auto& e : t["traceEvents"])
+    if (e["ph"] == "X" && e["tid"] == 0) steps.insert(e["args"]["step"].get<int64_t>());
+  EXPECT_EQ(steps, (std::set<int64_t>{0, 4, 8, 12, 16, 20, 24, 28}));
+  expect_nested(t);
+  EXPECT_FALSE(profile::Recorder::get().on());
+  EXPECT_FALSE(profile::Recorder::get().started());
+  // dlperf profile stops after its window, in the first epoch, as without sampling.
+  EXPECT_EQ(r.record["epochs"].size(), 1u);
+
+  c.profile_every = 0;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--every 0 records no step"), std::string::npos);
+  c.profile_only = false;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--profile-every 0 records no step"), std::string::npos);
+}
+
 // A window longer than what is left of its epoch records to the epoch's end, and says so, in the
 // flags of the command that set it; a window that fits says nothing.
 TEST(Profile, AWindowCutShortByItsEpochSaysSo) {

@@ -20,7 +20,8 @@
 #   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW; then
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
 #   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh)
-#   profile     dlperf profile on the GPU, and what profiling costs there (scripts/bench_profile_overhead.sh)
+#   profile     dlperf profile on the GPU, and what profiling costs there, every step recorded and one in 4
+#               (scripts/bench_profile_overhead.sh)
 #   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16,
 #               and bench loader (can the host feed the GPU?)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (default "--batches 64,1024 --repeats 2":
@@ -166,9 +167,11 @@ for stage in "$@"; do
       run_for 60 $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device \
         --runs-dir "$work/runs" --out "$work/profile-medium" > "$work/profile.txt" 2>&1
       head -30 "$work/profile.txt" | tee -a "$summary"
-      run_for 120 env DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 EPOCHS=2 LIMIT=60000 \
+      # Every step recorded, and one in 4 (--profile-every 4) in the same rounds: a profiled step
+      # records ~38 CUDA events, which may cost more than 5% of a step of a few hundred us.
+      run_for 120 env DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 EPOCHS=2 LIMIT=60000 EVERY="1 4" \
         scripts/bench_profile_overhead.sh > "$work/profile-overhead.txt" 2>&1
-      tail -3 "$work/profile-overhead.txt" | tee -a "$summary"
+      tail -5 "$work/profile-overhead.txt" | tee -a "$summary"
       ;;
     bench)
       # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the

@@ -212,10 +212,12 @@ void Loader::worker_loop(int worker) {
     }
     try {
       profile::Recorder& rec = profile::Recorder::get();
-      const bool was_on = rec.on();
+      // Through the whole window, the steps --profile-every skips included: workers fill in bursts
+      // (half the queue at a time), which one step in N could see always or never.
+      const bool was_on = rec.started();
       const double t0 = was_on ? rec.now() : 0;
       fill(slot->batch, id);
-      if (was_on && rec.on()) {  // the batch on this worker's own track of the trace
+      if (was_on && rec.started()) {  // the batch on this worker's own track of the trace
         profile::Event e;
         e.name = fmt::format("batch {}", id);
         e.phase = profile::Phase::load;

@@ -43,6 +43,7 @@ void Recorder::start() {
   origin_.store(now_s(), std::memory_order_relaxed);
   cpu_start_ = hw::cpu_times_now();
   cpu_stop_ = {};
+  started_.store(true, std::memory_order_release);
   on_.store(true, std::memory_order_release);
   sample_memory(HostAllocator::instance().stats());
   HostAllocator::instance().set_observer([](const MemoryStats& s) { Recorder::get().sample_memory(s); });
@@ -51,8 +52,15 @@ void Recorder::start() {
 void Recorder::stop() {
   HostAllocator::instance().set_observer(nullptr);
   on_.store(false);
+  started_.store(false, std::memory_order_release);
   while (!stack_.empty()) pop();
   cpu_stop_ = hw::cpu_times_now();
+}
+
+void Recorder::pause() { on_.store(false, std::memory_order_release); }
+
+void Recorder::resume() {
+  if (started()) on_.store(true, std::memory_order_release);
 }
 
 void Recorder::push(std::string name, std::string op, Phase phase, int node, bool launch) {

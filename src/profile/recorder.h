@@ -47,10 +47,17 @@ struct MemorySample {
 class Recorder {
  public:
   static Recorder& get();
+  /// Whether events are taken now: between start() and stop(), and not paused.
   bool on() const { return on_.load(std::memory_order_acquire); }
+  /// Whether a recording is under way (started, not yet stopped), paused or not.
+  bool started() const { return started_.load(std::memory_order_acquire); }
   /// Clears everything and starts recording (and memory sampling).
   void start();
   void stop();
+  /// Training thread, between steps (no event open): a recording that samples one step in N
+  /// (--profile-every) takes no events during the steps it skips; memory is still sampled.
+  void pause();
+  void resume();
   void set_step(int64_t s) { step_.store(s, std::memory_order_relaxed); }
   int64_t step() const { return step_.load(std::memory_order_relaxed); }
 
@@ -74,6 +81,7 @@ class Recorder {
  private:
   // Atomic: the loader's workers read them (step(), now()) while the training thread sets them.
   std::atomic<bool> on_{false};
+  std::atomic<bool> started_{false};
   std::atomic<int64_t> step_{0};
   std::atomic<double> origin_{0};
   std::vector<Event> open_;   // storage of the training thread's events

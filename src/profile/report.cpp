@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -220,10 +221,15 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   s.data_s /= n, s.copy_s /= n, s.forward_s /= n, s.backward_s /= n, s.optimizer_s /= n;
   s.idle_s = s.step_s - s.data_s - s.copy_s - s.forward_s - s.backward_s - s.optimizer_s;
   s.launches = launches / n;
-  double busy = 0;
+  // The workers are recorded through the whole window, the steps --profile-every skips included
+  // (they fill in bursts, which one step in N could always or never see), so their busy time is
+  // taken over the training thread's span, from the first recorded step's start to the last one's end.
+  double first = std::numeric_limits<double>::infinity(), last = -first, busy = 0;
   for (const auto& e : events)
-    if (e.track > 0 && e.track != kGpuTrack) busy += e.t1 - e.t0;
-  s.loader_busy = r.recorded_s > 0 ? busy / r.recorded_s : 0;
+    if (e.track == 0 && e.phase == Phase::step) first = std::min(first, e.t0), last = std::max(last, e.t1);
+  for (const auto& e : events)
+    if (e.track > 0 && e.track != kGpuTrack) busy += std::max(0.0, std::min(e.t1, last) - std::max(e.t0, first));
+  s.loader_busy = last > first ? busy / (last - first) : 0;
   return r;
 }
 
@@ -233,8 +239,9 @@ void print_report(const Report& r, size_t max_rows) {
   const std::string spread = s.steps > 1 ? fmt::format(" (median {}, {} to {})", format_seconds(s.step_median_s),
                                                         format_seconds(s.step_min_s), format_seconds(s.step_max_s))
                                           : std::string();
-  std::printf("\nProfile of %s: %s a step%s, %.0f kernel launches a step (%s)\n", counted(s.steps, "training step").c_str(),
-              format_seconds(s.step_s).c_str(), spread.c_str(), s.launches, s.launches_source.c_str());
+  const std::string sampled = s.every > 1 ? fmt::format(" (one in {})", s.every) : std::string();
+  std::printf("\nProfile of %s%s: %s a step%s, %.0f kernel launches a step (%s)\n", counted(s.steps, "training step").c_str(),
+              sampled.c_str(), format_seconds(s.step_s).c_str(), spread.c_str(), s.launches, s.launches_source.c_str());
   // loader_busy sums the workers' busy time, so 2 workers can be busy 150% of the time: the
   // console shows the mean per worker, which reads as a share.
   const std::string loader = s.loader_workers > 0 ? fmt::format("{} loader worker{}, each busy {:.1f}% of the time on average", s.loader_workers,
@@ -325,7 +332,7 @@ json to_json(const Report& r) {
                     {"gflops", x.gflops()}, {"gbps", x.gbps()}, {"intensity", x.intensity()}, {"bound", x.bound}});
   const StepSummary& s = r.step;
   return {{"rows", rows},
-          {"step", {{"steps", s.steps}, {"step_s", s.step_s}, {"step_median_s", s.step_median_s}, {"step_min_s", s.step_min_s},
+          {"step", {{"steps", s.steps}, {"every", s.every}, {"step_s", s.step_s}, {"step_median_s", s.step_median_s}, {"step_min_s", s.step_min_s},
                     {"step_max_s", s.step_max_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
                     {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
                     {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers},

@@ -33,6 +33,7 @@ struct OpRow {
 
 struct StepSummary {
   int64_t steps = 0;
+  int64_t every = 1;  ///< the recording took one step in `every` (--profile-every); the others ran unrecorded
   double step_s = 0;  ///< mean
   /// The recorded steps' median, fastest and slowest: a mean well above the median says a few
   /// slow steps (the machine busy with other work) weigh in every sum of the table.
@@ -42,7 +43,7 @@ struct StepSummary {
   /// Where `launches` comes from: one per recorded primitive and own-kernel pass (an estimate:
   /// a library call may launch several kernels), or the exact count in the step's CUDA graph.
   std::string launches_source = "one per primitive and layer pass";
-  double loader_busy = 0;  ///< loader workers' busy time / recorded time, summed over workers
+  double loader_busy = 0;  ///< loader workers' busy time / the recorded steps' span, summed over workers
   int64_t loader_workers = 0;  ///< the run's loader workers (0: batches load in the training thread or on the GPU)
   /// dlperf plan's step time for the run on this CPU's ceilings (plan::predict_step); 0 where
   /// none was made (a GPU run, whose plan rests on datasheets).

@@ -162,9 +162,11 @@ inline std::string profile_flag(const TrainConfig& cfg, const std::string& name)
 /// the first step this run trains, so a window may start in any epoch (a benchmark of what
 /// profiling costs records a whole later epoch, past the GPU's warm-up). steps 0 = to the end of
 /// the epoch the window starts in. Refuses a window that starts after the run's last step.
+/// --profile-every N records the window's first step and every Nth after it.
 struct ProfileWindow {
-  int64_t skip, steps;
-  ProfileWindow(const TrainConfig& cfg, int64_t per_epoch, int64_t epochs_to_train) : skip(cfg.profile_skip), steps(cfg.profile_steps) {
+  int64_t skip, steps, every;
+  ProfileWindow(const TrainConfig& cfg, int64_t per_epoch, int64_t epochs_to_train)
+      : skip(cfg.profile_skip), steps(cfg.profile_steps), every(cfg.profile_every) {
     const int64_t run_steps = per_epoch * epochs_to_train;
     const std::string flag = profile_flag(cfg, "skip"), steps_flag = profile_flag(cfg, "steps");
     check(skip < run_steps,
@@ -181,6 +183,9 @@ struct ProfileWindow {
   /// `k`: steps this run trained before the one about to start.
   bool starts_at(int64_t k) const { return k == skip; }
   bool ends_at(int64_t k) const { return steps > 0 && k == skip + steps; }
+  /// Whether step `k` of the open window is one it records; the others run unrecorded, the
+  /// recording paused.
+  bool records(int64_t k) const { return (k - skip) % every == 0; }
 };
 /// The allocator's peaks (all categories at once, and each) into an epoch's stats.
 inline void record_peaks(EpochStats& st, const MemoryStats& ms) {

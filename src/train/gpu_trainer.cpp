@@ -298,20 +298,27 @@ class GpuProfile {
   bool done() const { return done_; }
   /// Said with the run's notes: the window is cut short by the end of its epoch.
   const std::string& note() const { return window_.note; }
-  bool recording() const { return profile::Recorder::get().on(); }
+  /// Whether the window is open (its steps recorded or, with --profile-every, some skipped).
+  bool recording() const { return profile::Recorder::get().started(); }
+  /// Whether the step about to run is recorded: its spans timed with CUDA events.
+  bool records_step() const { return profile::Recorder::get().on(); }
 
-  /// Before the run's step `step`: starts or stops the recording where the window starts or ends.
-  /// Returns true when it stopped here.
+  /// Before the run's step `step`: starts or stops the recording where the window starts or ends,
+  /// and pauses it for the window's steps --profile-every skips. Returns true when it stopped here.
   bool before_step(int64_t step) {
     if (done_) return false;
     profile::Recorder& rec = profile::Recorder::get();
     const int64_t k = step - first_step_;
     if (window_.starts_at(k)) start();
-    if (rec.on() && window_.ends_at(k)) {
+    if (rec.started() && window_.ends_at(k)) {
       stop();
       return true;
     }
-    if (rec.on()) rec.set_step(k - window_.skip);
+    if (rec.started()) {
+      rec.set_step(k - window_.skip);
+      if (window_.records(k)) rec.resume();
+      else rec.pause();
+    }
     return false;
   }
   /// Bracket a recorded step; `wait_end`: when its data wait ended (recorder time; none: -inf).
@@ -493,7 +500,7 @@ struct GpuRun {
         return std::nullopt;
       }
       if (profile && profile->before_step(step) && cfg.profile_only) break;
-      const bool timing = profile && profile->recording();
+      const bool timing = profile && profile->records_step();
       const profile::Scope step_scope("step", profile::Phase::step);
       if (timing) profile->begin_step();
       double wait_end = -std::numeric_limits<double>::infinity();  // none when the data is on the GPU

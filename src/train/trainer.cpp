@@ -159,6 +159,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   check(!events.empty(), "the profile recorded no steps", fmt::format("lower {}", detail::profile_flag(cfg, "skip")));
   profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group);
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
+  rep.step.every = cfg.profile_every;
   rep.host_load = rec.host_load();
   rep.step.planned_s = planned_step_s;
   if (kernels_per_step > 0) {
@@ -520,6 +521,8 @@ void validate(const TrainConfig& cfg) {
   check(cfg.profile_skip >= 0 && cfg.profile_steps >= 0,
         fmt::format("{} and {} count steps: they cannot be negative", detail::profile_flag(cfg, "skip"),
                     detail::profile_flag(cfg, "steps")));
+  check(cfg.profile_every >= 1, fmt::format("{} {} records no step", detail::profile_flag(cfg, "every"), cfg.profile_every),
+        fmt::format("{} 1 records every step of the window, 4 one in four", detail::profile_flag(cfg, "every")));
   if (cfg.profile && !cfg.profile_out.empty()) {
     const std::string dir =
         names_a_directory(cfg.profile_out) ? cfg.profile_out : fs::path(cfg.profile_out).parent_path().string();
@@ -602,18 +605,22 @@ struct Run {
     for (int64_t i = 0;; ++i) {
       if (opt.steps_done() == cfg.sigint_at_step) std::raise(SIGINT);
       if (stop_signal() != 0) {  // an unfinished recording is dropped: profiled_ stays false
-        if (rec.on()) rec.stop();
+        if (rec.started()) rec.stop();
         progress.clear();
         return std::nullopt;
       }
       if (profiling_ && !profiled_) {  // i < per_epoch: a step follows (the loader's end is no step)
         if (i < per_epoch && window->starts_at(steps_run)) rec.start();
-        if (rec.on() && (window->ends_at(steps_run) || i == per_epoch)) {
+        if (rec.started() && (window->ends_at(steps_run) || i == per_epoch)) {
           rec.stop();
           profiled_ = true;
           if (cfg.profile_only) break;
         }
-        if (rec.on()) rec.set_step(steps_run - window->skip);
+        if (rec.started()) {
+          rec.set_step(steps_run - window->skip);
+          if (window->records(steps_run)) rec.resume();
+          else rec.pause();
+        }
       }
       const profile::Scope step_scope("step", profile::Phase::step);
       const double t0 = now_s();
@@ -650,7 +657,7 @@ struct Run {
       tally.add(r.loss, r.correct, b->valid);
       progress.update(i + 1, tally.seen, tally.loss_sum / double(tally.seen));
     }
-    if (rec.on()) {  // the epoch ended inside the recording window
+    if (rec.started()) {  // the epoch ended inside the recording window
       rec.stop();
       profiled_ = true;
     }
@@ -709,7 +716,7 @@ TrainResult train(const TrainConfig& cfg) {
   validate(cfg);
   const StopOnSignal stop_on_signal;  // Ctrl-C stops at the next step and keeps the finished epochs
   // A profile an earlier run left recording (it threw mid-window) must not record this one.
-  if (profile::Recorder::get().on()) profile::Recorder::get().stop();
+  if (profile::Recorder::get().started()) profile::Recorder::get().stop();
   const bool say = !cfg.quiet;
   const hw::ScopedThreads scoped_threads(cfg.threads);
   const int threads = scoped_threads.count();

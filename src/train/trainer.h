@@ -54,6 +54,7 @@ struct TrainConfig {
   bool profile = false;
   int64_t profile_skip = 5;
   int64_t profile_steps = 20;   ///< 0 = to the end of the epoch the recording starts in
+  int64_t profile_every = 1;    ///< of the window's steps, record the first and every Nth after it
   bool profile_only = false;    ///< dlperf profile: stop once the steps are recorded
   std::string profile_group = "layer";  ///< layer | op
   std::string profile_out;      ///< report files' path prefix; empty = in runs_dir

@@ -169,7 +169,6 @@ void Network::begin_profile() {
   slot_ = 0;
   ok(cudaEventRecord(origin_, stream_), "cudaEventRecord");
   ok(cudaEventSynchronize(origin_), "starting the profile");  // the GPU is idle: the origin is now
-  profiling_ = true;
 }
 
 void Network::begin_profiled_step() {
@@ -179,10 +178,12 @@ void Network::begin_profiled_step() {
   s.step = {};
   chained_ = false;  // the step's load comes next, outside any span
   ok(cudaEventRecord(s.start, stream_), "cudaEventRecord");
+  profiling_ = true;
 }
 
 void Network::end_profiled_step() {
   ProfileSlot& s = slots_[slot_];
+  profiling_ = false;
   ok(cudaEventRecord(s.end, stream_), "cudaEventRecord");
   s.pending = true;
   slot_ ^= 1;

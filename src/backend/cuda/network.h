@@ -122,15 +122,16 @@ class Network {
   void eval_step(const std::function<void(cudaStream_t)>& load, int64_t valid);
   /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
   GpuTally tally(bool reset);
-  /// Profiling (dlperf profile on a GPU): while on, every layer pass, the loss and the update are
-  /// bracketed by CUDA events. With graphs, a profiled step replays the step captured once more
-  /// with those event records as graph nodes, so kernels run as in training; else eagerly.
+  /// Profiling (dlperf profile on a GPU): in a profiled step every layer pass, the loss and the
+  /// update are bracketed by CUDA events. With graphs, a profiled step replays the step captured
+  /// once more with those event records as graph nodes, so kernels run as in training; else
+  /// eagerly. Steps between profiled ones (--profile-every) replay the plain training graph.
   /// Nothing waits for the GPU between profiled steps: two sets of events (and graphs) are used
-  /// in turn, and a step's events are read when its set comes round again, two steps later, so
-  /// the GPU runs profiled steps back to back as it runs training.
+  /// in turn, and a step's events are read when its set comes round again, two profiled steps
+  /// later, so the GPU runs profiled steps back to back as it runs training.
   ///   begin_profile()        waits for the GPU once; its time is the profile's time origin
   ///   begin_profiled_step()  before a profiled step's work is queued (its data included)
-  ///   end_profiled_step()    after it
+  ///   end_profiled_step()    after it; a step queued outside this pair is not profiled
   ///   take_profiled()        the steps read so far, oldest first
   ///   end_profile()          waits for the steps not yet read (take_profiled() returns them)
   void begin_profile();
@@ -264,7 +265,7 @@ class Network {
     SpanRecords captured;                         // what that graph records
     bool pending = false;                         // queued, not yet read
   };
-  bool profiling_ = false;
+  bool profiling_ = false;  // between begin_profiled_step() and end_profiled_step(): spans are timed
   bool capturing_ = false;
   // Whether the last thing queued was a span's end: the next span then begins at that mark, one
   // event record instead of two. Work queued outside spans (the step's load, the input cast)
