@@ -55,7 +55,7 @@ void add_profile_flags(CLI::App* c, train::TrainConfig* cfg, bool in_train) {
       c->add_option(in_train ? "--profile-skip" : "--skip", cfg->profile_skip, "steps to run before recording (warm-up; counted over the whole run, so recording may start in a later epoch)")->capture_default_str(),
       c->add_option(in_train ? "--profile-steps" : "--steps", cfg->profile_steps, "steps to record (0 = to the end of the epoch recording starts in)")->capture_default_str(),
       c->add_option(in_train ? "--profile-every" : "--every", cfg->profile_every,
-                    "record one step in N of those (the others run as training runs, unrecorded: what a long recording costs is divided by N)")
+                    "of those steps, record the first and every Nth after it (the others run unrecorded, as training runs them: what a long recording costs is divided by N)")
           ->capture_default_str()->check(at_least(1)),
       c->add_option("--group-by", cfg->profile_group, "layer | op")->capture_default_str()->check(CLI::IsMember({"layer", "op"})),
       c->add_option(in_train ? "--profile-out" : "--out", cfg->profile_out, "path prefix of the profile's .json and .trace.json, or a directory for them (default: in --runs-dir)"),
