@@ -47,6 +47,7 @@ TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
   const auto l = bench::gpu::launch_latency(0, 100, 3);
   EXPECT_GT(l.plain_us, 0);
   EXPECT_GT(l.graph_us, 0);
+  EXPECT_GT(l.graph_event_us, 0);  // the graph with an event record after each kernel (validated inside)
   const auto bw = bench::gpu::device_bandwidth(0, kStreamBytes, 3);
   ASSERT_EQ(bw.size(), 3u);
   for (const auto& b : bw) EXPECT_GT(b.median_gbps, kMinGbps) << b.kernel;

@@ -134,19 +134,36 @@ LaunchResult launch_latency(int device, int kernels, int repeats) {
     ok(cudaGetLastError(), "empty kernel launch");
     if (r >= 0) plain.push_back(s / kernels * 1e6);
   }
-  // The same launches captured once into a graph and replayed.
-  cudaGraph_t g{};
-  cudaGraphExec_t exec{};
-  ok(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-  for (int k = 0; k < kernels; ++k) cuda::empty_kernel(t.stream);
-  ok(cudaStreamEndCapture(t.stream, &g), "cudaStreamEndCapture");
-  ok(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-  for (int r = -1; r < repeats; ++r) {
-    const double s = t.time([&] { ok(cudaGraphLaunch(exec, t.stream), "cudaGraphLaunch"); });
-    if (r >= 0) graph.push_back(s / kernels * 1e6);
-  }
-  cudaGraphExecDestroy(exec);
-  cudaGraphDestroy(g);
+  // The same launches captured once into a graph and replayed; then again with a timing event
+  // recorded after each kernel, as graph nodes (cudaEventRecordExternal), the way a profiled
+  // step's graph records its span boundaries (cuda::Network::begin_profile).
+  std::vector<cudaEvent_t> events(static_cast<size_t>(kernels));
+  for (auto& e : events) ok(cudaEventCreate(&e), "cudaEventCreate");
+  auto replayed = [&](bool with_events, std::vector<double>& per_kernel) {
+    cudaGraph_t g{};
+    cudaGraphExec_t exec{};
+    ok(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    for (int k = 0; k < kernels; ++k) {
+      cuda::empty_kernel(t.stream);
+      if (with_events) ok(cudaEventRecordWithFlags(events[size_t(k)], t.stream, cudaEventRecordExternal), "cudaEventRecordWithFlags");
+    }
+    ok(cudaStreamEndCapture(t.stream, &g), "cudaStreamEndCapture");
+    ok(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+    for (int r = -1; r < repeats; ++r) {
+      const double s = t.time([&] { ok(cudaGraphLaunch(exec, t.stream), "cudaGraphLaunch"); });
+      if (r >= 0) per_kernel.push_back(s / kernels * 1e6);
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(g);
+  };
+  std::vector<double> graph_events;
+  replayed(false, graph);
+  replayed(true, graph_events);
+  // Validate: the events were recorded, in order, by the last replay.
+  float first_to_last = -1;
+  ok(cudaEventElapsedTime(&first_to_last, events.front(), events.back()), "cudaEventElapsedTime (the graph's event records)");
+  check(first_to_last >= 0, "GPU launch benchmark: the graph's last event was recorded before its first");
+  for (auto& e : events) cudaEventDestroy(e);
   // One kernel and a synchronize at a time, timed on the host.
   for (int r = -1; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -159,6 +176,7 @@ LaunchResult launch_latency(int device, int kernels, int repeats) {
   }
   res.plain_us = spread_of(plain).median;
   res.graph_us = spread_of(graph).median;
+  res.graph_event_us = spread_of(graph_events).median;
   res.sync_us = spread_of(sync).median;
   return res;
 }
@@ -549,7 +567,8 @@ nlohmann::json to_json(const std::vector<CopyPoint>& c) {
   return out;
 }
 nlohmann::json to_json(const LaunchResult& l) {
-  return {{"plain_us", l.plain_us}, {"graph_us", l.graph_us}, {"launch_and_sync_us", l.sync_us}};
+  return {{"plain_us", l.plain_us}, {"graph_us", l.graph_us}, {"graph_with_events_us", l.graph_event_us},
+          {"event_record_us", l.graph_event_us - l.graph_us}, {"launch_and_sync_us", l.sync_us}};
 }
 nlohmann::json to_json(const std::vector<DeviceBandwidth>& b) {
   nlohmann::json out = nlohmann::json::array();

@@ -27,6 +27,10 @@ std::vector<CopyPoint> copies(int device, double max_bytes, int repeats);
 struct LaunchResult {
   double plain_us = 0;  ///< per empty kernel, launched back to back and synchronized once
   double graph_us = 0;  ///< per kernel, the same kernels captured in a CUDA graph and replayed
+  /// Per kernel, the graph with a timing event recorded after each kernel (the event records
+  /// the profiler puts between a profiled step's spans): graph_event_us - graph_us is what one
+  /// such event costs the GPU, and so what profiling a step costs per span boundary.
+  double graph_event_us = 0;
   double sync_us = 0;   ///< launch plus synchronize, one at a time (what a step pays per sync)
 };
 LaunchResult launch_latency(int device, int kernels, int repeats);

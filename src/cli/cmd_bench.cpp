@@ -400,6 +400,8 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
     const auto l = bench::gpu::launch_latency(device, 1000, repeats);
     std::printf("\nKernel launch on GPU %d (empty kernels, median): %.2f us each back to back, %.2f us from a CUDA graph, "
                 "%.2f us launch + synchronize\n", device, l.plain_us, l.graph_us, l.sync_us);
+    std::printf("A timing event recorded after each kernel in the graph: %.2f us a kernel, so %+.2f us an event (what "
+                "dlperf profile pays per span boundary of a graphed step)\n", l.graph_event_us, l.graph_event_us - l.graph_us);
     return bench::gpu::to_json(l);
   }
   const auto bw = bench::gpu::device_bandwidth(device, a.opt.quick ? 256e6 : 1e9, repeats);
