@@ -490,6 +490,10 @@ TEST(Profile, AWindowCutShortByItsEpochSaysSo) {
   EXPECT_NE(train::detail::ProfileWindow(c, 16, 3).note.find("--profile-steps 30 is more than the 12 steps left in the epoch "
                                                               "after --profile-skip 20"),
             std::string::npos);
+  c.profile_every = 5;  // with --every, one step in N of those it records
+  EXPECT_NE(train::detail::ProfileWindow(c, 16, 3).note.find("it records one in 5 of 12 (recording ends"), std::string::npos)
+      << train::detail::ProfileWindow(c, 16, 3).note;
+  c.profile_every = 1;
   c.profile_only = true;
   const auto r = train::train(c);
   EXPECT_EQ(r.profile["step"]["steps"], 12);

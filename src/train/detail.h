@@ -175,9 +175,10 @@ struct ProfileWindow {
           fmt::format("lower {}, or use more data, more --epochs or a smaller --batch-size", flag));
     // Recording stops at the end of the epoch it starts in: a longer window is cut short, and said.
     if (const int64_t left = per_epoch - skip % per_epoch; steps > left)
-      note = fmt::format("{} {} is more than the {} left in the epoch after {} {}: it records those {} (recording ends with "
+      note = fmt::format("{} {} is more than the {} left in the epoch after {} {}: it records {} {} (recording ends with "
                          "the epoch it starts in; {} 0 records to that end)",
-                         steps_flag, steps, counted(left, "step"), flag, skip, left, steps_flag);
+                         steps_flag, steps, counted(left, "step"), flag, skip, every > 1 ? fmt::format("one in {} of", every) : "those",
+                         left, steps_flag);
   }
   std::string note;  ///< said with the run's notes when the window is cut short, else empty
   /// `k`: steps this run trained before the one about to start.
