@@ -497,6 +497,28 @@ TEST(Profile, AWindowCutShortByItsEpochSaysSo) {
   c.profile_only = true;
   const auto r = train::train(c);
   EXPECT_EQ(r.profile["step"]["steps"], 12);
+
+  // An --every as long as the window records its first step alone, and says how to spread it.
+  c.epochs = 100;  // 1600 steps: 1580 left after --skip 20
+  c.profile_skip = 20;
+  c.profile_steps = 20;
+  c.profile_every = 19;  // records steps 0 and 19 of the window: nothing to say
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note, "");
+  c.profile_every = 20;
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note,
+            "--every 20 over a window of 20 steps records its first step alone: --steps 200 records 10 steps in 200");
+  c.profile_every = 500;  // more than the epoch holds: the way out says so
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note,
+            "--every 500 over a window of 20 steps records its first step alone: --steps 5000 records 10 steps in 5000 (only "
+            "1580 steps are left in this epoch: use more data or a smaller --every)");
+  c.profile_steps = 30;  // cut short by its epoch (12 left) too: both said, in the flags of dlperf train
+  c.profile_only = false;
+  c.profile_every = 12;
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16, 3).note,
+            "--profile-steps 30 is more than the 12 steps left in the epoch after --profile-skip 20: it records one in 12 of "
+            "12 (recording ends with the epoch it starts in; --profile-steps 0 records to that end); --profile-every 12 over a "
+            "window of 12 steps records its first step alone: --profile-steps 120 records 10 steps in 120 (only 12 steps are "
+            "left in this epoch: use more data or a smaller --profile-every)");
 }
 
 // dlperf profile stops its epoch after the recorded steps, so it writes no checkpoint: one that

@@ -174,13 +174,23 @@ struct ProfileWindow {
                       counted(epochs_to_train, "epoch"), per_epoch),
           fmt::format("lower {}, or use more data, more --epochs or a smaller --batch-size", flag));
     // Recording stops at the end of the epoch it starts in: a longer window is cut short, and said.
-    if (const int64_t left = per_epoch - skip % per_epoch; steps > left)
+    const int64_t left = per_epoch - skip % per_epoch;
+    if (steps > left)
       note = fmt::format("{} {} is more than the {} left in the epoch after {} {}: it records {} {} (recording ends with "
                          "the epoch it starts in; {} 0 records to that end)",
                          steps_flag, steps, counted(left, "step"), flag, skip, every > 1 ? fmt::format("one in {} of", every) : "those",
                          left, steps_flag);
+    // A sampling interval as long as the window records its first step alone: almost surely a
+    // window left at its default (--steps 20) under an --every meant for a long recording.
+    if (const int64_t window = steps > 0 ? std::min(steps, left) : left; every > 1 && window <= every) {
+      const std::string every_flag = profile_flag(cfg, "every");
+      note += fmt::format("{}{} {} over a window of {} records its first step alone: {} {} records {} in {}", note.empty() ? "" : "; ",
+                          every_flag, every, counted(window, "step"), steps_flag, every * 10, counted(10, "step"), every * 10);
+      if (every * 10 > left)
+        note += fmt::format(" (only {} are left in this epoch: use more data or a smaller {})", counted(left, "step"), every_flag);
+    }
   }
-  std::string note;  ///< said with the run's notes when the window is cut short, else empty
+  std::string note;  ///< said with the run's notes when the window is cut short or holds one recorded step, else empty
   /// `k`: steps this run trained before the one about to start.
   bool starts_at(int64_t k) const { return k == skip; }
   bool ends_at(int64_t k) const { return steps > 0 && k == skip + steps; }
