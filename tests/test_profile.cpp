@@ -507,18 +507,26 @@ TEST(Profile, AWindowCutShortByItsEpochSaysSo) {
   c.profile_every = 20;
   EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note,
             "--every 20 over a window of 20 steps records its first step alone: --steps 200 records 10 steps in 200");
-  c.profile_every = 500;  // more than the epoch holds: the way out says so
+  c.profile_every = 100;  // ten recorded steps take more than the epoch's 1580: it offers what there is
   EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note,
-            "--every 500 over a window of 20 steps records its first step alone: --steps 5000 records 10 steps in 5000 (only "
-            "1580 steps are left in this epoch: use more data or a smaller --every)");
+            "--every 100 over a window of 20 steps records its first step alone: --steps 1000 records 10 steps in 1000");
+  c.profile_every = 200;
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note,
+            "--every 200 over a window of 20 steps records its first step alone: --steps 1580 records 8 steps in 1580");
+  c.profile_every = 1580;  // as long as the epoch: no window there records two
+  EXPECT_EQ(train::detail::ProfileWindow(c, 16 * 100, 1).note,
+            "--every 1580 is no shorter than the 1580 steps left in the epoch after --skip 20: it records its first step alone "
+            "(use more data or a smaller --every)");
+  c.profile_every = INT64_MAX;  // nothing to overflow
+  EXPECT_NE(train::detail::ProfileWindow(c, 16 * 100, 1).note.find("records its first step alone"), std::string::npos);
   c.profile_steps = 30;  // cut short by its epoch (12 left) too: both said, in the flags of dlperf train
   c.profile_only = false;
   c.profile_every = 12;
   EXPECT_EQ(train::detail::ProfileWindow(c, 16, 3).note,
             "--profile-steps 30 is more than the 12 steps left in the epoch after --profile-skip 20: it records one in 12 of "
-            "12 (recording ends with the epoch it starts in; --profile-steps 0 records to that end); --profile-every 12 over a "
-            "window of 12 steps records its first step alone: --profile-steps 120 records 10 steps in 120 (only 12 steps are "
-            "left in this epoch: use more data or a smaller --profile-every)");
+            "12 (recording ends with the epoch it starts in; --profile-steps 0 records to that end); --profile-every 12 is no "
+            "shorter than the 12 steps left in the epoch after --profile-skip 20: it records its first step alone (use more "
+            "data or a smaller --profile-every)");
 }
 
 // dlperf profile stops its epoch after the recorded steps, so it writes no checkpoint: one that

@@ -184,10 +184,16 @@ struct ProfileWindow {
     // window left at its default (--steps 20) under an --every meant for a long recording.
     if (const int64_t window = steps > 0 ? std::min(steps, left) : left; every > 1 && window <= every) {
       const std::string every_flag = profile_flag(cfg, "every");
-      note += fmt::format("{}{} {} over a window of {} records its first step alone: {} {} records {} in {}", note.empty() ? "" : "; ",
-                          every_flag, every, counted(window, "step"), steps_flag, every * 10, counted(10, "step"), every * 10);
-      if (every * 10 > left)
-        note += fmt::format(" (only {} are left in this epoch: use more data or a smaller {})", counted(left, "step"), every_flag);
+      if (!note.empty()) note += "; ";
+      if (every >= left) {  // no window in this epoch holds a second recorded step
+        note += fmt::format("{} {} is no shorter than the {} left in the epoch after {} {}: it records its first step alone (use "
+                            "more data or a smaller {})",
+                            every_flag, every, counted(left, "step"), flag, skip, every_flag);
+      } else {  // every < left: no overflow
+        const int64_t spread = std::min(every * 10, left);
+        note += fmt::format("{} {} over a window of {} records its first step alone: {} {} records {} in {}", every_flag, every,
+                            counted(window, "step"), steps_flag, spread, counted((spread + every - 1) / every, "step"), spread);
+      }
     }
   }
   std::string note;  ///< said with the run's notes when the window is cut short or holds one recorded step, else empty
