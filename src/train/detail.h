@@ -23,6 +23,7 @@
 #include "data/loader.h"
 #include "nn/graph.h"
 #include "plan/step_time.h"
+#include "profile/recorder.h"
 #include "train/trainer.h"
 
 namespace dlperf::train::detail {
@@ -200,9 +201,13 @@ struct ProfileWindow {
   /// `k`: steps this run trained before the one about to start.
   bool starts_at(int64_t k) const { return k == skip; }
   bool ends_at(int64_t k) const { return steps > 0 && k == skip + steps; }
-  /// Whether step `k` of the open window is one it records; the others run unrecorded, the
-  /// recording paused.
-  bool records(int64_t k) const { return (k - skip) % every == 0; }
+  /// Before step `k` of the open window: numbers the recording's step, and resumes it for a step
+  /// the window records or pauses it for one --profile-every skips (that step runs unrecorded).
+  void enter_step(profile::Recorder& rec, int64_t k) const {
+    rec.set_step(k - skip);
+    if ((k - skip) % every == 0) rec.resume();
+    else rec.pause();
+  }
 };
 /// The allocator's peaks (all categories at once, and each) into an epoch's stats.
 inline void record_peaks(EpochStats& st, const MemoryStats& ms) {

@@ -314,11 +314,7 @@ class GpuProfile {
       stop();
       return true;
     }
-    if (rec.started()) {
-      rec.set_step(k - window_.skip);
-      if (window_.records(k)) rec.resume();
-      else rec.pause();
-    }
+    if (rec.started()) window_.enter_step(rec, k);
     return false;
   }
   /// Bracket a recorded step; `wait_end`: when its data wait ended (recorder time; none: -inf).

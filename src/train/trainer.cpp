@@ -616,11 +616,7 @@ struct Run {
           profiled_ = true;
           if (cfg.profile_only) break;
         }
-        if (rec.started()) {
-          rec.set_step(steps_run - window->skip);
-          if (window->records(steps_run)) rec.resume();
-          else rec.pause();
-        }
+        if (rec.started()) window->enter_step(rec, steps_run);
       }
       const profile::Scope step_scope("step", profile::Phase::step);
       const double t0 = now_s();
