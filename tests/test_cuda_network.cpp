@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/cpu/network.h"
+#include "backend/cuda/check.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/network.h"
 #include "backend/cuda/runtime.h"
@@ -40,8 +41,8 @@ void step_alike(std::initializer_list<cuda::Network*> nets, Rng& rng, int64_t ba
   for (auto& v : x) v = float(rng.normal());
   for (auto& v : y) v = int32_t(rng.below(10));
   for (cuda::Network* net : nets) {
-    ASSERT_EQ(cudaMemcpy(net->input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(net->labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::copy_to_device(net->input(), x.data(), x.size() * 4, net->stream(), "the test's batch");
+    cuda::copy_to_device(net->labels(), y.data(), y.size() * 4, net->stream(), "the test's batch");
     net->train_step(nullptr, batch, 0.1, cfg, {lr, uint64_t(step), step, 0});
   }
 }
@@ -79,8 +80,8 @@ TEST(KERNEL_SUITE, TrainingStepsAgreeWithTheCpuEngine) {
       for (auto& v : x) v = float(rng.normal());
       for (auto& v : y) v = int32_t(rng.below(10));
       std::memcpy(cpu_net.input(), x.data(), x.size() * 4);
-      ASSERT_EQ(cudaMemcpy(gpu_net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(gpu_net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cuda::copy_to_device(gpu_net.input(), x.data(), x.size() * 4, gpu_net.stream(), "the test's batch");
+      cuda::copy_to_device(gpu_net.labels(), y.data(), y.size() * 4, gpu_net.stream(), "the test's batch");
       cpu::set_dropout_step(uint64_t(step));
       cpu_net.forward(true);
       const auto lc = cpu_net.loss(y.data(), batch, 0.0, true);
@@ -143,8 +144,8 @@ TEST(KERNEL_SUITE, TrainingStepsMatchPyTorch) {
     for (size_t i = 0; i < steps.size(); ++i) {
       const auto x = steps[i].at("input").get<std::vector<float>>();
       const auto y = steps[i].at("labels").get<std::vector<int32_t>>();
-      ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cuda::copy_to_device(net.input(), x.data(), x.size() * 4, net.stream(), "the test's batch");
+      cuda::copy_to_device(net.labels(), y.data(), y.size() * 4, net.stream(), "the test's batch");
       net.forward(true, i);
       const auto l = net.loss(batch, smoothing, true);
       if (i == 0) {
@@ -165,7 +166,7 @@ TEST(KERNEL_SUITE, TrainingStepsMatchPyTorch) {
     }
     EXPECT_EQ(compared, c.at("params_after").size() + c.at("running_stats_after").size());
     const auto x = c.at("eval").at("input").get<std::vector<float>>();
-    ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::copy_to_device(net.input(), x.data(), x.size() * 4, net.stream(), "the test's batch");
     net.forward(false);
     EXPECT_LT(golden_error(net.logits(), c.at("eval").at("logits")), 1e-4);
   }
@@ -189,8 +190,8 @@ TEST(KERNEL_SUITE, SnapshotsMoveBetweenLayouts) {
   std::vector<float> x(size_t(batch * 3 * 144));
   std::vector<int32_t> y(static_cast<size_t>(batch), 0);
   auto step = [&](cuda::Network& net, int64_t k) {
-    ASSERT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-    ASSERT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    cuda::copy_to_device(net.input(), x.data(), x.size() * 4, net.stream(), "the test's batch");
+    cuda::copy_to_device(net.labels(), y.data(), y.size() * 4, net.stream(), "the test's batch");
     net.forward(true, uint64_t(k));
     net.loss(batch, 0.0, true);
     net.backward();
@@ -234,8 +235,8 @@ TEST(KERNEL_SUITE, MixedPrecisionStepsTrackFp32) {
     o.layout = layout;
     cuda::Network net(g, 8, 0, o);
     for (int64_t step = 0; step < 4; ++step) {
-      EXPECT_EQ(cudaMemcpy(net.input(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-      EXPECT_EQ(cudaMemcpy(net.labels(), y.data(), y.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+      cuda::copy_to_device(net.input(), x.data(), x.size() * 4, net.stream(), "the test's batch");
+      cuda::copy_to_device(net.labels(), y.data(), y.size() * 4, net.stream(), "the test's batch");
       net.forward(true, uint64_t(step));
       losses.push_back(net.loss(batch, 0.0, true).loss);
       net.backward();

@@ -141,12 +141,13 @@ class DeviceDataset {
       release();
       throw;
     }
-    ok(cudaMemcpy(images_, d.images.data(), image_bytes, cudaMemcpyHostToDevice), "copying the dataset to the GPU");
-    ok(cudaMemcpy(labels_, d.labels.data(), n, cudaMemcpyHostToDevice), "copying the labels to the GPU");
+    // The gathers run on the network's non-blocking stream: copies it waits for (check.h).
+    cuda::copy_to_device(images_, d.images.data(), image_bytes, nullptr, "copying the dataset to the GPU");
+    cuda::copy_to_device(labels_, d.labels.data(), n, nullptr, "copying the labels to the GPU");
     std::vector<float> norm;  // scale then shift, as data::Loader computes them
     for (int64_t c = 0; c < d.channels; ++c) norm.push_back(1.0f / (255.0f * stddev[size_t(c)]));
     for (int64_t c = 0; c < d.channels; ++c) norm.push_back(-mean[size_t(c)] / stddev[size_t(c)]);
-    ok(cudaMemcpy(norm_, norm.data(), norm.size() * sizeof(float), cudaMemcpyHostToDevice), "copying the normalization");
+    cuda::copy_to_device(norm_, norm.data(), norm.size() * sizeof(float), nullptr, "copying the normalization");
     images_view_ = {static_cast<const uint8_t*>(images_), static_cast<const uint8_t*>(labels_), d.size(), d.channels, d.height, d.width};
     set_order(0, nullptr);
   }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cuda/check.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 
@@ -50,7 +51,7 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   if (p == Precision::fp8) {  // fp8 needs scale factors; 1.0 keeps the values as they are
     const float one = 1.0f;
     if (cudaMalloc(&one_, sizeof(float)) != cudaSuccess) throw Error("cudaMalloc failed for the fp8 scales");
-    cudaMemcpy(one_, &one, sizeof one, cudaMemcpyHostToDevice);
+    copy_to_device(one_, &one, sizeof one, nullptr, "the fp8 scales");
     for (auto attr : {CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER})
       ok(cublasLtMatmulDescSetAttribute(desc, attr, &one_, sizeof one_), "SCALE_POINTER");
   }

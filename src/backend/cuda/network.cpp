@@ -311,8 +311,9 @@ void Network::init_parameters(uint64_t seed, const std::vector<int64_t>& offsets
       tensors_.push_back(place);
     }
   ok(cudaMemsetAsync(grads_, 0, size_t(param_count_) * 4, stream_), "cudaMemset");
-  // Synchronous: `init` is freed at the end of the constructor.
-  ok(cudaMemcpy(params_, init.data(), init.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  // On the stream, before the half copies are cast from them (and `init` is freed at the end of
+  // the constructor).
+  copy_to_device(params_, init.data(), init.size() * 4, stream_, "copying the initial parameters");
   if (mixed) cast_from_f32(dt_, params_, params_h_, matmul_span_, stream_);
 }
 
@@ -923,7 +924,7 @@ void Network::to_device(float* flat, const Place& t, const std::vector<float>& v
     weights_to_krsc(v.data(), krsc.data(), t.k, t.c, t.rs);
     src = krsc.data();
   }
-  ok(cudaMemcpy(flat + t.at, src, v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  copy_to_device(flat + t.at, src, v.size() * 4, stream_, "copying a parameter tensor to the GPU");
 }
 
 std::vector<float> Network::logits() const {
@@ -974,7 +975,7 @@ std::vector<std::pair<std::string, std::vector<float>>> Network::snapshot(const 
 void Network::restore(const std::function<const std::vector<float>&(const std::string&, size_t)>& get, const nn::OptimizerConfig& opt,
                       int64_t updates_done) {
   auto put = [&](float* d, const std::vector<float>& v) {
-    ok(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+    copy_to_device(d, v.data(), v.size() * 4, stream_, "restoring a checkpoint");
   };
   ok(cudaStreamSynchronize(stream_), "restoring a checkpoint");
   size_t t = 0;
