@@ -57,6 +57,7 @@ TEST(Train, LearnsTheSyntheticTaskAndWritesARunRecord) {
   ASSERT_TRUE(fs::exists(r.record_path));
   auto j = nlohmann::json::parse(std::ifstream(r.record_path));
   EXPECT_EQ(j["config"]["model"], "small");
+  EXPECT_EQ(j["config"]["deterministic"], false);  // --deterministic (GPU convolutions) was not asked for
   EXPECT_EQ(j["dlperf_commit"], dlperf_commit());  // the code behind the numbers
   EXPECT_FALSE(j["dlperf_commit"].get<std::string>().empty());
   EXPECT_EQ(j["epochs"].size(), 3u);

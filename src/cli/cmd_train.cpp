@@ -37,6 +37,8 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
       ->check(CLI::IsMember({"on", "off"}));
   c->add_option("--layout", cfg->layout, "GPU: how activations are stored: nchw, nhwc (channels last), or auto = nhwc for bf16 and fp16, nchw for fp32 and tf32")
       ->capture_default_str()->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
+  c->add_flag("--deterministic", cfg->deterministic,
+              "GPU: only convolution algorithms that give the same bits on every run (some fast backward ones sum with atomics); the CPU engine always does");
   c->add_flag("--data-on-device", cfg->data_on_device, "GPU: keep the dataset in GPU memory and build batches there (shuffle, augment, normalize)");
   c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str()->check(at_least(0));
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str()->check(at_least(0));

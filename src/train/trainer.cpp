@@ -280,6 +280,7 @@ json to_json(const TrainConfig& c) {
           {"pin_memory", c.pin_memory},
           {"data_on_device", c.data_on_device},
           {"layout", c.layout},
+          {"deterministic", c.deterministic},
           {"epochs", c.epochs},
           {"batch_size", c.batch},
           {"lr", c.lr},

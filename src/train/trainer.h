@@ -29,6 +29,7 @@ struct TrainConfig {
   bool pin_memory = true;      ///< batches go through pinned buffers on a copy stream, overlapping compute
   bool data_on_device = false; ///< the whole dataset on the GPU; batches gathered there
   std::string layout = "auto"; ///< auto | nchw | nhwc: how the GPU stores activations (auto: NHWC for bf16 and fp16)
+  bool deterministic = false;  ///< only cuDNN algorithms that give the same bits every run (the CPU engine always does)
   int64_t epochs = 5;
   int64_t batch = 64;
   double lr = 0.1;

@@ -87,8 +87,8 @@ void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void*
 
 }  // namespace
 
-CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace)
-    : s_(s), p_(p), nhwc_(nhwc), own_workspace_(own_workspace) {
+CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace, bool deterministic)  // the loops always are
+    : s_(s), p_(p), nhwc_(nhwc), deterministic_(deterministic), own_workspace_(own_workspace) {
   timed_ = false;
 }
 CudnnConv::~CudnnConv() = default;

@@ -41,11 +41,13 @@ struct Algos {
 // The index of the first (fastest, for a timed search) result that ran and fits the workspace
 // limit; -1 when none does. Raises `workspace` to its need. The search runs under the
 // descriptor's math type (FMA only for fp32); `fma_only` also passes over any result that came
-// back with another math type, so fp32 never runs as tf32.
+// back with another math type, so fp32 never runs as tf32; `deterministic` over any that cuDNN
+// marks as not giving the same bits on every run.
 template <class Perf>
-int pick(const Perf* perf, int n, size_t& workspace, bool fma_only) {
+int pick(const Perf* perf, int n, size_t& workspace, bool fma_only, bool deterministic) {
   for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit && (!fma_only || perf[i].mathType == CUDNN_FMA_MATH)) {
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit && (!fma_only || perf[i].mathType == CUDNN_FMA_MATH) &&
+        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
       workspace = std::max(workspace, perf[i].memory);
       return i;
     }
@@ -69,8 +71,8 @@ cudnnHandle_t shared_handle() {
 
 }  // namespace
 
-CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace)
-    : s_(s), p_(p), nhwc_(nhwc), own_workspace_(own_workspace) {
+CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace, bool deterministic)
+    : s_(s), p_(p), nhwc_(nhwc), deterministic_(deterministic), own_workspace_(own_workspace) {
   check(p != Precision::fp8, "cuDNN convolutions here run in fp32, tf32, bf16 or fp16");
   const cudnnHandle_t h = shared_handle();
   handle_ = h;
@@ -96,7 +98,7 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
   // fp32 means fp32: no silent tf32. tf32, bf16 and fp16 run on tensor cores.
   ok(cudnnSetConvolutionMathType(cd, p == Precision::fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), "math type");
 
-  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, int(p) * 2 + int(nhwc_)};
+  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, (int(p) * 2 + int(nhwc_)) * 2 + int(deterministic)};
   std::lock_guard lock(cache_mutex);
   auto it = algo_cache.find(key);
   if (it == algo_cache.end()) {
@@ -109,10 +111,10 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     const bool fma_only = p == Precision::fp32;
     auto choose = [&](auto* perf, auto find, auto guess, const char* what, int& algo, cudnnMathType_t& math) {
       int got = 0;
-      int i = find(perf, &got) == CUDNN_STATUS_SUCCESS ? pick(perf, got, a.workspace, fma_only) : -1;
+      int i = find(perf, &got) == CUDNN_STATUS_SUCCESS ? pick(perf, got, a.workspace, fma_only, deterministic) : -1;
       if (i < 0) {
         ok(guess(perf, &got), what);
-        i = pick(perf, got, a.workspace, fma_only), a.timed = false;
+        i = pick(perf, got, a.workspace, fma_only, deterministic), a.timed = false;
       }
       algo = i < 0 ? -1 : int(perf[i].algo);
       if (i >= 0) math = perf[i].mathType;
@@ -134,8 +136,8 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
         "backward-filter heuristics", a.bwd_filter, a.bwd_filter_math);
     cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
-          fmt::format("cuDNN has no {} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
-                      to_string(p), s.n, s.c, s.h, s.w, s.k, kWorkspaceLimit));
+          fmt::format("cuDNN has no {}{} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
+                      deterministic ? "deterministic " : "", to_string(p), s.n, s.c, s.h, s.w, s.k, kWorkspaceLimit));
     it = algo_cache.emplace(key, a).first;
   }
   fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
@@ -210,8 +212,9 @@ const char* math_name(int m) {
 }  // namespace
 
 std::string CudnnConv::algorithms() const {
-  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
-                     math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics");
+  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
+                     math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics",
+                     deterministic_ ? ", deterministic" : "");
 }
 
 }  // namespace dlperf::cuda

@@ -31,7 +31,10 @@ class CudnnConv {
   CudnnConv(const ConvShape& s, Precision p) : CudnnConv(s, p, p == Precision::bf16 || p == Precision::fp16) {}
   /// `own_workspace` false: the caller provides the workspace (set_workspace, workspace_bytes()
   /// bytes) before the first pass, so a network's convolutions, which run one at a time, share one.
-  CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace = true);
+  /// `deterministic`: only algorithms cuDNN reports as giving the same bits on every run (as
+  /// PyTorch's torch.backends.cudnn.deterministic); some backward ones add up partial sums with
+  /// atomics, in whatever order they arrive.
+  CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace = true, bool deterministic = false);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -46,7 +49,7 @@ class CudnnConv {
   /// Where the passes find their workspace (built without one of its own).
   void set_workspace(void* w);
   /// The algorithms chosen and their math types, for reports
-  /// ("fwd 1/tensor-op, bwd-data 1/tensor-op, bwd-filter 3/default (timed search)").
+  /// ("fwd 1/tensor-op, bwd-data 1/tensor-op, bwd-filter 3/default (timed search)"; ", deterministic" when asked).
   std::string algorithms() const;
 
  private:
@@ -58,6 +61,7 @@ class CudnnConv {
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
   int fwd_math_ = 0, bwd_data_math_ = 0, bwd_filter_math_ = 0;  // cudnnMathType_t of each pass's algorithm
   bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
+  bool deterministic_ = false;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool own_workspace_ = true;

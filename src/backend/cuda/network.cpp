@@ -408,7 +408,7 @@ void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) 
     case ops::OpKind::conv2d:
       l.conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
                                                       n.attrs.padding},
-                                            opts_.precision, nhwc, /*own_workspace=*/false);
+                                            opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic);
       conv_workspace = std::max(conv_workspace, l.conv->workspace_bytes());
       break;
     case ops::OpKind::linear: {

@@ -72,6 +72,9 @@ struct NetworkOptions {
   /// The loader writes stored_input() (the activations' type and layout) instead of the fp32
   /// NCHW input(): mixed precision and NHWC then need no cast launch per step.
   bool input_as_stored = false;
+  /// Only convolution algorithms that give the same bits on every run (CudnnConv); the own
+  /// kernels and cuBLASLt always do.
+  bool deterministic = false;
 };
 
 /// The network's input as it stores it, for a loader that writes it directly.
