@@ -210,6 +210,19 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
     }
     EXPECT_NEAR(share, 1.0, 0.01);
     EXPECT_TRUE(layers.count("conv1") && layers.count("fc1+relu4")) << p["rows"].dump();  // the relu runs inside fc1
+    // A convolution's two backward passes are rows of their own, each with the cost model's FLOPs
+    // (conv1 reads the model input: no backward-data).
+    std::map<std::string, std::map<std::string, double>> flops;  // layer -> phase -> FLOPs a call
+    for (const auto& row : p["rows"])
+      flops[row["name"].get<std::string>()][row["phase"].get<std::string>()] = row["flops"].get<double>() / row["calls"].get<double>();
+    EXPECT_EQ(flops["conv1"].count("backward-weight"), 1u);
+    EXPECT_EQ(flops["conv1"].count("backward-data"), 0u);
+    for (const auto& n : g.nodes)
+      if (n.name == "conv2") {
+        EXPECT_DOUBLE_EQ(flops["conv2"]["backward-weight"], n.cost.backward_weight.flops);
+        EXPECT_DOUBLE_EQ(flops["conv2"]["backward-data"], n.cost.backward_data.flops);
+        EXPECT_EQ(flops["conv2"].count("backward"), 0u);
+      }
     EXPECT_GT(p["step"]["forward_s"].get<double>(), 0);
     EXPECT_GT(p["step"]["backward_s"].get<double>(), 0);
     EXPECT_GT(p["step"]["optimizer_s"].get<double>(), 0);

@@ -145,7 +145,8 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
     const Event& e = *x.e;
     ops::PassCost k;
     if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, elem_bytes);
-    if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
+    // A primitive on the CPU; on the GPU a span of its own (a convolution's or linear layer's pass).
+    if (e.node >= 0 && (e.launch || gpu) && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
       k = cost_of(g, e.node, e.phase, gpu, elem_bytes);
     // A gradient sum: a primitive on the CPU, a span of its own on the GPU.
     if (e.node >= 0 && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
@@ -208,7 +209,9 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       case Phase::data: s.data_s += d; break;
       case Phase::copy: s.copy_s += d; break;
       case Phase::forward: case Phase::loss: s.forward_s += d; break;
-      case Phase::backward: s.backward_s += d; break;
+      // On the GPU the backward passes of convolutions and linear layers, and gradient sums, are
+      // spans of the step of their own (on the CPU, primitives inside a layer's backward pass).
+      case Phase::backward: case Phase::backward_data: case Phase::backward_weight: case Phase::grad_sum: s.backward_s += d; break;
       case Phase::optimizer: s.optimizer_s += d; break;
       default: break;
     }

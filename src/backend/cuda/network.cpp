@@ -634,8 +634,9 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
     ProfileSlot& s = slots_[slot_];
     if (!s.exec && why_not_profiled_graph_.empty()) {
       // Every event the step's spans use exists before the capture: at most two marks for each
-      // of a forward and a backward pass per layer, the loss and the update.
-      while (s.marks.size() < 2 * (2 * layers_.size() + 2)) s.marks.push_back(new_event());
+      // span: a forward pass, two backward passes (weight and data) and a gradient sum per layer,
+      // the loss and the update.
+      while (s.marks.size() < 2 * (4 * layers_.size() + 2)) s.marks.push_back(new_event());
       s.step = {};
       std::string failed;
       s.exec = capture_step(load, valid, smoothing, opt, failed);
@@ -807,21 +808,33 @@ void Network::backward() {
 }
 
 // Layer `l`'s backward pass: its parameters' gradients, and its input's into `dx` (null: none).
+// A convolution's and a linear layer's two passes are spans of their own (backward-weight, then
+// backward-data), as the CPU engine's primitives are: the profile then says which pass is slow.
 void Network::backward_layer(Layer& l, void* dx) {
   const nn::Node& n = *l.node;
-  const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
   const void* x = act_[size_t(l.in[0])];
   const void* y = act_[size_t(l.out)];
   const void* dy = diff_[size_t(l.out)];
   const int64_t count = numel(n.out_dims);
-  switch (n.kind) {
-    case ops::OpKind::conv2d:
+  auto pass = [&](profile::Phase phase) { return Span(*this, l.name, n.kind, phase, l.out - 1); };
+  if (n.kind == ops::OpKind::conv2d) {
+    {
+      const Span weights = pass(profile::Phase::backward_weight);
       l.conv->backward_filter(x, dy, l.dwh, stream_);
       if (l.db) conv_bias_grad(dt_, opts_.layout, n.out_dims, dy, l.db, stream_);
-      if (dx) l.conv->backward_data(l.wh, dy, dx, stream_);
-      break;
-    case ops::OpKind::linear:
-      if (l.relu_after) {  // the relu's gradient becomes the linear's, in place, before the GEMMs read it
+    }
+    if (dx) {
+      const Span data = pass(profile::Phase::backward_data);
+      l.conv->backward_data(l.wh, dy, dx, stream_);
+    }
+    return;
+  }
+  if (n.kind == ops::OpKind::linear) {
+    {
+      // The relu's gradient becomes the linear's, in place, before the GEMMs read it (its time
+      // counts with the weight gradient's, fused as it is with the bias gradient).
+      const Span weights = pass(profile::Phase::backward_weight);
+      if (l.relu_after) {
         void* g = diff_[size_t(l.out)];
         if (l.db) relu_bias_grad(dt_, y, g, l.db, n.out_dims[0], n.out_dims[1], stream_);
         else relu_backward(dt_, y, g, g, count, stream_);
@@ -829,8 +842,15 @@ void Network::backward_layer(Layer& l, void* dx) {
         bias_grad(dt_, dy, l.db, n.out_dims[0], n.out_dims[1], 1, stream_);
       }
       l.bwd_weight->run(x, dy, l.dw, stream_);
-      if (dx) l.bwd_data->run(l.wh, dy, dx, stream_);
-      break;
+    }
+    if (dx) {
+      const Span data = pass(profile::Phase::backward_data);
+      l.bwd_data->run(l.wh, dy, dx, stream_);
+    }
+    return;
+  }
+  const Span span = pass(profile::Phase::backward);
+  switch (n.kind) {
     case ops::OpKind::batchnorm2d:
       batchnorm_backward(dt_, l.bn_shape, l.bn, x, y, dy, dx, l.dw, l.db, bn_workspace_, stream_);
       break;
