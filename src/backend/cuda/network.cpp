@@ -83,6 +83,7 @@ struct Network::Layer {
   void* wh = nullptr;   // the weight the conv or GEMM reads: its half copy in mixed precision, else w
   void* dwh = nullptr;  // a conv's half weight gradient in mixed precision, else dw
   std::unique_ptr<CudnnConv> conv;
+  std::unique_ptr<CudnnConv> weight_grad_nchw;  // NHWC with one input channel: the weight gradient in NCHW (set_up_op)
   std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
   BatchnormShape bn_shape;
   BatchnormParams bn;  // batchnorm: its parameters and statistics (bn.relu: the next relu runs inside it)
@@ -405,12 +406,23 @@ void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) 
   const size_t out = size_t(numel(n.out_dims));
   const Dims& x = n.in_dims[0];
   switch (n.kind) {
-    case ops::OpKind::conv2d:
-      l.conv = std::make_unique<CudnnConv>(ConvShape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride,
-                                                      n.attrs.padding},
-                                            opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic);
+    case ops::OpKind::conv2d: {
+      const ConvShape shape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride, n.attrs.padding};
+      l.conv = std::make_unique<CudnnConv>(shape, opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic);
       conv_workspace = std::max(conv_workspace, l.conv->workspace_bytes());
+      // A one-channel input is stored alike in both layouts, and so is the [K, 1, R, S] weight
+      // gradient. cuDNN 9's NHWC weight gradient for it ran far slower than its NCHW one on an
+      // H200 (bf16, medium's conv1 at batch 64: 302 us a step against under 28 in NCHW, 39% of
+      // the step; the recipe's at batch 256: 1.06 ms, half the step; 2026-11-27). So that pass
+      // reads the output gradient moved to NCHW (one transpose into the scratch value) and runs
+      // through cuDNN's NCHW path.
+      if (nhwc && x[1] == 1) {
+        l.weight_grad_nchw = std::make_unique<CudnnConv>(shape, opts_.precision, /*nhwc=*/false, /*own_workspace=*/false,
+                                                         opts_.deterministic);
+        conv_workspace = std::max(conv_workspace, l.weight_grad_nchw->workspace_bytes());
+      }
       break;
+    }
     case ops::OpKind::linear: {
       const int64_t in_f = x[1], out_f = n.attrs.out_features;
       // Row-major y[N, out] = x[N, in] W^T is column-major D[out x N] = W^T x, and so on. In
@@ -479,7 +491,8 @@ void Network::alloc_workspaces(size_t bn_workspace, size_t conv_workspace) {
   if (conv_workspace) {
     void* w = alloc_bytes(conv_workspace, MemCategory::workspace);
     for (auto& l : layers_)
-      if (l->conv) l->conv->set_workspace(w);
+      for (CudnnConv* c : {l->conv.get(), l->weight_grad_nchw.get()})
+        if (c) c->set_workspace(w);
   }
 }
 
@@ -820,7 +833,13 @@ void Network::backward_layer(Layer& l, void* dx) {
   if (n.kind == ops::OpKind::conv2d) {
     {
       const Span weights = pass(profile::Phase::backward_weight);
-      l.conv->backward_filter(x, dy, l.dwh, stream_);
+      if (l.weight_grad_nchw) {  // the scratch value is free here: a dx summed through it was added in already
+        const Dims& d = n.out_dims;
+        change_layout(dt_, dy, scratch_, d[0], d[1], d[2] * d[3], Layout::nhwc, stream_);
+        l.weight_grad_nchw->backward_filter(x, scratch_, l.dwh, stream_);
+      } else {
+        l.conv->backward_filter(x, dy, l.dwh, stream_);
+      }
       if (l.db) conv_bias_grad(dt_, opts_.layout, n.out_dims, dy, l.db, stream_);
     }
     if (dx) {
