@@ -118,6 +118,84 @@ TEST(PoolWindows, EachInputFindsExactlyTheWindowsHoldingIt) {
         }
 }
 
+// The pooling kernels' per-element bodies (pool_index.h, host-compiled), run here on floats
+// against a float64 reference in both layouts: the forward pass, the per-element backward pass,
+// and where the windows tile the input the per-window one, which must write every input element
+// exactly once with the same floats. Inputs with ties (values 0 to 3) check that a max window's
+// gradient goes to its first largest element; odd map sizes leave rows and columns in no window.
+TEST(PoolBodies, ForwardAndBothBackwardPassesMatchTheReference) {
+  struct Case {
+    int64_t h, w, k, stride, pad;
+    bool global;
+  };
+  const Case cases[] = {{8, 8, 2, 2, 0, false}, {7, 9, 2, 2, 0, false}, {7, 7, 2, 3, 0, false}, {9, 9, 3, 2, 1, false},
+                        {6, 6, 3, 1, 1, false}, {5, 7, 0, 1, 0, true},  {1, 1, 1, 1, 0, false}};
+  const int64_t n = 2, channels = 3;
+  for (const Case& cs : cases)
+    for (bool max : {true, false})
+      for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+        if (cs.global && max) continue;  // a global pool is an average
+        cuda::PoolShape p;
+        p.planes = n * channels, p.h = cs.h, p.w = cs.w, p.channels = channels, p.layout = layout, p.max = max;
+        p.kh = cs.global ? cs.h : cs.k, p.kw = cs.global ? cs.w : cs.k, p.stride = cs.stride, p.pad = cs.pad;
+        p.out_h = cs.global ? 1 : ops::window_out(cs.h, cs.k, cs.stride, cs.pad);
+        p.out_w = cs.global ? 1 : ops::window_out(cs.w, cs.k, cs.stride, cs.pad);
+        SCOPED_TRACE(fmt::format("{}x{} k{} s{} p{} {} {}", cs.h, cs.w, p.kh, p.stride, p.pad, max ? "max" : "avg", cuda::to_string(layout)));
+        // Offsets of [n, c, y, x] in the layout, for maps of rows x cols.
+        auto at = [&](int64_t b, int64_t c, int64_t y, int64_t x, int64_t rows, int64_t cols) {
+          return layout == cuda::Layout::nchw ? ((b * channels + c) * rows + y) * cols + x : ((b * rows + y) * cols + x) * channels + c;
+        };
+        Rng rng(uint64_t(cs.h * 100 + cs.k * 10 + cs.stride));
+        std::vector<float> x(size_t(p.planes * p.h * p.w)), dy(size_t(p.planes * p.out_h * p.out_w));
+        for (auto& v : x) v = float(rng.below(4));  // ties
+        for (auto& v : dy) v = float(rng.normal());
+        std::vector<double> want_y(dy.size()), want_dx(x.size(), 0.0);
+        for (int64_t b = 0; b < n; ++b)
+          for (int64_t c = 0; c < channels; ++c)
+            for (int64_t oy = 0; oy < p.out_h; ++oy)
+              for (int64_t ox = 0; ox < p.out_w; ++ox) {
+                double acc = max ? -INFINITY : 0;
+                int64_t best = -1;
+                for (int64_t ky = 0; ky < p.kh; ++ky)
+                  for (int64_t kx = 0; kx < p.kw; ++kx) {
+                    const int64_t y = oy * p.stride - p.pad + ky, xx = ox * p.stride - p.pad + kx;
+                    if (y < 0 || y >= p.h || xx < 0 || xx >= p.w) continue;
+                    const int64_t i = at(b, c, y, xx, p.h, p.w);
+                    if (max && (best < 0 || x[size_t(i)] > acc)) best = i, acc = x[size_t(i)];
+                    if (!max) acc += x[size_t(i)];
+                  }
+                const int64_t o = at(b, c, oy, ox, p.out_h, p.out_w);
+                want_y[size_t(o)] = max ? acc : acc / double(p.kh * p.kw);
+                const double g = dy[size_t(o)];
+                if (max) want_dx[size_t(best)] += g;
+                for (int64_t ky = 0; !max && ky < p.kh; ++ky)
+                  for (int64_t kx = 0; kx < p.kw; ++kx) {
+                    const int64_t y = oy * p.stride - p.pad + ky, xx = ox * p.stride - p.pad + kx;
+                    if (y >= 0 && y < p.h && xx >= 0 && xx < p.w) want_dx[size_t(at(b, c, y, xx, p.h, p.w))] += g / double(p.kh * p.kw);
+                  }
+              }
+        auto load = [](const std::vector<float>& v) { return [&v](int64_t i) { return v[size_t(i)]; }; };
+        for (size_t o = 0; o < dy.size(); ++o)
+          ASSERT_NEAR(cuda::pool_output(p, int64_t(o), load(x)), want_y[o], 1e-6 * (1 + std::fabs(want_y[o]))) << "output " << o;
+        std::vector<float> dx(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+          dx[i] = cuda::pool_input_grad(p, int64_t(i), load(x), load(dy));
+          ASSERT_NEAR(dx[i], want_dx[i], 1e-5 * (1 + std::fabs(want_dx[i]))) << "input " << i;
+        }
+        const bool tiles = !(cs.stride < cs.k && !cs.global) && cs.pad == 0;
+        ASSERT_EQ(cuda::pool_windows_tile(p), tiles);
+        if (!tiles) continue;
+        std::vector<float> tiled(x.size(), -1.f);
+        std::vector<int> writes(x.size(), 0);
+        for (int64_t o = 0; o < int64_t(dy.size()); ++o)
+          cuda::pool_tile_grad(p, o, load(x), load(dy), [&](int64_t i, float v) { tiled[size_t(i)] = v, ++writes[size_t(i)]; });
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(writes[i], 1) << "input " << i;
+          ASSERT_EQ(tiled[i], dx[i]) << "input " << i;  // bit for bit the per-element pass's
+        }
+      }
+}
+
 // The GPU batchnorm kernels' division of a channel among blocks and threads (a host-compiled
 // header): every element of the channel exactly once, nothing of another channel.
 TEST(BatchnormSplit, EveryElementOfAChannelOnceAcrossBlocksAndThreads) {

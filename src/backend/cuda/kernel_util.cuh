@@ -45,6 +45,13 @@ struct Loader {
   __host__ __device__ float operator()(int64_t i) const { return ld(p, i); }
 };
 
+// Stores a float as element i of an array of T: what pool_index.h's tile body takes.
+template <class T>
+struct Storer {
+  T* p;
+  __host__ __device__ void operator()(int64_t i, float v) const { st(p, i, v); }
+};
+
 // Calls `body` with T set to the C++ type of `t`.
 #define DISPATCH(t, ...)                  \
   switch (t) {                            \

@@ -93,6 +93,13 @@ __global__ void pool_backward_k(PoolShape p, const T* x, const T* dy, T* dx) {
   GRID_STRIDE(e, total) st(dx, e, pool_input_grad(p, e, Loader<T>{x}, Loader<T>{dy}));
 }
 
+// One thread an output element, where the windows tile the input: writes its tile of dx.
+template <class T>
+__global__ void pool_tile_backward_k(PoolShape p, const T* x, const T* dy, T* dx) {
+  const int64_t total = p.planes * p.out_h * p.out_w;
+  GRID_STRIDE(e, total) pool_tile_grad(p, e, Loader<T>{x}, Loader<T>{dy}, Storer<T>{dx});
+}
+
 // One thread an element of the output, whose layout is the other one: reads are strided, writes
 // coalesced. The tensors moved are small (a flatten's input) or the input's few channels.
 template <class Tin, class Tout>
@@ -332,6 +339,12 @@ void pool_forward(DType t, const PoolShape& p, const void* x, void* y, cudaStrea
   DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool_forward_k<T>)(p, static_cast<const T*>(x), static_cast<T*>(y)))
 }
 void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, void* dx, cudaStream_t s) {
+  if (pool_windows_tile(p)) {
+    const int64_t outputs = p.planes * p.out_h * p.out_w;
+    DISPATCH(t, LAUNCH(blocks_for(outputs), kThreads, 0, s, pool_tile_backward_k<T>)(p, static_cast<const T*>(x),
+                                                                                  static_cast<const T*>(dy), static_cast<T*>(dx)))
+    return;
+  }
   const int64_t total = p.planes * p.h * p.w;
   DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool_backward_k<T>)(p, static_cast<const T*>(x), static_cast<const T*>(dy),
                                                                          static_cast<T*>(dx)))

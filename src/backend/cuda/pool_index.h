@@ -1,7 +1,7 @@
 // The GPU pooling kernels' arithmetic, per element, in a header the host compiles too: the
 // kernels (kernels.cu) call these bodies with loads of their element type, and the CPU test
 // suite (tests/test_cuda.cpp, PoolWindows.* and PoolBodies.*) runs the same bodies on floats
-// against the float64 reference, in both layouts, without a GPU.
+// against a float64 reference, in both layouts, without a GPU.
 #pragma once
 
 #include <cmath>
@@ -14,8 +14,10 @@ namespace dlperf::cuda {
 
 /// Pooling over [N, C, H, W] (planes = N * C) into [N, C, OH, OW], both stored in `layout`: max
 /// (padding never wins) or average (padding counted, PyTorch's default, as the CPU engine); a
-/// global average pool is a window of the whole map. The backward pass gathers per input element
-/// (no atomics, deterministic); a max window's gradient goes to its first largest element.
+/// global average pool is a window of the whole map. The backward pass writes each input element
+/// from one thread (no atomics, deterministic): per output element where the windows tile the
+/// input, else per input element, gathering from the windows holding it; a max window's gradient
+/// goes to its first largest element.
 struct PoolShape {
   int64_t planes = 0, h = 0, w = 0, out_h = 0, out_w = 0, kh = 1, kw = 1, stride = 1, pad = 0;
   bool max = true;
@@ -67,6 +69,45 @@ DLPERF_HD float pool_output(const PoolShape& p, int64_t e, const Load& x) {
       acc = p.max ? fmaxf(acc, v) : acc + v;
     }
   return p.max ? acc : acc / float(p.kh * p.kw);
+}
+
+/// Whether each input element lies in at most one window: no padding, and a stride at least the
+/// kernel (or one window across). The backward pass then runs per output element
+/// (pool_tile_grad): a window's index arithmetic once, not once for each of its elements, each
+/// of which would also look for the windows holding it (ten 64-bit divisions an element in all;
+/// the per-element pass ran at 30 to 100 GB/s on an H200).
+DLPERF_HD inline bool pool_windows_tile(const PoolShape& p) {
+  return p.pad == 0 && (p.stride >= p.kh || p.out_h == 1) && (p.stride >= p.kw || p.out_w == 1);
+}
+
+/// Where the windows tile the input (pool_windows_tile), output element e's part of the input
+/// gradient: `store(offset, value)` for each input element of its tile, the rows from its
+/// window's first to the next window's (the last window's to the map's end) and the columns
+/// alike, so the outputs together write every input element once. The window's gradient goes to
+/// its first largest element (max) or to each of its elements (average); the rest of the tile,
+/// outside the window, gets 0. The same floats as pool_input_grad's.
+template <class LoadX, class LoadDy, class Store>
+DLPERF_HD void pool_tile_grad(const PoolShape& p, int64_t e, const LoadX& x, const LoadDy& dy, const Store& store) {
+  const PoolAt a = pool_at(p, e, p.out_h, p.out_w);
+  const int64_t y0 = a.y * p.stride, x0 = a.x * p.stride;
+  const int64_t y1 = a.y == p.out_h - 1 ? p.h : y0 + p.stride, x1 = a.x == p.out_w - 1 ? p.w : x0 + p.stride;
+  const float g = dy(a.out_base + (a.y * p.out_w + a.x) * a.pixel);
+  int64_t best = -1;  // the window's first largest element
+  if (p.max) {
+    float bv = -INFINITY;
+    for (int64_t yy = y0; yy < y0 + p.kh; ++yy)
+      for (int64_t xx = x0; xx < x0 + p.kw; ++xx) {
+        const float v = x(a.in_base + (yy * p.w + xx) * a.pixel);
+        if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
+      }
+  }
+  const float share = g / float(p.kh * p.kw);
+  for (int64_t yy = y0; yy < y1; ++yy)
+    for (int64_t xx = x0; xx < x1; ++xx) {
+      const int64_t at = yy * p.w + xx;
+      const bool in_window = yy < y0 + p.kh && xx < x0 + p.kw;
+      store(a.in_base + at * a.pixel, !in_window ? 0.f : !p.max ? share : at == best ? g : 0.f);
+    }
 }
 
 /// Input element e's gradient: the sum over the windows holding it. `x` and `dy` load elements
