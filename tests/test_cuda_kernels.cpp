@@ -691,10 +691,13 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
       }
 }
 
-// The bandwidth benchmark's kernels compute what they claim to move.
+// The bandwidth benchmark's kernels compute what they claim to move: a size whose last floats
+// are not a whole float4, and one past the grid's threads x 4 floats x kLoadsInFlight (4096
+// blocks of 256), whose threads run the loop with several loads in flight.
 TEST(KERNEL_SUITE, StreamKernelsComputeWhatTheyMove) {
   REQUIRE_GPU();
-  const size_t n = 70001;
+  for (const size_t n : {size_t(70001), size_t(4096) * 256 * 4 * 4 * 2 + 7}) {
+  SCOPED_TRACE(n);
   const auto a = randn(n, 71), b = randn(n, 72);
   Dev<float> da(a), db(b), dc(n), sum_in(n);
   Dev<double> sum(1);
@@ -706,6 +709,7 @@ TEST(KERNEL_SUITE, StreamKernelsComputeWhatTheyMove) {
   cuda::fill(sum_in.p, int64_t(n), 0.5f, nullptr);
   cuda::stream_read(sum_in.p, int64_t(n), sum.p, nullptr);
   EXPECT_DOUBLE_EQ(sum.host()[0], 0.5 * double(n));
+  }
   cuda::empty_kernel(nullptr);
 }
 
