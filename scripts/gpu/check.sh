@@ -30,7 +30,7 @@
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
-#   check.sh --budget 450 tests recipe train vs-torch    (timeout_s 480), then at once, warm,
+#   check.sh --budget 450 tests layouts recipe train vs-torch    (timeout_s 480), then at once, warm,
 #   check.sh --budget 240 profile bench                  (timeout_s 270; the tool cuts it to what is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
