@@ -162,6 +162,10 @@ TEST(KERNEL_SUITE, FeedsAndGraphsTrainTheSameModel) {
   EXPECT_TRUE(runs[0].record["gpu_step"]["cuda_graph"].get<bool>()) << runs[0].record["gpu_step"].dump();
   EXPECT_FALSE(runs[1].record["gpu_step"]["cuda_graph"].get<bool>());
   EXPECT_EQ(runs[3].record["gpu_step"]["feed"], "data on the GPU");
+  // Each convolution's algorithms, by layer (small has three).
+  const nlohmann::json& algorithms = runs[0].record["gpu_step"]["conv_algorithms"];
+  EXPECT_EQ(algorithms.size(), 3u) << algorithms.dump();
+  EXPECT_FALSE(algorithms.value("conv1", "").empty()) << algorithms.dump();
   // bf16 NHWC: the on-device loader writes the stored input (bf16, channels last) itself, the
   // copy feeds hand over fp32 NCHW that the network casts; the same values either way.
   train::TrainConfig h = gpu_run("small", "synthetic:3x12x12:512", 32, 2);
@@ -172,6 +176,8 @@ TEST(KERNEL_SUITE, FeedsAndGraphsTrainTheSameModel) {
     half_runs.push_back(train::train(h));
   }
   EXPECT_EQ(half_runs[1].record["gpu_step"]["layout"], "nhwc");
+  // Three input channels: conv1's weight gradient stays NHWC (only a one-channel input moves to NCHW).
+  EXPECT_EQ(half_runs[1].record["gpu_step"]["conv_algorithms"].value("conv1", "").find("NCHW"), std::string::npos);
   EXPECT_NEAR(half_runs[1].epochs.back().train_loss, half_runs[0].epochs.back().train_loss,
               1e-3 * (1 + half_runs[0].epochs.back().train_loss));
 }

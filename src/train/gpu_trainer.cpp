@@ -584,6 +584,9 @@ struct GpuRun {
                      {"why_not_graph", net->graphed() ? "" : net->why_not_graphed()},
                      {"feed", feed()}};
     if (cfg.profile) r["gpu_step"]["profiled_steps"] = net->profiled_steps();
+    json algorithms = json::object();  // which cuDNN kernels ran: a timed search may pick otherwise next time
+    for (const auto& [layer, a] : net->conv_algorithms()) algorithms[layer] = a;
+    r["gpu_step"]["conv_algorithms"] = algorithms;
     const cuda::GraphNodes& nodes = net->step_nodes();
     if (net->graphed())
       r["gpu_step"]["graph_nodes"] = {{"kernels", nodes.kernels}, {"copies", nodes.copies}, {"memsets", nodes.memsets}, {"other", nodes.other}};

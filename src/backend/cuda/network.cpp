@@ -933,6 +933,17 @@ void Network::update(const nn::OptimizerConfig& opt) {
   if (loss_scale_) update_loss_scale(loss_scale_, stream_);
 }
 
+std::vector<std::pair<std::string, std::string>> Network::conv_algorithms() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& l : layers_) {
+    if (!l->conv) continue;
+    std::string a = l->conv->algorithms();
+    if (l->weight_grad_nchw) a += "; weight gradient in NCHW: " + l->weight_grad_nchw->algorithms();
+    out.emplace_back(l->node->name, a);
+  }
+  return out;
+}
+
 std::vector<float> Network::parameters() const {
   std::vector<float> out;  // in graph order, without the alignment padding
   for (const Place& t : tensors_) {

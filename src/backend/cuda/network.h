@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cuda/gemm.h"
@@ -150,6 +151,10 @@ class Network {
   /// The training step's graph, node by node type (zeros until it is captured).
   const GraphNodes& step_nodes() const { return step_nodes_; }
   const std::string& why_not_graphed() const { return why_not_graphed_; }
+  /// Each convolution's cuDNN algorithms and math types by layer name (CudnnConv::algorithms; the
+  /// weight gradient's own where it runs in NCHW): the run record keeps them, since a timed search
+  /// may pick differently from one process to the next.
+  std::vector<std::pair<std::string, std::string>> conv_algorithms() const;
   /// How profiled steps ran: "CUDA graph" (the step's graph with event records), or "eager"
   /// with the reason.
   std::string profiled_steps() const {
