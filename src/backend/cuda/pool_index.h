@@ -71,6 +71,21 @@ DLPERF_HD float pool_output(const PoolShape& p, int64_t e, const Load& x) {
   return p.max ? acc : acc / float(p.kh * p.kw);
 }
 
+/// The offset (row * w + column in the map) of the first largest input element of the window
+/// whose top-left corner is (y0, x0), padding left out; -1 when the whole window is padding.
+template <class Load>
+DLPERF_HD int64_t window_argmax(const PoolShape& p, const PoolAt& a, int64_t y0, int64_t x0, const Load& x) {
+  int64_t best = -1;
+  float bv = -INFINITY;
+  for (int64_t yy = y0; yy < y0 + p.kh; ++yy)
+    for (int64_t xx = x0; xx < x0 + p.kw; ++xx) {
+      if (yy < 0 || yy >= p.h || xx < 0 || xx >= p.w) continue;
+      const float v = x(a.in_base + (yy * p.w + xx) * a.pixel);
+      if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
+    }
+  return best;
+}
+
 /// Whether each input element lies in at most one window: no padding, and a stride at least the
 /// kernel (or one window across). The backward pass then runs per output element
 /// (pool_tile_grad): a window's index arithmetic once, not once for each of its elements, each
@@ -92,15 +107,7 @@ DLPERF_HD void pool_tile_grad(const PoolShape& p, int64_t e, const LoadX& x, con
   const int64_t y0 = a.y * p.stride, x0 = a.x * p.stride;
   const int64_t y1 = a.y == p.out_h - 1 ? p.h : y0 + p.stride, x1 = a.x == p.out_w - 1 ? p.w : x0 + p.stride;
   const float g = dy(a.out_base + (a.y * p.out_w + a.x) * a.pixel);
-  int64_t best = -1;  // the window's first largest element
-  if (p.max) {
-    float bv = -INFINITY;
-    for (int64_t yy = y0; yy < y0 + p.kh; ++yy)
-      for (int64_t xx = x0; xx < x0 + p.kw; ++xx) {
-        const float v = x(a.in_base + (yy * p.w + xx) * a.pixel);
-        if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
-      }
-  }
+  const int64_t best = p.max ? window_argmax(p, a, y0, x0, x) : -1;
   const float share = g / float(p.kh * p.kw);
   for (int64_t yy = y0; yy < y1; ++yy)
     for (int64_t xx = x0; xx < x1; ++xx) {
@@ -127,16 +134,7 @@ DLPERF_HD float pool_input_grad(const PoolShape& p, int64_t e, const LoadX& x, c
         sum += g / float(p.kh * p.kw);
         continue;
       }
-      int64_t best = -1;  // the window's first largest element
-      float bv = -INFINITY;
-      for (int64_t ky = 0; ky < p.kh; ++ky)
-        for (int64_t kx = 0; kx < p.kw; ++kx) {
-          const int64_t yy = y0 + ky, xx = x0 + kx;
-          if (yy < 0 || yy >= p.h || xx < 0 || xx >= p.w) continue;
-          const float v = x(a.in_base + (yy * p.w + xx) * a.pixel);
-          if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
-        }
-      if (best == iy * p.w + ix) sum += g;
+      if (window_argmax(p, a, y0, x0, x) == iy * p.w + ix) sum += g;
     }
   return sum;
 }
