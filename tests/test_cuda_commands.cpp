@@ -49,6 +49,10 @@ TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
   EXPECT_GT(l.plain_us, 0);
   EXPECT_GT(l.graph_us, 0);
   EXPECT_GT(l.graph_event_us, 0);  // the graph with an event record after each kernel (validated inside)
+  EXPECT_GT(l.graph_stamp_us, 0);  // and with a clock stamp after each (validated inside)
+  // The profiler's resolution: a clock that moved, and finely enough to time a 10 us kernel.
+  EXPECT_GT(l.clock_tick_ns, 0);
+  EXPECT_LT(l.clock_tick_ns, 2000);
   const auto bw = bench::gpu::device_bandwidth(0, kStreamBytes, 3);
   ASSERT_EQ(bw.size(), 3u);
   for (const auto& b : bw) EXPECT_GT(b.median_gbps, kMinGbps) << b.kernel;

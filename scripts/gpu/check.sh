@@ -171,11 +171,11 @@ for stage in "$@"; do
       run_for 60 $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device \
         --runs-dir "$work/runs" --out "$work/profile-medium" > "$work/profile.txt" 2>&1
       head -30 "$work/profile.txt" | tee -a "$summary"
-      # What one event record costs the GPU inside a graph (bench launch), then the overhead with
-      # every step recorded and one in 4 (--profile-every 4) in the same rounds: a profiled step
-      # records ~38 CUDA events, which may cost more than 5% of a step of a few hundred us.
+      # What one clock stamp (and, for comparison, one event record) costs the GPU inside a graph
+      # (bench launch), then the overhead with every step recorded and one in 4 (--profile-every 4)
+      # in the same rounds: a profiled step takes ~40 stamps, against a step of a few hundred us.
       run_for 30 $bin bench launch --quick > "$work/bench-launch.txt" 2>&1
-      grep -A1 "^Kernel launch on GPU" "$work/bench-launch.txt" | tee -a "$summary"
+      grep -A2 "^Kernel launch on GPU" "$work/bench-launch.txt" | tee -a "$summary"
       run_for 120 env DLPERF=$bin ARGS="--device cuda --data-on-device --data $data" REPEATS=5 EPOCHS=2 LIMIT=60000 EVERY="1 4" \
         scripts/bench_profile_overhead.sh > "$work/profile-overhead.txt" 2>&1
       tail -5 "$work/profile-overhead.txt" | tee -a "$summary"

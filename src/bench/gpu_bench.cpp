@@ -135,17 +135,23 @@ LaunchResult launch_latency(int device, int kernels, int repeats) {
     if (r >= 0) plain.push_back(s / kernels * 1e6);
   }
   // The same launches captured once into a graph and replayed; then again with a timing event
-  // recorded after each kernel, as graph nodes (cudaEventRecordExternal), the way a profiled
-  // step's graph records its span boundaries (cuda::Network::begin_profile).
+  // recorded after each kernel, as graph nodes (cudaEventRecordExternal); then with a stamp of
+  // the GPU's clock after each kernel, the way a profiled step's graph marks its span boundaries
+  // (cuda::Network::begin_profile).
+  enum class After { nothing, event, stamp };
   std::vector<cudaEvent_t> events(static_cast<size_t>(kernels));
   for (auto& e : events) ok(cudaEventCreate(&e), "cudaEventCreate");
-  auto replayed = [&](bool with_events, std::vector<double>& per_kernel) {
+  DeviceMem stamps(size_t(kernels) * sizeof(uint64_t));
+  ok(cudaMemsetAsync(stamps.p, 0, size_t(kernels) * sizeof(uint64_t), t.stream), "cudaMemsetAsync");
+  auto* stamp = static_cast<uint64_t*>(stamps.p);
+  auto replayed = [&](After after, std::vector<double>& per_kernel) {
     cudaGraph_t g{};
     cudaGraphExec_t exec{};
     ok(cudaStreamBeginCapture(t.stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     for (int k = 0; k < kernels; ++k) {
       cuda::empty_kernel(t.stream);
-      if (with_events) ok(cudaEventRecordWithFlags(events[size_t(k)], t.stream, cudaEventRecordExternal), "cudaEventRecordWithFlags");
+      if (after == After::event) ok(cudaEventRecordWithFlags(events[size_t(k)], t.stream, cudaEventRecordExternal), "cudaEventRecordWithFlags");
+      if (after == After::stamp) cuda::stamp_time(stamp + k, t.stream);
     }
     ok(cudaStreamEndCapture(t.stream, &g), "cudaStreamEndCapture");
     ok(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
@@ -156,14 +162,24 @@ LaunchResult launch_latency(int device, int kernels, int repeats) {
     cudaGraphExecDestroy(exec);
     cudaGraphDestroy(g);
   };
-  std::vector<double> graph_events;
-  replayed(false, graph);
-  replayed(true, graph_events);
-  // Validate: the events were recorded, in order, by the last replay.
+  std::vector<double> graph_events, graph_stamps;
+  replayed(After::nothing, graph);
+  replayed(After::event, graph_events);
+  replayed(After::stamp, graph_stamps);
+  // Validate: the events were recorded, in order, by the last replay; the stamps were written,
+  // in order, and span some time.
   float first_to_last = -1;
   ok(cudaEventElapsedTime(&first_to_last, events.front(), events.back()), "cudaEventElapsedTime (the graph's event records)");
   check(first_to_last >= 0, "GPU launch benchmark: the graph's last event was recorded before its first");
   for (auto& e : events) cudaEventDestroy(e);
+  std::vector<uint64_t> stamped(static_cast<size_t>(kernels));
+  ok(cudaMemcpy(stamped.data(), stamp, stamped.size() * sizeof(uint64_t), cudaMemcpyDeviceToHost), "cudaMemcpy (the graph's stamps)");
+  check(stamped.front() > 0 && std::is_sorted(stamped.begin(), stamped.end()) && stamped.back() > stamped.front(),
+        "GPU launch benchmark: the graph's clock stamps are missing or out of order");
+  cuda::clock_tick(stamp, t.stream);
+  uint64_t tick = 0;
+  ok(cudaMemcpy(&tick, stamp, sizeof tick, cudaMemcpyDeviceToHost), "cudaMemcpy (the clock's tick)");
+  res.clock_tick_ns = double(tick);
   // One kernel and a synchronize at a time, timed on the host.
   for (int r = -1; r < repeats; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -177,6 +193,7 @@ LaunchResult launch_latency(int device, int kernels, int repeats) {
   res.plain_us = spread_of(plain).median;
   res.graph_us = spread_of(graph).median;
   res.graph_event_us = spread_of(graph_events).median;
+  res.graph_stamp_us = spread_of(graph_stamps).median;
   res.sync_us = spread_of(sync).median;
   return res;
 }
@@ -567,8 +584,14 @@ nlohmann::json to_json(const std::vector<CopyPoint>& c) {
   return out;
 }
 nlohmann::json to_json(const LaunchResult& l) {
-  return {{"plain_us", l.plain_us}, {"graph_us", l.graph_us}, {"graph_with_events_us", l.graph_event_us},
-          {"event_record_us", l.graph_event_us - l.graph_us}, {"launch_and_sync_us", l.sync_us}};
+  return {{"plain_us", l.plain_us},
+          {"graph_us", l.graph_us},
+          {"graph_with_events_us", l.graph_event_us},
+          {"event_record_us", l.graph_event_us - l.graph_us},
+          {"graph_with_stamps_us", l.graph_stamp_us},
+          {"stamp_us", l.graph_stamp_us - l.graph_us},
+          {"clock_tick_ns", l.clock_tick_ns},
+          {"launch_and_sync_us", l.sync_us}};
 }
 nlohmann::json to_json(const std::vector<DeviceBandwidth>& b) {
   nlohmann::json out = nlohmann::json::array();

@@ -27,10 +27,15 @@ std::vector<CopyPoint> copies(int device, double max_bytes, int repeats);
 struct LaunchResult {
   double plain_us = 0;  ///< per empty kernel, launched back to back and synchronized once
   double graph_us = 0;  ///< per kernel, the same kernels captured in a CUDA graph and replayed
-  /// Per kernel, the graph with a timing event recorded after each kernel (the event records
-  /// the profiler puts between a profiled step's spans): graph_event_us - graph_us is what one
-  /// such event costs the GPU, and so what profiling a step costs per span boundary.
+  /// Per kernel, the graph with a timing event recorded after each kernel: graph_event_us -
+  /// graph_us is what one such event costs the GPU (the profiler's span boundaries were event
+  /// records until 2026-11-27; kept as the comparison for the stamps).
   double graph_event_us = 0;
+  /// Per kernel, the graph with a stamp of the GPU's clock (cuda::stamp_time, a one-thread
+  /// kernel) after each kernel, as a profiled step's graph has between spans: graph_stamp_us -
+  /// graph_us is what profiling a step costs the GPU per span boundary.
+  double graph_stamp_us = 0;
+  double clock_tick_ns = 0;  ///< the smallest step of the GPU's clock (cuda::clock_tick): the stamps' resolution
   double sync_us = 0;   ///< launch plus synchronize, one at a time (what a step pays per sync)
 };
 LaunchResult launch_latency(int device, int kernels, int repeats);

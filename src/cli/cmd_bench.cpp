@@ -400,8 +400,11 @@ nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
     const auto l = bench::gpu::launch_latency(device, 1000, repeats);
     std::printf("\nKernel launch on GPU %d (empty kernels, median): %.2f us each back to back, %.2f us from a CUDA graph, "
                 "%.2f us launch + synchronize\n", device, l.plain_us, l.graph_us, l.sync_us);
-    std::printf("A timing event recorded after each kernel in the graph: %.2f us a kernel, so %+.2f us an event (what "
-                "dlperf profile pays per span boundary of a graphed step)\n", l.graph_event_us, l.graph_event_us - l.graph_us);
+    std::printf("A timing event recorded after each kernel in the graph: %.2f us a kernel, so %+.2f us an event\n", l.graph_event_us,
+                l.graph_event_us - l.graph_us);
+    std::printf("A stamp of the GPU's clock (a one-thread kernel) after each kernel in the graph: %.2f us a kernel, so %+.2f us a "
+                "stamp (what dlperf profile pays per span boundary of a graphed step); the clock ticks every %.0f ns\n",
+                l.graph_stamp_us, l.graph_stamp_us - l.graph_us, l.clock_tick_ns);
     return bench::gpu::to_json(l);
   }
   const auto bw = bench::gpu::device_bandwidth(device, a.opt.quick ? 256e6 : 1e9, repeats);

@@ -23,7 +23,7 @@ namespace dlperf::profile {
 enum class Phase : uint8_t { step, data, copy, forward, backward, backward_data, backward_weight, grad_sum, loss, optimizer, load };
 std::string_view to_string(Phase p);
 
-/// The track of GPU work: device times from CUDA events, placed on the recorder's clock. When a
+/// The track of GPU work: device times from the GPU's clock (cuda::stamp_time), placed on the recorder's clock. When a
 /// profile has it, the per-op table and the step split come from it (time on the device).
 inline constexpr int kGpuTrack = 100;
 

@@ -355,7 +355,7 @@ void write_trace(const std::string& path, const std::vector<Event>& events, cons
   for (int t : tracks)
     ev.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 1}, {"tid", t},
                   {"args", {{"name", t == 0            ? std::string("training thread")
-                                     : t == kGpuTrack ? std::string("GPU (CUDA events)")
+                                     : t == kGpuTrack ? std::string("GPU (device clock)")
                                                       : fmt::format("loader worker {}", t - 1)}}}});
   for (const auto& e : events) {
     json args = {{"step", e.step}};

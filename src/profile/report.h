@@ -56,7 +56,7 @@ struct Report {
   plan::CpuCeilings ceilings;
   double recorded_s = 0;    ///< sum of the recorded steps' durations
   double flops_per_step = 0;  ///< of the layer rows, from the cost model
-  bool on_gpu = false;        ///< the rows are the GPU's (CUDA events), not the CPU engine's
+  bool on_gpu = false;        ///< the rows are the GPU's (stamps of its clock), not the CPU engine's
   hw::HostLoad host_load;     ///< what else the CPUs did while it recorded (Recorder::host_load)
 };
 

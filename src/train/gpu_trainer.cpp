@@ -288,7 +288,7 @@ void add_gpu_step(const cuda::ProfiledStep& p, const HostStep& h, double origin)
 
 
 // dlperf profile's window on the GPU: starts and stops the recording at the window's edges, and
-// puts each recorded step's CUDA events on the GPU track as they are read, two steps after the
+// puts each recorded step's clock stamps on the GPU track as they are read, two steps after the
 // step was queued (cuda::Network::begin_profile).
 class GpuProfile {
  public:
@@ -301,7 +301,7 @@ class GpuProfile {
   const std::string& note() const { return window_.note; }
   /// Whether the window is open (its steps recorded or, with --profile-every, some skipped).
   bool recording() const { return profile::Recorder::get().started(); }
-  /// Whether the step about to run is recorded: its spans timed with CUDA events.
+  /// Whether the step about to run is recorded: its spans timed with stamps of the GPU's clock.
   bool records_step() const { return profile::Recorder::get().on(); }
 
   /// Before the run's step `step`: starts or stops the recording where the window starts or ends,
@@ -391,7 +391,7 @@ struct GpuRun {
   /// and the feed; out of memory is reported with the largest batch size that fits.
   GpuRun(const TrainConfig& c, int dev, data::DataPair d, nn::Graph g)
       : cfg(c), device(dev), data(std::move(d)), graph(std::move(g)), mem(cuda::device_allocator(dev)) {
-    check(!cfg.layer_times, "--layer-times does not run on the GPU", "use --profile there (per-layer time on the device from CUDA events)");
+    check(!cfg.layer_times, "--layer-times does not run on the GPU", "use --profile there (per-layer time on the device, from the GPU's clock)");
     data::channel_stats(data.train, mean, stddev);
     check(data.train.size() >= cfg.batch, fmt::format("--batch-size {} is larger than the {} training images", cfg.batch, data.train.size()),
           "use a smaller --batch-size or more data");

@@ -1,6 +1,7 @@
 // dlperf's own CUDA kernels (see kernels.h). Element-wise kernels use grid-stride loops with a
 // grid sized to the SM count's order of magnitude, so one launch covers any n.
 #include <cfloat>
+#include <chrono>
 
 #include "backend/cuda/kernel_util.cuh"
 #include "backend/cuda/kernels.h"
@@ -257,6 +258,30 @@ __global__ void gather_k(DeviceImages d, const int32_t* order, int64_t first, in
 
 __global__ void empty_k() {}
 
+// The emulation has no %globaltimer: the host's steady clock stands in, in nanoseconds as well.
+#ifdef DLPERF_CUDA_EMULATION
+inline uint64_t global_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+#else
+__device__ inline uint64_t global_ns() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+#endif
+__global__ void stamp_k(uint64_t* at) { *at = global_ns(); }
+__global__ void clock_tick_k(uint64_t* out) {
+  uint64_t best = 0;
+  for (int change = 0; change < 64; ++change) {
+    const uint64_t t0 = global_ns();
+    uint64_t t = t0;
+    for (int read = 0; read < (1 << 20) && t == t0; ++read) t = global_ns();
+    if (t != t0 && (best == 0 || t - t0 < best)) best = t - t0;
+  }
+  *out = best;
+}
+
 // STREAM's kernels (dlperf bench memory) move 16 bytes a load (float4) and start kLoadsInFlight
 // loads a thread before using any. With one 4-byte load at a time too few bytes were in flight for
 // HBM3e: on an H200 copy measured 2991 GB/s, 62% of the datasheet's 4800, where a device copy
@@ -434,6 +459,8 @@ void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels
   LAUNCH(blocks_for(total), kThreads, 0, s, normalize_k)(images, out, total, channels, hw, scale, shift);
 }
 void empty_kernel(cudaStream_t s) { LAUNCH(1, 1, 0, s, empty_k)(); }
+void stamp_time(uint64_t* at, cudaStream_t s) { LAUNCH(1, 1, 0, s, stamp_k)(at); }
+void clock_tick(uint64_t* out, cudaStream_t s) { LAUNCH(1, 1, 0, s, clock_tick_k)(out); }
 void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s) { LAUNCH(blocks_for(n), kThreads, 0, s, copy_k)(a, b, n); }
 void stream_triad(float* a, const float* b, const float* c, float scalar, int64_t n, cudaStream_t s) {
   LAUNCH(blocks_for(n), kThreads, 0, s, triad_k)(a, b, c, scalar, n);

@@ -155,6 +155,15 @@ inline void bias_grad(const float* dy, float* db, int64_t outer, int64_t channel
   bias_grad(DType::f32, dy, db, outer, channels, inner, s);
 }
 
+/// Writes the GPU's nanosecond clock (%globaltimer, one clock for every SM) to *at when the work
+/// queued before it on `s` has finished: the profiler's span boundaries (cuda::Network::Span).
+/// A one-thread kernel, since in a CUDA graph a kernel node costs the GPU about a quarter of
+/// what an event record node does (bench launch measures both).
+void stamp_time(uint64_t* at, cudaStream_t s);
+/// *out = the smallest step of that clock seen in 64 changes (0 if it never moved): how finely
+/// the stamps resolve a span. One thread, a few microseconds.
+void clock_tick(uint64_t* out, cudaStream_t s);
+
 // Benchmarks (dlperf bench): an empty kernel for launch latency, and streaming kernels for
 // device-memory bandwidth.
 void empty_kernel(cudaStream_t s);

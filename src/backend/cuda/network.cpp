@@ -97,7 +97,8 @@ struct Network::Layer {
   std::string backward_name;  // the NVTX range of its backward pass
 };
 
-// While profiling, a CUDA event pair around the work queued in its lifetime; nothing otherwise.
+// While profiling, a stamp of the GPU's clock before and after the work queued in its lifetime;
+// nothing otherwise.
 class Network::Span {
  public:
   /// A layer's pass.
@@ -120,24 +121,18 @@ class Network::Span {
   size_t index_ = kNone;
 };
 
-namespace {
-cudaEvent_t new_event() {
-  cudaEvent_t e;
-  ok(cudaEventCreate(&e), "cudaEventCreate");
-  return e;
-}
-}  // namespace
-
-// Records the slot's next mark (creating it if the slot has none spare) and returns its index.
+// Queues the slot's next stamp and returns its index. A stamp is a kernel, so in a capture it
+// becomes a node of the graph, writing the same place at each replay.
 size_t Network::record_mark(ProfileSlot& s) {
-  if (s.marks.size() <= s.step.marks_used) s.marks.push_back(new_event());
+  check(s.step.marks_used < stamp_capacity_, "a profiled step has more span boundaries than the profiler made room for",
+        "this is a bug in dlperf's GPU executor: please report it with the model");
   const size_t m = s.step.marks_used++;
-  ok(cudaEventRecordWithFlags(s.marks[m], stream_, record_flags()), "cudaEventRecord");
+  stamp_time(s.stamps + m, stream_);
   return m;
 }
 
 // Spans are never nested on the GPU and all of a step's work after its load and input cast runs
-// inside one, so a span that begins right after another ended begins at that end's mark.
+// inside one, so a span that begins right after another ended begins at that end's stamp.
 size_t Network::begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node) {
   ProfileSlot& s = slots_[slot_];
   const size_t begin = chained_ ? s.step.marks_used - 1 : record_mark(s);
@@ -147,8 +142,8 @@ size_t Network::begin_span(const std::string& name, const std::string& op, profi
   return s.step.spans.size() - 1;
 }
 
-// Called from a destructor, so it must not throw: a failed record surfaces when the step is read,
-// as the elapsed-time query on the unrecorded event fails with a message.
+// Called from a destructor, so it must not throw: a failed launch surfaces at the next CUDA call
+// that checks for errors, and a stamp never written reads as one out of order (read_profiled).
 void Network::end_span(size_t i) noexcept {
   try {
     ProfileSlot& s = slots_[slot_];
@@ -159,26 +154,36 @@ void Network::end_span(size_t i) noexcept {
   }
 }
 
-// While capturing, an event record must become a node of the graph that records the event at
-// each replay (cudaEventRecordExternal); a plain record would only order the capture.
-unsigned Network::record_flags() const { return capturing_ ? cudaEventRecordExternal : cudaEventRecordDefault; }
-
+// Room for every stamp a step takes: its start, and at most two for each span (a forward pass,
+// two backward passes (weight and data) and a gradient sum per layer, the loss and the update).
 void Network::begin_profile() {
-  if (!origin_) ok(cudaEventCreate(&origin_), "cudaEventCreate");
+  if (!stamps_) {
+    stamp_capacity_ = 1 + 2 * (4 * layers_.size() + 2);
+    const size_t bytes = (1 + 2 * stamp_capacity_) * sizeof(uint64_t);
+    ok(cudaMalloc(&stamps_, bytes), "allocating the profiler's timestamps");
+    ok(cudaMemsetAsync(stamps_, 0, bytes, stream_), "cudaMemset");
+    void* host = nullptr;
+    ok(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "pinning the profiler's timestamps");
+    stamps_host_ = static_cast<uint64_t*>(host);
+    for (int i = 0; i < 2; ++i) {
+      slots_[i].stamps = stamps_ + 1 + size_t(i) * stamp_capacity_;
+      ok(cudaEventCreateWithFlags(&slots_[i].end, cudaEventDisableTiming), "cudaEventCreate");
+    }
+  }
   for (ProfileSlot& s : slots_) s.pending = false;
   profiled_.clear();
   slot_ = 0;
-  ok(cudaEventRecord(origin_, stream_), "cudaEventRecord");
-  ok(cudaEventSynchronize(origin_), "starting the profile");  // the GPU is idle: the origin is now
+  stamp_time(stamps_, stream_);
+  ok(cudaStreamSynchronize(stream_), "starting the profile");  // the GPU is idle: the origin is now
+  ok(cudaMemcpy(&origin_ns_, stamps_, sizeof origin_ns_, cudaMemcpyDeviceToHost), "reading the profile's origin");
 }
 
 void Network::begin_profiled_step() {
   ProfileSlot& s = slots_[slot_];
   if (s.pending) read_profiled(s);  // the step two before this one: the GPU is busy with the last
-  if (!s.start) s.start = new_event(), s.end = new_event();
   s.step = {};
   chained_ = false;  // the step's load comes next, outside any span
-  ok(cudaEventRecord(s.start, stream_), "cudaEventRecord");
+  record_mark(s);    // stamp 0: the step's start
   profiling_ = true;
 }
 
@@ -190,22 +195,22 @@ void Network::end_profiled_step() {
   slot_ ^= 1;
 }
 
-// Span times as seconds since the origin: the step's start from the origin, each span from the
-// step's start (a float of milliseconds keeps its precision over a step, if not over a long
-// profile, so the spans are measured from the nearer event).
+// Span times as seconds since the origin. The copy back runs on no stream of ours, once the step
+// is done, so it costs the GPU's stream of work nothing.
 void Network::read_profiled(ProfileSlot& s) {
-  ok(cudaEventSynchronize(s.end), "reading a profiled step's events");
-  float start = 0;
-  ok(cudaEventElapsedTime(&start, origin_, s.start), "cudaEventElapsedTime");
+  ok(cudaEventSynchronize(s.end), "waiting for a profiled step");
+  uint64_t* host = stamps_host_ + (s.stamps - stamps_);
+  ok(cudaMemcpy(host, s.stamps, s.step.marks_used * sizeof(uint64_t), cudaMemcpyDeviceToHost), "reading a profiled step's timestamps");
   ProfiledStep p;
-  p.start = start / 1e3;
-  p.spans = s.step.spans;
-  std::vector<double> at(s.step.marks_used);  // each mark's time
+  std::vector<double> at(s.step.marks_used);  // each stamp's time
   for (size_t m = 0; m < s.step.marks_used; ++m) {
-    float ms = 0;
-    ok(cudaEventElapsedTime(&ms, s.start, s.marks[m]), "cudaEventElapsedTime");
-    at[m] = p.start + ms / 1e3;
+    // One stream runs the stamps in order: one that is not is one a failed launch never wrote.
+    check(host[m] >= (m == 0 ? origin_ns_ : host[m - 1]), "the GPU's timestamps of a profiled step are out of order",
+          "a stamp kernel failed to run: rerun, and report it if it happens again");
+    at[m] = double(host[m] - origin_ns_) / 1e9;
   }
+  p.start = at.empty() ? 0 : at[0];
+  p.spans = s.step.spans;
   for (size_t i = 0; i < p.spans.size(); ++i) p.spans[i].t0 = at[s.step.marks[i].first], p.spans[i].t1 = at[s.step.marks[i].second];
   profiled_.push_back(std::move(p));
   s.pending = false;
@@ -501,14 +506,15 @@ Network::~Network() { release(); }
 void Network::release() {
   if (stream_) cudaStreamSynchronize(stream_);
   for (ProfileSlot& s : slots_) {
-    for (cudaEvent_t e : s.marks) cudaEventDestroy(e);
-    if (s.start) cudaEventDestroy(s.start), cudaEventDestroy(s.end);
+    if (s.end) cudaEventDestroy(s.end);
     if (s.exec) cudaGraphExecDestroy(s.exec);
     s = ProfileSlot{};
   }
-  if (origin_) cudaEventDestroy(origin_);
+  if (stamps_) cudaFree(stamps_);
+  if (stamps_host_) cudaFreeHost(stamps_host_);
+  stamps_ = nullptr, stamps_host_ = nullptr;
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
-  origin_ = nullptr, graph_exec_ = nullptr;
+  graph_exec_ = nullptr;
   layers_.clear();
   for (void* p : owned_) device_allocator(device_).release(p);
   owned_.clear();
@@ -641,21 +647,18 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
     ok(cudaGraphLaunch(graph_exec_, stream_), "replaying the training step's CUDA graph");
     return;
   }
-  // A profiled step replays its slot's graph, the step captured with the slot's event records, so
+  // A profiled step replays its slot's graph, the step captured with the slot's stamp kernels, so
   // the profile times the kernels as training runs them; eagerly where that graph cannot be had.
   if (profiling_ && graph_exec_ && valid == graph_valid_) {
     ProfileSlot& s = slots_[slot_];
     if (!s.exec && why_not_profiled_graph_.empty()) {
-      // Every event the step's spans use exists before the capture: at most two marks for each
-      // span: a forward pass, two backward passes (weight and data) and a gradient sum per layer,
-      // the loss and the update.
-      while (s.marks.size() < 2 * (4 * layers_.size() + 2)) s.marks.push_back(new_event());
-      s.step = {};
+      const SpanRecords started = s.step;  // the step's start stamp, queued already
+      s.step = started;
       std::string failed;
       s.exec = capture_step(load, valid, smoothing, opt, failed);
       s.captured = s.step;
-      s.step = {};  // a failed capture's records are no step's; an eager step records its own
-      if (!s.exec) why_not_profiled_graph_ = "CUDA graph capture with event records failed: " + failed;
+      s.step = started;  // a failed capture's records are no step's; an eager step records its own
+      if (!s.exec) why_not_profiled_graph_ = "CUDA graph capture with stamp kernels failed: " + failed;
     }
     if (s.exec) {
       s.step = s.captured;
@@ -716,7 +719,6 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
     cudaGetLastError();
     return nullptr;
   }
-  capturing_ = true;
   try {
     if (load) load(stream_);
     forward_pass(true);
@@ -726,7 +728,6 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
   } catch (const std::exception& e) {
     failed = e.what();
   }
-  capturing_ = false;
   const cudaError_t end = cudaStreamEndCapture(stream_, &g);
   if (failed.empty() && end != cudaSuccess) failed = cudaGetErrorString(end);
   if (failed.empty() && nodes) {
@@ -747,7 +748,7 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
 void Network::capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
                       const nn::OptimizerConfig& opt) {
   std::string failed;
-  // The training graph has no event records, even if profiling began before it was captured.
+  // The training graph has no stamps, even if profiling began before it was captured.
   struct Restore {
     bool& flag;
     bool value;

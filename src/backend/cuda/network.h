@@ -51,7 +51,7 @@ struct GpuTally {
   int64_t correct = 0;
 };
 
-/// A stretch of GPU work the profiler times with CUDA events: seconds from the step's start.
+/// A stretch of GPU work the profiler times with the GPU's clock: seconds since begin_profile().
 struct GpuSpan {
   std::string name, op;
   profile::Phase phase{};
@@ -61,7 +61,7 @@ struct GpuSpan {
 
 /// One profiled step, read once the GPU ran it. Times are seconds since begin_profile().
 struct ProfiledStep {
-  double start = 0;            ///< when the GPU reached the step (its start event)
+  double start = 0;            ///< when the GPU reached the step (its start stamp)
   std::vector<GpuSpan> spans;  ///< each layer pass, the loss and the update
 };
 
@@ -127,11 +127,12 @@ class Network {
   /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
   GpuTally tally(bool reset);
   /// Profiling (dlperf profile on a GPU): in a profiled step every layer pass, the loss and the
-  /// update are bracketed by CUDA events. With graphs, a profiled step replays the step captured
-  /// once more with those event records as graph nodes, so kernels run as in training; else
-  /// eagerly. Steps between profiled ones (--profile-every) replay the plain training graph.
-  /// Nothing waits for the GPU between profiled steps: two sets of events (and graphs) are used
-  /// in turn, and a step's events are read when its set comes round again, two profiled steps
+  /// update are bracketed by stamps of the GPU's clock, each a one-thread kernel (stamp_time:
+  /// in a graph it costs the GPU about a quarter of an event record). With graphs, a profiled step
+  /// replays the step captured once more with those stamp kernels, so kernels run as in training;
+  /// else eagerly. Steps between profiled ones (--profile-every) replay the plain training graph.
+  /// Nothing waits for the GPU between profiled steps: two sets of stamps (and graphs) are used
+  /// in turn, and a step's stamps are read when its set comes round again, two profiled steps
   /// later, so the GPU runs profiled steps back to back as it runs training.
   ///   begin_profile()        waits for the GPU once; its time is the profile's time origin
   ///   begin_profiled_step()  before a profiled step's work is queued (its data included)
@@ -155,7 +156,7 @@ class Network {
   /// weight gradient's own where it runs in NCHW): the run record keeps them, since a timed search
   /// may pick differently from one process to the next.
   std::vector<std::pair<std::string, std::string>> conv_algorithms() const;
-  /// How profiled steps ran: "CUDA graph" (the step's graph with event records), or "eager"
+  /// How profiled steps ran: "CUDA graph" (the step's graph with stamp kernels), or "eager"
   /// with the reason.
   std::string profiled_steps() const {
     if (slots_[0].exec) return "CUDA graph";
@@ -187,11 +188,11 @@ class Network {
 
  private:
   struct Layer;
-  class Span;  // brackets GPU work with CUDA events while profiling
+  class Span;  // brackets GPU work with stamps of the GPU's clock while profiling
   size_t begin_span(const std::string& name, const std::string& op, profile::Phase phase, int node);
   void end_span(size_t index) noexcept;
   struct ProfileSlot;
-  void read_profiled(ProfileSlot& slot);  // waits for the slot's step and reads its events
+  void read_profiled(ProfileSlot& slot);  // waits for the slot's step and reads its stamps
   void build(uint64_t seed, int device);  // the constructor's work: the steps below, in order
   void init_parameters(uint64_t seed, const std::vector<int64_t>& offsets);
   void alloc_values();
@@ -211,7 +212,6 @@ class Network {
   void capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
   cudaGraphExec_t capture_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
                                const nn::OptimizerConfig& opt, std::string& failed, GraphNodes* nodes = nullptr);
-  unsigned record_flags() const;
 
   nn::Graph graph_;
   int device_;
@@ -258,31 +258,35 @@ class Network {
   GraphNodes step_nodes_;
   int64_t eager_steps_ = 0;
   std::string why_not_graphed_ = "--no-graphs";
-  // Profiling: two slots used by profiled steps in turn. A slot's events are reused step after
-  // step once read; its graph is the step captured with those events' records.
-  struct SpanRecords {  // a step's spans and which of the slot's marks bound each
+  // Profiling: two slots used by profiled steps in turn. A slot's stamps are reused step after
+  // step once read; its graph is the step captured with that slot's stamp kernels.
+  struct SpanRecords {  // a step's spans and which of the slot's stamps bound each
     std::vector<GpuSpan> spans;
-    std::vector<std::pair<size_t, size_t>> marks;  // each span's begin and end mark
-    size_t marks_used = 0;
+    std::vector<std::pair<size_t, size_t>> marks;  // each span's begin and end stamp
+    size_t marks_used = 0;                         // stamp 0 is the step's start
   };
   struct ProfileSlot {
-    cudaEvent_t start = nullptr, end = nullptr;  // around the step's queued work
-    std::vector<cudaEvent_t> marks;               // span boundaries, used in order (grown as needed)
-    SpanRecords step;                             // the step queued with this slot
-    cudaGraphExec_t exec = nullptr;               // the step captured with these event records
-    SpanRecords captured;                         // what that graph records
-    bool pending = false;                         // queued, not yet read
+    cudaEvent_t end = nullptr;  // after the step's queued work: reading the slot waits for it
+    uint64_t* stamps = nullptr;  // device: the GPU clock at the step's start, then at each span boundary
+    SpanRecords step;                // the step queued with this slot
+    cudaGraphExec_t exec = nullptr;  // the step captured with these stamps
+    SpanRecords captured;            // what that graph records
+    bool pending = false;            // queued, not yet read
   };
   bool profiling_ = false;  // between begin_profiled_step() and end_profiled_step(): spans are timed
-  bool capturing_ = false;
-  // Whether the last thing queued was a span's end: the next span then begins at that mark, one
-  // event record instead of two. Work queued outside spans (the step's load, the input cast)
-  // clears it, so that work is never counted in a span.
+  // Whether the last thing queued was a span's end: the next span then begins at that stamp, one
+  // stamp instead of two. Work queued outside spans (the step's load, the input cast) clears it,
+  // so that work is never counted in a span.
   bool chained_ = false;
   size_t record_mark(ProfileSlot& s);
   ProfileSlot slots_[2];
   int slot_ = 0;  // the slot of the step being queued
-  cudaEvent_t origin_ = nullptr;
+  // The profiler's stamps, outside the caching allocator so a profiled run's memory is a plain
+  // run's: [0] the origin, then each slot's `stamp_capacity_`. Read back into `stamps_host_`.
+  uint64_t* stamps_ = nullptr;
+  uint64_t* stamps_host_ = nullptr;  // pinned
+  size_t stamp_capacity_ = 0;
+  uint64_t origin_ns_ = 0;  // the GPU clock at begin_profile()
   std::vector<ProfiledStep> profiled_;  // read, not yet taken
   std::string why_not_profiled_graph_;
 };
