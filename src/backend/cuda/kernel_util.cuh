@@ -27,6 +27,14 @@ inline unsigned blocks_for(int64_t n) {
 #define LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
 #endif
 
+// Fully unrolls the loop after it under nvcc, so a small array it indexes stays in registers
+// (g++, compiling the kernels for the emulation, has no such pragma).
+#ifdef __CUDACC__
+#define UNROLL _Pragma("unroll")
+#else
+#define UNROLL
+#endif
+
 #define GRID_STRIDE(i, n) for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
 
 // Loads and stores of any activation type, with arithmetic in fp32 (host and device alike, so
