@@ -71,7 +71,7 @@ TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
   const auto convs = bench::gpu::conv(0, {"small"}, {3, 32, 32}, 8, 2);  // validates forward outputs itself
   ASSERT_GE(convs.size(), 3u);
   for (const auto& c : convs) {
-    EXPECT_TRUE(c.failed.empty()) << c.layer << " " << c.precision << ": " << c.failed;
+    EXPECT_TRUE(c.failed.empty()) << c.layer << " " << c.precision << " " << c.layout << ": " << c.failed;
     EXPECT_GT(c.backward_filter_tflops, 0) << c.layer << " " << c.precision;
     EXPECT_GE(c.rotated_sets, 1);  // the input and output gradient cycle through copies spanning 2x the L2
   }

@@ -388,11 +388,18 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
       cuda::ConvShape s{x[0], x[1], x[2], x[3], node.attrs.out_channels, node.attrs.kernel, node.attrs.stride, node.attrs.padding};
       const std::string key = fmt::format("{}/{}/{}/{}/{}/{}/{}", s.n, s.c, s.h, s.k, s.r, s.stride, s.pad);
       if (!seen.insert(key).second) continue;  // ResNet blocks repeat shapes
-      for (auto p : {cuda::Precision::fp32, cuda::Precision::tf32, cuda::Precision::bf16}) {
+      // bf16 in both layouts: NHWC is what training runs, but cuDNN's NHWC kernels for inputs of
+      // few channels were slower than its NCHW ones (cuda::weight_grad_in_nchw).
+      struct Config {
+        cuda::Precision p;
+        bool nhwc;
+      };
+      for (const auto& [p, nhwc] : {Config{cuda::Precision::fp32, false}, Config{cuda::Precision::tf32, false},
+                                    Config{cuda::Precision::bf16, true}, Config{cuda::Precision::bf16, false}}) {
         if (!cuda::supported(p, info.cc_major, info.cc_minor)) continue;
+        const std::string layout = nhwc ? "nhwc" : "nchw";
         try {
-          cuda::CudnnConv c(s, p);
-          const bool nhwc = c.nhwc();
+          cuda::CudnnConv c(s, p, nhwc);
           const int64_t oh = s.out_h(), ow = s.out_w();
           Rng rng(uint64_t(s.c * 131 + s.k) + uint64_t(p));
           std::vector<float> xv(size_t(s.n * s.c * s.h * s.w)), wv(size_t(s.k * s.c * s.r * s.r)), dyv(size_t(s.n * s.k * oh * ow));
@@ -418,7 +425,7 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
             }
             return spread_of(r).median;
           };
-          ConvPoint pt{model, node.name, cuda::to_string(p), c.algorithms(), {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0, ""};
+          ConvPoint pt{model, node.name, cuda::to_string(p), c.algorithms(), layout, {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0, ""};
           pt.rotated_sets = sets;
           pt.forward_tflops = rate([&] { c.forward(xs[turn()]->p, dw_in.p, dy_out.p, t.stream); });
           pt.backward_data_tflops = rate([&] { c.backward_data(dw_in.p, dys[turn()]->p, dx_out.p, t.stream); });
@@ -469,7 +476,7 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
                                                     model, pt.precision, pt.max_rel_error));
           out.push_back(pt);
         } catch (const Error& e) {  // one layer's or precision's failure leaves the others measured
-          ConvPoint pt{model, node.name, cuda::to_string(p), "", {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0, e.what()};
+          ConvPoint pt{model, node.name, cuda::to_string(p), "", layout, {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0, e.what()};
           out.push_back(pt);
           cudaGetLastError();
         }
@@ -482,7 +489,7 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
 nlohmann::json to_json(const std::vector<ConvPoint>& c) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& x : c)
-    out.push_back({{"model", x.model}, {"layer", x.layer}, {"precision", x.precision}, {"input", x.input},
+    out.push_back({{"model", x.model}, {"layer", x.layer}, {"precision", x.precision}, {"layout", x.layout}, {"input", x.input},
                    {"out_channels", x.out_channels}, {"kernel", x.kernel}, {"stride", x.stride}, {"padding", x.padding},
                    {"forward_tflops", x.forward_tflops}, {"backward_data_tflops", x.backward_data_tflops},
                    {"backward_filter_tflops", x.backward_filter_tflops}, {"algorithms", x.algorithms},

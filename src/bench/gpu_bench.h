@@ -60,6 +60,7 @@ std::vector<GemmPoint> gemm(int device, const std::vector<int64_t>& sizes, int r
 
 struct ConvPoint {
   std::string model, layer, precision, algorithms;
+  std::string layout;          ///< nchw | nhwc: the tensors' (filters [K, C, R, S] or [K, R, S, C])
   std::vector<int64_t> input;  ///< N, C, H, W
   int64_t out_channels = 0, kernel = 0, stride = 1, padding = 0;
   double forward_tflops = 0, backward_data_tflops = 0, backward_filter_tflops = 0;  ///< medians
@@ -68,7 +69,8 @@ struct ConvPoint {
   int rotated_sets = 1;      ///< copies of the input and output gradient the calls cycle through (2x the L2)
 };
 /// cuDNN forward, backward-data and backward-filter of every distinct conv layer of `models` on
-/// input `chw` at `batch`, in fp32, and in tf32 and bf16 where the GPU has tensor cores for them.
+/// input `chw` at `batch`, in fp32 (NCHW), and in tf32 (NCHW) and bf16 (NHWC, as training runs
+/// it, and NCHW beside it) where the GPU has tensor cores for them.
 /// A point that fails says so in `failed`, as gemm()'s do.
 std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, const std::vector<int64_t>& chw, int64_t batch,
                             int repeats);

@@ -472,15 +472,15 @@ nlohmann::json run_gpu_conv(BenchArgs& a) {
   std::printf("\nConvolutions through cuDNN on GPU %d at batch %lld on %s (TFLOP/s per pass, median; the input and output gradient\n"
               "rotate over copies spanning 2x the L2; forward checked at 16 sampled outputs against float64):\n",
               a.gpu, (long long)a.batch, a.input.c_str());
-  report::Table t({"model", "layer", "precision", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
+  report::Table t({"model", "layer", "precision", "layout", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
   for (const auto& p : pts)
     if (p.failed.empty())  // failed points are listed under the table
-      t.add({p.model, p.layer, p.precision, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
+      t.add({p.model, p.layer, p.precision, p.layout, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
              fmt::format("{:.1f}", p.forward_tflops), fmt::format("{:.1f}", p.backward_data_tflops),
              fmt::format("{:.1f}", p.backward_filter_tflops), p.algorithms});
   t.print();
   say_failed_points<bench::gpu::ConvPoint>(a, "GPU conv", pts,
-                                           [](const auto& p) { return fmt::format("{} {} {}", p.model, p.layer, p.precision); });
+                                           [](const auto& p) { return fmt::format("{} {} {} {}", p.model, p.layer, p.precision, p.layout); });
   return bench::gpu::to_json(pts);
 }
 

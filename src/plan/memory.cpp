@@ -96,6 +96,11 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     }
     if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, 4 * std::floor((out + 3) / 4));  // byte masks
     if (n.kind == ops::OpKind::linear) add(MemCategory::workspace, 3.0 * double(size_t(4) << 20));   // three cuBLASLt workspaces
+    if (n.kind == ops::OpKind::conv2d && cuda::weight_grad_in_nchw(stored, n.in_dims[0]) && n.in_dims[0][1] > 1) {
+      const Dims& x = n.in_dims[0];  // its weight gradient's input moved to NCHW, and the gradient before it is moved back
+      add(MemCategory::workspace, es * double(numel(x)));
+      add(MemCategory::workspace, es * double(n.attrs.out_channels * x[1] * n.attrs.kernel * n.attrs.kernel));
+    }
   }
   add(MemCategory::workspace, es * biggest);  // the backward scratch buffer
   if (bn_workspace > 0) add(MemCategory::workspace, bn_workspace);  // the batchnorm kernels' partial sums

@@ -42,6 +42,13 @@ inline bool stored_differently(Layout l, const std::vector<int64_t>& dims) {
   return l == Layout::nhwc && dims.size() == 4 && layouts_differ(dims[1], dims[2] * dims[3]);
 }
 
+/// Whether an NHWC convolution reading `dims` [N, C, H, W] computes its weight gradient through
+/// cuDNN's NCHW path (cuda::Network, set_up_op, says why): fewer than 8 input channels, where
+/// cuDNN's NHWC kernels for that pass ran 8 to 10 times slower on an H200. With more than one
+/// channel, that path reads the input moved to NCHW and writes the gradient [K, C, R, S] into
+/// buffers of its own, which the memory planner counts too.
+inline bool weight_grad_in_nchw(Layout l, const std::vector<int64_t>& dims) { return l == Layout::nhwc && dims[1] < 8; }
+
 /// Convolution weights between [K, C, R, S] (the CPU engine's and checkpoints' order) and
 /// [K, R, S, C] (cuDNN's filter layout for NHWC tensors); rs = R * S.
 inline void weights_to_krsc(const float* kcrs, float* krsc, int64_t k, int64_t c, int64_t rs) {

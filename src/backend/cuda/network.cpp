@@ -83,7 +83,8 @@ struct Network::Layer {
   void* wh = nullptr;   // the weight the conv or GEMM reads: its half copy in mixed precision, else w
   void* dwh = nullptr;  // a conv's half weight gradient in mixed precision, else dw
   std::unique_ptr<CudnnConv> conv;
-  std::unique_ptr<CudnnConv> weight_grad_nchw;  // NHWC with one input channel: the weight gradient in NCHW (set_up_op)
+  std::unique_ptr<CudnnConv> weight_grad_nchw;  // NHWC with under 8 input channels: the weight gradient in NCHW (set_up_op)
+  void *x_nchw = nullptr, *dw_nchw = nullptr;   // with over one: its input in NCHW, and the gradient [K, C, R, S] it writes
   std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
   BatchnormShape bn_shape;
   BatchnormParams bn;  // batchnorm: its parameters and statistics (bn.relu: the next relu runs inside it)
@@ -415,16 +416,23 @@ void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) 
       const ConvShape shape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride, n.attrs.padding};
       l.conv = std::make_unique<CudnnConv>(shape, opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic);
       conv_workspace = std::max(conv_workspace, l.conv->workspace_bytes());
-      // A one-channel input is stored alike in both layouts, and so is the [K, 1, R, S] weight
-      // gradient. cuDNN 9's NHWC weight gradient for it ran far slower than its NCHW one on an
-      // H200 (bf16, medium's conv1 at batch 64: 302 us a step against under 28 in NCHW, 39% of
-      // the step; the recipe's at batch 256: 1.06 ms, half the step; 2026-11-27). So that pass
-      // reads the output gradient moved to NCHW (one transpose into the scratch value) and runs
-      // through cuDNN's NCHW path.
-      if (nhwc && x[1] == 1) {
+      // cuDNN 9's NHWC weight gradient for an input of few channels ran far slower than its NCHW
+      // one on an H200 (bf16, medium's conv1 on one channel at batch 64: 302 us a step against
+      // under 28 in NCHW, 39% of the step; the recipe's at batch 256: 1.06 ms, half the step; on
+      // three channels, bench conv: 0.3 TFLOP/s against 2.2 in fp32 NCHW; 2026-11-27). So that
+      // pass reads the output gradient moved to NCHW (one transpose into the scratch value) and
+      // runs through cuDNN's NCHW path. A one-channel input and its [K, 1, R, S] gradient are
+      // stored alike in both layouts; with more channels the input is moved too, and the
+      // gradient moved back to [K, R, S, C], through buffers of their own (a few MB at most).
+      if (weight_grad_in_nchw(opts_.layout, x)) {
         l.weight_grad_nchw = std::make_unique<CudnnConv>(shape, opts_.precision, /*nhwc=*/false, /*own_workspace=*/false,
                                                          opts_.deterministic);
         conv_workspace = std::max(conv_workspace, l.weight_grad_nchw->workspace_bytes());
+        if (x[1] > 1) {
+          const size_t es = bytes_of(dt_);
+          l.x_nchw = alloc_bytes(size_t(numel(x)) * es, MemCategory::workspace);
+          l.dw_nchw = alloc_bytes(size_t(shape.k * shape.c * shape.r * shape.r) * es, MemCategory::workspace);
+        }
       }
       break;
     }
@@ -835,9 +843,16 @@ void Network::backward_layer(Layer& l, void* dx) {
     {
       const Span weights = pass(profile::Phase::backward_weight);
       if (l.weight_grad_nchw) {  // the scratch value is free here: a dx summed through it was added in already
-        const Dims& d = n.out_dims;
+        const Dims &d = n.out_dims, &in = n.in_dims[0];
         change_layout(dt_, dy, scratch_, d[0], d[1], d[2] * d[3], Layout::nhwc, stream_);
-        l.weight_grad_nchw->backward_filter(x, scratch_, l.dwh, stream_);
+        if (l.x_nchw) {
+          change_layout(dt_, x, l.x_nchw, in[0], in[1], in[2] * in[3], Layout::nhwc, stream_);
+          l.weight_grad_nchw->backward_filter(l.x_nchw, scratch_, l.dw_nchw, stream_);
+          const int64_t k = n.attrs.kernel;
+          change_layout(dt_, l.dw_nchw, l.dwh, d[1], in[1], k * k, Layout::nchw, stream_);  // [K, C, R*S] to [K, R*S, C]
+        } else {
+          l.weight_grad_nchw->backward_filter(x, scratch_, l.dwh, stream_);
+        }
       } else {
         l.conv->backward_filter(x, dy, l.dwh, stream_);
       }
