@@ -528,6 +528,31 @@ TEST(Train, EpochRecordsRoundTripEvaluatedOrNot) {
   EXPECT_EQ(train::epoch_from_json(j).train_acc, 0.8);
 }
 
+// --eval-every 2 over 3 epochs: test accuracy after epochs 2 and 3 (the last), not after 1,
+// whose record says so (null) and whose evaluation took no time.
+TEST(Train, EvalEveryMeasuresEveryNthEpochAndTheLast) {
+  TempDir runs;
+  auto c = tiny();
+  c.runs_dir = runs.path.string();
+  c.eval_every = 2;
+  const auto r = train::train(c);
+  ASSERT_EQ(r.epochs.size(), 3u);
+  EXPECT_FALSE(r.epochs[0].evaluated);
+  EXPECT_EQ(r.epochs[0].eval_s, 0.0) << "nothing was evaluated";
+  EXPECT_TRUE(r.epochs[1].evaluated);
+  EXPECT_TRUE(r.epochs[2].evaluated);
+  EXPECT_GE(r.epochs[2].test_acc, 0.90);
+  const auto j = nlohmann::json::parse(std::ifstream(r.record_path));
+  EXPECT_EQ(j["config"]["eval_every"], 2);
+  EXPECT_TRUE(j["epochs"][0]["test_acc"].is_null());
+  EXPECT_EQ(j["summary"]["final_test_acc"], r.epochs[2].test_acc);
+  for (int64_t e = 0; e < 7; ++e) {  // every 3rd of 7 epochs: after 3, 6 and 7
+    train::TrainConfig k;
+    k.epochs = 7, k.eval_every = 3;
+    EXPECT_EQ(train::evaluates_after(k, e), e == 2 || e == 5 || e == 6) << e;
+  }
+}
+
 TEST(Train, ImpossibleSettingsAreRefused) {
   auto c = tiny();
   c.batch = 0;

@@ -42,6 +42,8 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_flag("--data-on-device", cfg->data_on_device, "GPU: keep the dataset in GPU memory and build batches there (shuffle, augment, normalize)");
   c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str()->check(at_least(0));
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str()->check(at_least(0));
+  c->add_option("--eval-every", cfg->eval_every, "measure test accuracy after every N epochs and after the last (1 = every epoch)")
+      ->capture_default_str()->check(at_least(1));
   c->add_option("--checkpoint", cfg->checkpoint_dir, "save a checkpoint in DIR after every epoch");
   c->add_flag("--resume", cfg->resume, "continue from the checkpoint in --checkpoint DIR");
   c->add_flag("--overwrite-checkpoint", cfg->overwrite_checkpoint,

@@ -542,9 +542,9 @@ struct GpuRun {
     tally.seen = seen;
     tally.finish(st);
     const double e0 = now_s();
-    if (cfg.profile_only && profiled()) st.evaluated = false;  // dlperf profile stops after its steps
+    if ((cfg.profile_only && profiled()) || !evaluates_after(cfg, epoch)) st.evaluated = false;  // dlperf profile stops after its steps
     else evaluate(st);
-    st.eval_s = now_s() - e0;
+    st.eval_s = st.evaluated ? now_s() - e0 : 0.0;
     record_peaks(st, mem.stats());
     return st;
   }

@@ -137,7 +137,7 @@ Diverged diverged_run(const TrainConfig& cfg, double loss, const std::string& wh
 
 std::string final_accuracy(const json& summary) {
   const json& acc = summary.at("final_test_acc");
-  if (acc.is_null()) return "test accuracy not measured (dlperf profile stops after its recorded steps)";
+  if (acc.is_null()) return "test accuracy not measured after the last epoch run (dlperf profile stops after its recorded steps)";
   return fmt::format("final test accuracy {:.2f}%", 100 * acc.get<double>());
 }
 
@@ -297,7 +297,8 @@ json to_json(const TrainConfig& c) {
           {"threads", c.threads},
           {"seed", c.seed},
           {"train_limit", c.train_limit},
-          {"test_limit", c.test_limit}};
+          {"test_limit", c.test_limit},
+          {"eval_every", c.eval_every}};
 }
 
 json to_json(const EpochStats& e) {
@@ -664,7 +665,7 @@ struct Run {
     progress.clear();
     tally.finish(st);
     const double e0 = now_s();
-    if (!(cfg.profile_only && profiled_)) {  // dlperf profile stops after its steps
+    if (!(cfg.profile_only && profiled_) && evaluates_after(cfg, epoch)) {  // dlperf profile stops after its steps
       net.set_timing(false);  // layer times are of training steps only
       Progress testing(bar, epoch + 1, cfg.epochs, test_loader.batches_per_epoch(), "test");
       const EvalResult ev = evaluate(net, test_loader, data.test.size(), testing);
@@ -674,7 +675,7 @@ struct Run {
     } else {
       st.evaluated = false;
     }
-    st.eval_s = now_s() - e0;
+    st.eval_s = st.evaluated ? now_s() - e0 : 0.0;
     record_peaks(st, HostAllocator::instance().stats());
     return st;
   }

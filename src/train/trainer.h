@@ -36,6 +36,7 @@ struct TrainConfig {
   nn::OptimizerConfig optimizer;
   nn::ScheduleConfig schedule;
   double label_smoothing = 0.0;
+  int64_t eval_every = 1;    ///< measure test accuracy after every Nth epoch, and always after the last
   bool augment = false;      ///< off: in 5-epoch runs random crops cost accuracy (docs/benchmarks.md)
   int workers = 1;
   int threads = 0;            ///< 0 = all cores this process may use
@@ -63,6 +64,12 @@ struct TrainConfig {
   bool quiet = false;         ///< no console output (tests)
 };
 
+/// Whether the run measures test accuracy after its epoch `epoch` (0-based): every
+/// --eval-every epochs, and after the last (a --stop-after-epochs test stop included).
+inline bool evaluates_after(const TrainConfig& c, int64_t epoch) {
+  return (epoch + 1) % c.eval_every == 0 || epoch + 1 >= c.epochs || (c.stop_after_epochs > 0 && epoch + 1 >= c.stop_after_epochs);
+}
+
 struct EpochStats {
   int64_t epoch = 0;          ///< 1-based
   double train_s = 0;         ///< the training loop only
@@ -72,7 +79,7 @@ struct EpochStats {
   double compute_s = 0;       ///< forward + loss + backward + update
   double train_loss = 0, train_acc = 0;
   double test_loss = 0, test_acc = 0;
-  bool evaluated = true;      ///< false: the epoch stopped before evaluation (dlperf profile); test_* are not measured
+  bool evaluated = true;      ///< false: not evaluated (--eval-every, or dlperf profile stopped first); test_* are not measured
   double lr = 0;              ///< at the end of the epoch
   double energy_j = -1;       ///< CPU package energy of the training loop (RAPL); < 0 = not measured
   double peak_bytes = 0;      ///< tracked by the allocator, all categories at once
