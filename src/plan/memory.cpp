@@ -23,6 +23,13 @@ bool relu_fused_into_linear(const nn::Graph& g, size_t i) {
          g.consumers(n.inputs[0]).size() == 1;
 }
 
+bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored) {
+  const nn::Node& n = g.nodes[i];
+  if (n.kind != ops::OpKind::flatten || !cuda::stored_differently(stored, n.in_dims[0])) return false;
+  const std::vector<int> readers = g.consumers(int(i));
+  return readers.size() == 1 && g.nodes[size_t(readers[0])].kind == ops::OpKind::linear;
+}
+
 bool flatten_is_a_view_on_cpu(const nn::Graph& g, size_t i) {
   const nn::Node& n = g.nodes[i];
   if (n.kind != ops::OpKind::flatten) return false;
@@ -80,10 +87,11 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     const nn::Node& n = g.nodes[i];
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
-    // A value and its gradient; flatten is a view (unless NHWC moves its maps), and a relu fused
+    // A value and its gradient; flatten is a view (unless NHWC moves its maps for a reader other
+    // than a linear layer), and a relu fused
     // into its batchnorm or linear layer shares that layer's.
     const bool view = relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) ||
-                      (n.kind == ops::OpKind::flatten && !moves(n.in_dims[0]));
+                      (n.kind == ops::OpKind::flatten && (!moves(n.in_dims[0]) || flatten_folds_into_linear(g, i, stored)));
     if (!view) {
       add(MemCategory::activations, es * out);
       add(MemCategory::activations, es * out);

@@ -14,6 +14,7 @@
 #include <functional>
 #include <string>
 
+#include "backend/cuda/layout.h"  // CUDA-free
 #include "core/memory.h"
 #include "nn/graph.h"
 #include "nn/optimizer.h"
@@ -73,6 +74,12 @@ bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i);
 /// epilogue or its bias add, and its backward in the bias gradient's pass): a relu whose only
 /// input is a linear that feeds nothing else. The CPU engine runs such a relu on its own.
 bool relu_fused_into_linear(const nn::Graph& g, size_t i);
+
+/// Whether the GPU executor's flatten node i, of maps NHWC stores differently from NCHW, is a view
+/// all the same: when its one reader is a linear layer, whose weight columns are then kept in the
+/// maps' (h, w, c) order on the GPU, as a conv's weights are kept [K, R, S, C], so the features
+/// need no transpose either way (host copies and checkpoints stay in the CPU engine's order).
+bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored);
 
 /// Whether the CPU engine's flatten node i is a view of its input's bytes rather than a copy:
 /// when it reads a plain value, the model input or a 2-D one (the latter read by nothing else, so

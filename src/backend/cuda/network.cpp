@@ -308,6 +308,13 @@ void Network::init_parameters(uint64_t seed, const std::vector<int64_t>& offsets
       Rng rng(hash_coords(seed, 0x1417, uint64_t(index)));
       Place place{offsets[size_t(index++)], numel(p.dims)};
       if (nhwc && n.kind == ops::OpKind::conv2d && pi == 0) place.k = p.dims[0], place.c = p.dims[1], place.rs = p.dims[2] * p.dims[3];
+      // A linear layer reading NHWC maps through a flatten that folds into it: its columns in the
+      // maps' (h, w, c) order, [out, C, H * W] kept as [out, H * W, C] (the conv weights' move).
+      if (pi == 0 && n.kind == ops::OpKind::linear && n.inputs[0] >= 0 &&
+          plan::flatten_folds_into_linear(graph_, size_t(n.inputs[0]), opts_.layout)) {
+        const Dims& maps = graph_.nodes[size_t(n.inputs[0])].in_dims[0];
+        place.k = p.dims[0], place.c = maps[1], place.rs = maps[2] * maps[3];
+      }
       const bool bn = n.kind == ops::OpKind::batchnorm2d;
       const int64_t fan_in = n.kind == ops::OpKind::conv2d ? n.in_dims[0][1] * n.attrs.kernel * n.attrs.kernel : n.in_dims[0][1];
       const float bound = 1.0f / std::sqrt(float(fan_in));
@@ -386,9 +393,11 @@ void Network::add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& t
   }
   const size_t out = size_t(numel(n.out_dims));
   const Dims& x = n.in_dims[0];
-  // A flatten is a view, except of maps NHWC stores differently: the layer after it reads the
-  // CPU engine's NCHW feature order, so it moves the features there.
-  l->view = l->fused_away || (n.kind == ops::OpKind::flatten && !stored_differently(opts_.layout, x));
+  // A flatten is a view, except of maps NHWC stores differently where its reader is no linear
+  // layer (plan::flatten_folds_into_linear): that reader sees the CPU engine's NCHW feature order,
+  // so the flatten moves the features there.
+  l->view = l->fused_away || (n.kind == ops::OpKind::flatten &&
+                              (!stored_differently(opts_.layout, x) || plan::flatten_folds_into_linear(graph_, i, opts_.layout)));
   if (l->view) {
     act_[size_t(l->out)] = act_[size_t(l->in[0])];
     diff_[size_t(l->out)] = diff_[size_t(l->in[0])];

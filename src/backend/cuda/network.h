@@ -231,7 +231,7 @@ class Network {
   // are stored [K, R, S, C] (k > 0), and host copies convert them.
   struct Place {
     int64_t at = 0, count = 0;
-    int64_t k = 0, c = 0, rs = 0;  // a conv weight stored KRSC: its dimensions
+    int64_t k = 0, c = 0, rs = 0;  // a weight stored [K, RS, C] (NHWC) rather than [K, C, RS]: its dimensions
   };
   std::vector<Place> tensors_;
   std::vector<float> to_host(const float* flat_device, const Place& t) const;  // in the CPU engine's order (waits)
