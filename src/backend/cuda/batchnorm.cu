@@ -76,7 +76,7 @@ struct Offsets {
 template <class Walk>
 __device__ inline bool next_offsets(Walk& w, const BatchnormShape& s, int64_t c, Offsets& o) {
   o.n = 0;
-UNROLL
+  UNROLL
   for (int j = 0; j < kInFlight; ++j) {
     const bool more = w.more();
     o.at[j] = more ? w.at(s.channels, c) : 0;
@@ -85,18 +85,26 @@ UNROLL
   return o.n > 0;
 }
 
+// One batch's elements of x, loaded before any is used.
+template <class T>
+struct Loads {
+  float x[kInFlight];
+  __device__ Loads(const T* xp, const Offsets& o) {
+    UNROLL
+    for (int j = 0; j < kInFlight; ++j) x[j] = j < o.n ? ld(xp, o.at[j]) : 0.f;
+  }
+};
+
 // Sums of x - shift and its square.
 template <class T, class Walk>
 __device__ void sum_centered(const T* x, const BatchnormShape& s, int64_t c, Walk w, float shift, double& sa, double& sb) {
   float a = 0.f, b = 0.f;
   for (Offsets o; next_offsets(w, s, c, o);) {
-    float v[kInFlight];
-UNROLL
-    for (int j = 0; j < kInFlight; ++j) v[j] = j < o.n ? ld(x, o.at[j]) : 0.f;
-UNROLL
+    const Loads<T> v(x, o);
+    UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
-        const float d = v[j] - shift;
+        const float d = v.x[j] - shift;
         a += d;
         b += d * d;
       }
@@ -107,13 +115,11 @@ UNROLL
 template <class T, class Walk>
 __device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, Walk w, float scale, float shift, bool relu) {
   for (Offsets o; next_offsets(w, s, c, o);) {
-    float v[kInFlight];
-UNROLL
-    for (int j = 0; j < kInFlight; ++j) v[j] = j < o.n ? ld(x, o.at[j]) : 0.f;
-UNROLL
+    const Loads<T> v(x, o);
+    UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
-        const float r = fmaf(scale, v[j], shift);
+        const float r = fmaf(scale, v.x[j], shift);
         st(y, o.at[j], relu ? fmaxf(r, 0.f) : r);
       }
   }
@@ -147,7 +153,7 @@ template <class T>
 struct GradLoads {
   float x[kInFlight], y[kInFlight], dy[kInFlight];
   __device__ GradLoads(const T* xp, const T* yp, const T* dyp, const Offsets& o, bool relu) {
-UNROLL
+    UNROLL
     for (int j = 0; j < kInFlight; ++j) {
       const bool in = j < o.n;
       x[j] = in ? ld(xp, o.at[j]) : 0.f;
@@ -165,7 +171,7 @@ __device__ void sum_grads(const T* x, const T* y, const T* dy, const BatchnormSh
   float a = 0.f, b = 0.f;
   for (Offsets o; next_offsets(w, s, c, o);) {
     const GradLoads<T> v(x, y, dy, o, p.relu);
-UNROLL
+    UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
         const float g = masked_grad(v.y[j], v.dy[j], p.relu);
@@ -194,7 +200,7 @@ __device__ void grad_input(const T* x, const T* y, const T* dy, T* dx, const Bat
   const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
   for (Offsets o; next_offsets(w, s, c, o);) {
     const GradLoads<T> v(x, y, dy, o, p.relu);
-UNROLL
+    UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
         const float xhat = (v.x[j] - mean) * inv;
