@@ -36,6 +36,9 @@ struct Algos {
   cudnnMathType_t fwd_math = CUDNN_DEFAULT_MATH, bwd_data_math = CUDNN_DEFAULT_MATH, bwd_filter_math = CUDNN_DEFAULT_MATH;
   size_t workspace = 0;
   bool timed = true;  ///< all three from the timed search
+  /// Faster algorithms the timed search found that the workspace limit ruled out, per pass
+  /// ("fwd 6 in 0.61x the time with 1.3 GB"): whether the limit costs speed at this shape.
+  std::string over_limit;
 };
 
 // The index of the first (fastest, for a timed search) result that ran and fits the workspace
@@ -44,14 +47,28 @@ struct Algos {
 // back with another math type, so fp32 never runs as tf32; `deterministic` over any that cuDNN
 // marks as not giving the same bits on every run.
 template <class Perf>
+bool allowed(const Perf& r, bool fma_only, bool deterministic) {
+  return r.status == CUDNN_STATUS_SUCCESS && (!fma_only || r.mathType == CUDNN_FMA_MATH) &&
+         (!deterministic || r.determinism == CUDNN_DETERMINISTIC);
+}
+template <class Perf>
 int pick(const Perf* perf, int n, size_t& workspace, bool fma_only, bool deterministic) {
   for (int i = 0; i < n; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kWorkspaceLimit && (!fma_only || perf[i].mathType == CUDNN_FMA_MATH) &&
-        (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)) {
+    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory <= kWorkspaceLimit) {
       workspace = std::max(workspace, perf[i].memory);
       return i;
     }
   return -1;
+}
+// The fastest timed result the workspace limit ruled out, ahead of the one taken (`picked`), said
+// as "<pass> <algo> in <ratio>x the time with <size>"; empty when the limit ruled out nothing faster.
+template <class Perf>
+std::string faster_over_limit(const Perf* perf, int n, int picked, bool fma_only, bool deterministic, const char* pass) {
+  for (int i = 0; i < (picked < 0 ? n : picked); ++i)
+    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory > kWorkspaceLimit && perf[i].time > 0)
+      return fmt::format("{} {} in {}x the time with {:.2f} GB", pass, int(perf[i].algo),
+                         picked < 0 ? std::string("-") : fmt::format("{:.2f}", perf[i].time / perf[picked].time), perf[i].memory / 1e9);
+  return "";
 }
 std::mutex cache_mutex;
 std::map<Key, Algos> algo_cache;
@@ -109,9 +126,12 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     // Each pass: `find` and `guess` fill perf results of one cuDNN perf type; the chosen
     // algorithm and its math type land in `algo` and `math` (-1 when none fits).
     const bool fma_only = p == Precision::fp32;
-    auto choose = [&](auto* perf, auto find, auto guess, const char* what, int& algo, cudnnMathType_t& math) {
+    auto choose = [&](auto* perf, auto find, auto guess, const char* what, const char* pass, int& algo, cudnnMathType_t& math) {
       int got = 0;
-      int i = find(perf, &got) == CUDNN_STATUS_SUCCESS ? pick(perf, got, a.workspace, fma_only, deterministic) : -1;
+      const bool timed = find(perf, &got) == CUDNN_STATUS_SUCCESS;
+      int i = timed ? pick(perf, got, a.workspace, fma_only, deterministic) : -1;
+      const std::string over = timed ? faster_over_limit(perf, got, i, fma_only, deterministic, pass) : "";
+      if (!over.empty()) a.over_limit += (a.over_limit.empty() ? "" : "; ") + over;
       if (i < 0) {
         ok(guess(perf, &got), what);
         i = pick(perf, got, a.workspace, fma_only, deterministic), a.timed = false;
@@ -123,17 +143,17 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     choose(
         fp, [&](auto* p, int* n) { return cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, n, p); }, "forward heuristics",
-        a.fwd, a.fwd_math);
+        "fwd", a.fwd, a.fwd_math);
     cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
     choose(
         dp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, n, p); },
-        "backward-data heuristics", a.bwd_data, a.bwd_data_math);
+        "backward-data heuristics", "bwd-data", a.bwd_data, a.bwd_data_math);
     cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
     choose(
         wp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, n, p); },
-        "backward-filter heuristics", a.bwd_filter, a.bwd_filter_math);
+        "backward-filter heuristics", "bwd-filter", a.bwd_filter, a.bwd_filter_math);
     cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
           fmt::format("cuDNN has no {}{} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
@@ -143,6 +163,7 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
   fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
   fwd_math_ = int(it->second.fwd_math), bwd_data_math_ = int(it->second.bwd_data_math), bwd_filter_math_ = int(it->second.bwd_filter_math);
   timed_ = it->second.timed;
+  over_limit_ = it->second.over_limit;
   workspace_bytes_ = it->second.workspace;
   cudaGetDevice(&device_);
   if (own_workspace_ && workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -212,9 +233,10 @@ const char* math_name(int m) {
 }  // namespace
 
 std::string CudnnConv::algorithms() const {
-  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
+  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
                      math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics",
-                     deterministic_ ? ", deterministic" : "");
+                     deterministic_ ? ", deterministic" : "",
+                     over_limit_.empty() ? "" : fmt::format("; faster over the {} MB workspace limit: {}", kWorkspaceLimit >> 20, over_limit_));
 }
 
 }  // namespace dlperf::cuda

@@ -49,7 +49,8 @@ class CudnnConv {
   /// Where the passes find their workspace (built without one of its own).
   void set_workspace(void* w);
   /// The algorithms chosen and their math types, for reports
-  /// ("fwd 1/tensor-op, bwd-data 1/tensor-op, bwd-filter 3/default (timed search)"; ", deterministic" when asked).
+  /// ("fwd 1/tensor-op, bwd-data 1/tensor-op, bwd-filter 3/default (timed search)"; ", deterministic" when asked;
+  /// and any faster algorithm the timed search found that the workspace limit ruled out).
   std::string algorithms() const;
 
  private:
@@ -61,6 +62,7 @@ class CudnnConv {
   int fwd_algo_ = 0, bwd_data_algo_ = 0, bwd_filter_algo_ = 0;
   int fwd_math_ = 0, bwd_data_math_ = 0, bwd_filter_math_ = 0;  // cudnnMathType_t of each pass's algorithm
   bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
+  std::string over_limit_;  // faster algorithms the workspace limit ruled out (Algos::over_limit)
   bool deterministic_ = false;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
