@@ -197,6 +197,17 @@ for stage in "$@"; do
         say "  $run: $(grep -m1 -E '^Profile of|error' "$work/$name.txt")"
         grep -A9 -E '^name +phase' "$work/$name.txt" | grep -vE '^(name|-----)' | cut -c1-125 | tee -a "$summary"  # the top 8 ops
       done
+      # Convolutions where cuDNN's timed search found a faster algorithm than the 256 MB
+      # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
+      python3 - "$work/runs" <<'PY' | sort -u | tee -a "$summary"
+import glob, json, sys
+for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
+    r = json.load(open(f))
+    c = r.get("config", {})
+    for layer, a in (r.get("gpu_step", {}).get("conv_algorithms") or {}).items():
+        if "faster over" in a:
+            print(f"  {c.get('model')} b{c.get('batch_size')} {c.get('precision')} {layer}: faster over{a.split('faster over', 1)[1]}")
+PY
       ;;
     bench)
       # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the
