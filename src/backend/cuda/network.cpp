@@ -669,8 +669,7 @@ void Network::train_step(const std::function<void(cudaStream_t)>& load, int64_t 
   if (profiling_ && graph_exec_ && valid == graph_valid_) {
     ProfileSlot& s = slots_[slot_];
     if (!s.exec && why_not_profiled_graph_.empty()) {
-      const SpanRecords started = s.step;  // the step's start stamp, queued already
-      s.step = started;
+      const SpanRecords started = s.step;  // the step's start stamp, queued already; the capture's follow it
       std::string failed;
       s.exec = capture_step(load, valid, smoothing, opt, failed);
       s.captured = s.step;
