@@ -23,7 +23,8 @@
 #   profile     dlperf profile on the GPU, and what profiling costs there, every step recorded and one in 4
 #               (scripts/bench_profile_overhead.sh)
 #   layouts     dlperf profile of medium (batch 64) and the recipe's model (256) in bf16 NHWC and NCHW, and fp16 NHWC;
-#               medium fp32 and large fp32 and bf16 at batch 1024
+#               medium fp32 (NCHW, NHWC) and large fp32 (NCHW, NHWC) and bf16 at batch 1024; the convolutions whose
+#               faster algorithms the workspace limit ruled out
 #   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16,
 #               and bench loader (can the host feed the GPU?)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (default "--batches 64,1024 --repeats 2":
@@ -31,8 +32,8 @@
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
-#   check.sh --budget 450 tests layouts recipe train vs-torch    (timeout_s 480), then at once, warm,
-#   check.sh --budget 240 profile bench                  (timeout_s 270; the tool cuts it to what is left).
+#   check.sh --budget 450 tests profile bench lab          (timeout_s 480), then at once, warm,
+#   check.sh --budget 330 layouts recipe train vs-torch    (timeout_s 360; the tool cuts it to what is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 budget=570
