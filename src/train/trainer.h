@@ -65,10 +65,8 @@ struct TrainConfig {
 };
 
 /// Whether the run measures test accuracy after its epoch `epoch` (0-based): every
-/// --eval-every epochs, and after the last (a --stop-after-epochs test stop included).
-inline bool evaluates_after(const TrainConfig& c, int64_t epoch) {
-  return (epoch + 1) % c.eval_every == 0 || epoch + 1 >= c.epochs || (c.stop_after_epochs > 0 && epoch + 1 >= c.stop_after_epochs);
-}
+/// --eval-every epochs, and after the last.
+inline bool evaluates_after(const TrainConfig& c, int64_t epoch) { return (epoch + 1) % c.eval_every == 0 || epoch + 1 >= c.epochs; }
 
 struct EpochStats {
   int64_t epoch = 0;          ///< 1-based
