@@ -209,6 +209,8 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
     const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 12, 12}, 10, 16);
     const nlohmann::json& p = r.profile;
     EXPECT_EQ(p["step"]["steps"], 5);
+    EXPECT_GT(p["step"]["device_clock_tick_ns"].get<double>(), 0);  // the stamps' resolution, measured
+    EXPECT_LT(p["step"]["device_clock_tick_ns"].get<double>(), 2000);
     EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
     double share = 0;
     std::set<std::string> layers;

@@ -245,6 +245,9 @@ void print_report(const Report& r, size_t max_rows) {
   const std::string sampled = s.every > 1 ? fmt::format(" (one in {})", s.every) : std::string();
   std::printf("\nProfile of %s%s: %s a step%s, %.0f kernel launches a step (%s)\n", counted(s.steps, "training step").c_str(),
               sampled.c_str(), format_seconds(s.step_s).c_str(), spread.c_str(), s.launches, s.launches_source.c_str());
+  if (s.device_clock_tick_ns > 0)
+    std::printf("  times on the GPU from stamps of its clock, which ticks every %.0f ns: a span's time is good to that, the table's sums over steps finer\n",
+                s.device_clock_tick_ns);
   // loader_busy sums the workers' busy time, so 2 workers can be busy 150% of the time: the
   // console shows the mean per worker, which reads as a share.
   const std::string loader = s.loader_workers > 0 ? fmt::format("{} loader worker{}, each busy {:.1f}% of the time on average", s.loader_workers,
@@ -338,7 +341,8 @@ json to_json(const Report& r) {
           {"step", {{"steps", s.steps}, {"every", s.every}, {"step_s", s.step_s}, {"step_median_s", s.step_median_s}, {"step_min_s", s.step_min_s},
                     {"step_max_s", s.step_max_s}, {"data_s", s.data_s}, {"copy_s", s.copy_s}, {"forward_s", s.forward_s},
                     {"backward_s", s.backward_s}, {"optimizer_s", s.optimizer_s}, {"idle_s", s.idle_s},
-                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers},
+                    {"launches_per_step", s.launches}, {"launches_source", s.launches_source},
+                    {"device_clock_tick_ns", s.device_clock_tick_ns > 0 ? json(s.device_clock_tick_ns) : json()}, {"loader_busy", s.loader_busy}, {"loader_workers", s.loader_workers},
                     {"planned_s", s.planned_s > 0 ? json(s.planned_s) : json()}}},
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},

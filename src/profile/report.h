@@ -43,6 +43,9 @@ struct StepSummary {
   /// Where `launches` comes from: one per recorded primitive and own-kernel pass (an estimate:
   /// a library call may launch several kernels), or the exact count in the step's CUDA graph.
   std::string launches_source = "one per primitive and layer pass";
+  /// A GPU profile's resolution: the smallest step of the GPU's clock its stamps read (0: a CPU
+  /// profile, whose host clock resolves far finer than any span).
+  double device_clock_tick_ns = 0;
   double loader_busy = 0;  ///< loader workers' busy time / the recorded steps' span, summed over workers
   int64_t loader_workers = 0;  ///< the run's loader workers (0: batches load in the training thread or on the GPU)
   /// dlperf plan's step time for the run on this CPU's ceilings (plan::predict_step); 0 where

@@ -645,7 +645,8 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   if (say) run.print_summary(result);
   if (cfg.profile && (stopped_in == 0 || run.profiled())) {
     const cuda::GraphNodes& nodes = run.net->step_nodes();
-    finish_profile(cfg, run.graph, gpu_ceilings(run.info, cfg.precision), run.mem.stats(), result, run.net->graphed() ? nodes.kernels : 0);
+    finish_profile(cfg, run.graph, gpu_ceilings(run.info, cfg.precision), run.mem.stats(), result, run.net->graphed() ? nodes.kernels : 0,
+                   0, run.net->clock_tick_ns());
   }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,

@@ -158,25 +158,29 @@ void Network::end_span(size_t i) noexcept {
 // Room for every stamp a step takes: its start, and at most two for each span (a forward pass,
 // two backward passes (weight and data) and a gradient sum per layer, the loss and the update).
 void Network::begin_profile() {
-  if (!stamps_) {
+  const bool first = !stamps_;
+  if (first) {
     stamp_capacity_ = 1 + 2 * (4 * layers_.size() + 2);
-    const size_t bytes = (1 + 2 * stamp_capacity_) * sizeof(uint64_t);
+    const size_t bytes = (2 + 2 * stamp_capacity_) * sizeof(uint64_t);
     ok(cudaMalloc(&stamps_, bytes), "allocating the profiler's timestamps");
     ok(cudaMemsetAsync(stamps_, 0, bytes, stream_), "cudaMemset");
     void* host = nullptr;
     ok(cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "pinning the profiler's timestamps");
     stamps_host_ = static_cast<uint64_t*>(host);
     for (int i = 0; i < 2; ++i) {
-      slots_[i].stamps = stamps_ + 1 + size_t(i) * stamp_capacity_;
+      slots_[i].stamps = stamps_ + 2 + size_t(i) * stamp_capacity_;
       ok(cudaEventCreateWithFlags(&slots_[i].end, cudaEventDisableTiming), "cudaEventCreate");
     }
+    clock_tick(stamps_ + 1, stream_);  // microseconds at most, once
   }
   for (ProfileSlot& s : slots_) s.pending = false;
   profiled_.clear();
   slot_ = 0;
   stamp_time(stamps_, stream_);
   ok(cudaStreamSynchronize(stream_), "starting the profile");  // the GPU is idle: the origin is now
-  ok(cudaMemcpy(&origin_ns_, stamps_, sizeof origin_ns_, cudaMemcpyDeviceToHost), "reading the profile's origin");
+  ok(cudaMemcpy(stamps_host_, stamps_, 2 * sizeof(uint64_t), cudaMemcpyDeviceToHost), "reading the profile's origin");
+  origin_ns_ = stamps_host_[0];
+  if (first) clock_tick_ns_ = double(stamps_host_[1]);
 }
 
 void Network::begin_profiled_step() {

@@ -144,6 +144,9 @@ class Network {
   void end_profiled_step();
   std::vector<ProfiledStep> take_profiled();
   void end_profile();
+  /// How finely the stamps resolve a span: the smallest step of the GPU's clock (cuda::clock_tick),
+  /// measured at the first begin_profile(); 0 before.
+  double clock_tick_ns() const { return clock_tick_ns_; }
 
   /// fp16's loss scale and skipped steps (waits for the GPU); the initial values otherwise.
   LossScale loss_scale() const;
@@ -282,11 +285,13 @@ class Network {
   ProfileSlot slots_[2];
   int slot_ = 0;  // the slot of the step being queued
   // The profiler's stamps, outside the caching allocator so a profiled run's memory is a plain
-  // run's: [0] the origin, then each slot's `stamp_capacity_`. Read back into `stamps_host_`.
+  // run's: [0] the origin, [1] the clock's tick, then each slot's `stamp_capacity_`. Read back
+  // into `stamps_host_`.
   uint64_t* stamps_ = nullptr;
   uint64_t* stamps_host_ = nullptr;  // pinned
   size_t stamp_capacity_ = 0;
   uint64_t origin_ns_ = 0;  // the GPU clock at begin_profile()
+  double clock_tick_ns_ = 0;
   std::vector<ProfiledStep> profiled_;  // read, not yet taken
   std::string why_not_profiled_graph_;
 };
