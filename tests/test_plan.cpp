@@ -796,6 +796,7 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
                                               plan::host_ceilings(1), skipped);
   ASSERT_EQ(cmp.size(), 1u);
   EXPECT_NE(cmp[0].run.find("bf16 on h100-sxm"), std::string::npos) << cmp[0].run;
+  EXPECT_TRUE(cmp[0].on_gpu);  // the console's note on the datasheet roofline's GPU rows keys on it
   EXPECT_GT(cmp[0].predicted_step_s, 0);
   EXPECT_LT(cmp[0].predicted_step_s, cmp[0].measured_step_s);  // an H100 beats this 2-core CPU's measured step
   EXPECT_GT(cmp[0].predicted_energy_j, 0);  // 700 W x the predicted time

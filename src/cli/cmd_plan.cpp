@@ -480,7 +480,7 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                    {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
                    {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)},
                    {"busy_note", r.busy_note}, {"call_us", r.call_us > 0 ? nlohmann::json(r.call_us) : nlohmann::json()},
-                   {"call_from_record", r.call_from_record}});
+                   {"call_from_record", r.call_from_record}, {"on_gpu", r.on_gpu}});
   }
   std::printf("Predicted vs measured, %s (ceilings: %s)\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
   // Whose call cost each CPU row took: its record's, or (older records) the one measured now.
@@ -507,6 +507,15 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                   r.run.c_str(), r.busy_note.c_str());
   std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%%s\npeak memory: median |error| %.1f%%, worst %.1f%%%s\n",
               100 * ts.median, 100 * ts.worst, worst_run(te).c_str(), 100 * ms.median, 100 * ms.worst, worst_run(me).c_str());
+  // The GPU rows' step time is the targets table's datasheet roofline, which small layers and
+  // memory-bound passes fall far short of: say so, and where to see by how much.
+  if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.on_gpu; }))
+    std::printf("GPU rows: step time from the datasheet roofline the targets table uses (%.0f%% of peak for convolutions and "
+                "GEMMs, %.0f%% of memory bandwidth, %.0f us a kernel), not from dlperf's measured kernels, so it comes out short "
+                "(on an H200, 2026-11-27, medium's measured steps were 2x the prediction in fp32 and 2.5x to 6.7x in bf16 and fp16); "
+                "'dlperf profile' on the GPU shows each layer's achieved share of the roofline. Peak memory is the executor's own "
+                "buffers, without cuDNN's workspace.\n",
+                100 * plan::JobSpec{}.gemm_share, 100 * plan::JobSpec{}.bandwidth_share, 1e6 * plan::JobSpec{}.launch_s);
   // Energy: predicted from --cpu-watts, measured where the records have RAPL readings.
   std::vector<double> ee;
   for (const auto& r : rows)

@@ -201,6 +201,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
         return;
       }
       cmp.run = fmt::format("{} b{} {} on {}{}", g.model, batch, job.precision, id, tag);
+      cmp.on_gpu = true;
       cmp.predicted_step_s = t.step_s;
       // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
       cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, cfg.value("layout", "auto")).total();

@@ -26,6 +26,9 @@ struct Comparison {
   /// run's record measured around its epochs (`call_from_record`), else measured now; 0 for a GPU run.
   double call_us = 0;
   bool call_from_record = false;
+  /// A GPU run: predicted by the datasheet roofline the targets table uses (plan::estimate), not by
+  /// a model fitted to dlperf's kernels as the CPU rows are.
+  bool on_gpu = false;
   double time_error() const { return (predicted_step_s - measured_step_s) / measured_step_s; }
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };
