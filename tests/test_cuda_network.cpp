@@ -185,20 +185,21 @@ TEST(KERNEL_SUITE, TrainingStepsMatchPyTorch) {
 
 // A GPU run interrupted after an epoch and resumed from its checkpoint ends where an
 // uninterrupted run ends; the checkpoint also resumes on the CPU (the same tensor names).
-// A network stored NHWC ([K, R, S, C] conv weights and states on the GPU) hands out and takes
-// tensors in the CPU engine's order: its snapshot restores into an NCHW network exactly, and the
-// two then take the same step.
+// A network stored NHWC ([K, R, S, C] conv weights and states on the GPU, and the linear layer
+// after the flatten of 2x2 maps with its columns in (h, w, c) order) hands out and takes tensors
+// in the CPU engine's order: its snapshot restores into an NCHW network exactly, and the two then
+// take the same step.
 TEST(KERNEL_SUITE, SnapshotsMoveBetweenLayouts) {
   REQUIRE_GPU();
   const int64_t batch = 8;
-  const nn::Graph g = nn::build_graph(nn::load_model("small"), {3, 12, 12}, 10, batch);
+  const nn::Graph g = nn::build_graph(nn::load_model("small"), {3, 16, 16}, 10, batch);
   nn::OptimizerConfig cfg;  // SGD with momentum: a state per parameter
   cuda::NetworkOptions o_nhwc, o_nchw;
   o_nhwc.layout = cuda::Layout::nhwc;
   cuda::Network nhwc(g, 4, 0, o_nhwc), nchw(g, 4, 0, o_nchw);
   EXPECT_EQ(nhwc.parameters(), nchw.parameters());  // the same initialization, whatever the layout
   Rng rng(6);
-  std::vector<float> x(size_t(batch * 3 * 144));
+  std::vector<float> x(size_t(batch * 3 * 256));
   std::vector<int32_t> y(static_cast<size_t>(batch), 0);
   auto step = [&](cuda::Network& net, int64_t k) {
     cuda::copy_to_device(net.input(), x.data(), x.size() * 4, net.stream(), "the test's batch");
