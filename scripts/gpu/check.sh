@@ -17,7 +17,8 @@
 #   sanitize    the kernel tests under compute-sanitizer memcheck (out-of-bounds and misaligned accesses)
 #   races       batchnorm's and pooling's tests under racecheck and synccheck (shared memory, barriers)
 #   suite       the rest of the test suite on the GPU build
-#   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW; then
+#   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW, resnet18 at
+#               batch 1024 with cuDNN's workspace capped at 256 MB and at 4 GB; then
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
 #   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh)
 #   profile     dlperf profile on the GPU, and what profiling costs there, every step recorded and one in 4
@@ -33,7 +34,8 @@
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
 #   check.sh --budget 450 tests profile bench lab          (timeout_s 480), then at once, warm,
-#   check.sh --budget 330 layouts recipe train vs-torch    (timeout_s 360; the tool cuts it to what is left).
+#   VS_TORCH_ARGS="--batches 1024 --repeats 2" check.sh --budget 330 layouts recipe train vs-torch
+#                                                          (timeout_s 360; the tool cuts it to what is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 budget=570
@@ -159,6 +161,14 @@ for stage in "$@"; do
         run_for 30 $bin train "${common[@]}" "${batch[@]}" $variant >> "$work/train.txt" 2>&1
         # The second epoch's line and the end, or the error.
         say "  ${variant:-(defaults)}: $(grep -E "^ +2 +[0-9]|error" "$work/train.txt" | tail -1)"
+      done
+      # cuDNN's workspace cap where dlperf trailed PyTorch: resnet18, fp32, batch 1024, at the
+      # default 256 MB and at TensorFlow's 4 GB (PyTorch allows what is free); the second epoch.
+      for ws in 256 4096; do
+        echo "== dlperf train resnet18 b1024 --conv-workspace $ws" >> "$work/train.txt"
+        run_for 60 $bin train --model resnet18 --data "$data" --device cuda --epochs 2 --batch-size 1024 --train-limit 10240 \
+          --data-on-device --conv-workspace "$ws" --no-progress --runs-dir "$work/runs" >> "$work/train.txt" 2>&1
+        say "  resnet18 b1024 fp32 --conv-workspace $ws: $(grep -E "^ +2 +[0-9]|error" "$work/train.txt" | tail -1)"
       done
       # The planner's predictions (step time, peak memory, energy from NVML) against these runs.
       $bin plan --against "$work"/runs/*.json > "$work/plan-against.txt" 2>&1

@@ -39,6 +39,9 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "nchw", "nhwc"}));
   c->add_flag("--deterministic", cfg->deterministic,
               "GPU: only convolution algorithms that give the same bits on every run (some fast backward ones sum with atomics); the CPU engine always does");
+  c->add_option("--conv-workspace", cfg->conv_workspace_mb,
+                "GPU: the most memory (MB) a convolution's cuDNN algorithms may use as workspace; the fastest within it is taken")
+      ->capture_default_str()->check(at_least(0));
   c->add_flag("--data-on-device", cfg->data_on_device, "GPU: keep the dataset in GPU memory and build batches there (shuffle, augment, normalize)");
   c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str()->check(at_least(0));
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str()->check(at_least(0));

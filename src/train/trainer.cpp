@@ -282,6 +282,7 @@ json to_json(const TrainConfig& c) {
           {"data_on_device", c.data_on_device},
           {"layout", c.layout},
           {"deterministic", c.deterministic},
+          {"conv_workspace_mb", c.conv_workspace_mb},
           {"epochs", c.epochs},
           {"batch_size", c.batch},
           {"lr", c.lr},
@@ -756,6 +757,9 @@ TrainResult train(const TrainConfig& cfg) {
   check(cfg.layout == "auto", fmt::format("--layout {} sets how the GPU stores activations, and this run is on the CPU", cfg.layout),
         "drop --layout (the CPU engine lets oneDNN pick its layouts), or train on a GPU (--device cuda)");
   check(cfg.graphs, "--no-graphs turns off CUDA graphs, and this run is on the CPU", "drop --no-graphs, or train on a GPU (--device cuda)");
+  check(cfg.conv_workspace_mb == TrainConfig{}.conv_workspace_mb,
+        fmt::format("--conv-workspace {} sets what cuDNN's convolutions on a GPU may use, and this run is on the CPU", cfg.conv_workspace_mb),
+        "drop --conv-workspace, or train on a GPU (--device cuda)");
   check(cfg.pin_memory, "--pin-memory off changes how batches reach a GPU, and this run is on the CPU",
         "drop --pin-memory, or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.

@@ -87,8 +87,9 @@ void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void*
 
 }  // namespace
 
-CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace, bool deterministic)  // the loops always are
-    : s_(s), p_(p), nhwc_(nhwc), deterministic_(deterministic), own_workspace_(own_workspace) {
+CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace, bool deterministic,  // the loops always are
+                     size_t workspace_limit)                                                         // and need none
+    : s_(s), p_(p), nhwc_(nhwc), deterministic_(deterministic), own_workspace_(own_workspace), workspace_limit_(workspace_limit) {
   timed_ = false;
 }
 CudnnConv::~CudnnConv() = default;

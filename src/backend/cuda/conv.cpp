@@ -16,8 +16,6 @@ namespace dlperf::cuda {
 
 namespace {
 
-constexpr size_t kWorkspaceLimit = size_t(256) << 20;
-
 cudnnDataType_t data_type(Precision p) {
   switch (p) {
     case Precision::bf16: return CUDNN_DATA_BFLOAT16;
@@ -27,7 +25,7 @@ cudnnDataType_t data_type(Precision p) {
 }
 
 // Algorithms chosen per (shape, precision), for the life of the process.
-using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int>;
+using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, size_t>;
 struct Algos {
   int fwd = -1, bwd_data = -1, bwd_filter = -1;
   // Each pass's math type as cuDNN reported it with the algorithm: since cuDNN 7.4 the pair
@@ -52,9 +50,9 @@ bool allowed(const Perf& r, bool fma_only, bool deterministic) {
          (!deterministic || r.determinism == CUDNN_DETERMINISTIC);
 }
 template <class Perf>
-int pick(const Perf* perf, int n, size_t& workspace, bool fma_only, bool deterministic) {
+int pick(const Perf* perf, int n, size_t limit, size_t& workspace, bool fma_only, bool deterministic) {
   for (int i = 0; i < n; ++i)
-    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory <= kWorkspaceLimit) {
+    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory <= limit) {
       workspace = std::max(workspace, perf[i].memory);
       return i;
     }
@@ -63,9 +61,9 @@ int pick(const Perf* perf, int n, size_t& workspace, bool fma_only, bool determi
 // The fastest timed result the workspace limit ruled out, ahead of the one taken (`picked`), said
 // as "<pass> <algo> in <ratio>x the time with <size>"; empty when the limit ruled out nothing faster.
 template <class Perf>
-std::string faster_over_limit(const Perf* perf, int n, int picked, bool fma_only, bool deterministic, const char* pass) {
+std::string faster_over_limit(const Perf* perf, int n, int picked, size_t limit, bool fma_only, bool deterministic, const char* pass) {
   for (int i = 0; i < (picked < 0 ? n : picked); ++i)
-    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory > kWorkspaceLimit && perf[i].time > 0)
+    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory > limit && perf[i].time > 0)
       return fmt::format("{} {} in {}x the time with {:.2f} GB", pass, int(perf[i].algo),
                          picked < 0 ? std::string("-") : fmt::format("{:.2f}", perf[i].time / perf[picked].time), perf[i].memory / 1e9);
   return "";
@@ -88,8 +86,8 @@ cudnnHandle_t shared_handle() {
 
 }  // namespace
 
-CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace, bool deterministic)
-    : s_(s), p_(p), nhwc_(nhwc), deterministic_(deterministic), own_workspace_(own_workspace) {
+CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace, bool deterministic, size_t workspace_limit)
+    : s_(s), p_(p), nhwc_(nhwc), deterministic_(deterministic), own_workspace_(own_workspace), workspace_limit_(workspace_limit) {
   check(p != Precision::fp8, "cuDNN convolutions here run in fp32, tf32, bf16 or fp16");
   const cudnnHandle_t h = shared_handle();
   handle_ = h;
@@ -115,7 +113,7 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
   // fp32 means fp32: no silent tf32. tf32, bf16 and fp16 run on tensor cores.
   ok(cudnnSetConvolutionMathType(cd, p == Precision::fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH), "math type");
 
-  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, (int(p) * 2 + int(nhwc_)) * 2 + int(deterministic)};
+  const Key key{s.n, s.c, s.h, s.w, s.k, s.r, s.stride, s.pad, (int(p) * 2 + int(nhwc_)) * 2 + int(deterministic), workspace_limit};
   std::lock_guard lock(cache_mutex);
   auto it = algo_cache.find(key);
   if (it == algo_cache.end()) {
@@ -129,12 +127,12 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     auto choose = [&](auto* perf, auto find, auto guess, const char* what, const char* pass, int& algo, cudnnMathType_t& math) {
       int got = 0;
       const bool timed = find(perf, &got) == CUDNN_STATUS_SUCCESS;
-      int i = timed ? pick(perf, got, a.workspace, fma_only, deterministic) : -1;
-      const std::string over = timed ? faster_over_limit(perf, got, i, fma_only, deterministic, pass) : "";
+      int i = timed ? pick(perf, got, workspace_limit, a.workspace, fma_only, deterministic) : -1;
+      const std::string over = timed ? faster_over_limit(perf, got, i, workspace_limit, fma_only, deterministic, pass) : "";
       if (!over.empty()) a.over_limit += (a.over_limit.empty() ? "" : "; ") + over;
       if (i < 0) {
         ok(guess(perf, &got), what);
-        i = pick(perf, got, a.workspace, fma_only, deterministic), a.timed = false;
+        i = pick(perf, got, workspace_limit, a.workspace, fma_only, deterministic), a.timed = false;
       }
       algo = i < 0 ? -1 : int(perf[i].algo);
       if (i >= 0) math = perf[i].mathType;
@@ -156,8 +154,9 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
         "backward-filter heuristics", "bwd-filter", a.bwd_filter, a.bwd_filter_math);
     cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
-          fmt::format("cuDNN has no {}{} algorithm for a {}x{}x{}x{} convolution to {} channels within {} of workspace",
-                      deterministic ? "deterministic " : "", to_string(p), s.n, s.c, s.h, s.w, s.k, kWorkspaceLimit));
+          fmt::format("cuDNN has no {}{} algorithm for a {}x{}x{}x{} convolution to {} channels within {} MB of workspace",
+                      deterministic ? "deterministic " : "", to_string(p), s.n, s.c, s.h, s.w, s.k, workspace_limit >> 20),
+          "allow more with --conv-workspace MB, or use a smaller batch");
     it = algo_cache.emplace(key, a).first;
   }
   fwd_algo_ = it->second.fwd, bwd_data_algo_ = it->second.bwd_data, bwd_filter_algo_ = it->second.bwd_filter;
@@ -236,7 +235,7 @@ std::string CudnnConv::algorithms() const {
   return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
                      math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics",
                      deterministic_ ? ", deterministic" : "",
-                     over_limit_.empty() ? "" : fmt::format("; faster over the {} MB workspace limit: {}", kWorkspaceLimit >> 20, over_limit_));
+                     over_limit_.empty() ? "" : fmt::format("; faster over the {} MB workspace limit: {}", workspace_limit_ >> 20, over_limit_));
 }
 
 }  // namespace dlperf::cuda

@@ -24,6 +24,11 @@ struct ConvShape {
   double flops() const { return 2.0 * double(n * k * out_h() * out_w()) * double(c * r * r); }
 };
 
+/// The most workspace a convolution's algorithms may use, unless told otherwise (--conv-workspace):
+/// the fastest algorithm within it is taken. PyTorch's cudnn.benchmark allows whatever memory is
+/// free; TensorFlow caps it at 4 GB (TF_CUDNN_WORKSPACE_LIMIT_IN_MB).
+inline constexpr size_t kDefaultConvWorkspace = size_t(256) << 20;
+
 class CudnnConv {
  public:
   /// `p`: fp32, tf32, bf16 or fp16. `nhwc`: the tensors' layout (filters [K, R, S, C] then); by
@@ -34,7 +39,9 @@ class CudnnConv {
   /// `deterministic`: only algorithms cuDNN reports as giving the same bits on every run (as
   /// PyTorch's torch.backends.cudnn.deterministic); some backward ones add up partial sums with
   /// atomics, in whatever order they arrive.
-  CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace = true, bool deterministic = false);
+  /// `workspace_limit`: the most workspace bytes the chosen algorithms may need.
+  CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_workspace = true, bool deterministic = false,
+            size_t workspace_limit = kDefaultConvWorkspace);
   ~CudnnConv();
   CudnnConv(const CudnnConv&) = delete;
   CudnnConv& operator=(const CudnnConv&) = delete;
@@ -67,6 +74,7 @@ class CudnnConv {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   bool own_workspace_ = true;
+  size_t workspace_limit_ = kDefaultConvWorkspace;
   int device_ = 0;
   void set_math(int math);
 };

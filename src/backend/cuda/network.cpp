@@ -427,7 +427,7 @@ void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) 
   switch (n.kind) {
     case ops::OpKind::conv2d: {
       const ConvShape shape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride, n.attrs.padding};
-      l.conv = std::make_unique<CudnnConv>(shape, opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic);
+      l.conv = std::make_unique<CudnnConv>(shape, opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic, opts_.conv_workspace);
       conv_workspace = std::max(conv_workspace, l.conv->workspace_bytes());
       // cuDNN 9's NHWC weight gradient for an input of few channels ran far slower than its NCHW
       // one on an H200 (bf16, medium's conv1 on one channel at batch 64: 302 us a step against
@@ -439,7 +439,7 @@ void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) 
       // gradient moved back to [K, R, S, C], through buffers of their own (a few MB at most).
       if (weight_grad_in_nchw(opts_.layout, x)) {
         l.weight_grad_nchw = std::make_unique<CudnnConv>(shape, opts_.precision, /*nhwc=*/false, /*own_workspace=*/false,
-                                                         opts_.deterministic);
+                                                         opts_.deterministic, opts_.conv_workspace);
         conv_workspace = std::max(conv_workspace, l.weight_grad_nchw->workspace_bytes());
         if (x[1] > 1) {
           const size_t es = bytes_of(dt_);

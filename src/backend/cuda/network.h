@@ -1,5 +1,5 @@
-// Runs a resolved model graph on one GPU, NCHW: conv through cuDNN, batchnorm and pooling
-// through cuDNN, linear through cuBLASLt, the rest with dlperf's own kernels. Parameters live in
+// Runs a resolved model graph on one GPU: conv through cuDNN, linear through cuBLASLt, batchnorm,
+// pooling and the rest with dlperf's own kernels. Parameters live in
 // one flat buffer (gradients and optimizer states likewise), so the optimizer is one launch.
 // Initialization draws the CPU engine's exact values, so CPU and GPU runs start equal.
 //
@@ -16,10 +16,11 @@
 //
 // Layout (NetworkOptions::layout): NCHW, or NHWC, where every 4-D activation and gradient is
 // stored channels-innermost and the convolution weights the GPU holds (masters, gradients,
-// optimizer states, half copies) are [K, R, S, C]. Everything the host sees (parameters(),
-// snapshot(), restore(), the input the loaders fill, the logits) keeps the CPU engine's order,
-// and a flatten of a multi-channel map hands the linear layer after it the CPU's NCHW feature
-// order, so both layouts train the same model from the same initialization.
+// optimizer states, half copies) are [K, R, S, C]. A flatten of multi-channel maps read by a
+// linear layer moves nothing: that layer's weight columns are kept in the maps' (h, w, c) order;
+// read by anything else, it hands over the CPU engine's NCHW feature order. Everything the host
+// sees (parameters(), snapshot(), restore(), the input the loaders fill, the logits) keeps the
+// CPU engine's order, so both layouts train the same model from the same initialization.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,6 +31,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cuda/conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/layout.h"
@@ -76,6 +78,8 @@ struct NetworkOptions {
   /// Only convolution algorithms that give the same bits on every run (CudnnConv); the own
   /// kernels and cuBLASLt always do.
   bool deterministic = false;
+  /// The most workspace a convolution's cuDNN algorithms may use (--conv-workspace); the fastest within it wins.
+  size_t conv_workspace = kDefaultConvWorkspace;
 };
 
 /// The network's input as it stores it, for a loader that writes it directly.
