@@ -81,24 +81,30 @@ DLPERF_HD WindowValues load_window(const PoolShape& p, const PoolAt& a, int64_t 
   return w;
 }
 
+/// Calls f(offset, value) for each element of the window whose top-left corner is (y0, x0) that
+/// lies in the map (padding left out), row by row; `offset` is row * w + column in the map. A
+/// small window is loaded whole first (load_window); a larger one element by element.
+template <class Load, class F>
+DLPERF_HD void each_in_window(const PoolShape& p, const PoolAt& a, int64_t y0, int64_t x0, const Load& x, F f) {
+  if (small_window(p)) {
+    const WindowValues w = load_window(p, a, y0, x0, x);
+    for (int ky = 0; ky < kSmallWindow; ++ky)
+      for (int kx = 0; kx < kSmallWindow; ++kx)
+        if (w.in[ky * kSmallWindow + kx]) f((y0 + ky) * p.w + x0 + kx, w.v[ky * kSmallWindow + kx]);
+    return;
+  }
+  for (int64_t yy = y0; yy < y0 + p.kh; ++yy)
+    for (int64_t xx = x0; xx < x0 + p.kw; ++xx)
+      if (yy >= 0 && yy < p.h && xx >= 0 && xx < p.w) f(yy * p.w + xx, x(a.in_base + (yy * p.w + xx) * a.pixel));
+}
+
 /// Output element e's value; `x(offset)` loads an input element as a float.
 template <class Load>
 DLPERF_HD float pool_output(const PoolShape& p, int64_t e, const Load& x) {
   const PoolAt a = pool_at(p, e, p.out_h, p.out_w);
-  float acc = p.max ? -INFINITY : 0.f;
-  if (small_window(p)) {
-    const WindowValues w = load_window(p, a, a.y * p.stride - p.pad, a.x * p.stride - p.pad, x);
-    for (int k = 0; k < kSmallWindow * kSmallWindow; ++k)
-      if (w.in[k]) acc = p.max ? fmaxf(acc, w.v[k]) : acc + w.v[k];  // padding: never the max, zero in the sum
-    return p.max ? acc : acc / float(p.kh * p.kw);
-  }
-  for (int64_t ky = 0; ky < p.kh; ++ky)
-    for (int64_t kx = 0; kx < p.kw; ++kx) {
-      const int64_t iy = a.y * p.stride - p.pad + ky, ix = a.x * p.stride - p.pad + kx;
-      if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) continue;  // padding: never the max, zero in the sum
-      const float v = x(a.in_base + (iy * p.w + ix) * a.pixel);
-      acc = p.max ? fmaxf(acc, v) : acc + v;
-    }
+  float acc = p.max ? -INFINITY : 0.f;  // padding: never the max, zero in the sum
+  each_in_window(p, a, a.y * p.stride - p.pad, a.x * p.stride - p.pad, x,
+                 [&](int64_t, float v) { acc = p.max ? fmaxf(acc, v) : acc + v; });
   return p.max ? acc : acc / float(p.kh * p.kw);
 }
 
@@ -108,21 +114,9 @@ template <class Load>
 DLPERF_HD int64_t window_argmax(const PoolShape& p, const PoolAt& a, int64_t y0, int64_t x0, const Load& x) {
   int64_t best = -1;
   float bv = -INFINITY;
-  if (small_window(p)) {
-    const WindowValues w = load_window(p, a, y0, x0, x);
-    for (int ky = 0; ky < kSmallWindow; ++ky)
-      for (int kx = 0; kx < kSmallWindow; ++kx) {
-        const int k = ky * kSmallWindow + kx;
-        if (w.in[k] && (best < 0 || w.v[k] > bv)) best = (y0 + ky) * p.w + x0 + kx, bv = w.v[k];
-      }
-    return best;
-  }
-  for (int64_t yy = y0; yy < y0 + p.kh; ++yy)
-    for (int64_t xx = x0; xx < x0 + p.kw; ++xx) {
-      if (yy < 0 || yy >= p.h || xx < 0 || xx >= p.w) continue;
-      const float v = x(a.in_base + (yy * p.w + xx) * a.pixel);
-      if (best < 0 || v > bv) best = yy * p.w + xx, bv = v;
-    }
+  each_in_window(p, a, y0, x0, x, [&](int64_t at, float v) {
+    if (best < 0 || v > bv) best = at, bv = v;
+  });
   return best;
 }
 
