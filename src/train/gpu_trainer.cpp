@@ -543,7 +543,7 @@ struct GpuRun {
     tally.seen = seen;
     tally.finish(st);
     const double e0 = now_s();
-    if ((cfg.profile_only && profiled()) || !evaluates_after(cfg, epoch)) st.evaluated = false;  // dlperf profile stops after its steps
+    if ((cfg.profile_only && profiled()) || !evaluates_after(cfg, epoch)) st.evaluated = false;  // profile stops after its steps; --eval-every
     else evaluate(st);
     st.eval_s = st.evaluated ? now_s() - e0 : 0.0;
     record_peaks(st, mem.stats());

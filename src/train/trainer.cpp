@@ -667,7 +667,7 @@ struct Run {
     progress.clear();
     tally.finish(st);
     const double e0 = now_s();
-    if (!(cfg.profile_only && profiled_) && evaluates_after(cfg, epoch)) {  // dlperf profile stops after its steps
+    if (!(cfg.profile_only && profiled_) && evaluates_after(cfg, epoch)) {  // profile stops after its steps; --eval-every
       net.set_timing(false);  // layer times are of training steps only
       Progress testing(bar, epoch + 1, cfg.epochs, test_loader.batches_per_epoch(), "test");
       const EvalResult ev = evaluate(net, test_loader, data.test.size(), testing);
