@@ -351,6 +351,38 @@ TEST(PlanMemory, ByLayerRowsAddUpAndHoldTheirOwnBuffers) {
   EXPECT_EQ(rows.back()[MemCategory::activations], block(4 * double(numel(g.input))));  // the model input
 }
 
+// A full-width AVX-512 datapath (16 f32 lanes, the Zen 5) takes the AVX-512 fit with its own
+// GEMM efficiency and backward share, and with a conv's stores reading their lines first: a
+// memory-bound conv (one input channel, K = 9) moves its output twice; a compute-bound one is
+// only slower by the efficiency. The ceilings' lanes pick the fit.
+TEST(PlanStepTime, AFullWidthAvx512DatapathHasItsOwnFit) {
+  const plan::EngineModel zen4 = plan::engine_model("avx512", 8), zen5 = plan::engine_model("avx512", 16);
+  EXPECT_FALSE(zen4.output_read_first);
+  EXPECT_TRUE(zen5.output_read_first);
+  EXPECT_LT(zen5.gemm_efficiency, zen4.gemm_efficiency);
+  EXPECT_EQ(zen5.l3_share, zen4.l3_share);  // the rest is the Zen 4's
+  EXPECT_FALSE(plan::engine_model("avx2+fma", 16).output_read_first);  // lanes refit AVX-512 only
+  plan::CpuCeilings c;
+  c.peak_gflops = 1000, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6, c.isa = "avx512";
+  const json spec = {{"layers", {{{"type", "conv2d"}, {"out_channels", 32}, {"padding", 1}, {"bias", false}},
+                                 {{"type", "conv2d"}, {"out_channels", 32}, {"padding", 1}, {"bias", false}},
+                                 {{"type", "flatten"}},
+                                 {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, 1024);  // conv1's output: 103 MB
+  const auto p4 = plan::predict_step(g, nn::OptimizerConfig{}, c, zen4), p5 = plan::predict_step(g, nn::OptimizerConfig{}, c, zen5);
+  const double bytes = g.nodes[0].cost.forward.bytes, out = 4 * double(numel(g.nodes[0].out_dims));
+  EXPECT_NEAR(p4.layers[0].forward_s, bytes / (c.dram_gbps * 1e9) + zen4.call_overhead_s, 1e-9);  // memory-bound
+  EXPECT_NEAR(p5.layers[0].forward_s, (bytes + out) / (c.dram_gbps * 1e9) + zen5.call_overhead_s, 1e-9);
+  ASSERT_EQ(p4.layers[1].bound, "compute");
+  EXPECT_NEAR(p5.layers[1].forward_s - zen5.call_overhead_s, (p4.layers[1].forward_s - zen4.call_overhead_s) * zen4.gemm_efficiency / zen5.gemm_efficiency,
+              1e-9);
+  c.lanes_f32 = 16;
+  EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, p5.step_s);
+  c.lanes_f32 = 8;
+  EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, p4.step_s);
+}
+
 // Where a batchnorm's pass streams from in the AVX2 fit (twice the minimal bytes): L2 when it
 // fits there, else DRAM; the AVX-512 fit streams a pass past L2 at a share of L3's rate while it
 // fits in L3, and runs batchnorm as oneDNN does (next test).

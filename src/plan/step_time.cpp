@@ -79,6 +79,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.l2_bytes = double(cpu.l2_bytes) * threads;
   c.l3_bytes = double(cpu.l3_bytes);
   c.isa = cpu.isa;
+  c.lanes_f32 = cpu.lanes_f32;
   bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
   c.source = measured.source();
   const bool from_profile = measured.f32_gflops > 0;
@@ -349,7 +350,7 @@ double step_footprint_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   return bytes + 4 * double(g.param_count()) * (2 + optimizer_states(opt));
 }
 
-EngineModel engine_model(const std::string& isa) {
+EngineModel engine_model(const std::string& isa, int lanes_f32) {
   EngineModel m;  // the AVX2 fit (Zen 3, 2026-11-21)
   if (isa != "avx512") return m;
   // The AVX-512 fit (Zen 4 EPYC, 2026-11-22): `--layer-times` of medium at batch 64 and 1024,
@@ -379,11 +380,23 @@ EngineModel engine_model(const std::string& isa) {
   // threads); checked on runs outside it there.
   m.maxpool_backward_ns_per_block = 140;
   m.dropout_ns_per_element = 0.25;
+  if (lanes_f32 < 16) return m;
+  // A full-width AVX-512 datapath (the Zen 5: 16 f32 lanes, twice the Zen 4's FMA rate a cycle)
+  // doubles the measured peak, and oneDNN 2.6's convolutions keep up with less of it. `dlperf
+  // profile` of medium at batch 64, 256 and 1024 beside `dlperf plan --layers` (2026-11-27,
+  // docs/plan.md): the 3x3 convolutions' forward passes took a median 1.135x the Zen 4 fit's
+  // time (1.13-1.18 over all three batches, so not a cache effect), their backward passes 1.08x.
+  m.gemm_efficiency = 1.05 / 1.135;
+  m.backward_share = 0.89 * 1.135 / 1.08;
+  // conv1's forward (one input channel, memory-bound) took 1.35x, 2.2x and 1.9x its plan at
+  // batch 64, 256 and 1024: its output's lines are read before they are written, and at 256 its
+  // 26 MB output, so doubled, no longer stays in the L3.
+  m.output_read_first = true;
   return m;
 }
 
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c) {
-  return predict_step(g, opt, c, engine_model(c.isa));
+  return predict_step(g, opt, c, engine_model(c.isa, c.lanes_f32));
 }
 
 namespace {
@@ -422,11 +435,16 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
     case ops::OpKind::linear: {
       const auto [kf, kd, kw] = reductions(n);
       const int busy = n.kind == ops::OpKind::linear ? linear_forward_threads(n, c) : 0;
-      const PassTime f = pass_time(cost.forward, gemm_efficiency(kf, m), c, m, forward_dram, busy);
+      ops::PassCost forward = cost.forward, backward_data = cost.backward_data;
+      if (m.output_read_first) {  // the lines of the output (forward) and input gradient (backward) read before written
+        forward.bytes += elem.value[i] * double(numel(n.out_dims));
+        backward_data.bytes += in_bytes * in;
+      }
+      const PassTime f = pass_time(forward, gemm_efficiency(kf, m), c, m, forward_dram, busy);
       lt.forward_s += f.s;
       lt.bound = f.compute_bound ? "compute" : "memory";
       const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
-      if (has_dx) lt.backward_s += pass_time(cost.backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
+      if (has_dx) lt.backward_s += pass_time(backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
       // Backward-weights runs first (backend/cpu/conv2d.cpp, linear.cpp): it reads the gradient from DRAM.
       lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m, backward_dram).s;
       if (bf16) {

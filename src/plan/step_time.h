@@ -35,6 +35,7 @@ struct CpuCeilings {
   int loader_workers = 1;  ///< the run's loader threads (0: it loads in the training thread); not a ceiling, but how the run uses the CPU
   bool augment = false;    ///< the run's random crops and flips, which make its batches slower to fill; likewise
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
+  int lanes_f32 = 0;  ///< f32 lanes of its FMA datapath (hw::CpuInfo): 16 = full-width AVX-512 (Zen 5), which has a fit of its own; 0 = unknown
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
   std::string source;
 };
@@ -135,6 +136,12 @@ struct EngineModel {
   /// model input, dropout, the logits' gradient, the weights' copies) stream at this share of
   /// the bandwidth.
   double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
+  /// A conv's or linear layer's forward output and backward input gradient are stored normally,
+  /// so each store first reads its line (write-allocate): they move twice their bytes, and a
+  /// pass that did not fit a cache level with them may not fit it at all. Only a memory-bound
+  /// pass feels it, such as conv1's forward on a one-channel input. false: not modelled (the
+  /// AVX2 and Zen 4 fits were set without it, on machines where it cannot be rechecked).
+  bool output_read_first = false;
 };
 
 /// The bytes a training step of `g` in the CPU engine comes back to every step: each value and
@@ -143,8 +150,9 @@ struct EngineModel {
 /// the scratchpad and conversions' copies are left out.
 double step_footprint_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, const std::string& precision);
 
-/// The fit for a CPU's ISA: "avx512" has its own, everything else the AVX2 one.
-EngineModel engine_model(const std::string& isa);
+/// The fit for a CPU's ISA: "avx512" has its own, refitted where the datapath is full width
+/// (`lanes_f32` 16, the Zen 5), everything else the AVX2 one.
+EngineModel engine_model(const std::string& isa, int lanes_f32 = 0);
 
 struct LayerTime {
   std::string name, op;
