@@ -386,6 +386,7 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   // profile` of medium at batch 64, 256 and 1024 beside `dlperf plan --layers` (2026-11-27,
   // docs/plan.md): the 3x3 convolutions' forward passes took a median 1.135x the Zen 4 fit's
   // time (1.13-1.18 over all three batches, so not a cache effect), their backward passes 1.08x.
+  // Intel's AVX-512 cores have 512-bit units too and take this fit; no fit was checked on one.
   m.gemm_efficiency = 1.05 / 1.135;
   m.backward_share = 0.89 * 1.135 / 1.08;
   // conv1's forward (one input channel, memory-bound) took 1.35x, 2.2x and 1.9x its plan at
