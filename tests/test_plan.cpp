@@ -379,8 +379,10 @@ TEST(PlanStepTime, AFullWidthAvx512DatapathHasItsOwnFit) {
               1e-9);
   c.lanes_f32 = 16;
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, p5.step_s);
+  EXPECT_NE(plan::engine_fit_name(c).find("full-width"), std::string::npos);  // what --against's header names
   c.lanes_f32 = 8;
   EXPECT_DOUBLE_EQ(plan::predict_step(g, nn::OptimizerConfig{}, c).step_s, p4.step_s);
+  EXPECT_EQ(plan::engine_fit_name(c), "the AVX-512 fit (Zen 4)");
 }
 
 // Where a batchnorm's pass streams from in the AVX2 fit (twice the minimal bytes): L2 when it

@@ -482,7 +482,8 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                    {"busy_note", r.busy_note}, {"call_us", r.call_us > 0 ? nlohmann::json(r.call_us) : nlohmann::json()},
                    {"call_from_record", r.call_from_record}, {"on_gpu", r.on_gpu}});
   }
-  std::printf("Predicted vs measured, %s (ceilings: %s)\n", counted((long long)rows.size(), "training run").c_str(), c.source.c_str());
+  std::printf("Predicted vs measured, %s (ceilings: %s; engine efficiencies: %s, docs/plan.md)\n",
+              counted((long long)rows.size(), "training run").c_str(), c.source.c_str(), plan::engine_fit_name(c).c_str());
   // Whose call cost each CPU row took: its record's, or (older records) the one measured now.
   long long from_record = 0, measured_now = 0;
   for (const auto& r : rows)

@@ -32,8 +32,8 @@ Experiment prediction(const std::vector<std::string>& records) {
       "the op cost model and this machine's ceilings (measured by `dlperf bench all` where it ran, else measured on the "
       "spot in about two seconds), with the cost of a call into the engine each run measured around its epochs.";
   const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
-  e.question += fmt::format(" The ceilings here ({:.0f} GFLOP/s, DRAM {:.0f} GB/s) were {}.", ceilings.peak_gflops, ceilings.dram_gbps,
-                            ceilings.source);
+  e.question += fmt::format(" The ceilings here ({:.0f} GFLOP/s, DRAM {:.0f} GB/s) were {}; how close the engine comes to them is {}.",
+                            ceilings.peak_gflops, ceilings.dram_gbps, ceilings.source, plan::engine_fit_name(ceilings));
   e.columns = {{"run", "run", kText},
                {"step_ms_planned", "step ms planned", 3},
                {"step_ms", "step ms measured", 3},

@@ -396,6 +396,11 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   return m;
 }
 
+std::string engine_fit_name(const CpuCeilings& c) {
+  if (c.isa != "avx512") return "the AVX2 fit (Zen 3)";
+  return c.lanes_f32 >= 16 ? "the AVX-512 fit, refitted for a full-width datapath (Zen 5)" : "the AVX-512 fit (Zen 4)";
+}
+
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c) {
   return predict_step(g, opt, c, engine_model(c.isa, c.lanes_f32));
 }

@@ -153,6 +153,9 @@ double step_footprint_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, 
 /// The fit for a CPU's ISA: "avx512" has its own, refitted where the datapath is full width
 /// (`lanes_f32` 16, the Zen 5), everything else the AVX2 one.
 EngineModel engine_model(const std::string& isa, int lanes_f32 = 0);
+/// Which of those fits the plan takes for `c`, in words ("the AVX-512 fit, refitted for a
+/// full-width datapath (Zen 5)"), for the tables that compare the plan with runs.
+std::string engine_fit_name(const CpuCeilings& c);
 
 struct LayerTime {
   std::string name, op;
