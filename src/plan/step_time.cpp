@@ -360,6 +360,7 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   // Above 1: oneDNN skips the taps on zero padding, which the FLOPs count (PassCost::padding_flops).
   // Counting only the FLOPs on data, with this refitted to 0.91, planned the Zen 4 sample worse
   // (docs/plan.md), so the plan keeps the full count.
+  m.name = "the AVX-512 fit (Zen 4)";
   m.gemm_efficiency = 1.05;
   m.backward_share = 0.89;
   m.l3_share = 0.41;
@@ -387,6 +388,7 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   // docs/plan.md): the 3x3 convolutions' forward passes took a median 1.135x the Zen 4 fit's
   // time (1.13-1.18 over all three batches, so not a cache effect), their backward passes 1.08x.
   // Intel's AVX-512 cores have 512-bit units too and take this fit; no fit was checked on one.
+  m.name = "the AVX-512 fit, refitted for a full-width datapath (Zen 5)";
   m.gemm_efficiency = 1.05 / 1.135;
   m.backward_share = 0.89 * 1.135 / 1.08;
   // conv1's forward (one input channel, memory-bound) took 1.35x, 2.2x and 1.9x its plan at
@@ -396,10 +398,7 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   return m;
 }
 
-std::string engine_fit_name(const CpuCeilings& c) {
-  if (c.isa != "avx512") return "the AVX2 fit (Zen 3)";
-  return c.lanes_f32 >= 16 ? "the AVX-512 fit, refitted for a full-width datapath (Zen 5)" : "the AVX-512 fit (Zen 4)";
-}
+std::string engine_fit_name(const CpuCeilings& c) { return engine_model(c.isa, c.lanes_f32).name; }
 
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c) {
   return predict_step(g, opt, c, engine_model(c.isa, c.lanes_f32));

@@ -75,6 +75,7 @@ std::vector<size_t> inputs_summing_gradients(const nn::Graph& g, size_t i);
 /// validated on every other run: these defaults on a Zen 3 (AVX2), `engine_model("avx512")`'s
 /// figures on a Zen 4 (AVX-512), whose oneDNN kernels and caches differ.
 struct EngineModel {
+  std::string name = "the AVX2 fit (Zen 3)";  ///< which fit, in words (engine_fit_name)
   double gemm_efficiency = 0.78;   ///< conv/linear: fraction of the (measured) FMA peak on large shapes
   double short_reduction = 10;     ///< a reduction this long halves it (a 3x3 conv on 1 channel: K = 9)
   double batchnorm_passes = 2.0;   ///< training batchnorm reads its input 3 times: 2x the minimal bytes
