@@ -131,8 +131,9 @@ class Network {
   /// The tally since the last reset (waits for the GPU); `reset` starts a new one.
   GpuTally tally(bool reset);
   /// Profiling (dlperf profile on a GPU): in a profiled step every layer pass, the loss and the
-  /// update are bracketed by stamps of the GPU's clock, each a one-thread kernel (stamp_time:
-  /// in a graph it costs the GPU about a quarter of an event record). With graphs, a profiled step
+  /// update are bracketed by stamps of the GPU's clock, each a one-thread kernel (stamp_time: in
+  /// an H200's graphs an empty kernel cost about a quarter of an event record; bench launch
+  /// measures a stamp's own cost). With graphs, a profiled step
   /// replays the step captured once more with those stamp kernels, so kernels run as in training;
   /// else eagerly. Steps between profiled ones (--profile-every) replay the plain training graph.
   /// Nothing waits for the GPU between profiled steps: two sets of stamps (and graphs) are used
