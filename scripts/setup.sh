@@ -9,10 +9,11 @@ cd "$(dirname "$0")/.."
 
 # ocl-icd-opencl-dev: Debian's oneDNN is built with an OpenCL GPU runtime, so its CMake config
 # (find_package(dnnl)) requires OpenCL's headers and loader; apt only recommends them, and we
-# install without recommends.
+# install without recommends. python3: scripts/recipe_fmnist93.sh reads its run record with it, and
+# a test runs scripts/gpu/fit_plan.py.
 packages=(build-essential cmake ninja-build pkg-config
           libdnnl-dev ocl-icd-opencl-dev libfmt-dev nlohmann-json3-dev libcli11-dev zlib1g-dev libgtest-dev
-          dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libboost-context-dev)
+          dataset-fashion-mnist gnuplot-nox libopenmpi-dev openmpi-bin libboost-context-dev python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")
