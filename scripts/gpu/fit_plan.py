@@ -49,7 +49,8 @@ def precision_of(path, ceilings):
 
 
 def passes(path):
-    """Every timed pass in one profile: (kind, precision, name, phase, seconds per call, FLOPs, bytes, kernels, peak, bandwidth)."""
+    """Every timed pass in one profile, a dict each: kind, precision, name, phase, t (seconds a call), flops, bytes,
+    kernels, peak, bw (the profile's ceilings) and file."""
     with open(path) as f:
         prof = json.load(f)
     if "rows" not in prof:
@@ -73,7 +74,10 @@ def passes(path):
             continue
         gemm = r["op"] in ("conv2d", "linear")
         kernels = 2 if gemm and r["phase"] == "backward" else 1  # an unsplit backward: data and weight
-        kind = ("conv " if r["op"] == "conv2d" else "linear ") + ("fp32" if precision == "fp32" else "tensor-core") if gemm else "streaming"
+        if gemm:
+            kind = ("conv " if r["op"] == "conv2d" else "linear ") + ("fp32" if precision == "fp32" else "tensor-core")
+        else:
+            kind = "streaming"
         out.append(dict(kind=kind, precision=precision, name=r["name"], phase=r["phase"], t=r["self_s"] / r["calls"],
                         flops=flops, bytes=nbytes, kernels=kernels, peak=peak, bw=bw, file=os.path.basename(path)))
     return out
