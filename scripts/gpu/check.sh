@@ -25,7 +25,7 @@
 #               (scripts/bench_profile_overhead.sh)
 #   layouts     dlperf profile of medium (batch 64) and the recipe's model (256) in bf16 NHWC and NCHW, and fp16 NHWC;
 #               medium fp32 (NCHW, NHWC) and large fp32 (NCHW, NHWC) and bf16 at batch 1024; the convolutions whose
-#               faster algorithms the workspace limit ruled out
+#               faster algorithms the workspace limit ruled out; scripts/gpu/fit_plan.py over those tables
 #   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16,
 #               and bench loader (can the host feed the GPU?)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (default "--batches 64,1024 --repeats 2":
@@ -213,6 +213,8 @@ for stage in "$@"; do
         say "  $run: $(grep -m1 -E '^Profile of|error' "$work/$name.txt")"
         grep -A9 -E '^name +phase' "$work/$name.txt" | grep -vE '^(name|-----)' | cut -c1-125 | tee -a "$summary"  # the top 8 ops
       done
+      # The GPU planner's assumptions against these tables (docs/plan.md), per kind of pass.
+      python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | sed -n '2,10p' | tee -a "$summary"
       # Convolutions where cuDNN's timed search found a faster algorithm than the 256 MB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
       python3 - "$work/runs" <<'PY' | sort -u | tee -a "$summary"

@@ -5,16 +5,17 @@
 of every layer, max(FLOPs / (gemm_share x peak), bytes / (bandwidth_share x DRAM bandwidth))
 plus one launch (launch_s). This script reads the per-op tables that `dlperf profile --device
 cuda` writes (its .json, not the .trace.json) and says how far each kind of pass is from those
-assumptions:
+assumptions, each profile against its own ceilings (the datasheet's, or the ones `dlperf bench
+all` measured where its machine profile was there):
 
   - convolutions and linear layers, fp32 apart from the tensor-core types (tf32, bf16, fp16):
-    their achieved share of the datasheet peak, and the fill time per kernel that, added to
+    their achieved share of the peak, and the fill time per kernel that, added to
     FLOPs at gemm_share of peak, fits them best (the median |log(predicted / measured)|);
   - every other pass (batchnorm, pooling, relu, dropout, loss, optimizer, copies): its achieved
     share of the DRAM bandwidth, and its time beyond that share at bandwidth_share.
 
-It runs here, on the profiles a GPU session brought back (scripts/gpu/check.sh layouts and
-profile write them), and needs no GPU:
+It needs no GPU: it runs here, on the profiles a GPU session brought back (scripts/gpu/check.sh
+layouts and profile write them; the layouts stage also prints this summary of its own):
 
   python3 scripts/gpu/fit_plan.py out/profile-*.json            # the summary
   python3 scripts/gpu/fit_plan.py --rows out/profile-*.json     # and each pass, predicted vs measured
@@ -79,7 +80,8 @@ def passes(path):
         else:
             kind = "streaming"
         out.append(dict(kind=kind, precision=precision, name=r["name"], phase=r["phase"], t=r["self_s"] / r["calls"],
-                        flops=flops, bytes=nbytes, kernels=kernels, peak=peak, bw=bw, file=os.path.basename(path)))
+                        flops=flops, bytes=nbytes, kernels=kernels, peak=peak, bw=bw, file=os.path.basename(path),
+                        ceilings=c.get("source", "?")))
     return out
 
 
@@ -153,7 +155,9 @@ def main():
         sys.exit("no profile tables with ceilings among the files given")
 
     print(f"{len(ps)} passes from {len({p['file'] for p in ps})} profiles; the plan assumes {GEMM_SHARE:.0%} of peak for "
-          f"convolutions and GEMMs, {BANDWIDTH_SHARE:.0%} of DRAM bandwidth, {LAUNCH_S * 1e6:.0f} us a kernel\n")
+          f"convolutions and GEMMs, {BANDWIDTH_SHARE:.0%} of DRAM bandwidth, {LAUNCH_S * 1e6:.0f} us a kernel")
+    # Each profile's own ceilings: the datasheet's, or those `dlperf bench all` measured where its machine profile was.
+    print("ceilings: " + "; ".join(sorted({p["ceilings"] for p in ps})) + "\n")
     print(f"{'kind':<20} {'passes':>6} {'share of peak or bandwidth (median, range)':>44} {'plan now: median err':>21} "
           f"{'fill that fits':>15} {'then: median err':>17}")
     for kind in sorted({p["kind"] for p in ps}):
