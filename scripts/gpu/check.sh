@@ -214,7 +214,7 @@ for stage in "$@"; do
         grep -A9 -E '^name +phase' "$work/$name.txt" | grep -vE '^(name|-----)' | cut -c1-125 | tee -a "$summary"  # the top 8 ops
       done
       # The GPU planner's assumptions against these tables (docs/plan.md), per kind of pass.
-      python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | sed -n '2,10p' | tee -a "$summary"
+      python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | head -12 | tee -a "$summary"
       # Convolutions where cuDNN's timed search found a faster algorithm than the 256 MB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
       python3 - "$work/runs" <<'PY' | sort -u | tee -a "$summary"

@@ -52,9 +52,13 @@ def precision_of(path, ceilings):
 def passes(path):
     """Every timed pass in one profile, a dict each: kind, precision, name, phase, t (seconds a call), flops, bytes,
     kernels, peak, bw (the profile's ceilings) and file."""
-    with open(path) as f:
-        prof = json.load(f)
-    if "rows" not in prof:
+    try:
+        with open(path) as f:
+            prof = json.load(f)
+    except (OSError, ValueError) as e:  # a profile that did not finish, or a glob that matched nothing
+        print(f"{path}: cannot read it ({e}); skipped", file=sys.stderr)
+        return []
+    if not isinstance(prof, dict) or "rows" not in prof:
         return []  # a trace, not a table
     c = prof.get("ceilings", {})
     peak, bw = c.get("peak_gflops", 0) * 1e9, c.get("dram_gbps", 0) * 1e9
