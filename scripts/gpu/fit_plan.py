@@ -134,6 +134,7 @@ def self_test():
     assert math.isclose(best_fill(made), 13e-6), best_fill(made)
     assert max(abs(e) for e in log_errors(made, 13e-6)) < 1e-12
     assert precision_of("x/profile-medium-b64-fp16-nhwc.json", {"source": "measured"}) == "fp16"
+    assert passes(os.path.join(tempfile.gettempdir(), "no-such-dir", "profile.json")) == []  # skipped, said on stderr
     # The assumptions above are the plan's own.
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "src", "plan", "targets.h")) as f:
         header = f.read()
