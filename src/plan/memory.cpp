@@ -88,8 +88,7 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
     // A value and its gradient; flatten is a view (unless NHWC moves its maps for a reader other
-    // than a linear layer), and a relu fused
-    // into its batchnorm or linear layer shares that layer's.
+    // than a linear layer), and a relu fused into its batchnorm or linear layer shares that layer's.
     const bool view = relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) ||
                       (n.kind == ops::OpKind::flatten && (!moves(n.in_dims[0]) || flatten_folds_into_linear(g, i, stored)));
     if (!view) {
