@@ -20,7 +20,8 @@
 #   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW, resnet18 at
 #               batch 1024 with cuDNN's workspace capped at 256 MB and at 4 GB; then
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
-#   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh), and its batch-384 variant timed
+#   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh); the recipe profiled in its second
+#               epoch, with each run's cuDNN algorithms; and its batch-384 variant timed
 #   profile     dlperf profile on the GPU, and what profiling costs there, every step recorded and one in 4
 #               (scripts/bench_profile_overhead.sh)
 #   layouts     dlperf profile of medium (batch 64) and the recipe's model (256) in bf16 NHWC and NCHW, and fp16 NHWC;
@@ -177,6 +178,24 @@ for stage in "$@"; do
     recipe)
       run_for 120 env DLPERF=$bin DATA="$data" RUNS="$work/recipe" scripts/recipe_fmnist93.sh > "$work/recipe.txt" 2>&1
       tail -2 "$work/recipe.txt" | tee -a "$summary"
+      # The recipe's step took 3.57 ms in training on the H200 but 2.07 ms in `check.sh layouts`'s
+      # profile of the same model (2026-11-27), whose flags differ (label smoothing, workers, a
+      # 40-step run). So: the recipe itself, profiled in its second epoch (steps 300-339), which
+      # says whether the kernels are slower there or the GPU waits (the step split's idle share),
+      # and the cuDNN algorithms each run chose (a timed search can pick differently per process).
+      run_for 40 env DLPERF=$bin DATA="$data" RUNS="$work/recipe-profiled" EPOCHS=2 scripts/recipe_fmnist93.sh \
+        --profile --profile-skip 300 --profile-steps 40 --profile-out "$work/profile-recipe" > "$work/recipe-profiled.txt" 2>&1
+      grep -A12 -E "^Profile of" "$work/recipe-profiled.txt" | grep -vE "^-----" | cut -c1-125 | tee -a "$summary"
+      python3 - "$work"/recipe/*.json "$work"/recipe-profiled/*.json <<'PY' | tee -a "$summary"
+import json, sys
+for f in sys.argv[1:]:
+    try:
+        r = json.load(open(f))
+    except (OSError, ValueError):
+        continue
+    for layer, a in (r.get("gpu_step", {}).get("conv_algorithms") or {}).items():
+        print(f"  {f.split('/')[-2]} {layer}: {a}")
+PY
       # Batch 384 at lr 0.3: a third fewer steps, but on the CPU a median 93.26% over five seeds
       # against the recipe's 93.53% (docs/gpu.md). Timed to say what the larger batch buys on a GPU.
       run_for 60 env DLPERF=$bin DATA="$data" RUNS="$work/recipe-b384" BATCH=384 LR=0.3 scripts/recipe_fmnist93.sh \
