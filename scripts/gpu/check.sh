@@ -186,15 +186,17 @@ for stage in "$@"; do
       run_for 40 env DLPERF=$bin DATA="$data" RUNS="$work/recipe-profiled" EPOCHS=2 scripts/recipe_fmnist93.sh \
         --profile --profile-skip 300 --profile-steps 40 --profile-out "$work/profile-recipe" > "$work/recipe-profiled.txt" 2>&1
       grep -A12 -E "^Profile of" "$work/recipe-profiled.txt" | grep -vE "^-----" | cut -c1-125 | tee -a "$summary"
-      python3 - "$work"/recipe/*.json "$work"/recipe-profiled/*.json <<'PY' | tee -a "$summary"
+      # (with the layouts stage's profiles of the recipe's model, where it ran before this stage)
+      python3 - "$work"/recipe/*.json "$work"/recipe-profiled/*.json "$work"/runs/*fmnist93*.json <<'PY' | tee -a "$summary"
 import json, sys
 for f in sys.argv[1:]:
     try:
         r = json.load(open(f))
     except (OSError, ValueError):
         continue
-    for layer, a in (r.get("gpu_step", {}).get("conv_algorithms") or {}).items():
-        print(f"  {f.split('/')[-2]} {layer}: {a}")
+    step = r.get("gpu_step", {})
+    for layer, a in (step.get("conv_algorithms") or {}).items():
+        print(f"  {f.split('/')[-2]} {step.get('layout', '?')} {layer}: {a}")
 PY
       # Batch 384 at lr 0.3: a third fewer steps, but on the CPU a median 93.26% over five seeds
       # against the recipe's 93.53% (docs/gpu.md). Timed to say what the larger batch buys on a GPU.
