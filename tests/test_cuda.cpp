@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/bn_split.h"
+#include "backend/cuda/conv_choice.h"
 #include "backend/cuda/layout.h"
 #include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
@@ -283,6 +284,42 @@ TEST(LossScaleRule, HalvesOnOverflowAndDoublesAfter2000CleanSteps) {
   for (int i = 0; i < 2000; ++i) cuda::advance_loss_scale(ls);
   EXPECT_EQ(ls.scale, 32768.f);
   EXPECT_EQ(ls.skipped, 2);
+}
+
+// The choice among cuDNN's timed algorithms (a host-compiled header): the fastest allowed one
+// within the workspace limit, and what the run record says about the ones passed over.
+TEST(ConvChoice, TakesTheFastestAllowedWithinTheLimitAndSaysWhatItPassedOver) {
+  using cuda::AlgoResult;
+  constexpr size_t MB = size_t(1) << 20;
+  // Fastest first, as cuDNN sorts them: a tf32 result in an fp32 search (not allowed), one over
+  // the 256 MB limit, the one to take, a close runner-up that did not run, and the runner-up.
+  const std::vector<AlgoResult> r{{7, 0.020, 0, false}, {6, 0.030, 1300 * MB, true}, {1, 0.050, 64 * MB, true},
+                                  {0, 0.051, 0, false}, {2, 0.060, 300 * MB, true}, {3, 0.065, 8 * MB, true}};
+  size_t workspace = 32 * MB;
+  const int i = cuda::pick_algorithm(r, 256 * MB, workspace);
+  ASSERT_EQ(i, 2);
+  EXPECT_EQ(workspace, 64 * MB);  // raised to the one taken, never lowered
+  EXPECT_EQ(cuda::faster_over_limit(r, i, 256 * MB, "fwd"), "fwd 6 in 0.60x the time with 1.36 GB");
+  EXPECT_EQ(cuda::search_times(r, i, 256 * MB, "fwd"), "fwd 50 us, next 1.30x");  // algo 2 is over the limit too
+  EXPECT_EQ(cuda::search_times(r, i, 1024 * MB, "fwd"), "fwd 50 us, next 1.20x");
+
+  workspace = 0;  // with room for everything the fastest allowed one is taken and nothing is passed over
+  EXPECT_EQ(cuda::pick_algorithm(r, 4096 * MB, workspace), 1);
+  EXPECT_EQ(workspace, 1300 * MB);
+  EXPECT_EQ(cuda::faster_over_limit(r, 1, 4096 * MB, "bwd-data"), "");
+
+  // Nothing fits: none taken, the fastest over the limit named without a ratio; the last one
+  // allowed has no runner-up; heuristics' results (untimed) report no search times.
+  const std::vector<AlgoResult> big{{4, 0.040, 600 * MB, true}, {5, 0.045, 512 * MB, true}};
+  workspace = 0;
+  EXPECT_EQ(cuda::pick_algorithm(big, 256 * MB, workspace), -1);
+  EXPECT_EQ(workspace, 0u);
+  EXPECT_EQ(cuda::faster_over_limit(big, -1, 256 * MB, "bwd-filter"), "bwd-filter 4 in -x the time with 0.63 GB");
+  EXPECT_EQ(cuda::search_times(big, -1, 256 * MB, "bwd-filter"), "");
+  EXPECT_EQ(cuda::search_times(big, 1, 1024 * MB, "bwd-filter"), "bwd-filter 45 us, no other");
+  const std::vector<AlgoResult> guessed{{1, -1, 0, true}, {0, -1, 0, true}};
+  EXPECT_EQ(cuda::pick_algorithm(guessed, 256 * MB, workspace), 0);
+  EXPECT_EQ(cuda::search_times(guessed, 0, 256 * MB, "fwd"), "");
 }
 
 TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {

@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "backend/cuda/check.h"
+#include "backend/cuda/conv_choice.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 
@@ -37,36 +38,24 @@ struct Algos {
   /// Faster algorithms the timed search found that the workspace limit ruled out, per pass
   /// ("fwd 6 in 0.61x the time with 1.3 GB"): whether the limit costs speed at this shape.
   std::string over_limit;
+  /// What the timed search measured for each pass it chose: the time and how much slower the
+  /// next allowed algorithm was ("fwd 52 us, next 1.03x"). A runner-up within a few percent
+  /// means a noisy search may pick either in another process.
+  std::string search;
 };
 
-// The index of the first (fastest, for a timed search) result that ran and fits the workspace
-// limit; -1 when none does. Raises `workspace` to its need. The search runs under the
-// descriptor's math type (FMA only for fp32); `fma_only` also passes over any result that came
-// back with another math type, so fp32 never runs as tf32; `deterministic` over any that cuDNN
-// marks as not giving the same bits on every run.
+// A search result as the choice (conv_choice.h) reads it. The search runs under the descriptor's
+// math type (FMA only for fp32); `fma_only` also passes over any result that came back with another
+// math type, so fp32 never runs as tf32; `deterministic` over any that cuDNN marks as not giving
+// the same bits on every run.
 template <class Perf>
-bool allowed(const Perf& r, bool fma_only, bool deterministic) {
-  return r.status == CUDNN_STATUS_SUCCESS && (!fma_only || r.mathType == CUDNN_FMA_MATH) &&
-         (!deterministic || r.determinism == CUDNN_DETERMINISTIC);
-}
-template <class Perf>
-int pick(const Perf* perf, int n, size_t limit, size_t& workspace, bool fma_only, bool deterministic) {
+std::vector<AlgoResult> results(const Perf* perf, int n, bool fma_only, bool deterministic) {
+  std::vector<AlgoResult> r;
   for (int i = 0; i < n; ++i)
-    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory <= limit) {
-      workspace = std::max(workspace, perf[i].memory);
-      return i;
-    }
-  return -1;
-}
-// The fastest timed result the workspace limit ruled out, ahead of the one taken (`picked`), said
-// as "<pass> <algo> in <ratio>x the time with <size>"; empty when the limit ruled out nothing faster.
-template <class Perf>
-std::string faster_over_limit(const Perf* perf, int n, int picked, size_t limit, bool fma_only, bool deterministic, const char* pass) {
-  for (int i = 0; i < (picked < 0 ? n : picked); ++i)
-    if (allowed(perf[i], fma_only, deterministic) && perf[i].memory > limit && perf[i].time > 0)
-      return fmt::format("{} {} in {}x the time with {:.2f} GB", pass, int(perf[i].algo),
-                         picked < 0 ? std::string("-") : fmt::format("{:.2f}", perf[i].time / perf[picked].time), perf[i].memory / 1e9);
-  return "";
+    r.push_back({int(perf[i].algo), double(perf[i].time), perf[i].memory,
+                 perf[i].status == CUDNN_STATUS_SUCCESS && (!fma_only || perf[i].mathType == CUDNN_FMA_MATH) &&
+                     (!deterministic || perf[i].determinism == CUDNN_DETERMINISTIC)});
+  return r;
 }
 std::mutex cache_mutex;
 std::map<Key, Algos> algo_cache;
@@ -127,12 +116,17 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     auto choose = [&](auto* perf, auto find, auto guess, const char* what, const char* pass, int& algo, cudnnMathType_t& math) {
       int got = 0;
       const bool timed = find(perf, &got) == CUDNN_STATUS_SUCCESS;
-      int i = timed ? pick(perf, got, workspace_limit, a.workspace, fma_only, deterministic) : -1;
-      const std::string over = timed ? faster_over_limit(perf, got, i, workspace_limit, fma_only, deterministic, pass) : "";
-      if (!over.empty()) a.over_limit += (a.over_limit.empty() ? "" : "; ") + over;
+      int i = -1;
+      if (timed) {
+        const std::vector<AlgoResult> r = results(perf, got, fma_only, deterministic);
+        i = pick_algorithm(r, workspace_limit, a.workspace);
+        const std::string over = faster_over_limit(r, i, workspace_limit, pass), times = search_times(r, i, workspace_limit, pass);
+        if (!over.empty()) a.over_limit += (a.over_limit.empty() ? "" : "; ") + over;
+        if (!times.empty()) a.search += (a.search.empty() ? "" : "; ") + times;
+      }
       if (i < 0) {
         ok(guess(perf, &got), what);
-        i = pick(perf, got, workspace_limit, a.workspace, fma_only, deterministic), a.timed = false;
+        i = pick_algorithm(results(perf, got, fma_only, deterministic), workspace_limit, a.workspace), a.timed = false;
       }
       algo = i < 0 ? -1 : int(perf[i].algo);
       if (i >= 0) math = perf[i].mathType;
@@ -163,6 +157,7 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
   fwd_math_ = int(it->second.fwd_math), bwd_data_math_ = int(it->second.bwd_data_math), bwd_filter_math_ = int(it->second.bwd_filter_math);
   timed_ = it->second.timed;
   over_limit_ = it->second.over_limit;
+  search_ = it->second.search;
   workspace_bytes_ = it->second.workspace;
   cudaGetDevice(&device_);
   if (own_workspace_ && workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -232,9 +227,9 @@ const char* math_name(int m) {
 }  // namespace
 
 std::string CudnnConv::algorithms() const {
-  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
+  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{}{}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
                      math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics",
-                     deterministic_ ? ", deterministic" : "",
+                     search_.empty() ? "" : ": " + search_, deterministic_ ? ", deterministic" : "",
                      over_limit_.empty() ? "" : fmt::format("; faster over the {} MB workspace limit: {}", workspace_limit_ >> 20, over_limit_));
 }
 

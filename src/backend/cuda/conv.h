@@ -70,6 +70,7 @@ class CudnnConv {
   int fwd_math_ = 0, bwd_data_math_ = 0, bwd_filter_math_ = 0;  // cudnnMathType_t of each pass's algorithm
   bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
   std::string over_limit_;  // faster algorithms the workspace limit ruled out (Algos::over_limit)
+  std::string search_;      // the timed search's times for the ones taken (Algos::search)
   bool deterministic_ = false;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
