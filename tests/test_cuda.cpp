@@ -292,7 +292,8 @@ TEST(ConvChoice, TakesTheFastestAllowedWithinTheLimitAndSaysWhatItPassedOver) {
   using cuda::AlgoResult;
   constexpr size_t MB = size_t(1) << 20;
   // Fastest first, as cuDNN sorts them: a tf32 result in an fp32 search (not allowed), one over
-  // the 256 MB limit, the one to take, a close runner-up that did not run, and the runner-up.
+  // the 256 MB limit, the one to take, a close one that did not run, another over the limit, and
+  // the runner-up within it.
   const std::vector<AlgoResult> r{{7, 0.020, 0, false}, {6, 0.030, 1300 * MB, true}, {1, 0.050, 64 * MB, true},
                                   {0, 0.051, 0, false}, {2, 0.060, 300 * MB, true}, {3, 0.065, 8 * MB, true}};
   size_t workspace = 32 * MB;
