@@ -87,6 +87,27 @@ ctest_summary() {  # the totals, the tests that failed, how many skipped (on a G
   [ "$skipped" -eq 0 ] || say "  skipped: $skipped, first $(grep -m1 -oE "Cuda\.\w+ \(Skipped\)" "$1")"
   grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$summary"
 }
+# conv_algorithms all|over-limit RECORD...: each convolution's cuDNN algorithms from GPU run
+# records (gpu_step.conv_algorithms), a line a layer; over-limit: only the faster algorithms the
+# workspace limit ruled out. Records that are missing or unreadable are passed over.
+conv_algorithms() {
+  python3 - "$@" <<'PY'
+import json, sys
+mode, files = sys.argv[1], sys.argv[2:]
+for f in files:
+    try:
+        r = json.load(open(f))
+    except (OSError, ValueError):
+        continue
+    c, step = r.get("config", {}), r.get("gpu_step", {})
+    run = f"{c.get('model')} b{c.get('batch_size')} {c.get('precision')} {step.get('layout', '?')}"
+    for layer, a in (step.get("conv_algorithms") or {}).items():
+        if mode == "all":
+            print(f"  {f.split('/')[-2]}: {run} {layer}: {a}")
+        elif "faster over" in a:
+            print(f"  {run} {layer}: faster over{a.split('faster over', 1)[1]}")
+PY
+}
 gtest_summary() {  # the totals, the failed tests and where their first failures are
   grep -E "^\[ +(PASSED|SKIPPED|FAILED) +\] [0-9]+ test|^\[  FAILED  \] .*\(" "$1" | tee -a "$summary"
   grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$summary"
@@ -187,17 +208,7 @@ for stage in "$@"; do
         --profile --profile-skip 300 --profile-steps 40 --profile-out "$work/profile-recipe" > "$work/recipe-profiled.txt" 2>&1
       grep -A12 -E "^Profile of" "$work/recipe-profiled.txt" | grep -vE "^-----" | cut -c1-125 | tee -a "$summary"
       # (with the layouts stage's profiles of the recipe's model, where it ran before this stage)
-      python3 - "$work"/recipe/*.json "$work"/recipe-profiled/*.json "$work"/runs/*fmnist93*.json <<'PY' | tee -a "$summary"
-import json, sys
-for f in sys.argv[1:]:
-    try:
-        r = json.load(open(f))
-    except (OSError, ValueError):
-        continue
-    step = r.get("gpu_step", {})
-    for layer, a in (step.get("conv_algorithms") or {}).items():
-        print(f"  {f.split('/')[-2]} {step.get('layout', '?')} {layer}: {a}")
-PY
+      conv_algorithms all "$work"/recipe/*.json "$work"/recipe-profiled/*.json "$work"/runs/*fmnist93*.json | tee -a "$summary"
       # Batch 384 at lr 0.3: a third fewer steps, but on the CPU a median 93.26% over five seeds
       # against the recipe's 93.53% (docs/gpu.md). Timed to say what the larger batch buys on a GPU.
       run_for 60 env DLPERF=$bin DATA="$data" RUNS="$work/recipe-b384" BATCH=384 LR=0.3 scripts/recipe_fmnist93.sh \
@@ -240,15 +251,7 @@ PY
       python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | head -12 | tee -a "$summary"
       # Convolutions where cuDNN's timed search found a faster algorithm than the 256 MB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
-      python3 - "$work/runs" <<'PY' | sort -u | tee -a "$summary"
-import glob, json, sys
-for f in sorted(glob.glob(sys.argv[1] + "/*.json")):
-    r = json.load(open(f))
-    c = r.get("config", {})
-    for layer, a in (r.get("gpu_step", {}).get("conv_algorithms") or {}).items():
-        if "faster over" in a:
-            print(f"  {c.get('model')} b{c.get('batch_size')} {c.get('precision')} {layer}: faster over{a.split('faster over', 1)[1]}")
-PY
+      conv_algorithms over-limit "$work"/runs/*.json | sort -u | tee -a "$summary"
       ;;
     bench)
       # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the
