@@ -765,50 +765,54 @@ TEST(KERNEL_SUITE, LossScaleSkipsOverflowsAndGrowsBack) {
 }
 
 // The on-device loader builds the host loader's batches: same order, crops, flips and
-// normalization.
+// normalization, with the default crop and with flips alone (--crop-pad 0).
 TEST(KERNEL_SUITE, OnDeviceBatchesMatchTheHostLoader) {
   REQUIRE_GPU();
   data::Dataset d = data::make_synthetic(200, 3, 10, 12, 10, 4);
   d.flip_ok = true;
   std::vector<float> mean, stddev;
   data::channel_stats(d, mean, stddev);
-  data::LoaderConfig lc;
-  lc.batch = 32;
-  lc.seed = 11;
-  lc.augment = true;
-  lc.shuffle = true;
-  data::Loader loader(d, lc, mean, stddev);
-  const int64_t epoch = 2;
-  loader.start_epoch(epoch);
-  const auto order64 = data::epoch_order(d.size(), true, lc.seed, epoch);
-  std::vector<int32_t> order(order64.begin(), order64.end());
-  std::vector<float> norm;
-  for (size_t c = 0; c < 3; ++c) norm.push_back(1.0f / (255.0f * stddev[c]));
-  for (size_t c = 0; c < 3; ++c) norm.push_back(-mean[c] / stddev[c]);
-  Dev<uint8_t> images(d.images), labels(d.labels);
-  Dev<int32_t> dorder(order), out_labels(size_t(lc.batch));
-  Dev<float> dnorm(norm), out(size_t(lc.batch * d.image_bytes()));
-  cuda::StepArgs args;
-  args.epoch = epoch;
-  for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
-    const data::Batch* hb = loader.next();
-    ASSERT_NE(hb, nullptr);
-    args.batch = b;
-    Dev<cuda::StepArgs> dargs(std::vector<cuda::StepArgs>{args});
-    const cuda::DeviceImages view{images.p, labels.p, d.size(), d.channels, d.height, d.width};
-    cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, out.p,
-                       out_labels.p, nullptr);
-    const auto x = out.host();
-    const auto y = out_labels.host();
-    for (int64_t i = 0; i < lc.batch; ++i) ASSERT_EQ(y[size_t(i)], hb->labels[size_t(i)]) << "batch " << b << " row " << i;
-    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], hb->data()[i], 1e-5) << "batch " << b << " element " << i;
-    // Gathered straight into bf16 NHWC (a mixed-precision network's stored input): the fp32
-    // batch cast and transposed, bit for bit, as the cast kernel would make it.
-    Dev<uint16_t> stored(x.size()), expected(x.size());
-    cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, stored.p,
-                       out_labels.p, nullptr, cuda::DType::bf16, cuda::Layout::nhwc);
-    cuda::cast_from_f32_to_nhwc(cuda::DType::bf16, out.p, expected.p, lc.batch, d.channels, d.height * d.width, nullptr);
-    ASSERT_EQ(stored.host(), expected.host()) << "batch " << b;
+  for (const int64_t pad : {2, 0}) {
+    SCOPED_TRACE(fmt::format("crop pad {}", pad));
+    data::LoaderConfig lc;
+    lc.batch = 32;
+    lc.seed = 11;
+    lc.augment = true;
+    lc.pad_crop = pad;
+    lc.shuffle = true;
+    data::Loader loader(d, lc, mean, stddev);
+    const int64_t epoch = 2;
+    loader.start_epoch(epoch);
+    const auto order64 = data::epoch_order(d.size(), true, lc.seed, epoch);
+    std::vector<int32_t> order(order64.begin(), order64.end());
+    std::vector<float> norm;
+    for (size_t c = 0; c < 3; ++c) norm.push_back(1.0f / (255.0f * stddev[c]));
+    for (size_t c = 0; c < 3; ++c) norm.push_back(-mean[c] / stddev[c]);
+    Dev<uint8_t> images(d.images), labels(d.labels);
+    Dev<int32_t> dorder(order), out_labels(size_t(lc.batch));
+    Dev<float> dnorm(norm), out(size_t(lc.batch * d.image_bytes()));
+    cuda::StepArgs args;
+    args.epoch = epoch;
+    for (int64_t b = 0; b < loader.batches_per_epoch(); ++b) {
+      const data::Batch* hb = loader.next();
+      ASSERT_NE(hb, nullptr);
+      args.batch = b;
+      Dev<cuda::StepArgs> dargs(std::vector<cuda::StepArgs>{args});
+      const cuda::DeviceImages view{images.p, labels.p, d.size(), d.channels, d.height, d.width};
+      cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, out.p,
+                         out_labels.p, nullptr);
+      const auto x = out.host();
+      const auto y = out_labels.host();
+      for (int64_t i = 0; i < lc.batch; ++i) ASSERT_EQ(y[size_t(i)], hb->labels[size_t(i)]) << "batch " << b << " row " << i;
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(x[i], hb->data()[i], 1e-5) << "batch " << b << " element " << i;
+      // Gathered straight into bf16 NHWC (a mixed-precision network's stored input): the fp32
+      // batch cast and transposed, bit for bit, as the cast kernel would make it.
+      Dev<uint16_t> stored(x.size()), expected(x.size());
+      cuda::gather_batch(view, dorder.p, 0, 0, dargs.p, lc.batch, true, lc.pad_crop, true, lc.seed, dnorm.p, dnorm.p + 3, stored.p,
+                         out_labels.p, nullptr, cuda::DType::bf16, cuda::Layout::nhwc);
+      cuda::cast_from_f32_to_nhwc(cuda::DType::bf16, out.p, expected.p, lc.batch, d.channels, d.height * d.width, nullptr);
+      ASSERT_EQ(stored.host(), expected.host()) << "batch " << b;
+    }
   }
 }
 

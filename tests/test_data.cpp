@@ -360,6 +360,12 @@ TEST(Loader, CropsAndFlipsAreTheirDefinition) {
   EXPECT_GT(shifted, 40);
   // Shifts as large as the image or larger: windows that read nothing but padding.
   expect_crops_and_flips_as_defined(2, 1, 2, 3, flipped, shifted);
+  // No padding (--crop-pad 0): flips alone, about half the samples, and no window shifted.
+  int flipped_only = 0, shifted_none = 0;
+  expect_crops_and_flips_as_defined(3, 7, 9, 0, flipped_only, shifted_none);
+  EXPECT_GT(flipped_only, 16);
+  EXPECT_LT(flipped_only, 48);
+  EXPECT_EQ(shifted_none, 0);
 }
 
 // The order the GPU's on-device loader is given is the host loader's order.

@@ -337,6 +337,8 @@ TEST(Train, TheHeaderSaysTheRecipe) {
   c.label_smoothing = 0.1, c.augment = true;
   EXPECT_EQ(train::detail::recipe_text(c, flips), "sgd lr 0.1 onecycle, label smoothing 0.1, augmented (random 2-px crops and horizontal flips)");
   EXPECT_EQ(train::detail::recipe_text(c, no_flips), "sgd lr 0.1 onecycle, label smoothing 0.1, augmented (random 2-px crops)");
+  c.crop_pad = 0;  // --crop-pad 0
+  EXPECT_EQ(train::detail::recipe_text(c, flips), "sgd lr 0.1 onecycle, label smoothing 0.1, augmented (random horizontal flips)");
 }
 
 // A new run in a directory that holds a checkpoint would replace it after its first epoch, and

@@ -24,7 +24,9 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--warmup-epochs", cfg->schedule.warmup_epochs, "linear warm-up for constant, step and cosine")->capture_default_str();
   c->add_option("--step-epochs", cfg->schedule.step_epochs, "step schedule: decay every N epochs")->capture_default_str();
   c->add_option("--label-smoothing", cfg->label_smoothing, "cross-entropy label smoothing")->capture_default_str();
-  c->add_flag("--augment,!--no-augment", cfg->augment, "random crop (2 px padding) and, where the data allows, horizontal flip; pays off in runs longer than 5 epochs");
+  c->add_flag("--augment,!--no-augment", cfg->augment, "random crop (--crop-pad px padding) and, where the data allows, horizontal flip; pays off in runs longer than 5 epochs");
+  c->add_option("--crop-pad", cfg->crop_pad, "with --augment: pixels of zero padding the random crop shifts within (0 = horizontal flips only)")
+      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{8}));
   c->add_option("--workers,-j", cfg->workers, "data-loader threads (0 = load in the training thread)")->capture_default_str();
   c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
   c->add_option("--seed", cfg->seed, "seed for init, shuffling, augmentation and dropout")->capture_default_str()->check(at_least(0));
@@ -81,6 +83,8 @@ void refuse_ignored_flags(const CLI::App* c, const train::TrainConfig& cfg) {
   check(!(given("--step-epochs") && cfg.schedule.name != "step"),
         fmt::format("--step-epochs sets when the step schedule decays, and this run's schedule is {}", cfg.schedule.name),
         "add --schedule step, or drop --step-epochs");
+  check(!(given("--crop-pad") && !cfg.augment), "--crop-pad sets the random crop of --augment, and this run is not augmented",
+        "add --augment, or drop --crop-pad");
   if (cfg.optimizer.name == "adamw")
     for (const char* sgd_only : {"--momentum", "--no-nesterov"})
       check(!given(sgd_only), fmt::format("{} is SGD's, and this run's optimizer is adamw (betas 0.9 and 0.999)", sgd_only),

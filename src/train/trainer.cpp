@@ -68,7 +68,8 @@ std::string recipe_text(const TrainConfig& cfg, const data::Dataset& train) {
   std::string s = fmt::format("{} lr {:g} {}", cfg.optimizer.name, cfg.lr, nn::describe(cfg.schedule));
   if (cfg.label_smoothing > 0) s += fmt::format(", label smoothing {:g}", cfg.label_smoothing);
   if (const data::LoaderConfig lc = loader_config(cfg, true); lc.augment)
-    s += fmt::format(", augmented (random {}-px crops{})", lc.pad_crop, train.flip_ok ? " and horizontal flips" : "");
+    s += lc.pad_crop == 0 ? ", augmented (random horizontal flips)"
+                          : fmt::format(", augmented (random {}-px crops{})", lc.pad_crop, train.flip_ok ? " and horizontal flips" : "");
   return s;
 }
 
@@ -87,7 +88,7 @@ std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const json
            {"data", "--data"}, {"train_limit", "--train-limit"}, {"precision", "--precision"}, {"epochs", "--epochs"},
            {"lr", "--lr"}, {"schedule", "--schedule"}, {"warmup_epochs", "--warmup-epochs"}, {"step_epochs", "--step-epochs"},
            {"momentum", "--momentum"}, {"nesterov", "nesterov"}, {"weight_decay", "--weight-decay"},
-           {"label_smoothing", "--label-smoothing"}, {"augment", "--augment"}, {"seed", "--seed"}}) {
+           {"label_smoothing", "--label-smoothing"}, {"augment", "--augment"}, {"crop_pad", "--crop-pad"}, {"seed", "--seed"}}) {
     if (!was.contains(key) || was[key] == now[key]) continue;
     if (std::string(key) == "data" && was[key].is_string() && data::same_data(was[key], now[key])) continue;
     if (std::string(key) == "epochs" && !spans_run) continue;  // a longer constant or step run is the same run, extended
@@ -147,6 +148,7 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
   lc.workers = cfg.workers;
   lc.seed = cfg.seed;
   lc.augment = training && cfg.augment;
+  lc.pad_crop = cfg.crop_pad;
   lc.shuffle = lc.drop_last = training;
   return lc;
 }
@@ -295,6 +297,7 @@ json to_json(const TrainConfig& c) {
           {"step_epochs", c.schedule.step_epochs},
           {"label_smoothing", c.label_smoothing},
           {"augment", c.augment},
+          {"crop_pad", c.crop_pad},
           {"workers", c.workers},
           {"threads", c.threads},
           {"seed", c.seed},
@@ -484,6 +487,7 @@ void validate(const TrainConfig& cfg) {
   check(cfg.optimizer.momentum >= 0 && cfg.optimizer.momentum < 1, "--momentum must be in [0, 1)" + given(cfg.optimizer.momentum));
   check(cfg.optimizer.weight_decay >= 0 && std::isfinite(cfg.optimizer.weight_decay), "--weight-decay must be a finite number, 0 or more" + given(cfg.optimizer.weight_decay));
   check(cfg.train_limit >= 0 && cfg.test_limit >= 0, "--train-limit and --test-limit must be 0 (all) or more");
+  check(cfg.crop_pad >= 0 && cfg.crop_pad <= 8, fmt::format("--crop-pad must be between 0 and 8 pixels, not {}", cfg.crop_pad));
   // onecycle, the default schedule, warms up on its own: a --warmup-epochs it ignored would look applied.
   check(cfg.schedule.warmup_epochs >= 0 && std::isfinite(cfg.schedule.warmup_epochs), "--warmup-epochs must be a finite number, 0 or more" + given(cfg.schedule.warmup_epochs));
   check(cfg.schedule.warmup_epochs == 0 || cfg.schedule.name != "onecycle",
@@ -721,6 +725,11 @@ TrainResult train(const TrainConfig& cfg) {
   const hw::ScopedThreads scoped_threads(cfg.threads);
   const int threads = scoped_threads.count();
   data::DataPair d = data::load_data(cfg.data);
+  // Digits (and synthetic data) are never flipped: there, flips-only augmentation would do nothing.
+  check(!cfg.augment || cfg.crop_pad > 0 || d.train.flip_ok,
+        fmt::format("--augment --crop-pad 0 asks for horizontal flips only, and dlperf does not flip {} (a mirrored digit is "
+                    "no digit; synthetic data is not flipped either)", d.train.name),
+        "raise --crop-pad for random crops, or drop --augment");
   // Notes about the run, printed with its header: after every check below that can refuse it, so
   // a refused run prints its one error and nothing before it.
   std::vector<std::string> notes;

@@ -39,6 +39,7 @@ struct TrainConfig {
   double label_smoothing = 0.0;
   int64_t eval_every = 1;    ///< measure test accuracy after every Nth epoch, and always after the last
   bool augment = false;      ///< off: in 5-epoch runs random crops cost accuracy (docs/benchmarks.md)
+  int64_t crop_pad = 2;      ///< with augment: pixels of padding for the random crop; 0 = flips only
   int workers = 1;
   int threads = 0;            ///< 0 = all cores this process may use
   uint64_t seed = 42;
