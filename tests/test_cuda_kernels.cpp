@@ -24,6 +24,7 @@
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/loss_scale.h"
 #include "backend/cuda/pool_index.h"
+#include "backend/cuda/small_conv.h"
 #include "backend/ref/ref_ops.h"
 #include "data/dataset.h"
 #include "data/loader.h"
@@ -718,6 +719,99 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
         expect_near(download(y, yd), want_y, scale_y, "forward");
         expect_near(download(dx, xd), want_dx, scale_dx, "backward-data");
         expect_near(download(dw, wd), want_dw, scale_dw, "backward-filter");
+      }
+}
+
+// The own kernels for convolutions of 1 or 3 input channels (small_conv.h), forward and weight
+// gradient, against float64 in both layouts and every type: every channel grouping (1 output
+// channel, 4, 8 with one group, 16 from three channels, 256 with a group a thread of a warp), a
+// stride of 2, no padding, and enough pixels for several blocks of partial sums with a short
+// last share. The weight gradient gives the same bits on a second run, and in NHWC arrays off
+// 16-byte alignment (loaded and stored one element at a time) give the packed path's bits.
+TEST(KERNEL_SUITE, SmallConvolutionMatchesTheReference) {
+  using ref::Vec;
+  REQUIRE_GPU();
+  EXPECT_FALSE(cuda::small_conv_fits({2, 2, 8, 8, 8, 3, 1, 1}));    // 2 channels: cuDNN's
+  EXPECT_FALSE(cuda::small_conv_fits({2, 1, 8, 8, 8, 5, 1, 2}));    // 5x5
+  EXPECT_FALSE(cuda::small_conv_fits({2, 3, 8, 8, 512, 3, 1, 1}));  // more channels than a block's threads
+  EXPECT_FALSE(cuda::small_conv_fits({2, 1, 8, 8, 24, 3, 1, 1}));   // not a power of two
+  const std::vector<cuda::ConvShape> shapes = {{2, 1, 9, 7, 4, 3, 1, 1},   {3, 3, 8, 8, 16, 3, 2, 1},    {2, 1, 6, 5, 256, 3, 1, 0},
+                                               {40, 1, 12, 12, 8, 3, 1, 1}, {2, 3, 7, 9, 32, 3, 1, 1}, {2, 3, 5, 5, 1, 3, 1, 1}};
+  for (const cuda::ConvShape& s : shapes)
+    for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16, cuda::DType::f16})
+      for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} to {} channels, stride {} padding {}, {} {}", s.n, s.c, s.h, s.w, s.k, s.stride, s.pad,
+                                 t == cuda::DType::f32 ? "fp32" : t == cuda::DType::bf16 ? "bf16" : "fp16", cuda::to_string(layout)));
+        ASSERT_TRUE(cuda::small_conv_fits(s));
+        const bool half = t != cuda::DType::f32, nhwc = layout == cuda::Layout::nhwc;
+        const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
+        // Device copies in the type and layout; `values` gets what the device holds, in NCHW.
+        auto upload = [&](const std::vector<float>& v, const Dims& d, std::vector<float>& values) {
+          const std::vector<float> stored = to_layout(v, d, layout);
+          auto dev = std::make_unique<Dev<float>>(stored.size());
+          if (half) {
+            const auto h = to_half(t, stored);
+            EXPECT_EQ(cudaMemcpy(dev->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+            values = from_device(t, dev->p, stored.size());
+          } else {
+            values = stored;
+            EXPECT_EQ(cudaMemcpy(dev->p, stored.data(), stored.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+          }
+          values = from_layout(values, d, layout);
+          return dev;
+        };
+        auto download = [&](const Dev<float>& dev, const Dims& d) {
+          const std::vector<float> stored = half ? from_device(t, dev.p, size_t(numel(d))) : dev.host();
+          return from_layout(stored, d, layout);
+        };
+        std::vector<float> xs, ws, dys;
+        const auto x = upload(randn(size_t(numel(xd)), 71), xd, xs);
+        const auto w = upload(randn(size_t(numel(wd)), 72), wd, ws);
+        const auto dy = upload(randn(size_t(numel(yd)), 73), yd, dys);
+        Dev<float> y(size_t(numel(yd))), dw(size_t(numel(wd))), dw2(size_t(numel(wd)));
+        Dev<uint8_t> partial(cuda::small_conv_workspace(s));
+        cuda::small_conv_forward(t, nhwc, s, x->p, w->p, y.p, nullptr);
+        cuda::small_conv_weight_grad(t, nhwc, s, x->p, dy->p, dw.p, partial.p, nullptr);
+        cuda::small_conv_weight_grad(t, nhwc, s, x->p, dy->p, dw2.p, partial.p, nullptr);
+        EXPECT_EQ(dw.host(), dw2.host()) << "the weight gradient's bits changed between runs";
+        if (nhwc) {  // one element past alignment: the same bits, one element at a time
+          const size_t es = half ? 2 : 4;
+          auto shifted = [&](const Dev<float>& from, size_t count) {
+            auto to = std::make_unique<Dev<float>>(count + 1);
+            EXPECT_EQ(cudaMemcpy(reinterpret_cast<char*>(to->p) + es, from.p, count * es, cudaMemcpyDeviceToDevice), cudaSuccess);
+            return to;
+          };
+          const auto dy_off = shifted(*dy, size_t(numel(yd)));
+          Dev<float> y_off(size_t(numel(yd)) + 1), dw_off(size_t(numel(wd)));
+          cuda::small_conv_forward(t, nhwc, s, x->p, w->p, reinterpret_cast<char*>(y_off.p) + es, nullptr);
+          cuda::small_conv_weight_grad(t, nhwc, s, x->p, reinterpret_cast<char*>(dy_off->p) + es, dw_off.p, partial.p, nullptr);
+          const auto packed_y = y.host(), unpacked_y = y_off.host();
+          EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(unpacked_y.data()) + es, packed_y.data(), size_t(numel(yd)) * es), 0)
+              << "forward off alignment";
+          EXPECT_EQ(dw_off.host(), dw.host()) << "weight gradient off alignment";
+        }
+
+        ops::OpAttrs a;
+        a.out_channels = s.k, a.kernel = s.r, a.stride = s.stride, a.padding = s.pad, a.bias = false;
+        const Vec X(xs.begin(), xs.end()), W(ws.begin(), ws.end()), DY(dys.begin(), dys.end());
+        auto abs_of = [](Vec v) {
+          for (double& e : v) e = std::fabs(e);
+          return v;
+        };
+        const Vec want_y = ref::conv2d_forward(X, xd, W, {}, a), scale_y = ref::conv2d_forward(abs_of(X), xd, abs_of(W), {}, a);
+        Vec want_dx, want_dw, db, scale_dx, scale_dw;
+        ref::conv2d_backward(X, xd, W, a, DY, want_dx, want_dw, db);
+        ref::conv2d_backward(abs_of(X), xd, abs_of(W), a, abs_of(DY), scale_dx, scale_dw, db);
+        // Sums in fp32 either way; in bf16 and fp16 the result's rounding to the type.
+        const double tol = t == cuda::DType::f32 ? 2e-5 : t == cuda::DType::f16 ? 2e-3 : 1e-2;
+        auto expect_near = [&](const std::vector<float>& got, const Vec& want, const Vec& scale, const char* pass) {
+          ASSERT_EQ(got.size(), want.size()) << pass;
+          double worst = 0;
+          for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / (scale[i] + 1e-6));
+          EXPECT_LT(worst, tol) << pass;
+        };
+        expect_near(download(y, yd), want_y, scale_y, "forward");
+        expect_near(download(dw, wd), want_dw, scale_dw, "weight gradient");
       }
 }
 

@@ -6,6 +6,9 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <cstdint>
+#include <initializer_list>
+
 #include "backend/cuda/kernels.h"
 
 namespace dlperf::cuda {
@@ -45,6 +48,22 @@ __host__ __device__ inline float ld(const __half* p, int64_t i) { return __half2
 __host__ __device__ inline void st(float* p, int64_t i, float v) { p[i] = v; }
 __host__ __device__ inline void st(__nv_bfloat16* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
 __host__ __device__ inline void st(__half* p, int64_t i, float v) { p[i] = __float2half_rn(v); }
+
+// 16 bytes of T, moved as one: a 16-byte load or store where the address is 16-byte aligned.
+// Copied as a whole (never through a pointer of another type, which g++, compiling the kernels
+// for the emulation, may reorder under its aliasing rules).
+template <class T>
+struct alignas(16) Pack {
+  static constexpr int kSize = 16 / int(sizeof(T));
+  T e[kSize];
+};
+
+// Whether every array starts on a 16-byte boundary, so whole Packs of it can move (host side).
+inline bool aligned16(std::initializer_list<const void*> arrays) {
+  for (const void* p : arrays)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
 
 // Loads element i of an array of T as a float: what pool_index.h's bodies take.
 template <class T>

@@ -16,15 +16,11 @@ namespace dlperf::cuda {
 namespace {
 
 // The element-wise passes (relu, its gradient, the residual add) load and store 16 bytes at a
-// time: 4 floats or 8 bf16/fp16 values. One 2-byte load a thread keeps about half a megabyte of
-// bf16 in flight on a full H200, under 1 TB/s by Little's law at its 0.6-0.8 us latency (as the
-// batchnorm passes ran before they loaded several at once); a 16-byte one keeps 8 times as much. Where an array is not 16-byte aligned, or past the last whole pack, the
-// elements go one at a time.
-template <class T>
-struct alignas(16) Pack {
-  static constexpr int kSize = 16 / int(sizeof(T));
-  T e[kSize];
-};
+// time (Pack, kernel_util.cuh): 4 floats or 8 bf16/fp16 values. One 2-byte load a thread keeps
+// about half a megabyte of bf16 in flight on a full H200, under 1 TB/s by Little's law at its
+// 0.6-0.8 us latency (as the batchnorm passes ran before they loaded several at once); a 16-byte
+// one keeps 8 times as much. Where an array is not 16-byte aligned, or past the last whole pack,
+// the elements go one at a time.
 
 // `pack(p)` for each whole pack p of n elements (when every array is aligned), then `element(i)`
 // for each element left, over the grid's threads.
@@ -402,11 +398,6 @@ __global__ void fill_k(float* x, int64_t n, float value) {
 }
 
 // Whether every array starts on a 16-byte boundary (the packed passes' loads need it).
-bool aligned16(std::initializer_list<const void*> arrays) {
-  for (const void* p : arrays)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
-  return true;
-}
 // The threads a packed pass needs: a pack each, and the elements after the last whole pack.
 int64_t packed(int64_t n, DType t, bool aligned) {
   const int64_t k = aligned ? 16 / int64_t(bytes_of(t)) : 1;
