@@ -185,6 +185,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
     cases.push_back({"train --precision fp16", "--precision fp16 cannot train on this CPU"});
     cases.push_back({"train --no-graphs", "--no-graphs turns off CUDA graphs, and this run is on the CPU"});
     cases.push_back({"train --pin-memory off", "--pin-memory off changes how batches reach a GPU"});
+    cases.push_back({"train --small-conv cudnn", "--small-conv cudnn picks who runs a GPU's convolutions of few channels"});
   }
   for (const auto& c : cases) {
     SCOPED_TRACE("dlperf " + c.args);

@@ -75,6 +75,18 @@ TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
     EXPECT_GT(c.backward_filter_tflops, 0) << c.layer << " " << c.precision;
     EXPECT_GE(c.rotated_sets, 1);  // the input and output gradient cycle through copies spanning 2x the L2
   }
+  // small's conv1 (3 channels to 16) again through the own kernels, in fp32 and in bf16 per layout:
+  // timed and checked as cuDNN's are, with no input-gradient pass of their own.
+  const auto own = std::count_if(convs.begin(), convs.end(), [](const auto& c) {
+    const bool is_own = c.algorithms.rfind("own kernels", 0) == 0;
+    if (is_own) EXPECT_EQ(c.backward_data_tflops, 0) << c.precision << " " << c.layout;
+    if (is_own) EXPECT_GT(c.forward_tflops, 0) << c.precision << " " << c.layout;
+    return is_own && c.layer == "conv1";
+  });
+  EXPECT_EQ(own, std::count_if(convs.begin(), convs.end(), [](const auto& c) {
+              return c.layer == "conv1" && c.precision != "tf32" && c.algorithms.rfind("own kernels", 0) != 0;
+            }));
+  EXPECT_GE(own, 1);
   EXPECT_EQ(bench::gpu::to_json(gemms).dump().find("\"failed\"") != std::string::npos,
             std::any_of(gemms.begin(), gemms.end(), [](const auto& g) { return !g.failed.empty(); }));
   int gpus = 0;

@@ -358,6 +358,54 @@ TEST(KERNEL_SUITE, GraphedStepsMatchEagerSteps) {
   }
 }
 
+// The own kernels for convolutions of few input channels (--small-conv own) train a network as
+// cuDNN's convolutions do: after a few steps the same weights, to fp32's accuracy (bf16: to its
+// rounding of the activations). Only the first convolution takes them (3 input channels; medium's
+// others have 16 and more), and conv_algorithms says so. In the step's graph their weight
+// gradient is one launch more than cuDNN's in NCHW (partial sums, then their sum) and two fewer
+// in NHWC, where cuDNN's runs in NCHW between moves of the input, the output gradient and the
+// result. auto times both as the network is built and names what it measured.
+TEST(KERNEL_SUITE, SmallConvolutionsTrainAsCudnnDoes) {
+  REQUIRE_GPU();
+  const int64_t batch = 16;
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {3, 16, 16}, 10, batch);
+  const nn::OptimizerConfig cfg;
+  for (const auto& [precision, layout] : {std::pair{cuda::Precision::fp32, cuda::Layout::nchw},
+                                          std::pair{cuda::Precision::fp32, cuda::Layout::nhwc},
+                                          std::pair{cuda::Precision::bf16, cuda::Layout::nhwc}}) {
+    SCOPED_TRACE(fmt::format("{} {}", cuda::to_string(precision), cuda::to_string(layout)));
+    cuda::NetworkOptions cudnn_opts;
+    cudnn_opts.precision = precision;
+    cudnn_opts.layout = layout;
+    cudnn_opts.graphs = true;
+    cudnn_opts.deterministic = true;
+    cuda::NetworkOptions own_opts = cudnn_opts;
+    own_opts.small_conv = cuda::SmallConv::own;
+    cuda::Network with_cudnn(g, 3, 0, cudnn_opts), with_own(g, 3, 0, own_opts);
+    Rng rng(4);
+    for (int64_t step = 0; step < 4; ++step) step_alike({&with_cudnn, &with_own}, rng, batch, 3 * 256, step, 0.05, cfg);
+    ASSERT_TRUE(with_own.graphed()) << with_own.why_not_graphed();
+    const auto pc = with_cudnn.parameters(), po = with_own.parameters();
+    ASSERT_EQ(po.size(), pc.size());
+    const double tol = precision == cuda::Precision::fp32 ? 1e-4 : 2e-2;
+    for (size_t i = 0; i < pc.size(); ++i) ASSERT_NEAR(po[i], pc[i], tol * (1 + std::fabs(pc[i]))) << i;
+    EXPECT_EQ(with_own.step_nodes().kernels, with_cudnn.step_nodes().kernels + (layout == cuda::Layout::nchw ? 1 : -2));
+    const auto algos = with_own.conv_algorithms();
+    ASSERT_GE(algos.size(), 2u);
+    EXPECT_NE(algos[0].second.find("own kernels (--small-conv own)"), std::string::npos) << algos[0].second;
+    EXPECT_EQ(algos[1].second.find("own kernels"), std::string::npos) << algos[1].second;
+  }
+  cuda::NetworkOptions timed;
+  timed.small_conv = cuda::SmallConv::timed;
+  cuda::Network net(g, 3, 0, timed);
+  const std::string conv1 = net.conv_algorithms().at(0).second;
+  EXPECT_NE(conv1.find("own kernels timed against cuDNN's: fwd "), std::string::npos) << conv1;
+  EXPECT_NE(conv1.find(", bwd-filter "), std::string::npos) << conv1;
+  Rng rng(5);
+  step_alike({&net}, rng, batch, 3 * 256, 0, 0.05, cfg);
+  EXPECT_TRUE(std::isfinite(net.tally(true).loss_sum));
+}
+
 #ifdef DLPERF_CUDA_EMULATION
 // The launch budget of a training step: the kernels in the captured CUDA graph, each cuDNN and
 // cuBLASLt call counted once (on a GPU a library call may launch more; `dlperf train` prints the

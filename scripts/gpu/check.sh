@@ -87,9 +87,10 @@ ctest_summary() {  # the totals, the tests that failed, how many skipped (on a G
   [ "$skipped" -eq 0 ] || say "  skipped: $skipped, first $(grep -m1 -oE "Cuda\.\w+ \(Skipped\)" "$1")"
   grep -A3 -E ": Failure$" "$1" | head -40 | tee -a "$summary"
 }
-# conv_algorithms all|over-limit RECORD...: each convolution's cuDNN algorithms from GPU run
+# conv_algorithms all|over-limit|own RECORD...: each convolution's cuDNN algorithms from GPU run
 # records (gpu_step.conv_algorithms), a line a layer; over-limit: only the faster algorithms the
-# workspace limit ruled out. Records that are missing or unreadable are passed over.
+# workspace limit ruled out; own: only what the own small-channel kernels timed against cuDNN
+# (--small-conv auto). Records that are missing or unreadable are passed over.
 conv_algorithms() {
   python3 - "$@" <<'PY'
 import json, sys
@@ -104,8 +105,10 @@ for f in files:
     for layer, a in (step.get("conv_algorithms") or {}).items():
         if mode == "all":
             print(f"  {f.split('/')[-2]}: {run} {layer}: {a}")
-        elif "faster over" in a:
+        elif mode == "over-limit" and "faster over" in a:
             print(f"  {run} {layer}: faster over{a.split('faster over', 1)[1]}")
+        elif mode == "own" and "own kernels" in a:
+            print(f"  {run} {layer}: own kernels{a.split('own kernels', 1)[1]}")
 PY
 }
 gtest_summary() {  # the totals, the failed tests and where their first failures are
@@ -235,15 +238,19 @@ for stage in "$@"; do
       # the recipe's model at its batch of 256, and batch 1024, where every row of the PyTorch
       # table missed its target (large bf16 0.73x, medium fp32 0.96x); fp32 in NHWC too, the
       # layout PyTorch was faster in at batch 1024; resnet18 in bf16 at 1024 (0.92x), the one
-      # preset whose residual adds and the relus after them run as passes of their own.
+      # preset whose residual adds and the relus after them run as passes of their own. The
+      # recipe's model once more with its conv1 in cuDNN (--small-conv cudnn), beside auto's
+      # choice, to say what the own small-channel kernels save a step.
       for run in "medium 64 bf16 nhwc" "medium 64 bf16 nchw" "medium 64 fp16 nhwc" \
-        "recipes/fmnist93.json 256 bf16 nhwc" "recipes/fmnist93.json 256 bf16 nchw" \
+        "recipes/fmnist93.json 256 bf16 nhwc" "recipes/fmnist93.json 256 bf16 nhwc --small-conv cudnn" \
+        "recipes/fmnist93.json 256 bf16 nchw" \
         "medium 1024 fp32 nchw" "medium 1024 fp32 nhwc" "large 1024 bf16 nhwc" "large 1024 fp32 nchw" "large 1024 fp32 nhwc" \
         "resnet18 1024 bf16 nhwc"; do
-        read -r model batch precision layout <<< "$run"
-        name="profile-$(basename "$model" .json)-b$batch-$precision-$layout"
+        read -r model batch precision layout extra <<< "$run"
+        name="profile-$(basename "$model" .json)-b$batch-$precision-$layout${extra:+-${extra##* }}"
+        # shellcheck disable=SC2086  # extra: flags, split on purpose
         run_for 40 $bin profile --model "$model" --data "$data" --device cuda --batch-size "$batch" --precision "$precision" \
-          --layout "$layout" --data-on-device --steps 40 --runs-dir "$work/runs" --out "$work/$name" > "$work/$name.txt" 2>&1
+          --layout "$layout" --data-on-device --steps 40 --runs-dir "$work/runs" --out "$work/$name" $extra > "$work/$name.txt" 2>&1
         say "  $run: $(grep -m1 -E '^Profile of|error' "$work/$name.txt")"
         grep -A9 -E '^name +phase' "$work/$name.txt" | grep -vE '^(name|-----)' | cut -c1-125 | tee -a "$summary"  # the top 8 ops
       done
@@ -252,6 +259,9 @@ for stage in "$@"; do
       # Convolutions where cuDNN's timed search found a faster algorithm than the 256 MB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
       conv_algorithms over-limit "$work"/runs/*.json | sort -u | tee -a "$summary"
+      # The first convolutions (1 input channel) where --small-conv auto timed the own kernels
+      # against cuDNN's choice: which ran, and how much each pass took.
+      conv_algorithms own "$work"/runs/*.json | sort -u | tee -a "$summary"
       ;;
     bench)
       # all: CPU and GPU (copy, launch, gpu-memory, gemm, conv), and the machine profile with the

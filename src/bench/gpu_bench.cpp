@@ -21,6 +21,7 @@
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
+#include "backend/cuda/small_conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
@@ -433,12 +434,14 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
             const size_t i = turn();
             c.backward_filter(xs[i]->p, dys[i]->p, dw_out.p, t.stream);
           });
-          // Validate 16 forward outputs against float64 in the tensors' own layouts.
-          ok(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize");
-          std::vector<unsigned char> yh(size_t(s.n * s.k * oh * ow) * e);
-          ok(cudaMemcpy(yh.data(), dy_out.p, yh.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
-          auto xi = [&](int64_t n, int64_t ch, int64_t y, int64_t xx) {
-            return size_t(nhwc ? ((n * s.h + y) * s.w + xx) * s.c + ch : ((n * s.c + ch) * s.h + y) * s.w + xx);
+          // Validate 16 forward outputs (the last pass's, left in dy_out) against float64 in the
+          // tensors' own layouts; max_rel_error gets the worst.
+          auto validate = [&](ConvPoint& pt) {
+            ok(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize");
+            std::vector<unsigned char> yh(size_t(s.n * s.k * oh * ow) * e);
+            ok(cudaMemcpy(yh.data(), dy_out.p, yh.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
+            auto xi = [&](int64_t n, int64_t ch, int64_t y, int64_t xx) {
+              return size_t(nhwc ? ((n * s.h + y) * s.w + xx) * s.c + ch : ((n * s.c + ch) * s.h + y) * s.w + xx);
           };
           auto wi = [&](int64_t k, int64_t ch, int64_t r, int64_t q) {
             return size_t(nhwc ? ((k * s.r + r) * s.r + q) * s.c + ch : ((k * s.c + ch) * s.r + r) * s.r + q);
@@ -472,9 +475,30 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
           }
           // bf16 writes its output in bf16: 8 significant bits.
           const double tol = p == cuda::Precision::bf16 ? 1e-2 : tolerance(p);
-          check(pt.max_rel_error < tol, fmt::format("cuDNN conv {} of {} in {} gave wrong results (relative error {:.2g})", node.name,
-                                                    model, pt.precision, pt.max_rel_error));
+          check(pt.max_rel_error < tol, fmt::format("{} conv {} of {} in {} gave wrong results (relative error {:.2g})", pt.algorithms,
+                                                    node.name, model, pt.precision, pt.max_rel_error));
+          };
+          c.forward(xs[0]->p, dw_in.p, dy_out.p, t.stream);
+          validate(pt);
           out.push_back(pt);
+          // dlperf's own kernels for few input channels (small_conv.h), where they take the
+          // shape: the forward pass and weight gradient (the input's gradient stays cuDNN's, and
+          // a network's first layer needs none), beside cuDNN's on the same buffers. tf32 would
+          // time the fp32 kernels again.
+          if (cuda::small_conv_fits(s) && p != cuda::Precision::tf32) {
+            const cuda::DType dt = p == cuda::Precision::bf16 ? cuda::DType::bf16 : cuda::DType::f32;
+            DeviceMem partial(cuda::small_conv_workspace(s));
+            ConvPoint own = pt;
+            own.algorithms = "own kernels (small_conv.h; bwd data: cuDNN's)", own.max_rel_error = 0, own.backward_data_tflops = 0;
+            own.forward_tflops = rate([&] { cuda::small_conv_forward(dt, nhwc, s, xs[turn()]->p, dw_in.p, dy_out.p, t.stream); });
+            own.backward_filter_tflops = rate([&] {
+              const size_t i = turn();
+              cuda::small_conv_weight_grad(dt, nhwc, s, xs[i]->p, dys[i]->p, dw_out.p, partial.p, t.stream);
+            });
+            cuda::small_conv_forward(dt, nhwc, s, xs[0]->p, dw_in.p, dy_out.p, t.stream);
+            validate(own);
+            out.push_back(own);
+          }
         } catch (const Error& e) {  // one layer's or precision's failure leaves the others measured
           ConvPoint pt{model, node.name, cuda::to_string(p), "", layout, {s.n, s.c, s.h, s.w}, s.k, s.r, s.stride, s.pad, 0, 0, 0, 0, e.what()};
           out.push_back(pt);

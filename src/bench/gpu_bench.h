@@ -71,6 +71,8 @@ struct ConvPoint {
 /// cuDNN forward, backward-data and backward-filter of every distinct conv layer of `models` on
 /// input `chw` at `batch`, in fp32 (NCHW), and in tf32 (NCHW) and bf16 (NHWC, as training runs
 /// it, and NCHW beside it) where the GPU has tensor cores for them.
+/// Where the own kernels take a shape (cuda::small_conv_fits), a second point in fp32 and bf16
+/// times them (forward and weight gradient; backward_data_tflops 0: cuDNN's runs that pass).
 /// A point that fails says so in `failed`, as gemm()'s do.
 std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, const std::vector<int64_t>& chw, int64_t batch,
                             int repeats);

@@ -44,6 +44,9 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--conv-workspace", cfg->conv_workspace_mb,
                 "GPU: the most memory (MB) a convolution's cuDNN algorithms may use as workspace; the fastest within it is taken")
       ->capture_default_str()->check(at_least(0));
+  c->add_option("--small-conv", cfg->small_conv,
+                "GPU: who runs the forward pass and weight gradient of convolutions of 1 or 3 input channels (a first layer): auto = whichever of dlperf's own kernels and cuDNN timed faster here, own, or cudnn")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "own", "cudnn"}));
   c->add_flag("--data-on-device", cfg->data_on_device, "GPU: keep the dataset in GPU memory and build batches there (shuffle, augment, normalize)");
   c->add_option("--train-limit", cfg->train_limit, "use only the first N training images (0 = all)")->capture_default_str()->check(at_least(0));
   c->add_option("--test-limit", cfg->test_limit, "use only the first N test images (0 = all)")->capture_default_str()->check(at_least(0));

@@ -415,6 +415,7 @@ struct GpuRun {
     opts.layout = cuda::resolve_layout(cfg.layout, cfg.precision);
     opts.deterministic = cfg.deterministic;
     opts.conv_workspace = size_t(cfg.conv_workspace_mb) << 20;
+    opts.small_conv = cuda::parse_small_conv(cfg.small_conv);
     opts.input_as_stored = cfg.data_on_device;  // DeviceDataset::loader writes the stored input
     const data::LoaderConfig train_lc = loader_config(cfg, true), test_lc = loader_config(cfg, false);
     try {

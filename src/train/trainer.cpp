@@ -285,6 +285,7 @@ json to_json(const TrainConfig& c) {
           {"layout", c.layout},
           {"deterministic", c.deterministic},
           {"conv_workspace_mb", c.conv_workspace_mb},
+          {"small_conv", c.small_conv},
           {"epochs", c.epochs},
           {"batch_size", c.batch},
           {"lr", c.lr},
@@ -769,6 +770,9 @@ TrainResult train(const TrainConfig& cfg) {
   check(cfg.conv_workspace_mb == TrainConfig{}.conv_workspace_mb,
         fmt::format("--conv-workspace {} sets what cuDNN's convolutions on a GPU may use, and this run is on the CPU", cfg.conv_workspace_mb),
         "drop --conv-workspace, or train on a GPU (--device cuda)");
+  check(cfg.small_conv == TrainConfig{}.small_conv,
+        fmt::format("--small-conv {} picks who runs a GPU's convolutions of few channels, and this run is on the CPU", cfg.small_conv),
+        "drop --small-conv, or train on a GPU (--device cuda)");
   check(cfg.pin_memory, "--pin-memory off changes how batches reach a GPU, and this run is on the CPU",
         "drop --pin-memory, or train on a GPU (--device cuda)");
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "backend/cuda/bn_split.h"
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv.h"
+#include "backend/cuda/small_conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
@@ -83,6 +85,10 @@ struct Network::Layer {
   void* wh = nullptr;   // the weight the conv or GEMM reads: its half copy in mixed precision, else w
   void* dwh = nullptr;  // a conv's half weight gradient in mixed precision, else dw
   std::unique_ptr<CudnnConv> conv;
+  ConvShape shape;                         // a convolution's
+  bool small = false;                      // small_conv_fits: the own kernels may run it (--small-conv)
+  bool own_forward = false, own_weight_grad = false;  // they do, for these passes
+  std::string own_times;                   // what choose_small_convs measured, for conv_algorithms
   std::unique_ptr<CudnnConv> weight_grad_nchw;  // NHWC with under 8 input channels: the weight gradient in NCHW (set_up_op)
   void *x_nchw = nullptr, *dw_nchw = nullptr;   // with over one: its input in NCHW, and the gradient [K, C, R, S] it writes
   std::unique_ptr<LtGemm> fwd, bwd_data, bwd_weight;
@@ -242,6 +248,14 @@ void* Network::alloc_bytes(size_t bytes, MemCategory c) {
 
 float* Network::alloc(size_t floats, MemCategory c) { return static_cast<float*>(alloc_bytes(floats * sizeof(float), c)); }
 
+SmallConv parse_small_conv(const std::string& s) {
+  if (s == "cudnn") return SmallConv::cudnn;
+  if (s == "own") return SmallConv::own;
+  check(s == "auto", fmt::format("--small-conv {} is not one of auto, own, cudnn", s));
+  return SmallConv::timed;
+}
+const char* to_string(SmallConv c) { return c == SmallConv::cudnn ? "cudnn" : c == SmallConv::own ? "own" : "auto"; }
+
 Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions opts)
     : graph_(g), device_(device), opts_(std::move(opts)), seed_(seed) {
   // A constructor that throws (out of GPU memory, say) runs no destructor: give back what was
@@ -275,6 +289,7 @@ void Network::build(uint64_t seed, int device) {
   size_t tensor = 0, bn_workspace = 0, conv_workspace = 0;
   for (size_t i = 0; i < graph_.nodes.size(); ++i) add_layer(i, plan.offset, tensor, bn_workspace, conv_workspace);
   alloc_workspaces(bn_workspace, conv_workspace);
+  choose_small_convs();
   check(graph_.nodes.back().out_dims.size() == 2, "the model's last layer must produce [batch, classes] logits");
   ok(cudaStreamSynchronize(stream_), "network set-up");
 }
@@ -427,8 +442,12 @@ void Network::set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace) 
   switch (n.kind) {
     case ops::OpKind::conv2d: {
       const ConvShape shape{x[0], x[1], x[2], x[3], n.attrs.out_channels, n.attrs.kernel, n.attrs.stride, n.attrs.padding};
+      l.shape = shape;
       l.conv = std::make_unique<CudnnConv>(shape, opts_.precision, nhwc, /*own_workspace=*/false, opts_.deterministic, opts_.conv_workspace);
       conv_workspace = std::max(conv_workspace, l.conv->workspace_bytes());
+      // cuDNN stays built beside the own kernels: it runs the input's gradient, and auto times it.
+      l.small = opts_.small_conv != SmallConv::cudnn && small_conv_fits(shape);
+      if (l.small) conv_workspace = std::max(conv_workspace, small_conv_workspace(shape));
       // cuDNN 9's NHWC weight gradient for an input of few channels ran far slower than its NCHW
       // one on an H200 (bf16, medium's conv1 on one channel at batch 64: 302 us a step against
       // under 28 in NCHW, 39% of the step; the recipe's at batch 256: 1.06 ms, half the step; on
@@ -515,10 +534,67 @@ void Network::alloc_workspaces(size_t bn_workspace, size_t conv_workspace) {
   if (bn_workspace) bn_workspace_ = alloc_bytes(bn_workspace, MemCategory::workspace);  // batchnorm layers run one at a time
   // The convolutions run one at a time on one stream: one workspace, the largest any needs.
   if (conv_workspace) {
-    void* w = alloc_bytes(conv_workspace, MemCategory::workspace);
+    void* w = conv_workspace_ = alloc_bytes(conv_workspace, MemCategory::workspace);
     for (auto& l : layers_)
       for (CudnnConv* c : {l->conv.get(), l->weight_grad_nchw.get()})
         if (c) c->set_workspace(w);
+  }
+}
+
+// The median of 5 timed runs of `run` on the step's stream, after 2 untimed ones (ms).
+double Network::median_ms(const std::function<void()>& run) {
+  cudaEvent_t a = nullptr, b = nullptr;
+  ok(cudaEventCreate(&a), "cudaEventCreate");
+  ok(cudaEventCreate(&b), "cudaEventCreate");
+  std::vector<double> ms;
+  for (int i = 0; i < 7; ++i) {
+    ok(cudaEventRecord(a, stream_), "cudaEventRecord");
+    run();
+    ok(cudaEventRecord(b, stream_), "cudaEventRecord");
+    ok(cudaEventSynchronize(b), "timing a convolution");
+    float t = 0;
+    ok(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    if (i >= 2) ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::nth_element(ms.begin(), ms.begin() + 2, ms.end());
+  return ms[2];
+}
+
+// Which convolutions of few input channels the own kernels run (small_conv.h): all of them with
+// --small-conv own; with auto each pass whichever of them and cuDNN's choice (the weight gradient
+// as the step runs it, through NCHW where it does) ran faster here, on the layer's own buffers.
+// The own kernels must win by 5%: a tie keeps cuDNN. The training step overwrites what this wrote.
+void Network::choose_small_convs() {
+  constexpr double kMargin = 0.95;
+  for (auto& lp : layers_) {
+    Layer& l = *lp;
+    if (!l.small) continue;
+    if (opts_.small_conv == SmallConv::own) {
+      l.own_forward = l.own_weight_grad = true;
+      l.own_times = "own kernels (--small-conv own)";
+      continue;
+    }
+    const bool nhwc = opts_.layout == Layout::nhwc;
+    const void* x = act_[size_t(l.in[0])];
+    void* y = act_[size_t(l.out)];
+    void* dy = diff_[size_t(l.out)];
+    const size_t es = bytes_of(dt_);
+    // Zeros, not whatever the allocator held: the times do not depend on the values.
+    ok(cudaMemsetAsync(act_[size_t(l.in[0])], 0, size_t(numel(l.node->in_dims[0])) * es, stream_), "cudaMemset");
+    ok(cudaMemsetAsync(dy, 0, size_t(numel(l.node->out_dims)) * es, stream_), "cudaMemset");
+    const double cudnn_fwd = median_ms([&] { l.conv->forward(x, l.wh, y, stream_); });
+    const double own_fwd = median_ms([&] { small_conv_forward(dt_, nhwc, l.shape, x, l.wh, y, stream_); });
+    const double cudnn_wgrad = median_ms([&] { conv_weight_grad(l, x, dy); });
+    const double own_wgrad = median_ms([&] { small_conv_weight_grad(dt_, nhwc, l.shape, x, dy, l.dwh, conv_workspace_, stream_); });
+    l.own_forward = own_fwd < kMargin * cudnn_fwd;
+    l.own_weight_grad = own_wgrad < kMargin * cudnn_wgrad;
+    auto pass = [](const char* name, double own, double cudnn, bool taken) {
+      return fmt::format("{} {:.1f} us against {:.1f} ({})", name, own * 1e3, cudnn * 1e3, taken ? "own taken" : "cuDNN kept");
+    };
+    l.own_times = "own kernels timed against cuDNN's: " + pass("fwd", own_fwd, cudnn_fwd, l.own_forward) + ", " +
+                  pass("bwd-filter", own_wgrad, cudnn_wgrad, l.own_weight_grad);
   }
 }
 
@@ -590,7 +666,8 @@ void Network::forward_pass(bool training) {
     const int64_t count = numel(n.out_dims);
     switch (n.kind) {
       case ops::OpKind::conv2d:
-        l.conv->forward(x, l.wh, y, stream_);
+        if (l.own_forward) small_conv_forward(dt_, opts_.layout == Layout::nhwc, l.shape, x, l.wh, y, stream_);
+        else l.conv->forward(x, l.wh, y, stream_);
         if (l.b) add_conv_bias(dt_, opts_.layout, n.out_dims, y, l.b, stream_);
         break;
       case ops::OpKind::linear:
@@ -841,6 +918,25 @@ void Network::backward() {
   }
 }
 
+// A convolution's weight gradient through cuDNN, into l.dwh.
+void Network::conv_weight_grad(Layer& l, const void* x, const void* dy) {
+  const nn::Node& n = *l.node;
+  if (l.weight_grad_nchw) {  // the scratch value is free here: a dx summed through it was added in already
+    const Dims &d = n.out_dims, &in = n.in_dims[0];
+    change_layout(dt_, dy, scratch_, d[0], d[1], d[2] * d[3], Layout::nhwc, stream_);
+    if (l.x_nchw) {
+      change_layout(dt_, x, l.x_nchw, in[0], in[1], in[2] * in[3], Layout::nhwc, stream_);
+      l.weight_grad_nchw->backward_filter(l.x_nchw, scratch_, l.dw_nchw, stream_);
+      const int64_t k = n.attrs.kernel;
+      change_layout(dt_, l.dw_nchw, l.dwh, d[1], in[1], k * k, Layout::nchw, stream_);  // [K, C, R*S] to [K, R*S, C]
+    } else {
+      l.weight_grad_nchw->backward_filter(x, scratch_, l.dwh, stream_);
+    }
+  } else {
+    l.conv->backward_filter(x, dy, l.dwh, stream_);
+  }
+}
+
 // Layer `l`'s backward pass: its parameters' gradients, and its input's into `dx` (null: none).
 // A convolution's and a linear layer's two passes are spans of their own (backward-weight, then
 // backward-data), as the CPU engine's primitives are: the profile then says which pass is slow.
@@ -854,20 +950,10 @@ void Network::backward_layer(Layer& l, void* dx) {
   if (n.kind == ops::OpKind::conv2d) {
     {
       const Span weights = pass(profile::Phase::backward_weight);
-      if (l.weight_grad_nchw) {  // the scratch value is free here: a dx summed through it was added in already
-        const Dims &d = n.out_dims, &in = n.in_dims[0];
-        change_layout(dt_, dy, scratch_, d[0], d[1], d[2] * d[3], Layout::nhwc, stream_);
-        if (l.x_nchw) {
-          change_layout(dt_, x, l.x_nchw, in[0], in[1], in[2] * in[3], Layout::nhwc, stream_);
-          l.weight_grad_nchw->backward_filter(l.x_nchw, scratch_, l.dw_nchw, stream_);
-          const int64_t k = n.attrs.kernel;
-          change_layout(dt_, l.dw_nchw, l.dwh, d[1], in[1], k * k, Layout::nchw, stream_);  // [K, C, R*S] to [K, R*S, C]
-        } else {
-          l.weight_grad_nchw->backward_filter(x, scratch_, l.dwh, stream_);
-        }
-      } else {
-        l.conv->backward_filter(x, dy, l.dwh, stream_);
-      }
+      if (l.own_weight_grad)
+        small_conv_weight_grad(dt_, opts_.layout == Layout::nhwc, l.shape, x, dy, l.dwh, conv_workspace_, stream_);
+      else
+        conv_weight_grad(l, x, dy);
       if (l.db) conv_bias_grad(dt_, opts_.layout, n.out_dims, dy, l.db, stream_);
     }
     if (dx) {
@@ -967,6 +1053,7 @@ std::vector<std::pair<std::string, std::string>> Network::conv_algorithms() cons
     if (!l->conv) continue;
     std::string a = l->conv->algorithms();
     if (l->weight_grad_nchw) a += "; weight gradient in NCHW: " + l->weight_grad_nchw->algorithms();
+    if (!l->own_times.empty()) a += "; " + l->own_times;
     out.emplace_back(l->node->name, a);
   }
   return out;

@@ -67,6 +67,13 @@ struct ProfiledStep {
   std::vector<GpuSpan> spans;  ///< each layer pass, the loss and the update
 };
 
+/// Who runs the convolutions of 1 or 3 input channels (small_conv.h), forward and weight
+/// gradient: cuDNN, dlperf's own kernels, or per pass whichever timed faster when the network was
+/// built (auto; --small-conv).
+enum class SmallConv { cudnn, own, timed };
+SmallConv parse_small_conv(const std::string& s);  // "cudnn", "own", "auto"
+const char* to_string(SmallConv c);
+
 struct NetworkOptions {
   Precision precision = Precision::fp32;  ///< fp32, tf32, bf16 or fp16
   std::string optimizer = "sgd";          ///< sgd | adamw: AdamW's second state is allocated up front
@@ -80,6 +87,9 @@ struct NetworkOptions {
   bool deterministic = false;
   /// The most workspace a convolution's cuDNN algorithms may use (--conv-workspace); the fastest within it wins.
   size_t conv_workspace = kDefaultConvWorkspace;
+  /// The convolutions of 1 or 3 input channels (--small-conv). cuDNN here, as in the tests that
+  /// count launches; `dlperf train` times both (auto).
+  SmallConv small_conv = SmallConv::cudnn;
 };
 
 /// The network's input as it stores it, for a loader that writes it directly.
@@ -207,6 +217,9 @@ class Network {
   void add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& tensor, size_t& bn_workspace, size_t& conv_workspace);
   void set_up_op(Layer& l, size_t& bn_workspace, size_t& conv_workspace);
   void alloc_workspaces(size_t bn_workspace, size_t conv_workspace);
+  void choose_small_convs();
+  void conv_weight_grad(Layer& l, const void* x, const void* dy);
+  double median_ms(const std::function<void()>& run);
   void release();                          // gives back every resource (destructor, failed build)
   float* alloc(size_t floats, MemCategory c);
   void* alloc_bytes(size_t bytes, MemCategory c);
@@ -245,6 +258,7 @@ class Network {
   std::vector<float> to_host(const float* flat_device, const Place& t) const;  // in the CPU engine's order (waits)
   void to_device(float* flat_device, const Place& t, const std::vector<float>& v) const;
   void* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
+  void* conv_workspace_ = nullptr;  // cuDNN's, shared by the convolutions (and the own kernels' partial sums)
   void* bn_workspace_ = nullptr;  // the batchnorm kernels' partial sums, sized for the largest layer
   float* logits32_ = nullptr;  // mixed precision: the logits in fp32, for logits()
   LossScale* loss_scale_ = nullptr;  // fp16 only (device)
