@@ -648,6 +648,60 @@ TEST(KERNEL_SUITE, GemmSumsTheBiasGradient) {
   }
 }
 
+// A convolution test's tensors on the device in a type and layout: `upload` stores an NCHW tensor
+// and gives what the device holds (rounded to the type) back in NCHW, `download` reads one back.
+struct StoredConv {
+  cuda::DType t;
+  cuda::Layout layout;
+  bool half() const { return t != cuda::DType::f32; }
+  std::unique_ptr<Dev<float>> upload(const std::vector<float>& v, const Dims& d, std::vector<float>& values) const {
+    const std::vector<float> stored = to_layout(v, d, layout);
+    auto dev = std::make_unique<Dev<float>>(stored.size());
+    if (half()) {
+      const auto h = to_half(t, stored);
+      EXPECT_EQ(cudaMemcpy(dev->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+      values = from_device(t, dev->p, stored.size());
+    } else {
+      values = stored;
+      EXPECT_EQ(cudaMemcpy(dev->p, stored.data(), stored.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    }
+    values = from_layout(values, d, layout);
+    return dev;
+  }
+  std::vector<float> download(const Dev<float>& dev, const Dims& d) const {
+    const std::vector<float> stored = half() ? from_device(t, dev.p, size_t(numel(d))) : dev.host();
+    return from_layout(stored, d, layout);
+  }
+};
+
+// A convolution's passes in float64 on the values the device holds, with the sums of the
+// products' magnitudes (the same passes on |x|, |w|, |dy|) that each element's error is measured
+// against.
+struct ConvReference {
+  ref::Vec y, dx, dw, scale_y, scale_dx, scale_dw;
+  ConvReference(const cuda::ConvShape& s, const std::vector<float>& xs, const std::vector<float>& ws, const std::vector<float>& dys) {
+    ops::OpAttrs a;
+    a.out_channels = s.k, a.kernel = s.r, a.stride = s.stride, a.padding = s.pad, a.bias = false;
+    const Dims xd{s.n, s.c, s.h, s.w};
+    const ref::Vec X(xs.begin(), xs.end()), W(ws.begin(), ws.end()), DY(dys.begin(), dys.end());
+    auto abs_of = [](ref::Vec v) {
+      for (double& e : v) e = std::fabs(e);
+      return v;
+    };
+    ref::Vec db;
+    y = ref::conv2d_forward(X, xd, W, {}, a), scale_y = ref::conv2d_forward(abs_of(X), xd, abs_of(W), {}, a);
+    ref::conv2d_backward(X, xd, W, a, DY, dx, dw, db);
+    ref::conv2d_backward(abs_of(X), xd, abs_of(W), a, abs_of(DY), scale_dx, scale_dw, db);
+  }
+  /// The largest error of `got` against `want`, relative to `scale`.
+  static double worst(const std::vector<float>& got, const ref::Vec& want, const ref::Vec& scale) {
+    EXPECT_EQ(got.size(), want.size());
+    double w = 0;
+    for (size_t i = 0; i < want.size() && i < got.size(); ++i) w = std::max(w, std::fabs(got[i] - want[i]) / (scale[i] + 1e-6));
+    return w;
+  }
+};
+
 // cuDNN's convolution as the executor calls it (CudnnConv: forward, backward-data,
 // backward-filter) against the float64 reference, in every precision and both layouts, over
 // shapes with padding, stride 2, 1x1 kernels, no padding and odd sizes. The inputs are rounded to
@@ -657,7 +711,6 @@ TEST(KERNEL_SUITE, GemmSumsTheBiasGradient) {
 // bf16 1e-2 (the output's rounding). In NHWC the filters are [K, R, S, C]: the same move as the
 // activations', with K for N.
 TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
-  using ref::Vec;
   REQUIRE_GPU();
   const std::vector<cuda::ConvShape> shapes = {
       {2, 3, 9, 7, 5, 3, 1, 1}, {2, 8, 8, 8, 16, 3, 2, 1}, {3, 6, 5, 5, 4, 1, 1, 0}, {2, 16, 6, 6, 8, 3, 1, 0}};
@@ -666,59 +719,23 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
       for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
         SCOPED_TRACE(fmt::format("{}x{}x{}x{} to {} channels, kernel {} stride {} padding {}, {} {}", s.n, s.c, s.h, s.w, s.k, s.r,
                                  s.stride, s.pad, cuda::to_string(p), cuda::to_string(layout)));
-        const bool half = p == cuda::Precision::bf16 || p == cuda::Precision::fp16;
-        const cuda::DType t = p == cuda::Precision::bf16 ? cuda::DType::bf16 : p == cuda::Precision::fp16 ? cuda::DType::f16 : cuda::DType::f32;
+        const StoredConv io{p == cuda::Precision::bf16 ? cuda::DType::bf16 : p == cuda::Precision::fp16 ? cuda::DType::f16 : cuda::DType::f32,
+                            layout};
         const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
-        // Device copies in the precision's type and layout; `values` gets what the device holds, in NCHW.
-        auto upload = [&](const std::vector<float>& v, const Dims& d, std::vector<float>& values) {
-          const std::vector<float> stored = to_layout(v, d, layout);
-          auto dev = std::make_unique<Dev<float>>(stored.size());
-          if (half) {
-            const auto h = to_half(t, stored);
-            EXPECT_EQ(cudaMemcpy(dev->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-            values = from_device(t, dev->p, stored.size());
-          } else {
-            values = stored;
-            EXPECT_EQ(cudaMemcpy(dev->p, stored.data(), stored.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-          }
-          values = from_layout(values, d, layout);
-          return dev;
-        };
-        auto download = [&](const Dev<float>& dev, const Dims& d) {
-          const std::vector<float> stored = half ? from_device(t, dev.p, size_t(numel(d))) : dev.host();
-          return from_layout(stored, d, layout);
-        };
         std::vector<float> xs, ws, dys;
-        const auto x = upload(randn(size_t(numel(xd)), 61), xd, xs);
-        const auto w = upload(randn(size_t(numel(wd)), 62), wd, ws);
-        const auto dy = upload(randn(size_t(numel(yd)), 63), yd, dys);
+        const auto x = io.upload(randn(size_t(numel(xd)), 61), xd, xs);
+        const auto w = io.upload(randn(size_t(numel(wd)), 62), wd, ws);
+        const auto dy = io.upload(randn(size_t(numel(yd)), 63), yd, dys);
         Dev<float> y(size_t(numel(yd))), dx(size_t(numel(xd))), dw(size_t(numel(wd)));
         cuda::CudnnConv conv(s, p, layout == cuda::Layout::nhwc);
         conv.forward(x->p, w->p, y.p, nullptr);
         conv.backward_data(w->p, dy->p, dx.p, nullptr);
         conv.backward_filter(x->p, dy->p, dw.p, nullptr);
-
-        ops::OpAttrs a;
-        a.out_channels = s.k, a.kernel = s.r, a.stride = s.stride, a.padding = s.pad, a.bias = false;
-        const Vec X(xs.begin(), xs.end()), W(ws.begin(), ws.end()), DY(dys.begin(), dys.end());
-        auto abs_of = [](Vec v) {
-          for (double& e : v) e = std::fabs(e);
-          return v;
-        };
-        const Vec want_y = ref::conv2d_forward(X, xd, W, {}, a), scale_y = ref::conv2d_forward(abs_of(X), xd, abs_of(W), {}, a);
-        Vec want_dx, want_dw, db, scale_dx, scale_dw;
-        ref::conv2d_backward(X, xd, W, a, DY, want_dx, want_dw, db);
-        ref::conv2d_backward(abs_of(X), xd, abs_of(W), a, abs_of(DY), scale_dx, scale_dw, db);
+        const ConvReference want(s, xs, ws, dys);
         const double tol = p == cuda::Precision::fp32 ? 2e-5 : p == cuda::Precision::tf32 ? 5e-3 : p == cuda::Precision::fp16 ? 2e-3 : 1e-2;
-        auto expect_near = [&](const std::vector<float>& got, const Vec& want, const Vec& scale, const char* pass) {
-          ASSERT_EQ(got.size(), want.size()) << pass;
-          double worst = 0;
-          for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / (scale[i] + 1e-6));
-          EXPECT_LT(worst, tol) << pass << " (" << conv.algorithms() << ")";
-        };
-        expect_near(download(y, yd), want_y, scale_y, "forward");
-        expect_near(download(dx, xd), want_dx, scale_dx, "backward-data");
-        expect_near(download(dw, wd), want_dw, scale_dw, "backward-filter");
+        EXPECT_LT(ConvReference::worst(io.download(y, yd), want.y, want.scale_y), tol) << "forward (" << conv.algorithms() << ")";
+        EXPECT_LT(ConvReference::worst(io.download(dx, xd), want.dx, want.scale_dx), tol) << "backward-data (" << conv.algorithms() << ")";
+        EXPECT_LT(ConvReference::worst(io.download(dw, wd), want.dw, want.scale_dw), tol) << "backward-filter (" << conv.algorithms() << ")";
       }
 }
 
@@ -729,7 +746,6 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
 // last share. The weight gradient gives the same bits on a second run, and in NHWC arrays off
 // 16-byte alignment (loaded and stored one element at a time) give the packed path's bits.
 TEST(KERNEL_SUITE, SmallConvolutionMatchesTheReference) {
-  using ref::Vec;
   REQUIRE_GPU();
   EXPECT_FALSE(cuda::small_conv_fits({2, 2, 8, 8, 8, 3, 1, 1}));    // 2 channels: cuDNN's
   EXPECT_FALSE(cuda::small_conv_fits({2, 1, 8, 8, 8, 5, 1, 2}));    // 5x5
@@ -743,31 +759,13 @@ TEST(KERNEL_SUITE, SmallConvolutionMatchesTheReference) {
         SCOPED_TRACE(fmt::format("{}x{}x{}x{} to {} channels, stride {} padding {}, {} {}", s.n, s.c, s.h, s.w, s.k, s.stride, s.pad,
                                  t == cuda::DType::f32 ? "fp32" : t == cuda::DType::bf16 ? "bf16" : "fp16", cuda::to_string(layout)));
         ASSERT_TRUE(cuda::small_conv_fits(s));
-        const bool half = t != cuda::DType::f32, nhwc = layout == cuda::Layout::nhwc;
+        const StoredConv io{t, layout};
+        const bool nhwc = layout == cuda::Layout::nhwc;
         const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
-        // Device copies in the type and layout; `values` gets what the device holds, in NCHW.
-        auto upload = [&](const std::vector<float>& v, const Dims& d, std::vector<float>& values) {
-          const std::vector<float> stored = to_layout(v, d, layout);
-          auto dev = std::make_unique<Dev<float>>(stored.size());
-          if (half) {
-            const auto h = to_half(t, stored);
-            EXPECT_EQ(cudaMemcpy(dev->p, h.data(), h.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
-            values = from_device(t, dev->p, stored.size());
-          } else {
-            values = stored;
-            EXPECT_EQ(cudaMemcpy(dev->p, stored.data(), stored.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
-          }
-          values = from_layout(values, d, layout);
-          return dev;
-        };
-        auto download = [&](const Dev<float>& dev, const Dims& d) {
-          const std::vector<float> stored = half ? from_device(t, dev.p, size_t(numel(d))) : dev.host();
-          return from_layout(stored, d, layout);
-        };
         std::vector<float> xs, ws, dys;
-        const auto x = upload(randn(size_t(numel(xd)), 71), xd, xs);
-        const auto w = upload(randn(size_t(numel(wd)), 72), wd, ws);
-        const auto dy = upload(randn(size_t(numel(yd)), 73), yd, dys);
+        const auto x = io.upload(randn(size_t(numel(xd)), 71), xd, xs);
+        const auto w = io.upload(randn(size_t(numel(wd)), 72), wd, ws);
+        const auto dy = io.upload(randn(size_t(numel(yd)), 73), yd, dys);
         Dev<float> y(size_t(numel(yd))), dw(size_t(numel(wd))), dw2(size_t(numel(wd)));
         Dev<uint8_t> partial(cuda::small_conv_workspace(s));
         cuda::small_conv_forward(t, nhwc, s, x->p, w->p, y.p, nullptr);
@@ -775,43 +773,21 @@ TEST(KERNEL_SUITE, SmallConvolutionMatchesTheReference) {
         cuda::small_conv_weight_grad(t, nhwc, s, x->p, dy->p, dw2.p, partial.p, nullptr);
         EXPECT_EQ(dw.host(), dw2.host()) << "the weight gradient's bits changed between runs";
         if (nhwc) {  // one element past alignment: the same bits, one element at a time
-          const size_t es = half ? 2 : 4;
-          auto shifted = [&](const Dev<float>& from, size_t count) {
-            auto to = std::make_unique<Dev<float>>(count + 1);
-            EXPECT_EQ(cudaMemcpy(reinterpret_cast<char*>(to->p) + es, from.p, count * es, cudaMemcpyDeviceToDevice), cudaSuccess);
-            return to;
-          };
-          const auto dy_off = shifted(*dy, size_t(numel(yd)));
-          Dev<float> y_off(size_t(numel(yd)) + 1), dw_off(size_t(numel(wd)));
+          const size_t es = io.half() ? 2 : 4;
+          Dev<float> dy_off(size_t(numel(yd)) + 1), y_off(size_t(numel(yd)) + 1), dw_off(size_t(numel(wd)));
+          EXPECT_EQ(cudaMemcpy(reinterpret_cast<char*>(dy_off.p) + es, dy->p, size_t(numel(yd)) * es, cudaMemcpyDeviceToDevice), cudaSuccess);
           cuda::small_conv_forward(t, nhwc, s, x->p, w->p, reinterpret_cast<char*>(y_off.p) + es, nullptr);
-          cuda::small_conv_weight_grad(t, nhwc, s, x->p, reinterpret_cast<char*>(dy_off->p) + es, dw_off.p, partial.p, nullptr);
+          cuda::small_conv_weight_grad(t, nhwc, s, x->p, reinterpret_cast<char*>(dy_off.p) + es, dw_off.p, partial.p, nullptr);
           const auto packed_y = y.host(), unpacked_y = y_off.host();
           EXPECT_EQ(std::memcmp(reinterpret_cast<const char*>(unpacked_y.data()) + es, packed_y.data(), size_t(numel(yd)) * es), 0)
               << "forward off alignment";
           EXPECT_EQ(dw_off.host(), dw.host()) << "weight gradient off alignment";
         }
-
-        ops::OpAttrs a;
-        a.out_channels = s.k, a.kernel = s.r, a.stride = s.stride, a.padding = s.pad, a.bias = false;
-        const Vec X(xs.begin(), xs.end()), W(ws.begin(), ws.end()), DY(dys.begin(), dys.end());
-        auto abs_of = [](Vec v) {
-          for (double& e : v) e = std::fabs(e);
-          return v;
-        };
-        const Vec want_y = ref::conv2d_forward(X, xd, W, {}, a), scale_y = ref::conv2d_forward(abs_of(X), xd, abs_of(W), {}, a);
-        Vec want_dx, want_dw, db, scale_dx, scale_dw;
-        ref::conv2d_backward(X, xd, W, a, DY, want_dx, want_dw, db);
-        ref::conv2d_backward(abs_of(X), xd, abs_of(W), a, abs_of(DY), scale_dx, scale_dw, db);
         // Sums in fp32 either way; in bf16 and fp16 the result's rounding to the type.
         const double tol = t == cuda::DType::f32 ? 2e-5 : t == cuda::DType::f16 ? 2e-3 : 1e-2;
-        auto expect_near = [&](const std::vector<float>& got, const Vec& want, const Vec& scale, const char* pass) {
-          ASSERT_EQ(got.size(), want.size()) << pass;
-          double worst = 0;
-          for (size_t i = 0; i < want.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]) / (scale[i] + 1e-6));
-          EXPECT_LT(worst, tol) << pass;
-        };
-        expect_near(download(y, yd), want_y, scale_y, "forward");
-        expect_near(download(dw, wd), want_dw, scale_dw, "weight gradient");
+        const ConvReference want(s, xs, ws, dys);
+        EXPECT_LT(ConvReference::worst(io.download(y, yd), want.y, want.scale_y), tol) << "forward";
+        EXPECT_LT(ConvReference::worst(io.download(dw, wd), want.dw, want.scale_dw), tol) << "weight gradient";
       }
 }
 
