@@ -254,7 +254,6 @@ SmallConv parse_small_conv(const std::string& s) {
   check(s == "auto", fmt::format("--small-conv {} is not one of auto, own, cudnn", s));
   return SmallConv::timed;
 }
-const char* to_string(SmallConv c) { return c == SmallConv::cudnn ? "cudnn" : c == SmallConv::own ? "own" : "auto"; }
 
 Network::Network(const nn::Graph& g, uint64_t seed, int device, NetworkOptions opts)
     : graph_(g), device_(device), opts_(std::move(opts)), seed_(seed) {

@@ -72,7 +72,6 @@ struct ProfiledStep {
 /// built (auto; --small-conv).
 enum class SmallConv { cudnn, own, timed };
 SmallConv parse_small_conv(const std::string& s);  // "cudnn", "own", "auto"
-const char* to_string(SmallConv c);
 
 struct NetworkOptions {
   Precision precision = Precision::fp32;  ///< fp32, tf32, bf16 or fp16

@@ -20,7 +20,8 @@
 namespace dlperf::cuda {
 
 /// Whether the own kernels take this shape: 1 or 3 input channels, 3x3 filters, any stride and
-/// padding, 1 to 256 output channels (one block's threads cover them).
+/// padding, and a power of two from 1 to 256 output channels (a block's threads cover them, and
+/// the weight gradient's partial sums meet by halves); every tensor under 2^31 elements.
 bool small_conv_fits(const ConvShape& s);
 
 /// Bytes of partial sums small_conv_weight_grad needs as workspace (fp32, one set a block).
