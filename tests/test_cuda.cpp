@@ -210,8 +210,26 @@ TEST(PoolBodies, ForwardAndBothBackwardPassesMatchTheReference) {
       }
 }
 
+// A walk's offsets as the kernels take them (batchnorm.cu's next_offsets): 8 at a time by take()
+// while it has them, then one at a time; they must be the ones next() steps through, in order.
+template <class Walk>
+std::vector<int64_t> offsets_in_batches(Walk w, int64_t channels, int64_t c) {
+  std::vector<int64_t> out;
+  int64_t at[8];
+  while (w.template take<8>(channels, c, at)) out.insert(out.end(), at, at + 8);
+  for (; w.more(); w.next()) out.push_back(w.at(channels, c));
+  return out;
+}
+template <class Walk>
+std::vector<int64_t> offsets_one_by_one(Walk w, int64_t channels, int64_t c) {
+  std::vector<int64_t> out;
+  for (; w.more(); w.next()) out.push_back(w.at(channels, c));
+  return out;
+}
+
 // The GPU batchnorm kernels' division of a channel among blocks and threads (a host-compiled
-// header): every element of the channel exactly once, nothing of another channel.
+// header): every element of the channel exactly once, nothing of another channel, and the same
+// offsets in the same order whether taken 8 at a time or one by one.
 TEST(BatchnormSplit, EveryElementOfAChannelOnceAcrossBlocksAndThreads) {
   const int64_t channels = 3, c = 1;
   for (int64_t n : {1, 2, 3, 7, 16, 33})
@@ -222,13 +240,17 @@ TEST(BatchnormSplit, EveryElementOfAChannelOnceAcrossBlocksAndThreads) {
         ASSERT_LE(splits, n);
         std::vector<int> visits(size_t(n * channels * hw), 0);
         for (int64_t s = 0; s < splits; ++s)
-          for (int64_t t = 0; t < threads; ++t)
-            for (cuda::BnWalk w(cuda::bn_rows(n, splits, s), hw, t, threads); w.more(); w.next()) {
+          for (int64_t t = 0; t < threads; ++t) {
+            const cuda::BnWalk start(cuda::bn_rows(n, splits, s), hw, t, threads);
+            ASSERT_EQ(offsets_in_batches(start, channels, c), offsets_one_by_one(start, channels, c))
+                << "n " << n << " hw " << hw << " threads " << threads << " split " << s << " thread " << t;
+            for (cuda::BnWalk w = start; w.more(); w.next()) {
               const int64_t at = w.at(channels, c);
               ASSERT_GE(at, 0);
               ASSERT_LT(at, int64_t(visits.size()));
               ++visits[size_t(at)];
             }
+          }
         for (int64_t k = 0; k < int64_t(visits.size()); ++k)
           ASSERT_EQ(visits[size_t(k)], (k / hw) % channels == c ? 1 : 0) << "n " << n << " hw " << hw << " threads " << threads << " at " << k;
       }
@@ -253,7 +275,10 @@ TEST(BatchnormSplit, NhwcTilesVisitEveryElementOnce) {
             for (int64_t tx = 0; tx < cuda::kBnTileC; ++tx) {
               const int64_t c = tile * cuda::kBnTileC + tx;
               if (c >= channels) continue;  // as the kernels skip them
-              for (cuda::BnRowWalk w(cuda::bn_rows(rows, splits, s), ty, cuda::kBnTileRows); w.more(); w.next()) {
+              const cuda::BnRowWalk start(cuda::bn_rows(rows, splits, s), ty, cuda::kBnTileRows);
+              ASSERT_EQ(offsets_in_batches(start, channels, c), offsets_one_by_one(start, channels, c))
+                  << "rows " << rows << " channels " << channels << " split " << s << " row " << ty;
+              for (cuda::BnRowWalk w = start; w.more(); w.next()) {
                 const int64_t at = w.at(channels, c);
                 ASSERT_GE(at, 0);
                 ASSERT_LT(at, int64_t(visits.size()));

@@ -75,6 +75,10 @@ struct Offsets {
 };
 template <class Walk>
 __device__ inline bool next_offsets(Walk& w, const BatchnormShape& s, int64_t c, Offsets& o) {
+  if (w.template take<kInFlight>(s.channels, c, o.at)) {  // all but a walk's last few batches
+    o.n = kInFlight;
+    return true;
+  }
   o.n = 0;
   UNROLL
   for (int j = 0; j < kInFlight; ++j) {
