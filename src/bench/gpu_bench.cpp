@@ -434,7 +434,7 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
             const size_t i = turn();
             c.backward_filter(xs[i]->p, dys[i]->p, dw_out.p, t.stream);
           });
-          // Validate 16 forward outputs (the last pass's, left in dy_out) against float64 in the
+          // Validate 16 outputs of a forward pass just run into dy_out against float64 in the
           // tensors' own layouts; max_rel_error gets the worst.
           auto validate = [&](ConvPoint& pt) {
             ok(cudaStreamSynchronize(t.stream), "cudaStreamSynchronize");
