@@ -79,8 +79,10 @@ TEST(KERNEL_SUITE, GpuBenchmarksValidateTheirResults) {
   // timed and checked as cuDNN's are, with no input-gradient pass of their own.
   const auto own = std::count_if(convs.begin(), convs.end(), [](const auto& c) {
     const bool is_own = c.algorithms.rfind("own kernels", 0) == 0;
-    if (is_own) EXPECT_EQ(c.backward_data_tflops, 0) << c.precision << " " << c.layout;
-    if (is_own) EXPECT_GT(c.forward_tflops, 0) << c.precision << " " << c.layout;
+    if (is_own) {
+      EXPECT_EQ(c.backward_data_tflops, 0) << c.precision << " " << c.layout;
+      EXPECT_GT(c.forward_tflops, 0) << c.precision << " " << c.layout;
+    }
     return is_own && c.layer == "conv1";
   });
   EXPECT_EQ(own, std::count_if(convs.begin(), convs.end(), [](const auto& c) {

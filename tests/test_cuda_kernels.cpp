@@ -318,6 +318,39 @@ TEST(KERNEL_SUITE, PoolingMatchesTheReference) {
   }
 }
 
+// The presets' pooling (2x2, stride 2, no padding) runs on a path of its own (pool2_forward_k,
+// pool2_backward_k): the same floats, bit for bit, as the general per-window bodies of
+// pool_index.h give, run here on the host. An even map takes the own backward; an odd one (its
+// last tile has a row and a column past the last window) the general tile path.
+TEST(KERNEL_SUITE, PresetPoolingTakesItsOwnPathToTheSameBits) {
+  REQUIRE_GPU();
+  for (const Dims& xd : {Dims{2, 3, 8, 6}, Dims{2, 3, 9, 7}})
+    for (const bool max : {true, false})
+      for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
+        SCOPED_TRACE(fmt::format("{}x{} {} {}", xd[2], xd[3], max ? "max" : "avg", cuda::to_string(layout)));
+        cuda::PoolShape p;
+        p.planes = xd[0] * xd[1], p.h = xd[2], p.w = xd[3], p.channels = xd[1], p.layout = layout;
+        p.out_h = xd[2] / 2, p.out_w = xd[3] / 2, p.kh = p.kw = p.stride = 2, p.pad = 0, p.max = max;
+        ASSERT_TRUE(cuda::pool2_fits(p));
+        std::vector<float> x = randn(size_t(numel(xd)), 23);
+        x[5] = x[4];  // a tie: the first of the two takes a max's gradient
+        const size_t ny = size_t(p.planes * p.out_h * p.out_w);
+        const auto dy = randn(ny, 24);
+        auto load_x = [&](int64_t i) { return x[size_t(i)]; };
+        auto load_dy = [&](int64_t i) { return dy[size_t(i)]; };
+        std::vector<float> want_y(ny), want_dx(x.size(), 0.f);
+        for (size_t e = 0; e < ny; ++e) {
+          want_y[e] = cuda::pool_output(p, int64_t(e), load_x);
+          cuda::pool_tile_grad(p, int64_t(e), load_x, load_dy, [&](int64_t i, float v) { want_dx[size_t(i)] = v; });
+        }
+        Dev<float> dx_in(x), ddy(dy), y(ny), g(x.size());
+        cuda::pool_forward(cuda::DType::f32, p, dx_in.p, y.p, nullptr);
+        cuda::pool_backward(cuda::DType::f32, p, dx_in.p, ddy.p, g.p, nullptr);
+        EXPECT_EQ(y.host(), want_y);
+        EXPECT_EQ(g.host(), want_dx);
+      }
+}
+
 // dlperf's batchnorm kernels (with and without the fused relu) against the float64 reference:
 // training forward, running statistics, inference forward and backward, in fp32, bf16 and fp16,
 // on shapes that take one block a channel and several. The mean sits far from zero on purpose

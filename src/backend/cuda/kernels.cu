@@ -146,6 +146,56 @@ __global__ void pool_tile_backward_k(PoolShape p, const T* x, const T* dy, T* dx
   GRID_STRIDE(e, total) pool_tile_grad(p, e, Loader<T>{x}, Loader<T>{dy}, Storer<T>{dx});
 }
 
+// The presets' pooling: 2x2 windows, stride 2, no padding (pool2_fits). One output element a
+// thread, its four inputs loaded at once, no bounds checks (unpadded windows lie inside the map),
+// 32-bit indices. The general path above checks 16 window slots against the map's bounds in
+// 64-bit arithmetic: by the PTX several times the instructions of the loads themselves, so it
+// could not keep up with the memory. Same elements in the same order: the same floats.
+struct Pool2At {
+  int first, pixel;  // the window's top-left input element; the distance between neighbouring pixels
+  int row;           // the distance between the window's rows
+};
+__device__ inline Pool2At pool2_at(const PoolShape& p, int e) {
+  const int oh = int(p.out_h), ow = int(p.out_w), h = int(p.h), w = int(p.w);
+  if (p.layout == Layout::nhwc) {
+    const int C = int(p.channels), c = e % C, pixel = e / C, n = pixel / (oh * ow), r = pixel % (oh * ow);
+    return {((n * h + 2 * (r / ow)) * w + 2 * (r % ow)) * C + c, C, w * C};
+  }
+  const int plane = e / (oh * ow), r = e % (oh * ow);
+  return {(plane * h + 2 * (r / ow)) * w + 2 * (r % ow), 1, w};
+}
+
+template <class T>
+__global__ void pool2_forward_k(PoolShape p, const T* x, T* y, int total) {
+  for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < total; e += int(gridDim.x * blockDim.x)) {
+    const Pool2At a = pool2_at(p, e);
+    const float v0 = ld(x, a.first), v1 = ld(x, a.first + a.pixel), v2 = ld(x, a.first + a.row), v3 = ld(x, a.first + a.row + a.pixel);
+    // As pool_output: from -inf (max) or 0 (average), the elements row by row.
+    st(y, e, p.max ? fmaxf(fmaxf(fmaxf(fmaxf(-INFINITY, v0), v1), v2), v3) : (((0.f + v0) + v1) + v2 + v3) / 4.f);
+  }
+}
+
+// Its backward where the windows are the tiles (even maps): each output's window gets the
+// gradient at its first largest element (max) or a quarter of it everywhere (average), as
+// pool_tile_grad gives it.
+template <class T>
+__global__ void pool2_backward_k(PoolShape p, const T* x, const T* dy, T* dx, int total) {
+  for (int e = int(blockIdx.x * blockDim.x + threadIdx.x); e < total; e += int(gridDim.x * blockDim.x)) {
+    const Pool2At a = pool2_at(p, e);
+    const int at[4] = {a.first, a.first + a.pixel, a.first + a.row, a.first + a.row + a.pixel};
+    const float g = ld(dy, e);
+    if (!p.max) {
+      UNROLL for (int j = 0; j < 4; ++j) st(dx, at[j], g / 4.f);
+      continue;
+    }
+    float v[4];
+    UNROLL for (int j = 0; j < 4; ++j) v[j] = ld(x, at[j]);
+    int best = 0;
+    UNROLL for (int j = 1; j < 4; ++j) if (v[j] > v[best]) best = j;
+    UNROLL for (int j = 0; j < 4; ++j) st(dx, at[j], j == best ? g : 0.f);
+  }
+}
+
 // One thread an element of the output, whose layout is the other one: reads are strided, writes
 // coalesced. The tensors moved are small (a flatten's input) or the input's few channels.
 template <class Tin, class Tout>
@@ -463,9 +513,19 @@ void softmax_cross_entropy(DType t, const void* logits, const int32_t* labels, i
 }
 void pool_forward(DType t, const PoolShape& p, const void* x, void* y, cudaStream_t s) {
   const int64_t total = p.planes * p.out_h * p.out_w;
+  if (pool2_fits(p)) {
+    DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool2_forward_k<T>)(p, static_cast<const T*>(x), static_cast<T*>(y), int(total)))
+    return;
+  }
   DISPATCH(t, LAUNCH(blocks_for(total), kThreads, 0, s, pool_forward_k<T>)(p, static_cast<const T*>(x), static_cast<T*>(y)))
 }
 void pool_backward(DType t, const PoolShape& p, const void* x, const void* dy, void* dx, cudaStream_t s) {
+  if (pool2_fits(p) && p.h % 2 == 0 && p.w % 2 == 0) {  // odd maps: the last tile has a row or column past its window
+    const int64_t outputs = p.planes * p.out_h * p.out_w;
+    DISPATCH(t, LAUNCH(blocks_for(outputs), kThreads, 0, s, pool2_backward_k<T>)(p, static_cast<const T*>(x), static_cast<const T*>(dy),
+                                                                              static_cast<T*>(dx), int(outputs)))
+    return;
+  }
   if (pool_windows_tile(p)) {
     const int64_t outputs = p.planes * p.out_h * p.out_w;
     DISPATCH(t, LAUNCH(blocks_for(outputs), kThreads, 0, s, pool_tile_backward_k<T>)(p, static_cast<const T*>(x),

@@ -129,6 +129,12 @@ DLPERF_HD inline bool pool_windows_tile(const PoolShape& p) {
   return p.pad == 0 && (p.stride >= p.kh || p.out_h == 1) && (p.stride >= p.kw || p.out_w == 1);
 }
 
+/// The presets' pooling, which the kernels run on a path of its own (kernels.cu, pool2_forward_k):
+/// 2x2 windows, stride 2, no padding, every tensor under 2^31 elements (32-bit indices).
+DLPERF_HD inline bool pool2_fits(const PoolShape& p) {
+  return p.kh == 2 && p.kw == 2 && p.stride == 2 && p.pad == 0 && p.planes * p.h * p.w < (int64_t(1) << 31);
+}
+
 /// Where the windows tile the input (pool_windows_tile), output element e's part of the input
 /// gradient: `store(offset, value)` for each input element of its tile, the rows from its
 /// window's first to the next window's (the last window's to the map's end) and the columns
