@@ -60,6 +60,7 @@ TEST(KERNEL_SUITE, CheckpointsResumeOnTheGpuAndOnTheCpu) {
     c.optimizer.name = optimizer;
     c.lr = std::string(optimizer) == "adamw" ? 0.003 : 0.05;
     c.graphs = false;  // eager steps on both sides: the same kernels in the same order
+    c.small_conv = "own";  // not auto, whose timing may choose cuDNN's in one run and the own kernels in the next
     const auto whole = train::train(c);
     train::TrainConfig first = c;
     first.checkpoint_dir = (dir.path / optimizer).string();
@@ -91,6 +92,7 @@ TEST(KERNEL_SUITE, CtrlCStopsAGpuRunAndResumeEndsItAsIfUnstopped) {
   TempDir dir;
   train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:256", 32, 2);
   c.graphs = false;  // eager steps on both sides: the same kernels in the same order
+  c.small_conv = "own";  // not auto, whose timing may choose cuDNN's in one run and the own kernels in the next
   const auto whole = train::train(c);
   c.checkpoint_dir = (dir.path / "ck").string();
   c.runs_dir = (dir.path / "runs").string();
