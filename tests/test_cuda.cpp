@@ -348,6 +348,42 @@ TEST(ConvChoice, TakesTheFastestAllowedWithinTheLimitAndSaysWhatItPassedOver) {
   EXPECT_EQ(cuda::search_times(guessed, 0, 256 * MB, "fwd"), "");
 }
 
+// The second look (conv.cpp): which of the search's results run again on data, how their times
+// there reorder them, and what the run record says when the search's first lost.
+TEST(ConvChoice, RunsTheCloseCandidatesAgainAndTakesTheFastestOnData) {
+  using cuda::AlgoResult;
+  constexpr size_t MB = size_t(1) << 20;
+  // As cuDNN sorted the recipe's conv3 backward-filter on an H100: algorithm 0 first by 9%.
+  const std::vector<AlgoResult> r{{5, 0.100, 0, false}, {0, 0.230, 0, true}, {3, 0.240, 900 * MB, true}, {1, 0.251, 4 * MB, true},
+                                  {2, 0.400, 0, true}, {6, 0.450, 0, true}, {7, 0.500, 0, true}};
+  // Not allowed, over the limit: passed over. Within 2x of 230 us, three at most.
+  EXPECT_EQ(cuda::retime_candidates(r, 256 * MB), (std::vector<int>{1, 3, 4}));
+  EXPECT_EQ(cuda::retime_candidates(r, 256 * MB, 2), (std::vector<int>{1, 3}));
+  EXPECT_EQ(cuda::retime_candidates(r, 256 * MB, 5), (std::vector<int>{1, 3, 4, 5}));  // 0.50 ms is over 2x
+  EXPECT_EQ(cuda::retime_candidates(r, 256 * MB, 5, 1.5), (std::vector<int>{1, 3}));
+  const std::vector<AlgoResult> untimed{{1, -1, 0, true}, {0, -1, 0, true}};
+  EXPECT_TRUE(cuda::retime_candidates(untimed, 256 * MB).empty());
+
+  // On data algorithm 0 took 1.47 ms, 1 took 250 us and 2 failed: 1 first, 0 next, 2 dropped.
+  const std::vector<int> c{1, 3, 4};
+  const std::vector<double> ms{1.470, 0.250, -1};
+  const std::vector<AlgoResult> on_data = cuda::retimed(r, c, ms);
+  ASSERT_EQ(on_data.size(), 2u);
+  EXPECT_EQ(on_data[0].algo, 1);
+  EXPECT_EQ(on_data[0].memory, 4 * MB);
+  EXPECT_DOUBLE_EQ(on_data[0].time_ms, 0.250);
+  EXPECT_EQ(on_data[1].algo, 0);
+  EXPECT_EQ(cuda::search_times(on_data, 0, 256 * MB, "bwd-filter", " on data"), "bwd-filter 250 us on data, next 5.88x");
+  EXPECT_EQ(cuda::overturned(r, c, ms, on_data, "bwd-filter"), "bwd-filter 0, first in cuDNN's search (230 us there), took 1470 us on data");
+  // The search's first stayed first: nothing to say.
+  const std::vector<double> agreed{0.240, 0.250, 0.300};
+  EXPECT_EQ(cuda::overturned(r, c, agreed, cuda::retimed(r, c, agreed), "bwd-filter"), "");
+  // The search's first failed on data.
+  const std::vector<double> failed{-1, 0.250, 0.300};
+  EXPECT_EQ(cuda::overturned(r, c, failed, cuda::retimed(r, c, failed), "fwd"),
+            "fwd 0, first in cuDNN's search (230 us there), took an error on data");
+}
+
 TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {
   hw::GpuPowerMeter m("0");
   if (!m.available()) {

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
+#include <random>
 #include <tuple>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv_choice.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 
@@ -42,6 +44,91 @@ struct Algos {
   /// next allowed algorithm was ("fwd 52 us, next 1.03x"). A runner-up within a few percent
   /// means a noisy search may pick either in another process.
   std::string search;
+  /// Passes whose search winner lost when the candidates ran again on data (conv_choice.h's overturned).
+  std::string overturned;
+};
+
+// Buffers of random values in [-1, 1] for running a convolution's candidate algorithms on data
+// (retime_candidates in conv_choice.h says why), with an output buffer of their own so no pass
+// feeds the next. Allocated with cudaMalloc, outside the executor's accounting as cuDNN's own
+// search buffers are, on first need; freed with the search.
+class DataForTiming {
+ public:
+  DataForTiming(const ConvShape& s, Precision p) : s_(s), t_(p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32) {}
+  ~DataForTiming() {
+    for (void* b : {x, y, w, out, workspace})
+      if (b) cudaFree(b);
+  }
+  DataForTiming(const DataForTiming&) = delete;
+  DataForTiming& operator=(const DataForTiming&) = delete;
+  /// Ready with `workspace_bytes` of workspace; false where the memory is not there (then the
+  /// search's choice stands).
+  bool ready(size_t workspace_bytes) {
+    if (failed) return false;
+    const size_t e = bytes_of(t_), xb = size_t(s_.n * s_.c * s_.h * s_.w) * e, yb = size_t(s_.n * s_.k * s_.out_h() * s_.out_w()) * e,
+                 wb = size_t(s_.k * s_.c * s_.r * s_.r) * e;
+    if (!x) {
+      if (!alloc(x, xb) || !alloc(y, yb) || !alloc(w, wb) || !alloc(out, std::max({xb, yb, wb})) || !random(x, xb / e) ||
+          !random(y, yb / e) || !random(w, wb / e))
+        return fail();
+    }
+    if (workspace_bytes > workspace_size) {
+      if (workspace) cudaFree(workspace), workspace = nullptr, workspace_size = 0;
+      if (!alloc(workspace, workspace_bytes)) return fail();
+      workspace_size = workspace_bytes;
+    }
+    return true;
+  }
+  /// The median time of 3 runs of `pass` (after one to warm up), ms; -1 where it failed.
+  template <class Pass>
+  double time(Pass pass) {
+    if (pass() != CUDNN_STATUS_SUCCESS) return -1;
+    cudaEvent_t a, b;
+    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) return -1;
+    std::vector<double> ms;
+    for (int i = 0; i < 3; ++i) {
+      cudaEventRecord(a, nullptr);
+      const cudnnStatus_t st = pass();
+      cudaEventRecord(b, nullptr);
+      float t = 0;
+      if (st != CUDNN_STATUS_SUCCESS || cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&t, a, b) != cudaSuccess) break;
+      ms.push_back(t);
+    }
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    if (ms.size() < 3) return -1;
+    std::sort(ms.begin(), ms.end());
+    return ms[1];
+  }
+  void *x = nullptr, *y = nullptr, *w = nullptr, *out = nullptr, *workspace = nullptr;
+  size_t workspace_size = 0;
+
+ private:
+  ConvShape s_;
+  DType t_;
+  bool failed = false;
+  bool fail() {
+    failed = true;
+    cudaGetLastError();  // a failed allocation leaves no error behind for the next call
+    return false;
+  }
+  static bool alloc(void*& p, size_t bytes) { return cudaMalloc(&p, std::max<size_t>(bytes, 1)) == cudaSuccess; }
+  // A block of up to 1M values from a fixed seed, repeated over the buffer: what matters to an
+  // algorithm's speed is that the values are not all zero, not that they never repeat.
+  bool random(void* dst, size_t n) {
+    const size_t block = std::min<size_t>(n, size_t(1) << 20);
+    std::vector<float> host(block);
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (float& v : host) v = u(gen);
+    float* dev = nullptr;
+    if (cudaMalloc(&dev, block * sizeof(float)) != cudaSuccess) return false;
+    bool ok_all = cudaMemcpy(dev, host.data(), block * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
+    for (size_t at = 0; ok_all && at < n; at += block)
+      cast_from_f32(t_, dev, static_cast<char*>(dst) + at * bytes_of(t_), int64_t(std::min(block, n - at)), nullptr);
+    ok_all = ok_all && cudaDeviceSynchronize() == cudaSuccess;
+    cudaFree(dev);
+    return ok_all;
+  }
 };
 
 // A search result as the choice (conv_choice.h) reads it. The search runs under the descriptor's
@@ -113,38 +200,81 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
     // Each pass: `find` and `guess` fill perf results of one cuDNN perf type; the chosen
     // algorithm and its math type land in `algo` and `math` (-1 when none fits).
     const bool fma_only = p == Precision::fp32;
-    auto choose = [&](auto* perf, auto find, auto guess, const char* what, const char* pass, int& algo, cudnnMathType_t& math) {
+    // A second look (retime_candidates in conv_choice.h says why): the search's candidates within
+    // a factor of 2 of its fastest run again, on random data through the call training makes
+    // (`run`: algorithm, math type, workspace), and the fastest there is taken.
+    DataForTiming data(s, p);
+    const cudnnMathType_t search_math = p == Precision::fp32 ? CUDNN_FMA_MATH : CUDNN_TENSOR_OP_MATH;
+    auto choose = [&](auto* perf, auto find, auto guess, auto run, const char* what, const char* pass, int& algo, cudnnMathType_t& math) {
       int got = 0;
       const bool timed = find(perf, &got) == CUDNN_STATUS_SUCCESS;
       int i = -1;
+      size_t need = 0;
       if (timed) {
         const std::vector<AlgoResult> r = results(perf, got, fma_only, deterministic);
-        i = pick_algorithm(r, workspace_limit, a.workspace);
-        const std::string over = faster_over_limit(r, i, workspace_limit, pass), times = search_times(r, i, workspace_limit, pass);
+        i = pick_algorithm(r, workspace_limit, need);
+        const std::string over = faster_over_limit(r, i, workspace_limit, pass);
+        std::string times = search_times(r, i, workspace_limit, pass);
+        const std::vector<int> candidates = retime_candidates(r, workspace_limit);
+        size_t most = 0;
+        for (int c : candidates) most = std::max(most, r[size_t(c)].memory);
+        if (candidates.size() > 1 && data.ready(most)) {
+          std::vector<double> ms;
+          for (int c : candidates) {
+            ok(cudnnSetConvolutionMathType(cd, perf[c].mathType), "math type");
+            ms.push_back(data.time([&] { return run(perf[c].algo); }));
+          }
+          ok(cudnnSetConvolutionMathType(cd, search_math), "math type");  // the next pass's search runs under it
+          const std::vector<AlgoResult> on_data = retimed(r, candidates, ms);
+          if (!on_data.empty()) {
+            const size_t best = size_t(std::min_element(ms.begin(), ms.end(), [](double x, double y) {
+                                  return x > 0 && (y <= 0 || x < y);
+                                }) - ms.begin());
+            i = candidates[best];
+            need = r[size_t(i)].memory;
+            times = search_times(on_data, 0, workspace_limit, pass, " on data");
+            const std::string o = overturned(r, candidates, ms, on_data, pass);
+            if (!o.empty()) a.overturned += (a.overturned.empty() ? "" : "; ") + o;
+          }
+        }
         if (!over.empty()) a.over_limit += (a.over_limit.empty() ? "" : "; ") + over;
         if (!times.empty()) a.search += (a.search.empty() ? "" : "; ") + times;
       }
       if (i < 0) {
         ok(guess(perf, &got), what);
-        i = pick_algorithm(results(perf, got, fma_only, deterministic), workspace_limit, a.workspace), a.timed = false;
+        i = pick_algorithm(results(perf, got, fma_only, deterministic), workspace_limit, need), a.timed = false;
       }
+      a.workspace = std::max(a.workspace, need);
       algo = i < 0 ? -1 : int(perf[i].algo);
       if (i >= 0) math = perf[i].mathType;
     };
+    const float one = 1, zero = 0;
     cudnnConvolutionFwdAlgoPerf_t fp[kMax];
     choose(
         fp, [&](auto* p, int* n) { return cudnnFindConvolutionForwardAlgorithm(h, xd, wd, cd, yd, kMax, n, p); },
-        [&](auto* p, int* n) { return cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, n, p); }, "forward heuristics",
-        "fwd", a.fwd, a.fwd_math);
+        [&](auto* p, int* n) { return cudnnGetConvolutionForwardAlgorithm_v7(h, xd, wd, cd, yd, kMax, n, p); },
+        [&](cudnnConvolutionFwdAlgo_t algo) {
+          return cudnnConvolutionForward(h, &one, xd, data.x, wd, data.w, cd, algo, data.workspace, data.workspace_size, &zero, yd,
+                                         data.out);
+        },
+        "forward heuristics", "fwd", a.fwd, a.fwd_math);
     cudnnConvolutionBwdDataAlgoPerf_t dp[kMax];
     choose(
         dp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardDataAlgorithm(h, wd, yd, cd, xd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionBackwardDataAlgorithm_v7(h, wd, yd, cd, xd, kMax, n, p); },
+        [&](cudnnConvolutionBwdDataAlgo_t algo) {
+          return cudnnConvolutionBackwardData(h, &one, wd, data.w, yd, data.y, cd, algo, data.workspace, data.workspace_size, &zero, xd,
+                                              data.out);
+        },
         "backward-data heuristics", "bwd-data", a.bwd_data, a.bwd_data_math);
     cudnnConvolutionBwdFilterAlgoPerf_t wp[kMax];
     choose(
         wp, [&](auto* p, int* n) { return cudnnFindConvolutionBackwardFilterAlgorithm(h, xd, yd, cd, wd, kMax, n, p); },
         [&](auto* p, int* n) { return cudnnGetConvolutionBackwardFilterAlgorithm_v7(h, xd, yd, cd, wd, kMax, n, p); },
+        [&](cudnnConvolutionBwdFilterAlgo_t algo) {
+          return cudnnConvolutionBackwardFilter(h, &one, xd, data.x, yd, data.y, cd, algo, data.workspace, data.workspace_size, &zero, wd,
+                                                data.out);
+        },
         "backward-filter heuristics", "bwd-filter", a.bwd_filter, a.bwd_filter_math);
     cudaGetLastError();  // a failed timed search leaves no error behind for the next call
     check(a.fwd >= 0 && a.bwd_data >= 0 && a.bwd_filter >= 0,
@@ -158,6 +288,7 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
   timed_ = it->second.timed;
   over_limit_ = it->second.over_limit;
   search_ = it->second.search;
+  overturned_ = it->second.overturned;
   workspace_bytes_ = it->second.workspace;
   cudaGetDevice(&device_);
   if (own_workspace_ && workspace_bytes_ > 0) workspace_ = device_allocator(device_).allocate(workspace_bytes_, MemCategory::workspace);
@@ -227,9 +358,10 @@ const char* math_name(int m) {
 }  // namespace
 
 std::string CudnnConv::algorithms() const {
-  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{}{}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
+  return fmt::format("fwd {}/{}, bwd-data {}/{}, bwd-filter {}/{} ({}{}{}{}{})", fwd_algo_, math_name(fwd_math_), bwd_data_algo_,
                      math_name(bwd_data_math_), bwd_filter_algo_, math_name(bwd_filter_math_), timed_ ? "timed search" : "heuristics",
                      search_.empty() ? "" : ": " + search_, deterministic_ ? ", deterministic" : "",
+                     overturned_.empty() ? "" : "; overturned on data: " + overturned_,
                      over_limit_.empty() ? "" : fmt::format("; faster over the {} MB workspace limit: {}", workspace_limit_ >> 20, over_limit_));
 }
 

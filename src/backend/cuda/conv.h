@@ -1,7 +1,7 @@
 // 2-D convolution through cuDNN: forward, backward-data and backward-filter for one shape and
 // precision, with each pass's algorithm chosen once per shape (cuDNN's timed search, as PyTorch's
-// cudnn.benchmark; its heuristics where the search fails; within a workspace limit) and cached
-// for the process. Layout NCHW or NHWC (what tensor cores want; bf16's and fp16's default).
+// cudnn.benchmark, whose close candidates then run again on random data; cuDNN's heuristics where
+// the search fails; within a workspace limit) and cached for the process. Layout NCHW or NHWC (what tensor cores want; bf16's and fp16's default).
 // Square kernels, equal stride and padding both ways.
 #pragma once
 
@@ -25,9 +25,11 @@ struct ConvShape {
 };
 
 /// The most workspace a convolution's algorithms may use, unless told otherwise (--conv-workspace):
-/// the fastest algorithm within it is taken. PyTorch's cudnn.benchmark allows whatever memory is
-/// free; TensorFlow caps it at 4 GB (TF_CUDNN_WORKSPACE_LIMIT_IN_MB).
-inline constexpr size_t kDefaultConvWorkspace = size_t(256) << 20;
+/// the fastest algorithm within it is taken. TensorFlow's cap (TF_CUDNN_WORKSPACE_LIMIT_IN_MB);
+/// PyTorch's cudnn.benchmark allows whatever memory is free. It was 256 MB until an H100 showed
+/// what that cost at batch 1024 in fp32: resnet18 trained at 10244 img/s within 256 MB and
+/// 18167 within 4 GB, whose algorithms took 1.16 GB more (docs/gpu.md).
+inline constexpr size_t kDefaultConvWorkspace = size_t(4096) << 20;
 
 class CudnnConv {
  public:
@@ -71,6 +73,7 @@ class CudnnConv {
   bool timed_ = true;  // chosen by cuDNN's timed search rather than its heuristics
   std::string over_limit_;  // faster algorithms the workspace limit ruled out (Algos::over_limit)
   std::string search_;      // the timed search's times for the ones taken (Algos::search)
+  std::string overturned_;  // search winners that lost on data (Algos::overturned)
   bool deterministic_ = false;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
