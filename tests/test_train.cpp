@@ -626,15 +626,15 @@ TEST(Train, CpuPrecisionsAndGpuOnlySettingsAreExplained) {
   c.data_on_device = true;
   EXPECT_NE(error_of([&] { train::train(c); }).find("--data-on-device"), std::string::npos);
   c.data_on_device = false;
-  c.conv_workspace_mb = 4096;
-  EXPECT_NE(error_of([&] { train::train(c); }).find("--conv-workspace 4096 sets what cuDNN's convolutions on a GPU may use"), std::string::npos);
+  c.conv_workspace_mb = 256;
+  EXPECT_NE(error_of([&] { train::train(c); }).find("--conv-workspace 256 sets what cuDNN's convolutions on a GPU may use"), std::string::npos);
   c.conv_workspace_mb = train::TrainConfig{}.conv_workspace_mb;
   c.small_conv = "own";
   EXPECT_NE(error_of([&] { train::train(c); }).find("--small-conv own picks who runs a GPU's convolutions of few channels"), std::string::npos);
   c.small_conv = train::TrainConfig{}.small_conv;
   const auto r = train::train(c);
   EXPECT_EQ(r.record["config"]["precision"], "fp32");
-  EXPECT_EQ(r.record["config"]["conv_workspace_mb"], 256);
+  EXPECT_EQ(r.record["config"]["conv_workspace_mb"], 4096);
   EXPECT_EQ(r.record["config"]["small_conv"], "auto");
   EXPECT_TRUE(r.record["config"].contains("graphs"));
   EXPECT_TRUE(r.record["config"].contains("pin_memory"));

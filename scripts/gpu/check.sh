@@ -18,7 +18,7 @@
 #   races       batchnorm's and pooling's tests under racecheck and synccheck (shared memory, barriers)
 #   suite       the rest of the test suite on the GPU build
 #   train       dlperf train runs: graphs on/off, pinned/pageable, on-device, tf32, bf16 NHWC vs NCHW, resnet18 at
-#               batch 1024 with cuDNN's workspace capped at 256 MB and at 4 GB; then
+#               batch 1024 with cuDNN's workspace capped at 256 MB and at 4 GB (the default); then
 #               dlperf plan --against them (predicted vs measured step time, peak memory, energy)
 #   recipe      Fashion-MNIST to 93% in under a second (scripts/recipe_fmnist93.sh); the recipe profiled in its second
 #               epoch, with each run's cuDNN algorithms; and its batch-384 variant timed
@@ -187,8 +187,8 @@ for stage in "$@"; do
         # The second epoch's line and the end, or the error.
         say "  ${variant:-(defaults)}: $(grep -E "^ +2 +[0-9]|error" "$work/train.txt" | tail -1)"
       done
-      # cuDNN's workspace cap where dlperf trailed PyTorch: resnet18, fp32, batch 1024, at the
-      # default 256 MB and at TensorFlow's 4 GB (PyTorch allows what is free); the second epoch.
+      # cuDNN's workspace cap where dlperf trailed PyTorch: resnet18, fp32, batch 1024, at the old
+      # default 256 MB and at the default, TensorFlow's 4 GB (PyTorch allows what is free); the second epoch.
       for ws in 256 4096; do
         echo "== dlperf train resnet18 b1024 --conv-workspace $ws" >> "$work/train.txt"
         run_for 60 $bin train --model resnet18 --data "$data" --device cuda --epochs 2 --batch-size 1024 --train-limit 10240 \
@@ -256,7 +256,7 @@ for stage in "$@"; do
       done
       # The GPU planner's assumptions against these tables (docs/plan.md), per kind of pass.
       python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | head -12 | tee -a "$summary"
-      # Convolutions where cuDNN's timed search found a faster algorithm than the 256 MB
+      # Convolutions where cuDNN's timed search found a faster algorithm than the 4 GB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
       conv_algorithms over-limit "$work"/runs/*.json | sort -u | tee -a "$summary"
       # The first convolutions (1 input channel) where --small-conv auto timed the own kernels

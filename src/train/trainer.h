@@ -31,7 +31,7 @@ struct TrainConfig {
   std::string layout = "auto"; ///< auto | nchw | nhwc: how the GPU stores activations (auto: NHWC for bf16 and fp16)
   bool deterministic = false;  ///< only cuDNN algorithms that give the same bits every run (the CPU engine always does)
   std::string small_conv = "auto";  ///< auto | own | cudnn: who convolves inputs of 1 or 3 channels (cuda::SmallConv)
-  int64_t conv_workspace_mb = 256;  ///< the most workspace a convolution's cuDNN algorithms may use (cuda::kDefaultConvWorkspace)
+  int64_t conv_workspace_mb = 4096;  ///< the most workspace a convolution's cuDNN algorithms may use (cuda::kDefaultConvWorkspace)
   int64_t epochs = 5;
   int64_t batch = 64;
   double lr = 0.1;
