@@ -361,11 +361,10 @@ TEST(KERNEL_SUITE, GraphedStepsMatchEagerSteps) {
 // The own kernels for convolutions of few input channels (--small-conv own) train a network as
 // cuDNN's convolutions do: after a few steps the same weights, to fp32's accuracy (bf16: to its
 // rounding of the activations). Only the first convolution takes them (3 input channels; medium's
-// others have 16 and more), and conv_algorithms says so. Their step is three launches (the
-// forward; the weight gradient's partial sums, then their sum); cuDNN's took more on an H100
-// with cuDNN 9.19 (the graphs' counts: 47 against 45 in fp32 NCHW, 51 against 46 in NHWC,
-// 48 against 43 in bf16 NHWC), how many more being cuDNN's business. auto times both as the
-// network is built and names what it measured.
+// others have 16 and more), and conv_algorithms says so. (Launch counts are no test of it: how
+// many kernels cuDNN's algorithms take is cuDNN's business, and which it takes changes with its
+// timed search; on an H100 the graph with the own kernels had from one more to five fewer.)
+// auto times both as the network is built and names what it measured.
 TEST(KERNEL_SUITE, SmallConvolutionsTrainAsCudnnDoes) {
   REQUIRE_GPU();
   const int64_t batch = 16;
@@ -390,7 +389,6 @@ TEST(KERNEL_SUITE, SmallConvolutionsTrainAsCudnnDoes) {
     ASSERT_EQ(po.size(), pc.size());
     const double tol = precision == cuda::Precision::fp32 ? 1e-4 : 2e-2;
     for (size_t i = 0; i < pc.size(); ++i) ASSERT_NEAR(po[i], pc[i], tol * (1 + std::fabs(pc[i]))) << i;
-    EXPECT_LT(with_own.step_nodes().kernels, with_cudnn.step_nodes().kernels);
     const auto algos = with_own.conv_algorithms();
     ASSERT_GE(algos.size(), 2u);
     EXPECT_NE(algos[0].second.find("own kernels (--small-conv own)"), std::string::npos) << algos[0].second;

@@ -76,7 +76,8 @@ TEST(KERNEL_SUITE, CheckpointsResumeOnTheGpuAndOnTheCpu) {
       ASSERT_NEAR(resumed.weights[i], whole.weights[i], 1e-4 * (1 + std::fabs(whole.weights[i]))) << i;
     train::TrainConfig on_cpu = first;
     on_cpu.device = "cpu";
-    on_cpu.graphs = true;  // the default: --no-graphs is a GPU flag, refused on the CPU
+    on_cpu.graphs = true;  // the defaults: --no-graphs and --small-conv are GPU flags, refused on the CPU
+    on_cpu.small_conv = train::TrainConfig{}.small_conv;
     on_cpu.stop_after_epochs = 0;
     on_cpu.resume = true;
     const auto cpu = train::train(on_cpu);  // must load without complaint, and go on learning
