@@ -174,6 +174,15 @@ cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
   *s = reinterpret_cast<cudaStream_t>(new char);
   return cudaSuccess;
 }
+// One queue runs everything in order here, so a stream's priority changes nothing.
+cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int) {
+  return cudaStreamCreateWithFlags(s, flags);
+}
+cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
+  if (least) *least = 0;
+  if (greatest) *greatest = -5;  // CUDA's convention: a lower number is a higher priority
+  return cudaSuccess;
+}
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
   delete reinterpret_cast<char*>(s);
   return cudaSuccess;

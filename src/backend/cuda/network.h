@@ -299,6 +299,11 @@ class Network {
   // stamp instead of two. Work queued outside spans (the step's load, the input cast) clears it,
   // so that work is never counted in a span.
   bool chained_ = false;
+  // While the profiled step's graph is captured, stamps fork off the step onto a stream of their
+  // own (record_mark says why) and join it at the capture's end; `forked_` once one has.
+  bool fork_stamps_ = false, forked_ = false;
+  cudaStream_t stamp_stream_ = nullptr;  // the stamps' stream, at the device's highest priority
+  cudaEvent_t fork_ = nullptr, join_ = nullptr;
   size_t record_mark(ProfileSlot& s);
   ProfileSlot slots_[2];
   int slot_ = 0;  // the slot of the step being queued
