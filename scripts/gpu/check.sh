@@ -34,8 +34,8 @@
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
-#   check.sh --budget 450 tests profile bench lab          (timeout_s 480), then at once, warm,
-#   VS_TORCH_ARGS="--batches 1024 --repeats 2" check.sh --budget 330 layouts recipe train vs-torch
+#   check.sh --budget 450 tests profile recipe lab train   (timeout_s 480), then at once, warm,
+#   VS_TORCH_ARGS="--batches 64,256 --repeats 2" check.sh --budget 330 vs-torch layouts
 #                                                          (timeout_s 360; the tool cuts it to what is left).
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
