@@ -54,7 +54,8 @@ struct Algos {
 // search buffers are, on first need; freed with the search.
 class DataForTiming {
  public:
-  DataForTiming(const ConvShape& s, Precision p) : s_(s), t_(p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32) {}
+  DataForTiming(const ConvShape& s, Precision p)
+      : s_(s), t_(p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32) {}
   ~DataForTiming() {
     for (void* b : {x, y, w, out, workspace})
       if (b) cudaFree(b);

@@ -1,7 +1,8 @@
 // 2-D convolution through cuDNN: forward, backward-data and backward-filter for one shape and
 // precision, with each pass's algorithm chosen once per shape (cuDNN's timed search, as PyTorch's
 // cudnn.benchmark, whose close candidates then run again on random data; cuDNN's heuristics where
-// the search fails; within a workspace limit) and cached for the process. Layout NCHW or NHWC (what tensor cores want; bf16's and fp16's default).
+// the search fails; within a workspace limit) and cached for the process. Layout NCHW or NHWC
+// (what tensor cores want; bf16's and fp16's default).
 // Square kernels, equal stride and padding both ways.
 #pragma once
 
