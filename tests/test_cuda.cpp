@@ -374,6 +374,10 @@ TEST(ConvChoice, RunsTheCloseCandidatesAgainAndTakesTheFastestOnData) {
   EXPECT_DOUBLE_EQ(on_data[0].time_ms, 0.250);
   EXPECT_EQ(on_data[1].algo, 0);
   EXPECT_EQ(cuda::search_times(on_data, 0, 256 * MB, "bwd-filter", " on data"), "bwd-filter 250 us on data, next 5.88x");
+  EXPECT_EQ(cuda::fastest_measured(ms), 1);
+  EXPECT_EQ(cuda::fastest_measured({-1, 0.3, 0.2}), 2);
+  EXPECT_EQ(cuda::fastest_measured({-1, -1}), -1);
+  EXPECT_EQ(cuda::fastest_measured({}), -1);
   EXPECT_EQ(cuda::overturned(r, c, ms, on_data, "bwd-filter"), "bwd-filter 0, first in cuDNN's search (230 us there), took 1470 us on data");
   // The search's first stayed first: nothing to say.
   const std::vector<double> agreed{0.240, 0.250, 0.300};

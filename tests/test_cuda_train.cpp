@@ -169,6 +169,14 @@ TEST(KERNEL_SUITE, FeedsAndGraphsTrainTheSameModel) {
   const nlohmann::json& algorithms = runs[0].record["gpu_step"]["conv_algorithms"];
   EXPECT_EQ(algorithms.size(), 3u) << algorithms.dump();
   EXPECT_FALSE(algorithms.value("conv1", "").empty()) << algorithms.dump();
+  // The linear layers' cuBLASLt choices, where timing overturned the heuristic: an object by
+  // layer, only of layers small has, each naming its passes.
+  const nlohmann::json& gemms = runs[0].record["gpu_step"]["gemm_algorithms"];
+  ASSERT_TRUE(gemms.is_object()) << runs[0].record["gpu_step"].dump();
+  for (const auto& [layer, choice] : gemms.items()) {
+    EXPECT_EQ(layer.rfind("fc", 0), 0u) << gemms.dump();
+    EXPECT_NE(choice.get<std::string>().find("heuristic's "), std::string::npos) << gemms.dump();
+  }
   // bf16 NHWC: the on-device loader writes the stored input (bf16, channels last) itself, the
   // copy feeds hand over fp32 NCHW that the network casts; the same values either way.
   train::TrainConfig h = gpu_run("small", "synthetic:3x12x12:512", 32, 2);

@@ -589,6 +589,9 @@ struct GpuRun {
     json algorithms = json::object();  // which cuDNN kernels ran: a timed search may pick otherwise next time
     for (const auto& [layer, a] : net->conv_algorithms()) algorithms[layer] = a;
     r["gpu_step"]["conv_algorithms"] = algorithms;
+    json gemms = json::object();  // likewise for cuBLASLt, where timing overturned its heuristic
+    for (const auto& [layer, a] : net->gemm_choices()) gemms[layer] = a;
+    r["gpu_step"]["gemm_algorithms"] = gemms;
     const cuda::GraphNodes& nodes = net->step_nodes();
     if (net->graphed())
       r["gpu_step"]["graph_nodes"] = {{"kernels", nodes.kernels}, {"copies", nodes.copies}, {"memsets", nodes.memsets}, {"other", nodes.other}};

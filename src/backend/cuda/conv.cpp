@@ -6,13 +6,13 @@
 #include <algorithm>
 #include <map>
 #include <mutex>
-#include <random>
 #include <tuple>
 
 #include "backend/cuda/check.h"
 #include "backend/cuda/conv_choice.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/second_look.h"
 #include "core/error.h"
 
 namespace dlperf::cuda {
@@ -49,9 +49,9 @@ struct Algos {
 };
 
 // Buffers of random values in [-1, 1] for running a convolution's candidate algorithms on data
-// (retime_candidates in conv_choice.h says why), with an output buffer of their own so no pass
-// feeds the next. Allocated with cudaMalloc, outside the executor's accounting as cuDNN's own
-// search buffers are, on first need; freed with the search.
+// (second_look.h; retime_candidates in conv_choice.h says why), with an output buffer of their
+// own so no pass feeds the next. Allocated with cudaMalloc, outside the executor's accounting as
+// cuDNN's own search buffers are, on first need; freed with the search.
 class DataForTiming {
  public:
   DataForTiming(const ConvShape& s, Precision p)
@@ -69,8 +69,9 @@ class DataForTiming {
     const size_t e = bytes_of(t_), xb = size_t(s_.n * s_.c * s_.h * s_.w) * e, yb = size_t(s_.n * s_.k * s_.out_h() * s_.out_w()) * e,
                  wb = size_t(s_.k * s_.c * s_.r * s_.r) * e;
     if (!x) {
-      if (!alloc(x, xb) || !alloc(y, yb) || !alloc(w, wb) || !alloc(out, std::max({xb, yb, wb})) || !random(x, xb / e) ||
-          !random(y, yb / e) || !random(w, wb / e))
+      if (!alloc(x, xb) || !alloc(y, yb) || !alloc(w, wb) || !alloc(out, std::max({xb, yb, wb})) ||
+          !second_look::fill_random(x, t_, xb / e) || !second_look::fill_random(y, t_, yb / e) ||
+          !second_look::fill_random(w, t_, wb / e))
         return fail();
     }
     if (workspace_bytes > workspace_size) {
@@ -79,26 +80,6 @@ class DataForTiming {
       workspace_size = workspace_bytes;
     }
     return true;
-  }
-  /// The median time of 3 runs of `pass` (after one to warm up), ms; -1 where it failed.
-  template <class Pass>
-  double time(Pass pass) {
-    if (pass() != CUDNN_STATUS_SUCCESS) return -1;
-    cudaEvent_t a, b;
-    if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) return -1;
-    std::vector<double> ms;
-    for (int i = 0; i < 3; ++i) {
-      cudaEventRecord(a, nullptr);
-      const cudnnStatus_t st = pass();
-      cudaEventRecord(b, nullptr);
-      float t = 0;
-      if (st != CUDNN_STATUS_SUCCESS || cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&t, a, b) != cudaSuccess) break;
-      ms.push_back(t);
-    }
-    cudaEventDestroy(a), cudaEventDestroy(b);
-    if (ms.size() < 3) return -1;
-    std::sort(ms.begin(), ms.end());
-    return ms[1];
   }
   void *x = nullptr, *y = nullptr, *w = nullptr, *out = nullptr, *workspace = nullptr;
   size_t workspace_size = 0;
@@ -113,23 +94,6 @@ class DataForTiming {
     return false;
   }
   static bool alloc(void*& p, size_t bytes) { return cudaMalloc(&p, std::max<size_t>(bytes, 1)) == cudaSuccess; }
-  // A block of up to 1M values from a fixed seed, repeated over the buffer: what matters to an
-  // algorithm's speed is that the values are not all zero, not that they never repeat.
-  bool random(void* dst, size_t n) {
-    const size_t block = std::min<size_t>(n, size_t(1) << 20);
-    std::vector<float> host(block);
-    std::mt19937 gen(7);
-    std::uniform_real_distribution<float> u(-1.f, 1.f);
-    for (float& v : host) v = u(gen);
-    float* dev = nullptr;
-    if (cudaMalloc(&dev, block * sizeof(float)) != cudaSuccess) return false;
-    bool ok_all = cudaMemcpy(dev, host.data(), block * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
-    for (size_t at = 0; ok_all && at < n; at += block)
-      cast_from_f32(t_, dev, static_cast<char*>(dst) + at * bytes_of(t_), int64_t(std::min(block, n - at)), nullptr);
-    ok_all = ok_all && cudaDeviceSynchronize() == cudaSuccess;
-    cudaFree(dev);
-    return ok_all;
-  }
 };
 
 // A search result as the choice (conv_choice.h) reads it. The search runs under the descriptor's
@@ -223,15 +187,12 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
           std::vector<double> ms;
           for (int c : candidates) {
             ok(cudnnSetConvolutionMathType(cd, perf[c].mathType), "math type");
-            ms.push_back(data.time([&] { return run(perf[c].algo); }));
+            ms.push_back(second_look::median_ms([&] { return run(perf[c].algo) == CUDNN_STATUS_SUCCESS; }));
           }
           ok(cudnnSetConvolutionMathType(cd, search_math), "math type");  // the next pass's search runs under it
           const std::vector<AlgoResult> on_data = retimed(r, candidates, ms);
           if (!on_data.empty()) {
-            const size_t best = size_t(std::min_element(ms.begin(), ms.end(), [](double x, double y) {
-                                  return x > 0 && (y <= 0 || x < y);
-                                }) - ms.begin());
-            i = candidates[best];
+            i = candidates[size_t(fastest_measured(ms))];
             need = r[size_t(i)].memory;
             times = search_times(on_data, 0, workspace_limit, pass, " on data");
             const std::string o = overturned(r, candidates, ms, on_data, pass);

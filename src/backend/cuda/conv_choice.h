@@ -74,6 +74,15 @@ inline std::vector<int> retime_candidates(const std::vector<AlgoResult>& r, size
   return c;
 }
 
+/// The index of the smallest positive time in `measured_ms` (a time not positive is a run that
+/// failed); -1 where none is.
+inline int fastest_measured(const std::vector<double>& measured_ms) {
+  int best = -1;
+  for (size_t j = 0; j < measured_ms.size(); ++j)
+    if (measured_ms[j] > 0 && (best < 0 || measured_ms[j] < measured_ms[size_t(best)])) best = int(j);
+  return best;
+}
+
 /// The candidates (indices into `r`) again, fastest first by the times measured on data
 /// (`measured_ms[j]` for `candidates[j]`; not positive where the pass failed, which drops it).
 /// Each keeps its algorithm and workspace; its time is the one on data.

@@ -1105,6 +1105,18 @@ std::vector<std::pair<std::string, std::string>> Network::conv_algorithms() cons
   return out;
 }
 
+std::vector<std::pair<std::string, std::string>> Network::gemm_choices() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& l : layers_) {
+    if (!l->fwd) continue;
+    std::string a;
+    for (const auto& [pass, g] : {std::pair{"fwd", l->fwd.get()}, {"bwd-data", l->bwd_data.get()}, {"bwd-weight", l->bwd_weight.get()}})
+      if (g && !g->choice().empty()) a += (a.empty() ? "" : "; ") + std::string(pass) + " " + g->choice();
+    if (!a.empty()) out.emplace_back(l->node->name, a);
+  }
+  return out;
+}
+
 std::vector<float> Network::parameters() const {
   std::vector<float> out;  // in graph order, without the alignment padding
   for (const Place& t : tensors_) {

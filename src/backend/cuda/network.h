@@ -173,6 +173,9 @@ class Network {
   /// weight gradient's own where it runs in NCHW): the run record keeps them, since a timed search
   /// may pick differently from one process to the next.
   std::vector<std::pair<std::string, std::string>> conv_algorithms() const;
+  /// By linear layer, the passes whose cuBLASLt algorithm timing on data chose over the
+  /// heuristic's first (LtGemm::choice); layers where the first stayed are left out.
+  std::vector<std::pair<std::string, std::string>> gemm_choices() const;
   /// How profiled steps ran: "CUDA graph" (the step's graph with stamp kernels), or "eager"
   /// with the reason.
   std::string profiled_steps() const {

@@ -1,0 +1,79 @@
+// A second look at a library's choice: running its candidate algorithms again, on random data
+// through the very call training makes, and taking the fastest there. cuDNN's timed search runs
+// its candidates on buffers of its own, and cuBLASLt's heuristic runs nothing at all; on an H100
+// (2026-11-28) cuDNN's search put an algorithm first that took six times as long on training's
+// data (conv_choice.h, retime_candidates). Used by conv.cpp and gemm.cpp while they choose, before
+// any step is queued: everything here runs on the default stream and waits for it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <random>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+
+namespace dlperf::cuda::second_look {
+
+/// Fills `n` elements of type `t` at `dst` with values in [-1, 1): a block of up to 1M values
+/// from a fixed seed, repeated over the buffer (what matters to an algorithm's speed is that the
+/// values are not all zero, not that they never repeat). False where CUDA failed.
+inline bool fill_random(void* dst, DType t, size_t n) {
+  const size_t block = std::min<size_t>(n, size_t(1) << 20);
+  if (block == 0) return true;
+  std::vector<float> host(block);
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (float& v : host) v = u(gen);
+  float* dev = nullptr;
+  if (cudaMalloc(&dev, block * sizeof(float)) != cudaSuccess) return false;
+  bool ok = cudaMemcpy(dev, host.data(), block * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess;
+  for (size_t at = 0; ok && at < n; at += block)
+    cast_from_f32(t, dev, static_cast<char*>(dst) + at * bytes_of(t), int64_t(std::min(block, n - at)), nullptr);
+  ok = ok && cudaDeviceSynchronize() == cudaSuccess;
+  cudaFree(dev);
+  return ok;
+}
+
+/// The median time of 3 runs of `pass` (after one to warm up) on the default stream, in ms; -1
+/// where a run failed (`pass` returns false) or CUDA did.
+template <class Pass>
+double median_ms(Pass pass) {
+  if (!pass()) return -1;
+  cudaEvent_t a = nullptr, b = nullptr;
+  if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
+    if (a) cudaEventDestroy(a);
+    return -1;
+  }
+  std::vector<double> ms;
+  for (int i = 0; i < 3; ++i) {
+    cudaEventRecord(a, nullptr);
+    const bool ran = pass();
+    cudaEventRecord(b, nullptr);
+    float t = 0;
+    if (!ran || cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&t, a, b) != cudaSuccess) break;
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  if (ms.size() < 3) return -1;
+  std::sort(ms.begin(), ms.end());
+  return ms[1];
+}
+
+/// Device memory of one's own for a second look, freed with it; null where there was none.
+class Scratch {
+ public:
+  explicit Scratch(size_t bytes) {
+    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) p = nullptr, cudaGetLastError();
+  }
+  ~Scratch() {
+    if (p) cudaFree(p);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* p = nullptr;
+};
+
+}  // namespace dlperf::cuda::second_look
