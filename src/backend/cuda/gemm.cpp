@@ -38,7 +38,8 @@ cudaDataType_t in_type(Precision p) {
 cudaDataType_t out_type(Precision p) { return p == Precision::fp8 ? CUDA_R_16BF : CUDA_R_32F; }
 
 // Algorithms chosen per problem, for the life of the process (LtGemm::LtGemm).
-using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, size_t, bool, int>;  // precision, ops, m, n, k, workspace, half out, epilogue
+// The key: precision, transa, transb, m, n, k, workspace, half output, the epilogue taken.
+using Key = std::tuple<int, bool, bool, int64_t, int64_t, int64_t, size_t, bool, int>;
 struct Chosen {
   std::array<unsigned char, 64> algo{};  // cublasLtMatmulAlgo_t
   std::string choice;                    // LtGemm::choice()
@@ -130,7 +131,8 @@ LtGemm::LtGemm(Precision p, bool transa, bool transb, int64_t m, int64_t n, int6
   // run on random data and the fastest is taken (second_look.h), once per problem in a process,
   // as cuDNN's convolutions are. fp8 (the GEMM benchmark's only) keeps the heuristic's first:
   // random bytes are not fp8 values.
-  const Key key{int(p), transa, transb, m, n, k, workspace_bytes_, own_type, int(fuses_bias_) + 2 * int(fuses_relu_) + 4 * int(fuses_bias_grad_)};
+  const int epilogue = int(fuses_bias_) + 2 * int(fuses_relu_) + 4 * int(fuses_bias_grad_);
+  const Key key{int(p), transa, transb, m, n, k, workspace_bytes_, own_type, epilogue};
   {
     std::lock_guard lock(cache_mutex());
     auto it = cache().find(key);
