@@ -446,6 +446,70 @@ TEST(KERNEL_SUITE, BatchnormMatchesTheReference) {
       }
 }
 
+// With the forward's coefficients (BatchnormParams::fwd_scale and fwd_shift) the backward pass
+// recomputes the fused relu's output from x instead of reading it: the same dx, dgamma and dbeta,
+// bit for bit, in every path (one block or tile, folded, finished apart) and type. Channel 0
+// has gamma 0 and beta 1e-8, so its y is 1e-8 in fp32 and bf16 (mask on) and rounds to 0 in fp16
+// (mask off): a recomputation that skipped the rounding to the stored type would differ there.
+// Channel 1's masks hang on the coefficients' last bits (below).
+TEST(KERNEL_SUITE, BatchnormRecomputesTheReluMaskToTheSameBits) {
+  REQUIRE_GPU();
+  for (const Dims& xd : {Dims{2, 5, 3, 7}, Dims{64, 3, 16, 16}, Dims{300, 2, 8, 8}, Dims{130, 1, 64, 64}})
+    for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc})
+      for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16, cuda::DType::f16}) {
+        SCOPED_TRACE(fmt::format("{}x{}x{}x{} {} type {}", xd[0], xd[1], xd[2], xd[3], cuda::to_string(layout), int(t)));
+        const int64_t C = xd[1];
+        const size_t count = size_t(numel(xd)), cn = size_t(C);
+        std::vector<float> x = randn(count, 51), dy = randn(count, 52), gamma = randn(cn, 53), beta = randn(cn, 54);
+        gamma[0] = 0.f, beta[0] = 1e-8f;
+        // Channel 1 (where there is one) is constant: every y is the rounding residue of
+        // fma(scale, x, shift) with shift = -mean scale, so every element's mask hangs on the
+        // coefficients' exact bits.
+        if (C > 1) {
+          gamma[1] = 1.7f, beta[1] = 0.f;
+          const int64_t hw = xd[2] * xd[3];
+          for (int64_t n = 0; n < xd[0]; ++n)
+            for (int64_t i = 0; i < hw; ++i) x[size_t(layout == cuda::Layout::nchw ? (n * C + 1) * hw + i : (n * hw + i) * C + 1)] = 0.3f;
+        }
+        const bool half = t != cuda::DType::f32;
+        Dev<float> fx(x), fdy(dy), fy(count), fdx(count);
+        Dev<uint16_t> hx(half ? to_half(t, x) : std::vector<uint16_t>(1)), hdy(half ? to_half(t, dy) : std::vector<uint16_t>(1)),
+            hy(half ? count : 1), hdx(half ? count : 1);
+        const void* dev_x = half ? static_cast<const void*>(hx.p) : fx.p;
+        const void* dev_dy = half ? static_cast<const void*>(hdy.p) : fdy.p;
+        void* dev_y = half ? static_cast<void*>(hy.p) : fy.p;
+        void* dev_dx = half ? static_cast<void*>(hdx.p) : fdx.p;
+        Dev<float> g(gamma), b(beta), rm(std::vector<float>(cn, 0.f)), rv(std::vector<float>(cn, 1.f)), bm(cn), bi(cn), dg(cn), db(cn),
+            scale(cn), shift(cn);
+        Dev<uint8_t> ws(size_t(cuda::bn_workspace_bytes(xd[0], C, xd[2] * xd[3], layout == cuda::Layout::nhwc)));
+        const cuda::BatchnormShape shape{xd[0], C, xd[2] * xd[3], layout};
+        cuda::BatchnormParams p;
+        p.gamma = g.p, p.beta = b.p, p.running_mean = rm.p, p.running_var = rv.p, p.batch_mean = bm.p, p.batch_inv_std = bi.p;
+        p.relu = true, p.fwd_scale = scale.p, p.fwd_shift = shift.p;
+        cuda::batchnorm_forward_train(t, shape, p, dev_x, dev_y, ws.p, nullptr);
+        const std::vector<float> y = from_device(t, dev_y, count);
+        // Channel 0's stored y: about 1e-8 where the type holds it, 0 in fp16.
+        const float y0 = y[size_t(shape.first(0))];
+        if (t == cuda::DType::f16) EXPECT_EQ(y0, 0.f);
+        else EXPECT_NEAR(y0, 1e-8, 1e-10);
+        auto backward = [&](bool recompute) {
+          cuda::BatchnormParams q = p;
+          if (!recompute) q.fwd_scale = q.fwd_shift = nullptr;
+          cuda::batchnorm_backward(t, shape, q, dev_x, dev_y, dev_dy, dev_dx, dg.p, db.p, ws.p, nullptr);
+          std::vector<float> out = from_device(t, dev_dx, count);
+          const auto dgh = dg.host(), dbh = db.host();
+          out.insert(out.end(), dgh.begin(), dgh.end());
+          out.insert(out.end(), dbh.begin(), dbh.end());
+          return out;
+        };
+        const std::vector<float> read = backward(false);
+        EXPECT_EQ(backward(true), read);
+        // The recomputation reads no y: a y overwritten after the forward changes nothing.
+        ASSERT_EQ(cudaMemset(dev_y, 0, count * cuda::bytes_of(t)), cudaSuccess);
+        EXPECT_EQ(backward(true), read);
+      }
+}
+
 // The element-wise kernels and the loss in bf16 and fp16 agree with fp32 to the type's precision.
 TEST(KERNEL_SUITE, HalfPrecisionKernelsTrackFp32) {
   REQUIRE_GPU();

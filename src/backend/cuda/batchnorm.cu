@@ -145,24 +145,49 @@ __device__ float2 finish_stats(int64_t c, double a, double b, float first, const
     p.running_var[c] = (1 - p.momentum) * p.running_var[c] + p.momentum * float(var * unbias);
   }
   const double scale = double(p.gamma[c]) * inv;
-  return make_float2(float(scale), float(double(p.beta[c]) - mean * scale));
+  const float2 k = make_float2(float(scale), float(double(p.beta[c]) - mean * scale));
+  if (record && p.fwd_scale) p.fwd_scale[c] = k.x, p.fwd_shift[c] = k.y;  // backward's relu mask
+  return k;
 }
 
 // dy where the fused relu passed its input (y > 0), else 0; dy itself without a relu.
 __device__ inline float masked_grad(float y, float dy, bool relu) { return relu && !(y > 0.f) ? 0.f : dy; }
 
-// The loads of one batch of a backward loop: x, dy and (with a fused relu) y. dy is loaded
-// whether or not the relu passed it, so its load need not wait for y's.
+// v rounded to T and back, as storing it in a T tensor and loading it again gives it.
+template <class T>
+__device__ inline float as_stored(float v) {
+  T t;
+  st(&t, 0, v);
+  return ld(&t, 0);
+}
+
+// The fused relu's forward output for one channel, from its coefficients (BatchnormParams'
+// fwd_scale and fwd_shift): what `apply` stored, recomputed from x in the same arithmetic.
+struct Refold {
+  bool on = false;
+  float scale = 0, shift = 0;
+  __device__ Refold(const BatchnormParams& p, int64_t c) {
+    if (p.relu && p.fwd_scale) on = true, scale = p.fwd_scale[c], shift = p.fwd_shift[c];
+  }
+};
+
+// The loads of one batch of a backward loop: x, dy and (with a fused relu) y, read, or
+// recomputed from x where `refold` is on. dy is loaded whether or not the relu passed it, so its
+// load need not wait for y's.
 template <class T>
 struct GradLoads {
   float x[kInFlight], y[kInFlight], dy[kInFlight];
-  __device__ GradLoads(const T* xp, const T* yp, const T* dyp, const Offsets& o, bool relu) {
+  __device__ GradLoads(const T* xp, const T* yp, const T* dyp, const Offsets& o, bool relu, const Refold& refold) {
     UNROLL
     for (int j = 0; j < kInFlight; ++j) {
       const bool in = j < o.n;
       x[j] = in ? ld(xp, o.at[j]) : 0.f;
       dy[j] = in ? ld(dyp, o.at[j]) : 0.f;
-      y[j] = in && relu ? ld(yp, o.at[j]) : 0.f;
+      y[j] = in && relu && !refold.on ? ld(yp, o.at[j]) : 0.f;
+    }
+    if (refold.on) {
+      UNROLL
+      for (int j = 0; j < kInFlight; ++j) y[j] = as_stored<T>(fmaxf(fmaf(refold.scale, x[j], refold.shift), 0.f));
     }
   }
 };
@@ -172,9 +197,10 @@ template <class T, class Walk>
 __device__ void sum_grads(const T* x, const T* y, const T* dy, const BatchnormShape& s, const BatchnormParams& p, int64_t c, Walk w,
                           double& sa, double& sb) {
   const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
+  const Refold refold(p, c);
   float a = 0.f, b = 0.f;
   for (Offsets o; next_offsets(w, s, c, o);) {
-    const GradLoads<T> v(x, y, dy, o, p.relu);
+    const GradLoads<T> v(x, y, dy, o, p.relu, refold);
     UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
@@ -202,8 +228,9 @@ template <class T, class Walk>
 __device__ void grad_input(const T* x, const T* y, const T* dy, T* dx, const BatchnormShape& s, const BatchnormParams& p, int64_t c,
                            Walk w, float3 k) {
   const float mean = p.batch_mean[c], inv = p.batch_inv_std[c];
+  const Refold refold(p, c);
   for (Offsets o; next_offsets(w, s, c, o);) {
-    const GradLoads<T> v(x, y, dy, o, p.relu);
+    const GradLoads<T> v(x, y, dy, o, p.relu, refold);
     UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
