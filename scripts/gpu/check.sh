@@ -34,7 +34,7 @@
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
-#   check.sh --budget 450 tests profile recipe lab train   (timeout_s 480), then at once, warm,
+#   check.sh --budget 450 tests sanitize races profile recipe lab train  (timeout_s 480), then at once,
 #   VS_TORCH_ARGS="--batches 64,256 --repeats 2" check.sh --budget 330 vs-torch layouts
 #                                                          (timeout_s 360; the tool cuts it to what is left).
 set -uo pipefail
@@ -152,7 +152,7 @@ for stage in "$@"; do
     sanitize)
       if command -v compute-sanitizer > /dev/null; then
         run_for 300 compute-sanitizer --tool memcheck --error-exitcode 9 $tests \
-          --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*:Cuda.Convolution*:Cuda.TrainingSteps*:Cuda.Snapshots*:Cuda.Gemm*' \
+          --gtest_filter='Cuda.Batchnorm*:Cuda.*Pooling*:Cuda.*Convolution*:Cuda.TrainingSteps*:Cuda.Snapshots*:Cuda.Gemm*' \
           > "$work/sanitize.log" 2>&1
         say "  compute-sanitizer rc $?"
         grep -E "ERROR SUMMARY|Invalid|out of bounds|misaligned" "$work/sanitize.log" | sort | uniq -c | head -20 |
@@ -165,7 +165,7 @@ for stage in "$@"; do
       # The own kernels' shared memory and barriers: racecheck (shared-memory hazards between
       # threads) and synccheck (a __syncthreads or a full-mask shuffle that some threads miss).
       for tool in racecheck synccheck; do
-        run_for 150 compute-sanitizer --tool $tool --error-exitcode 9 $tests --gtest_filter='Cuda.Batchnorm*:Cuda.Pooling*' \
+        run_for 150 compute-sanitizer --tool $tool --error-exitcode 9 $tests --gtest_filter='Cuda.Batchnorm*:Cuda.*Pooling*:Cuda.SmallConvolution*' \
           > "$work/sanitize-$tool.log" 2>&1
         say "  compute-sanitizer $tool rc $?: $(grep -m1 -E "ERROR SUMMARY|RACECHECK SUMMARY" "$work/sanitize-$tool.log")"
       done
