@@ -773,6 +773,20 @@ struct StoredConv {
   }
 };
 
+// A convolution's input, weights and output gradient, random from seeds `seed`, `seed + 1` and
+// `seed + 2`, on the device as `io` stores them, with the values the device holds (NCHW, fp32).
+struct ConvInputs {
+  Dims xd, wd, yd;
+  std::vector<float> xs, ws, dys;
+  std::unique_ptr<Dev<float>> x, w, dy;
+  ConvInputs(const StoredConv& io, const cuda::ConvShape& s, uint64_t seed)
+      : xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()} {
+    x = io.upload(randn(size_t(numel(xd)), seed), xd, xs);
+    w = io.upload(randn(size_t(numel(wd)), seed + 1), wd, ws);
+    dy = io.upload(randn(size_t(numel(yd)), seed + 2), yd, dys);
+  }
+};
+
 // A convolution's passes in float64 on the values the device holds, with the sums of the
 // products' magnitudes (the same passes on |x|, |w|, |dy|) that each element's error is measured
 // against.
@@ -820,11 +834,10 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
                                  s.stride, s.pad, cuda::to_string(p), cuda::to_string(layout)));
         const StoredConv io{p == cuda::Precision::bf16 ? cuda::DType::bf16 : p == cuda::Precision::fp16 ? cuda::DType::f16 : cuda::DType::f32,
                             layout};
-        const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
-        std::vector<float> xs, ws, dys;
-        const auto x = io.upload(randn(size_t(numel(xd)), 61), xd, xs);
-        const auto w = io.upload(randn(size_t(numel(wd)), 62), wd, ws);
-        const auto dy = io.upload(randn(size_t(numel(yd)), 63), yd, dys);
+        const ConvInputs in(io, s, 61);
+        const Dims &xd = in.xd, &wd = in.wd, &yd = in.yd;
+        const std::vector<float>&xs = in.xs, &ws = in.ws, &dys = in.dys;
+        const auto &x = in.x, &w = in.w, &dy = in.dy;
         Dev<float> y(size_t(numel(yd))), dx(size_t(numel(xd))), dw(size_t(numel(wd)));
         cuda::CudnnConv conv(s, p, layout == cuda::Layout::nhwc);
         conv.forward(x->p, w->p, y.p, nullptr);
@@ -860,11 +873,10 @@ TEST(KERNEL_SUITE, SmallConvolutionMatchesTheReference) {
         ASSERT_TRUE(cuda::small_conv_fits(s));
         const StoredConv io{t, layout};
         const bool nhwc = layout == cuda::Layout::nhwc;
-        const Dims xd{s.n, s.c, s.h, s.w}, wd{s.k, s.c, s.r, s.r}, yd{s.n, s.k, s.out_h(), s.out_w()};
-        std::vector<float> xs, ws, dys;
-        const auto x = io.upload(randn(size_t(numel(xd)), 71), xd, xs);
-        const auto w = io.upload(randn(size_t(numel(wd)), 72), wd, ws);
-        const auto dy = io.upload(randn(size_t(numel(yd)), 73), yd, dys);
+        const ConvInputs in(io, s, 71);
+        const Dims &xd = in.xd, &wd = in.wd, &yd = in.yd;
+        const std::vector<float>&xs = in.xs, &ws = in.ws, &dys = in.dys;
+        const auto &x = in.x, &w = in.w, &dy = in.dy;
         Dev<float> y(size_t(numel(yd))), dw(size_t(numel(wd))), dw2(size_t(numel(wd)));
         Dev<uint8_t> partial(cuda::small_conv_workspace(s));
         cuda::small_conv_forward(t, nhwc, s, x->p, w->p, y.p, nullptr);
