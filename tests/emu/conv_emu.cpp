@@ -81,8 +81,8 @@ DType dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : p == P
 
 // Queued as one "kernel" of the emulation's stream (emu_stream.h): run now, or recorded into a
 // graph being captured.
-void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out) {
-  emu::submit(emu::NodeKind::kernel, [=] { DISPATCH(dtype_of(p), run<T>(s, nhwc, pass, a, b, out)) });
+void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out, cudaStream_t stream) {
+  emu::submit(emu::NodeKind::kernel, stream, [=] { DISPATCH(dtype_of(p), run<T>(s, nhwc, pass, a, b, out)) });
 }
 
 }  // namespace
@@ -94,10 +94,14 @@ CudnnConv::CudnnConv(const ConvShape& s, Precision p, bool nhwc, bool own_worksp
 }
 CudnnConv::~CudnnConv() = default;
 void CudnnConv::set_workspace(void* w) { workspace_ = w; }
-void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t) { dispatch(p_, s_, nhwc_, Pass::forward, x, w, y); }
-void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t) { dispatch(p_, s_, nhwc_, Pass::data, w, dy, dx); }
-void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStream_t) {
-  dispatch(p_, s_, nhwc_, Pass::filter, x, dy, dw);
+void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t st) {
+  dispatch(p_, s_, nhwc_, Pass::forward, x, w, y, st);
+}
+void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t st) {
+  dispatch(p_, s_, nhwc_, Pass::data, w, dy, dx, st);
+}
+void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStream_t st) {
+  dispatch(p_, s_, nhwc_, Pass::filter, x, dy, dw, st);
 }
 std::string CudnnConv::algorithms() const { return "loops (CPU emulation)"; }
 

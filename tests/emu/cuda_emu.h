@@ -177,17 +177,22 @@ class Scheduler {
 template <class Kernel>
 struct Launcher {
   dim3 grid, block;
+  const void* stream;
   Kernel kernel;
   template <class... Args>
   void operator()(Args... args) const {
-    submit(NodeKind::kernel, [grid = grid, block = block, kernel = kernel, args...] {
+    submit(NodeKind::kernel, stream, [grid = grid, block = block, kernel = kernel, args...] {
       Scheduler::get().run(grid, block, [&] { kernel(args...); });
     });
   }
 };
 template <class Kernel>
-Launcher<Kernel> launcher(dim3 grid, dim3 block, Kernel k) {
-  return {grid, block, k};
+Launcher<Kernel> launcher(dim3 grid, dim3 block, const void* stream, Kernel k) {
+  return {grid, block, stream, k};
+}
+template <class Kernel>
+Launcher<Kernel> launcher(dim3 grid, dim3 block, Kernel k) {  // on the default stream
+  return {grid, block, nullptr, k};
 }
 
 }  // namespace emu

@@ -9,9 +9,10 @@
 // reports the 8 GiB, as when another process takes the memory after the trainer's check.
 // Memory is host memory; every queued operation runs before it returns,
 // so streams and synchronization have nothing to wait for, and events read a host clock when
-// they run. Stream capture records the queued operations as a graph's nodes (emu_stream.h) and
-// a graph launch runs them in order, as a one-stream CUDA graph does; a synchronous call during a
-// capture breaks it, as on a GPU. DLPERF_EMU_NO_CAPTURE=1 refuses capture instead, for the
+// they run. Stream capture records the captured streams' operations as a graph's nodes and a
+// graph launch runs them in the order captured; which streams a capture spans, and whether it
+// may end, follow CUDA's rules (emu_stream.h); a synchronous call during a capture breaks it, as
+// on a GPU. DLPERF_EMU_NO_CAPTURE=1 refuses capture instead, for the
 // executor's eager fallback.
 #include <cuda_runtime_api.h>
 
@@ -29,6 +30,11 @@ namespace {
 
 struct Event {
   double ms = 0;
+  // Where it was last recorded, if in a capture: its stream, and how many operations that stream
+  // had queued in the capture by then (what a wait on it joins).
+  bool captured = false;
+  const void* stream = nullptr;
+  int64_t at = 0;
 };
 
 double now_ms() { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
@@ -51,6 +57,14 @@ cudaError_t synchronous() {
 struct Graph {
   std::vector<emu::Node> nodes;
 };
+
+// Whether the graph's kernels were captured at more than one stream priority: a GPU honours those
+// only when the graph is instantiated with cudaGraphInstantiateFlagUseNodePriority.
+bool mixes_priorities(const Graph& g) {
+  for (const emu::Node& n : g.nodes)
+    if (n.kind == emu::NodeKind::kernel && n.priority != g.nodes.front().priority) return true;
+  return false;
+}
 
 // cudaMalloc's 256-byte alignment; aligned_alloc wants a size that is a multiple of it.
 void* allocate(size_t bytes) { return std::aligned_alloc(256, (std::max<size_t>(bytes, 1) + 255) / 256 * 256); }
@@ -152,8 +166,8 @@ cudaError_t CUDARTAPI cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcp
   if (n) std::memmove(dst, src, n);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t) {
-  emu::submit(emu::NodeKind::copy, [=] {
+cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t n, cudaMemcpyKind, cudaStream_t s) {
+  emu::submit(emu::NodeKind::copy, s, [=] {
     if (n) std::memmove(dst, src, n);
   });
   return cudaSuccess;
@@ -163,20 +177,22 @@ cudaError_t CUDARTAPI cudaMemset(void* p, int value, size_t n) {
   if (n) std::memset(p, value, n);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t) {
-  emu::submit(emu::NodeKind::memset, [=] {
+cudaError_t CUDARTAPI cudaMemsetAsync(void* p, int value, size_t n, cudaStream_t s) {
+  emu::submit(emu::NodeKind::memset, s, [=] {
     if (n) std::memset(p, value, n);
   });
   return cudaSuccess;
 }
 
 cudaError_t CUDARTAPI cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int) {
-  *s = reinterpret_cast<cudaStream_t>(new char);
+  *s = reinterpret_cast<cudaStream_t>(new emu::Stream);
   return cudaSuccess;
 }
-// One queue runs everything in order here, so a stream's priority changes nothing.
-cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int) {
-  return cudaStreamCreateWithFlags(s, flags);
+// Work runs in the order it is queued here, so a priority changes no timing; it is kept for the
+// kernels captured from the stream (cudaGraphInstantiate).
+cudaError_t CUDARTAPI cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int, int priority) {
+  *s = reinterpret_cast<cudaStream_t>(new emu::Stream{std::clamp(priority, -5, 0)});
+  return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
   if (least) *least = 0;
@@ -184,12 +200,25 @@ cudaError_t CUDARTAPI cudaDeviceGetStreamPriorityRange(int* least, int* greatest
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamDestroy(cudaStream_t s) {
-  delete reinterpret_cast<char*>(s);
+  delete reinterpret_cast<emu::Stream*>(s);
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t) { return synchronous(); }
 cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return synchronous(); }
-cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned int) { return cudaSuccess; }
+// Within a capture, a wait on an event recorded in it draws the waiting stream into the capture,
+// or, where the origin stream waits, joins the recording stream's work up to the record.
+cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
+  emu::Capture& c = emu::capture();
+  const Event& ev = *reinterpret_cast<Event*>(e);
+  if (!c.open || !ev.captured) return cudaSuccess;
+  if (s != c.origin) {
+    c.forks[s];  // joins the capture, if it had not
+  } else if (ev.stream != c.origin) {
+    int64_t& joined = c.forks[ev.stream].joined;
+    joined = std::max(joined, ev.at);
+  }
+  return cudaSuccess;
+}
 
 cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* e) {
   *e = reinterpret_cast<cudaEvent_t>(new Event);
@@ -200,8 +229,13 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
   delete reinterpret_cast<Event*>(e);
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t) {
-  emu::submit(emu::NodeKind::event, [e] { reinterpret_cast<Event*>(e)->ms = now_ms(); });
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  emu::submit(emu::NodeKind::event, s, [e] { reinterpret_cast<Event*>(e)->ms = now_ms(); });
+  Event& ev = *reinterpret_cast<Event*>(e);
+  ev.captured = emu::captures(s);
+  ev.stream = s;
+  const emu::Capture& c = emu::capture();
+  ev.at = ev.captured && s != c.origin ? c.forks.at(s).queued : 0;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
@@ -212,25 +246,31 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t
   return cudaSuccess;
 }
 
-cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMode) {
   const char* refuse = std::getenv("DLPERF_EMU_NO_CAPTURE");
   if (refuse && *refuse == '1') return fail(cudaErrorStreamCaptureUnsupported);
   emu::Capture& c = emu::capture();
   if (c.open) return fail(cudaErrorIllegalState);
-  c = {true, false, {}};
+  c = {};
+  c.open = true, c.origin = s;
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {
   emu::Capture& c = emu::capture();
   *g = nullptr;
   if (!c.open) return fail(cudaErrorIllegalState);
+  if (s != c.origin) return fail(cudaErrorStreamCaptureUnmatched);
   c.open = false;
   if (c.broken) return fail(cudaErrorStreamCaptureInvalidated);
+  for (const auto& [stream, fork] : c.forks)
+    if (fork.queued > fork.joined) return fail(cudaErrorStreamCaptureUnjoined);
   *g = reinterpret_cast<cudaGraph_t>(new Graph{std::move(c.nodes)});
   c.nodes.clear();
   return cudaSuccess;
 }
-cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long) {
+cudaError_t CUDARTAPI cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t g, unsigned long long flags) {
+  if (mixes_priorities(*reinterpret_cast<Graph*>(g)) && !(flags & cudaGraphInstantiateFlagUseNodePriority))
+    ++emu::graphs_losing_priorities();
   *exec = reinterpret_cast<cudaGraphExec_t>(new Graph(*reinterpret_cast<Graph*>(g)));
   return cudaSuccess;
 }

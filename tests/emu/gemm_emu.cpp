@@ -74,8 +74,8 @@ LtGemm::~LtGemm() {
 }
 
 // Queued as one "kernel" of the emulation's stream (emu_stream.h).
-void LtGemm::run(const void* a, const void* b, void* d, cudaStream_t) {
-  emu::submit(emu::NodeKind::kernel, [q = *static_cast<const Problem*>(desc_), p = p_, m = m_, n = n_, k = k_, a, b, d] {
+void LtGemm::run(const void* a, const void* b, void* d, cudaStream_t stream) {
+  emu::submit(emu::NodeKind::kernel, stream, [q = *static_cast<const Problem*>(desc_), p = p_, m = m_, n = n_, k = k_, a, b, d] {
     switch (p) {
       case Precision::bf16:
         if (q.half_out) multiply<__nv_bfloat16, __nv_bfloat16>(q, m, n, k, a, b, d);

@@ -25,7 +25,7 @@ inline unsigned blocks_for(int64_t n) {
 // A kernel launch: LAUNCH(grid, block, shared bytes, stream, kernel)(arguments). Under the CPU
 // emulation the CPU test suite uses (tests/emu/cuda_emu.h) it runs the kernel there instead.
 #ifdef DLPERF_CUDA_EMULATION
-#define LAUNCH(grid, block, shmem, stream, ...) ::emu::launcher(dim3(grid), dim3(block), __VA_ARGS__)
+#define LAUNCH(grid, block, shmem, stream, ...) ::emu::launcher(dim3(grid), dim3(block), (stream), __VA_ARGS__)
 #else
 #define LAUNCH(grid, block, shmem, stream, ...) __VA_ARGS__<<<grid, block, shmem, stream>>>
 #endif
