@@ -17,6 +17,9 @@
 #include "cuda_kernel_util.h"
 #include "test_util.h"
 
+#ifdef DLPERF_CUDA_EMULATION
+#include "emu/emu_stream.h"
+#endif
 #if defined(DLPERF_HAVE_CUDA) || defined(DLPERF_CUDA_EMULATION)
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -214,6 +217,10 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
     const auto r = train::train(c);
     const std::string how = r.record["gpu_step"]["profiled_steps"];
     EXPECT_EQ(how.rfind(graphs ? "CUDA graph" : "eager", 0), 0u) << how;
+#ifdef DLPERF_CUDA_EMULATION
+    // The stamps, captured from a stream of the highest priority, keep it in the graph.
+    EXPECT_EQ(emu::graphs_losing_priorities(), 0);
+#endif
     // Stopped after its steps: accuracy not measured (not 0%), the GPU memory it measured kept.
     EXPECT_TRUE(r.record["summary"]["final_test_acc"].is_null()) << r.record["summary"].dump();
     EXPECT_GT(r.record["summary"]["peak_bytes"].get<double>(), 0);

@@ -870,7 +870,9 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
   } catch (const std::exception& e) {
     failed = e.what();
   }
-  if (forked_) {  // the stamps' branch joins the step at its end, so the graph ends after its stamps
+  // The stamps' branch joins the step at its end, so the graph ends after its stamps.
+  const bool forked = forked_;
+  if (forked) {
     cudaEventRecord(join_, stamp_stream_);
     cudaStreamWaitEvent(stream_, join_, 0);
     forked_ = false;
@@ -882,7 +884,10 @@ cudaGraphExec_t Network::capture_step(const std::function<void(cudaStream_t)>& l
     count_nodes(g, *nodes);
   }
   if (failed.empty()) {
-    const cudaError_t inst = cudaGraphInstantiate(&exec, g, 0);
+    // A captured kernel keeps its stream's priority as an attribute, but a graph runs every node
+    // at its launch stream's priority unless told to use the nodes' own: without the flag the
+    // stamps would wait behind the next kernel's blocks, reading the clock late.
+    const cudaError_t inst = cudaGraphInstantiate(&exec, g, forked ? cudaGraphInstantiateFlagUseNodePriority : 0);
     if (inst != cudaSuccess) failed = cudaGetErrorString(inst), exec = nullptr;
   }
   if (g) cudaGraphDestroy(g);
