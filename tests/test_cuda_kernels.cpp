@@ -874,7 +874,7 @@ TEST(KERNEL_SUITE, SmallConvolutionMatchesTheReference) {
         const StoredConv io{t, layout};
         const bool nhwc = layout == cuda::Layout::nhwc;
         const ConvInputs in(io, s, 71);
-        const Dims &xd = in.xd, &wd = in.wd, &yd = in.yd;
+        const Dims &wd = in.wd, &yd = in.yd;
         const std::vector<float>&xs = in.xs, &ws = in.ws, &dys = in.dys;
         const auto &x = in.x, &w = in.w, &dy = in.dy;
         Dev<float> y(size_t(numel(yd))), dw(size_t(numel(wd))), dw2(size_t(numel(wd)));
