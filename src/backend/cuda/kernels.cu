@@ -377,6 +377,11 @@ __device__ inline uint64_t global_ns() {
 }
 #endif
 __global__ void stamp_k(uint64_t* at) { *at = global_ns(); }
+__global__ void hold_k(uint64_t ns) {
+  const uint64_t start = global_ns();
+  while (global_ns() - start < ns) {
+  }
+}
 __global__ void clock_tick_k(uint64_t* out) {
   uint64_t best = 0;
   for (int change = 0; change < 64; ++change) {
@@ -589,6 +594,7 @@ void normalize_u8(const uint8_t* images, float* out, int64_t n, int64_t channels
 void empty_kernel(cudaStream_t s) { LAUNCH(1, 1, 0, s, empty_k)(); }
 void stamp_time(uint64_t* at, cudaStream_t s) { LAUNCH(1, 1, 0, s, stamp_k)(at); }
 void clock_tick(uint64_t* out, cudaStream_t s) { LAUNCH(1, 1, 0, s, clock_tick_k)(out); }
+void hold_stream(uint64_t ns, cudaStream_t s) { LAUNCH(1, 1, 0, s, hold_k)(ns); }
 void stream_copy(const float* a, float* b, int64_t n, cudaStream_t s) { LAUNCH(blocks_for(n), kThreads, 0, s, copy_k)(a, b, n); }
 void stream_triad(float* a, const float* b, const float* c, float scalar, int64_t n, cudaStream_t s) {
   LAUNCH(blocks_for(n), kThreads, 0, s, triad_k)(a, b, c, scalar, n);

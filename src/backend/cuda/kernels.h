@@ -160,6 +160,10 @@ inline void bias_grad(const float* dy, float* db, int64_t outer, int64_t channel
 /// A one-thread kernel, since in a CUDA graph a kernel node costs the GPU about a quarter of
 /// what an event record node does (bench launch measures both).
 void stamp_time(uint64_t* at, cudaStream_t s);
+/// Keeps `s` busy for `ns` nanoseconds of that clock (one thread spinning). Queued ahead of work
+/// timed with events, it lets the host queue that work before the GPU gets to it, so the events
+/// time the GPU's work alone rather than the host's calls that queue it.
+void hold_stream(uint64_t ns, cudaStream_t s);
 /// *out = the smallest step of that clock seen in 64 changes (0 if it never moved): how finely
 /// the stamps resolve a span. One thread, a few microseconds.
 void clock_tick(uint64_t* out, cudaStream_t s);

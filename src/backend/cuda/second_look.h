@@ -39,8 +39,15 @@ inline bool fill_random(void* dst, DType t, size_t n) {
 
 /// The median time of 3 runs of `pass` (after one to warm up) on the default stream, in ms; -1
 /// where a run failed (`pass` returns false) or CUDA did.
+///
+/// Each run waits behind a 100 us hold of the stream (hold_stream), queued with it. Timed on an
+/// idle GPU, a run of a few microseconds (a linear layer's GEMM at batch 64) would include the
+/// host's time to queue it, some microseconds of a library call that a CUDA graph's replay
+/// never pays, and its jitter; behind the hold the events time the GPU's work alone, as the
+/// step's graph runs it. 100 us is several times what a cuDNN or cuBLASLt call takes the host.
 template <class Pass>
 double median_ms(Pass pass) {
+  constexpr uint64_t kHoldNs = 100'000;
   if (!pass()) return -1;
   cudaEvent_t a = nullptr, b = nullptr;
   if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
@@ -49,6 +56,7 @@ double median_ms(Pass pass) {
   }
   std::vector<double> ms;
   for (int i = 0; i < 3; ++i) {
+    hold_stream(kHoldNs, nullptr);
     cudaEventRecord(a, nullptr);
     const bool ran = pass();
     cudaEventRecord(b, nullptr);
