@@ -25,8 +25,8 @@
 #   profile     dlperf profile on the GPU, and what profiling costs there, every step recorded and one in 4
 #               (scripts/bench_profile_overhead.sh)
 #   layouts     dlperf profile of medium (batch 64) and the recipe's model (256) in bf16 NHWC and NCHW, and fp16 NHWC;
-#               medium fp32 (NCHW, NHWC), large fp32 (NCHW, NHWC) and bf16, resnet18 bf16 at batch 1024; the convolutions whose
-#               faster algorithms the workspace limit ruled out; scripts/gpu/fit_plan.py over those tables
+#               large at batch 64 in fp32 and bf16, NCHW and NHWC; large (fp32, bf16), medium fp32 and resnet18 bf16 at batch
+#               1024; the convolutions whose faster algorithms the workspace limit ruled out; scripts/gpu/fit_plan.py
 #   bench       dlperf bench all and allreduce (--quick), which keep the GPU's ceilings, then bench roofline fp32 and bf16,
 #               and bench loader (can the host feed the GPU?)
 #   vs-torch    scripts/gpu/bench_vs_torch.py with $VS_TORCH_ARGS (default "--batches 64,1024 --repeats 2":
@@ -232,20 +232,19 @@ for stage in "$@"; do
       tail -5 "$work/profile-overhead.txt" | tee -a "$summary"
       ;;
     layouts)
-      # Where a mixed-precision step's time goes, NHWC against NCHW (and fp16 beside bf16): the
+      # Where a step's time goes, layout against layout and precision against precision: the
       # per-op tables that auto's layout rule and the kernels' work are to follow. medium at batch
-      # 64 (the first GPU call, at 13cc5dd: bf16 NHWC 0.76 s an epoch, NCHW 0.49, fp16 NHWC 1.32),
-      # the recipe's model at its batch of 256, and batch 1024, where every row of the PyTorch
-      # table missed its target (large bf16 0.73x, medium fp32 0.96x); fp32 in NHWC too, the
-      # layout PyTorch was faster in at batch 1024; resnet18 in bf16 at 1024 (0.92x), the one
-      # preset whose residual adds and the relus after them run as passes of their own. The
-      # recipe's model once more with its conv1 in cuDNN (--small-conv cudnn), beside auto's
-      # choice, to say what the own small-channel kernels save a step.
+      # 64 in bf16 both ways and fp16; the recipe's model at its batch of 256 (once more with its
+      # conv1 in cuDNN, --small-conv cudnn, to say what the own small-channel kernels save);
+      # large at batch 64 in fp32 and bf16, both layouts, where bf16 was 1.16x fp32 against the
+      # 1.5x aimed at (H200, 13cc5dd; 2.85x at batch 1024 on the H100); and at batch 1024
+      # large, medium fp32 and resnet18 in bf16 (1.07x PyTorch on the H100, the closest row), the
+      # one preset whose residual adds and the relus after them run as passes of their own.
       for run in "medium 64 bf16 nhwc" "medium 64 bf16 nchw" "medium 64 fp16 nhwc" \
         "recipes/fmnist93.json 256 bf16 nhwc" "recipes/fmnist93.json 256 bf16 nhwc --small-conv cudnn" \
         "recipes/fmnist93.json 256 bf16 nchw" \
-        "medium 1024 fp32 nchw" "medium 1024 fp32 nhwc" "large 1024 bf16 nhwc" "large 1024 fp32 nchw" "large 1024 fp32 nhwc" \
-        "resnet18 1024 bf16 nhwc"; do
+        "large 64 fp32 nchw" "large 64 fp32 nhwc" "large 64 bf16 nhwc" "large 64 bf16 nchw" \
+        "large 1024 bf16 nhwc" "large 1024 fp32 nhwc" "medium 1024 fp32 nhwc" "resnet18 1024 bf16 nhwc"; do
         read -r model batch precision layout extra <<< "$run"
         name="profile-$(basename "$model" .json)-b$batch-$precision-$layout${extra:+-${extra##* }}"
         # shellcheck disable=SC2086  # extra: flags, split on purpose
