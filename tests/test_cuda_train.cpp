@@ -93,6 +93,7 @@ TEST(KERNEL_SUITE, CheckpointsResumeOnTheGpuAndOnTheCpu) {
 // resumed from the checkpoint it ends as the run nobody stopped.
 TEST(KERNEL_SUITE, CtrlCStopsAGpuRunAndResumeEndsItAsIfUnstopped) {
   REQUIRE_GPU();
+  const SigintAsAtATerminal sigint;
   TempDir dir;
   train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:256", 32, 2);
   c.graphs = false;  // eager steps on both sides: the same kernels in the same order

@@ -256,6 +256,7 @@ TEST(Lab, AReportThatCannotBeWrittenSaysResumeKeepsTheRuns) {
 }
 
 TEST(Lab, CtrlCEndsTheLabAndResumeReusesTheRunsThatFinished) {
+  const SigintAsAtATerminal sigint;
   TempDir dir;
   lab::LabConfig c = tiny_lab(dir.path);
   c.experiments = {"batch"};

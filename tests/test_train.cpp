@@ -158,6 +158,7 @@ TEST(Train, ResumeEndsWithTheSameWeightsAsAnUninterruptedRun) {
 }
 
 TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
+  const SigintAsAtATerminal sigint;
   TempDir dir;
   auto c = tiny();
   const auto whole = train::train(c);
@@ -205,6 +206,7 @@ TEST(Train, CtrlCStopsAtTheNextStepAndKeepsTheFinishedEpochs) {
 // Ctrl-C's handling: the first signal asks, a second ends the process, and the handlers and
 // the request last as long as the outermost StopOnSignal.
 TEST(StopOnSignal, FirstSignalAsksASecondEndsTheProcess) {
+  const SigintAsAtATerminal sigint;  // and as the program found it afterwards
   {
     const StopOnSignal outer;
     {

@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <csignal>
+
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -42,6 +44,22 @@ inline nlohmann::json corner_case_model() {
                       {{"type", "dropout"}, {"p", 0.5}},
                       {{"type", "linear"}, {"out_features", "classes"}}}}};
 }
+
+/// While it lives, SIGINT has its default action, as at a terminal. A test program started as a
+/// background job of a shell without job control (`cmd &` in a script) inherits SIGINT ignored,
+/// and dlperf rightly leaves an ignored signal ignored (nohup), so a test of Ctrl-C would see none.
+struct SigintAsAtATerminal {
+  struct sigaction before {};
+  SigintAsAtATerminal() {
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    sigaction(SIGINT, &dfl, &before);
+  }
+  ~SigintAsAtATerminal() { sigaction(SIGINT, &before, nullptr); }
+  SigintAsAtATerminal(const SigintAsAtATerminal&) = delete;
+  SigintAsAtATerminal& operator=(const SigintAsAtATerminal&) = delete;
+};
 
 /// A fresh directory under the system's temporary folder, removed with everything in it.
 struct TempDir {
