@@ -13,6 +13,7 @@
 #include "backend/cuda/small_conv.h"
 #include "backend/cuda/gemm.h"
 #include "backend/cuda/runtime.h"
+#include "backend/cuda/second_look.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "plan/memory.h"
@@ -566,33 +567,6 @@ void Network::alloc_workspaces(size_t bn_workspace, size_t conv_workspace) {
   }
 }
 
-// The median time of `run` on the step's stream (ms): 5 timed samples after 2 untimed ones, each
-// of 4 runs, since one run of a few microseconds is not much longer than the events resolve.
-double Network::median_ms(const std::function<void()>& run) {
-#ifdef DLPERF_CUDA_EMULATION
-  constexpr int kRuns = 1, kWarm = 0, kSamples = 1;  // emulated kernels crawl, and their times say nothing
-#else
-  constexpr int kRuns = 4, kWarm = 2, kSamples = 5;
-#endif
-  cudaEvent_t a = nullptr, b = nullptr;
-  ok(cudaEventCreate(&a), "cudaEventCreate");
-  ok(cudaEventCreate(&b), "cudaEventCreate");
-  std::vector<double> ms;
-  for (int i = 0; i < kWarm + kSamples; ++i) {
-    ok(cudaEventRecord(a, stream_), "cudaEventRecord");
-    for (int r = 0; r < kRuns; ++r) run();
-    ok(cudaEventRecord(b, stream_), "cudaEventRecord");
-    ok(cudaEventSynchronize(b), "timing a convolution");
-    float t = 0;
-    ok(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
-    if (i >= kWarm) ms.push_back(double(t) / kRuns);
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  std::nth_element(ms.begin(), ms.begin() + kSamples / 2, ms.end());
-  return ms[kSamples / 2];
-}
-
 // Which convolutions of few input channels the own kernels run (small_conv.h): all of them with
 // --small-conv own; with auto each pass whichever of them and cuDNN's choice (the weight gradient
 // as the step runs it, through NCHW where it does) ran faster here, on the layer's own buffers.
@@ -611,14 +585,28 @@ void Network::choose_small_convs() {
     void* x = act_[size_t(l.in[0])];
     void* y = act_[size_t(l.out)];
     void* dy = diff_[size_t(l.out)];
-    const size_t es = bytes_of(dt_);
-    // Zeros, not whatever the allocator held: the times do not depend on the values.
-    ok(cudaMemsetAsync(x, 0, size_t(numel(l.node->in_dims[0])) * es, stream_), "cudaMemset");
-    ok(cudaMemsetAsync(dy, 0, size_t(numel(l.node->out_dims)) * es, stream_), "cudaMemset");
-    const double cudnn_fwd = median_ms([&] { l.conv->forward(x, l.wh, y, stream_); });
-    const double own_fwd = median_ms([&] { small_conv_forward(dt_, nhwc, l.shape, x, l.wh, y, stream_); });
-    const double cudnn_wgrad = median_ms([&] { conv_weight_grad(l, x, dy); });
-    const double own_wgrad = median_ms([&] { small_conv_weight_grad(dt_, nhwc, l.shape, x, dy, l.dwh, conv_workspace_, stream_); });
+    // Random values, not zeros nor whatever the allocator held: a kernel's time can depend on
+    // them (second_look.h), and the step overwrites them.
+    ok(cudaStreamSynchronize(stream_), "timing the small convolutions");
+    check(second_look::fill_random(x, dt_, size_t(numel(l.node->in_dims[0]))) &&
+              second_look::fill_random(dy, dt_, size_t(numel(l.node->out_dims))),
+          "CUDA failed while preparing to time the small convolutions", "run again; if it persists, pass --small-conv cudnn");
+    // Four runs a sample: a pass may take a few microseconds, not much more than events resolve.
+    auto time = [&](const std::function<void()>& run) {
+      constexpr int kRuns = 4;
+      const double ms = second_look::median_ms(
+          [&] {
+            for (int r = 0; r < kRuns; ++r) run();
+            return true;
+          },
+          stream_);
+      check(ms >= 0, "CUDA failed while timing the small convolutions", "run again; if it persists, pass --small-conv cudnn");
+      return ms / kRuns;
+    };
+    const double cudnn_fwd = time([&] { l.conv->forward(x, l.wh, y, stream_); });
+    const double own_fwd = time([&] { small_conv_forward(dt_, nhwc, l.shape, x, l.wh, y, stream_); });
+    const double cudnn_wgrad = time([&] { conv_weight_grad(l, x, dy); });
+    const double own_wgrad = time([&] { small_conv_weight_grad(dt_, nhwc, l.shape, x, dy, l.dwh, conv_workspace_, stream_); });
     l.own_forward = own_fwd < kMargin * cudnn_fwd;
     l.own_weight_grad = own_wgrad < kMargin * cudnn_wgrad;
     auto pass = [](const char* name, double own, double cudnn, bool taken) {

@@ -221,7 +221,6 @@ class Network {
   void alloc_workspaces(size_t bn_workspace, size_t conv_workspace);
   void choose_small_convs();
   void conv_weight_grad(Layer& l, const void* x, const void* dy);
-  double median_ms(const std::function<void()>& run);
   void release();                          // gives back every resource (destructor, failed build)
   float* alloc(size_t floats, MemCategory c);
   void* alloc_bytes(size_t bytes, MemCategory c);

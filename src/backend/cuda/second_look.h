@@ -2,8 +2,9 @@
 // through the very call training makes, and taking the fastest there. cuDNN's timed search runs
 // its candidates on buffers of its own, and cuBLASLt's heuristic runs nothing at all; on an H100
 // (2026-11-28) cuDNN's search put an algorithm first that took six times as long on training's
-// data (conv_choice.h, retime_candidates). Used by conv.cpp and gemm.cpp while they choose, before
-// any step is queued: everything here runs on the default stream and waits for it.
+// data (conv_choice.h, retime_candidates). Used by conv.cpp and gemm.cpp while they choose, and by
+// the executor for its own small-convolution kernels, before any step is queued: everything here
+// waits for the work it queued.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -37,8 +38,8 @@ inline bool fill_random(void* dst, DType t, size_t n) {
   return ok;
 }
 
-/// The median time of 3 runs of `pass` (after one to warm up) on the default stream, in ms; -1
-/// where a run failed (`pass` returns false) or CUDA did.
+/// The median time of 5 runs of `pass` (after one to warm up) on `stream`, in ms; -1 where a run
+/// failed (`pass` returns false) or CUDA did.
 ///
 /// Each run waits behind a 100 us hold of the stream (hold_stream), queued with it. Timed on an
 /// idle GPU, a run of a few microseconds (a linear layer's GEMM at batch 64) would include the
@@ -46,28 +47,34 @@ inline bool fill_random(void* dst, DType t, size_t n) {
 /// never pays, and its jitter; behind the hold the events time the GPU's work alone, as the
 /// step's graph runs it. 100 us is several times what a cuDNN or cuBLASLt call takes the host.
 template <class Pass>
-double median_ms(Pass pass) {
+double median_ms(Pass pass, cudaStream_t stream = nullptr) {
   constexpr uint64_t kHoldNs = 100'000;
-  if (!pass()) return -1;
+#ifdef DLPERF_CUDA_EMULATION
+  constexpr int kWarm = 0, kSamples = 1;  // emulated kernels crawl, and their times say nothing
+#else
+  constexpr int kWarm = 1, kSamples = 5;
+#endif
+  for (int i = 0; i < kWarm; ++i)
+    if (!pass()) return -1;
   cudaEvent_t a = nullptr, b = nullptr;
   if (cudaEventCreate(&a) != cudaSuccess || cudaEventCreate(&b) != cudaSuccess) {
     if (a) cudaEventDestroy(a);
     return -1;
   }
   std::vector<double> ms;
-  for (int i = 0; i < 3; ++i) {
-    hold_stream(kHoldNs, nullptr);
-    cudaEventRecord(a, nullptr);
+  for (int i = 0; i < kSamples; ++i) {
+    hold_stream(kHoldNs, stream);
+    cudaEventRecord(a, stream);
     const bool ran = pass();
-    cudaEventRecord(b, nullptr);
+    cudaEventRecord(b, stream);
     float t = 0;
     if (!ran || cudaEventSynchronize(b) != cudaSuccess || cudaEventElapsedTime(&t, a, b) != cudaSuccess) break;
     ms.push_back(t);
   }
   cudaEventDestroy(a), cudaEventDestroy(b);
-  if (ms.size() < 3) return -1;
+  if (ms.size() < size_t(kSamples)) return -1;
   std::sort(ms.begin(), ms.end());
-  return ms[1];
+  return ms[ms.size() / 2];
 }
 
 /// Device memory of one's own for a second look, freed with it; null where there was none.
