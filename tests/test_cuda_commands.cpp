@@ -139,11 +139,12 @@ TEST(KERNEL_SUITE, LabMeasuresTheGpuRows) {
     }
   }
 
-  // device: a cpu and a cuda row per workload (and the tiny one's on one CPU thread where there
+  // device: a cpu and a cuda row per workload (and the tiny ones' on one CPU thread where there
   // are more), all measured, the GPU's speed-up against the CPU.
   const auto& device = exps[0];
   ASSERT_EQ(device.name, "device");
-  ASSERT_EQ(device.rows.size(), hw::usable_cpus() > 1 ? 5u : 4u);
+  ASSERT_EQ(c.tiny_models.size(), 2u);
+  ASSERT_EQ(device.rows.size(), hw::usable_cpus() > 1 ? 8u : 6u);
   int cuda_rows = 0;
   for (const auto& r : device.rows) {
     SCOPED_TRACE(r.dump());
@@ -163,7 +164,7 @@ TEST(KERNEL_SUITE, LabMeasuresTheGpuRows) {
       EXPECT_GT(r["kernels_per_step"].get<double>(), 0);
     }
   }
-  EXPECT_EQ(cuda_rows, 2);
+  EXPECT_EQ(cuda_rows, 3);
 
   // precision: all four run on the GPU; fp16 reports its loss-scale skips (a number, maybe 0).
   const auto& precision = exps[1];

@@ -22,7 +22,8 @@ TEST(Presets, ResolveForBothShapesWithTheDocumentedSizes) {
       {"large", {6.4e6, 7.0e6}},
       {"resnet18", {11.1e6, 11.25e6}},
       {"resnet18-imagenet", {11.1e6, 11.25e6}},
-      {"mlp", {0.19e6, 0.2e6}}};
+      {"mlp", {0.19e6, 0.2e6}},
+      {"logreg", {0.0307e6, 0.0308e6}}};  // 3072 x 10 weights and 10 biases
   for (const auto& name : nn::preset_names()) {
     const auto spec = nn::load_model(name);
     const auto g32 = nn::build_graph(spec, {3, 32, 32}, 10, 4);
