@@ -469,16 +469,16 @@ Experiment device(Runner& run, const LabConfig& lab) {
   struct Workload {
     std::string model;
     int64_t batch;
+    bool tiny;
   };
-  std::vector<Workload> workloads = {{lab.base_model, lab.base_batch}};
-  for (const std::string& m : lab.tiny_models) workloads.push_back({m, 16});
+  std::vector<Workload> workloads = {{lab.base_model, lab.base_batch, false}};
+  for (const std::string& m : lab.tiny_models) workloads.push_back({m, 16, true});
   for (const Workload& w : workloads) {
-    const bool tiny = w.model != lab.base_model;
     train::TrainConfig c = run.base();
     c.device = "cpu";
     c.model = w.model;
     c.batch = w.batch;
-    if (tiny) {
+    if (w.tiny) {
       c.lr = lab.tiny_lr;
       // Its steps take microseconds: one epoch of them lasts a few tens of milliseconds, too
       // short to time reliably on a shared machine, so it runs five times as long.
@@ -494,7 +494,7 @@ Experiment device(Runner& run, const LabConfig& lab) {
     // the threads' round trip (bench launch's figure, microseconds) for less work than that, and
     // one thread leaves the loader's worker a core of its own. On one thread the CPU trains it at
     // its best, which is the CPU a GPU should be compared with.
-    if (tiny && threads > 1) {
+    if (w.tiny && threads > 1) {
       train::TrainConfig one = c;
       one.threads = 1;
       json r = row_of(run.run("device", fmt::format("cpu, {} at batch {}, 1 thread", w.model, w.batch), one),
