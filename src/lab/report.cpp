@@ -58,6 +58,7 @@ struct Plot {
   std::string y;
   std::vector<Series> series;
   bool log2x = false;
+  bool logy = false;  ///< for bars hundreds of times apart (the device plot's base and tiny workloads)
 };
 
 std::vector<Plot> plots_for(const Experiment& e) {
@@ -72,7 +73,7 @@ std::vector<Plot> plots_for(const Experiment& e) {
                return fmt::format("{}{} {} b{}", r["device"].get<std::string>(), one_thread ? " 1 thread" : "",
                                   r["workload"].get<std::string>(), r["batch"].get<int64_t>());
              },
-             "epoch_s", {{"measured", all}}, false}};
+             "epoch_s", {{"measured", all}}, false, true}};
   if (e.name == "batch")
     return {{"batch-throughput", "Throughput by batch size", "batch size", "images per second", "batch", nullptr, "images_per_s",
              {{"fixed lr", rule("fixed")}, {"linear lr scaling", rule("linear")}}, true},
@@ -126,11 +127,11 @@ std::string draw(const Plot& p, const Experiment& e, const fs::path& out) {
   std::string script = fmt::format(
       "# Made by dlperf lab. Rerun with: gnuplot {}\n"
       "set terminal pngcairo size 900,560 enhanced font 'Sans,10'\nset output '{}'\nset title '{}'\n"
-      "set ylabel '{}'\nset grid ytics\nset key top left\nset yrange [0:*]\n",
-      gp.string(), png.string(), p.title, p.ylabel);
-  if (p.x.empty())  // bars; more than six labels are slanted so that they do not overlap
+      "set ylabel '{}'\nset grid ytics\nset key top left\n{}\n",
+      gp.string(), png.string(), p.title, p.ylabel, p.logy ? "set logscale y\nset yrange [*:*]" : "set yrange [0:*]");
+  if (p.x.empty())  // bars; more than four labels are slanted so that they do not overlap
     script += fmt::format("set style fill solid\nset boxwidth 0.6\nset xtics nomirror{}\nset offsets 0.5,0.5,0,0\n",
-                          rows.size() > 6 ? " rotate by 30 right" : "");
+                          rows.size() > 4 ? " rotate by 30 right" : "");
   else
     script += fmt::format("set xlabel '{}'\n{}set offsets graph 0.05, graph 0.05, 0, 0\n", p.xlabel, p.log2x ? "set logscale x 2\n" : "");
   script += plot_cmd + "\n";
