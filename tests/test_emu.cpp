@@ -1,7 +1,8 @@
 // The CPU emulation of CUDA (emu/cuda_emu.h) is only worth its tests if it runs kernels as a GPU
 // would where our kernels depend on it: every (block, thread) once, barriers that hold every
 // thread back, shuffles that read the right lane, and a barrier some threads skip reported
-// rather than run past.
+// rather than run past; and if its stream capture spans streams as CUDA's does, since the
+// profiler forks its stamps onto a stream of their own.
 #include "emu/cuda_emu.h"
 
 #include <gtest/gtest.h>
@@ -32,6 +33,8 @@ __global__ void warp_sum_k(const double* in, double* out) {
   for (int o = 16; o > 0; o /= 2) v += __shfl_down_sync(0xffffffffu, v, o);
   if (threadIdx.x % 32 == 0) out[threadIdx.x / 32] = v;
 }
+
+__global__ void set_k(int* at, int value) { *at = value; }
 
 // Half the threads return before the barrier, the others wait at it: legal on Volta and later.
 __global__ void early_exit_k(int* out) {
@@ -88,6 +91,61 @@ TEST(CudaEmulation, ABarrierSomeThreadsNeverReachIsReported) {
   std::vector<int> again(64, 0);
   emu::launcher(dim3(1), dim3(64), early_exit_k)(again.data());
   EXPECT_EQ(again[0], 1);
+}
+
+// A capture takes in a stream that waits on an event recorded in it, records that stream's work
+// as nodes (nothing runs until the graph is launched), runs other streams' work at once, and ends
+// only once the origin has waited for the forked stream's last work, as CUDA requires.
+TEST(CudaEmulation, ACaptureSpansTheStreamsForkedFromItAndEndsOnlyJoined) {
+  cudaStream_t origin = nullptr, fork = nullptr, other = nullptr;
+  cudaEvent_t forked = nullptr, joined = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&origin, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithPriority(&fork, cudaStreamNonBlocking, -5), cudaSuccess);
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&forked), cudaSuccess);
+  ASSERT_EQ(cudaEventCreate(&joined), cudaSuccess);
+  std::vector<int> v(3, 0);
+  auto capture = [&](bool join) {
+    EXPECT_EQ(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+    emu::launcher(dim3(1), dim3(1), origin, set_k)(&v[0], 1);
+    cudaEventRecord(forked, origin);
+    cudaStreamWaitEvent(fork, forked, 0);
+    emu::launcher(dim3(1), dim3(1), fork, set_k)(&v[1], 2);
+    emu::launcher(dim3(1), dim3(1), other, set_k)(&v[2], 3);  // not in the capture: runs now
+    if (join) {
+      cudaEventRecord(joined, fork);
+      cudaStreamWaitEvent(origin, joined, 0);
+    }
+    cudaGraph_t g = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(origin, &g);
+    return std::pair{end, g};
+  };
+  const auto [unjoined, none] = capture(false);
+  EXPECT_EQ(unjoined, cudaErrorStreamCaptureUnjoined);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_EQ(v, (std::vector<int>{0, 0, 3}));
+  v[2] = 0;
+  const auto [ok, g] = capture(true);
+  ASSERT_EQ(ok, cudaSuccess);
+  EXPECT_EQ(v, (std::vector<int>{0, 0, 3}));
+  cudaGraphExec_t exec = nullptr;
+  const int lost = emu::graphs_losing_priorities();
+  ASSERT_EQ(cudaGraphInstantiate(&exec, g, 0), cudaSuccess);
+  EXPECT_EQ(emu::graphs_losing_priorities(), lost + 1);  // the fork's kernel had a priority of its own
+  ASSERT_EQ(cudaGraphLaunch(exec, origin), cudaSuccess);
+  EXPECT_EQ(v, (std::vector<int>{1, 2, 3}));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(g);
+  // An event recorded in an earlier capture draws no stream into the next one.
+  ASSERT_EQ(cudaStreamBeginCapture(origin, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  cudaStreamWaitEvent(other, forked, 0);
+  emu::launcher(dim3(1), dim3(1), other, set_k)(&v[2], 4);
+  EXPECT_EQ(v[2], 4);
+  cudaGraph_t empty = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(origin, &empty), cudaSuccess);
+  cudaGraphDestroy(empty);
+  for (cudaEvent_t e : {forked, joined}) cudaEventDestroy(e);
+  for (cudaStream_t st : {origin, fork, other}) cudaStreamDestroy(st);
 }
 
 }  // namespace

@@ -30,9 +30,10 @@ namespace {
 
 struct Event {
   double ms = 0;
-  // Where it was last recorded, if in a capture: its stream, and how many operations that stream
-  // had queued in the capture by then (what a wait on it joins).
-  bool captured = false;
+  // Where it was last recorded, if in a capture: the capture's number (emu::Capture::number; 0
+  // outside any), its stream, and how many operations that stream had queued in the capture by
+  // then (what a wait on it joins).
+  int64_t capture = 0;
   const void* stream = nullptr;
   int64_t at = 0;
 };
@@ -210,7 +211,7 @@ cudaError_t CUDARTAPI cudaDeviceSynchronize(void) { return synchronous(); }
 cudaError_t CUDARTAPI cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned int) {
   emu::Capture& c = emu::capture();
   const Event& ev = *reinterpret_cast<Event*>(e);
-  if (!c.open || !ev.captured) return cudaSuccess;
+  if (!c.open || ev.capture != c.number) return cudaSuccess;
   if (s != c.origin) {
     c.forks[s];  // joins the capture, if it had not
   } else if (ev.stream != c.origin) {
@@ -232,10 +233,11 @@ cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t e) {
 cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
   emu::submit(emu::NodeKind::event, s, [e] { reinterpret_cast<Event*>(e)->ms = now_ms(); });
   Event& ev = *reinterpret_cast<Event*>(e);
-  ev.captured = emu::captures(s);
-  ev.stream = s;
   const emu::Capture& c = emu::capture();
-  ev.at = ev.captured && s != c.origin ? c.forks.at(s).queued : 0;
+  const bool captured = emu::captures(s);
+  ev.capture = captured ? c.number : 0;
+  ev.stream = s;
+  ev.at = captured && s != c.origin ? c.forks.at(s).queued : 0;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaEventRecordWithFlags(cudaEvent_t e, cudaStream_t s, unsigned int) { return cudaEventRecord(e, s); }
@@ -251,8 +253,9 @@ cudaError_t CUDARTAPI cudaStreamBeginCapture(cudaStream_t s, cudaStreamCaptureMo
   if (refuse && *refuse == '1') return fail(cudaErrorStreamCaptureUnsupported);
   emu::Capture& c = emu::capture();
   if (c.open) return fail(cudaErrorIllegalState);
+  const int64_t number = c.number + 1;
   c = {};
-  c.open = true, c.origin = s;
+  c.open = true, c.origin = s, c.number = number;
   return cudaSuccess;
 }
 cudaError_t CUDARTAPI cudaStreamEndCapture(cudaStream_t s, cudaGraph_t* g) {

@@ -36,6 +36,7 @@ inline int priority_of(const void* stream) { return stream ? static_cast<const S
 struct Capture {
   bool open = false;
   bool broken = false;  // something that may not be captured was called during the capture
+  int64_t number = 0;   // which capture of the process: an event recorded in an earlier one joins nothing
   const void* origin = nullptr;  // the stream that began it
   // Each other stream the capture spans: how many operations it has queued in the capture, and
   // how many of them the origin stream has waited for.
