@@ -34,9 +34,10 @@
 #   lab         dlperf lab with its GPU rows, $LAB_ARGS (default --quick), into lab-gpu/ (--resume: a
 #               second call on a warm machine finishes a lab the first cut short); a copy in the archive
 # A session's plan (docs/gpu.md): here, scripts/gpu/fetch_debs.sh once; there, with carry [".deb"],
-#   check.sh --budget 450 tests sanitize races profile recipe lab train  (timeout_s 480), then at once,
+#   check.sh --budget 450 tests sanitize races profile recipe lab train bench  (timeout_s 480), then at once,
 #   VS_TORCH_ARGS="--batches 64,256 --repeats 2" check.sh --budget 330 vs-torch layouts
-#                                                          (timeout_s 360; the tool cuts it to what is left).
+#                                                          (timeout_s 360; the tool cuts it to what is left),
+#   and, if status still shows 200 s, VS_TORCH_ARGS="--batches 16 --images 10000 --repeats 2" check.sh --budget 180 vs-torch
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 budget=570
