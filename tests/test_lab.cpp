@@ -598,6 +598,37 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
   obs = lab::observe(d);
   EXPECT_FALSE(says(obs, "the GPU trains"));
 
+  // Where the CPU starts to win, from the work a step does: medium (GPU), mlp (GPU), logreg (CPU).
+  lab::Experiment x;
+  x.name = "device";
+  x.rows = {row({{"device", "cpu"}, {"workload", "medium"}, {"batch", 64}}, 30, 2000, 90, 60),
+            row({{"device", "cuda"}, {"workload", "medium"}, {"batch", 64}, {"mflops_per_step", 2961.13}}, 3, 20000, 90, 60),
+            row({{"device", "cpu"}, {"workload", "mlp"}, {"batch", 16}}, 0.08, 0, 90, 1),
+            row({{"device", "cuda"}, {"workload", "mlp"}, {"batch", 16}, {"mflops_per_step", 3.28}}, 0.05, 0, 90, 1),
+            row({{"device", "cpu"}, {"workload", "logreg"}, {"batch", 16}}, 0.012, 0, 90, 1),
+            row({{"device", "cuda"}, {"workload", "logreg"}, {"batch", 16}, {"mflops_per_step", 0.5}}, 0.03, 0, 90, 1)};
+  EXPECT_TRUE(says(lab::observe(x), "The crossover lies between logreg (0.50 MFLOP a step, the CPU faster) and mlp (3.28 MFLOP a step, "
+                                    "the GPU faster): with less work a step, the GPU's fixed cost of a step outweighs its speed."))
+      << lab::observe(x).back();
+  x.rows[5]["epoch_s"] = x.rows[5]["step_ms"] = 0.01;  // the GPU faster on logreg too
+  EXPECT_TRUE(says(lab::observe(x), "The GPU wins even on logreg, the least work here (0.50 MFLOP a step: 10.0 us a step against the "
+                                    "CPU's 12.0 us): on this machine no workload of this lab is small enough for the CPU to win."))
+      << lab::observe(x).back();
+  x.rows[5]["epoch_s"] = x.rows[5]["step_ms"] = 0.0121;  // alike on logreg: the GPU has not won them all, and no crossover is seen
+  EXPECT_FALSE(says(lab::observe(x), "The GPU wins even")) << lab::observe(x).back();
+  EXPECT_FALSE(says(lab::observe(x), "crossover")) << lab::observe(x).back();
+  x.rows[5]["epoch_s"] = x.rows[5]["step_ms"] = 0.03;
+  x.rows[3]["epoch_s"] = x.rows[3]["step_ms"] = 0.2;  // the CPU wins on mlp and logreg, the GPU on medium
+  EXPECT_TRUE(says(lab::observe(x), "The crossover lies between mlp (3.28 MFLOP a step, the CPU faster) and medium (2961 MFLOP a step"))
+      << lab::observe(x).back();
+  x.rows[3]["epoch_s"] = x.rows[3]["step_ms"] = 0.05;
+  x.rows[1]["epoch_s"] = x.rows[1]["step_ms"] = 60;  // the CPU on medium, the GPU on mlp: not split by work, so no claim
+  EXPECT_FALSE(says(lab::observe(x), "crossover")) << lab::observe(x).back();
+  x.rows.resize(4);  // one workload on both devices with a GPU verdict left: nothing to compare
+  x.rows[1]["status"] = "missing";
+  EXPECT_FALSE(says(lab::observe(x), "crossover"));
+  EXPECT_FALSE(says(lab::observe(x), "wins even"));
+
   // The tiny workload on every core and on one thread: the sentence says which is faster and
   // why, and the GPU is compared with the faster of the two, named.
   lab::Experiment t;

@@ -106,6 +106,32 @@ std::string threads_of(const json& r) {
   return t.is_number_integer() ? counted(t.get<int64_t>(), "thread") : "";
 }
 
+// Where the CPU starts to win, from the workloads both devices ran (`winner`: +1 the GPU faster,
+// -1 the CPU, 0 alike): between the least work a step the GPU won and the most the CPU won; or
+// that one device won them all, down to the least work (or up to the most). Empty where fewer
+// than two workloads ran on both, or where the winners do not split by work.
+template <class Verdict>
+std::string crossover(std::vector<Verdict> v) {
+  if (v.size() < 2) return "";
+  std::sort(v.begin(), v.end(), [](const Verdict& a, const Verdict& b) { return a.mflop < b.mflop; });
+  auto mflop = [](const Verdict& x) { return format_decimals(x.mflop, x.mflop < 10 ? 2 : 0) + " MFLOP a step"; };
+  const auto gpu = std::find_if(v.begin(), v.end(), [](const Verdict& x) { return x.winner > 0; });   // the least work it won
+  const auto cpu = std::find_if(v.rbegin(), v.rend(), [](const Verdict& x) { return x.winner < 0; });  // the most work it won
+  const bool gpu_all = std::all_of(v.begin(), v.end(), [](const Verdict& x) { return x.winner > 0; });
+  const bool cpu_all = std::all_of(v.begin(), v.end(), [](const Verdict& x) { return x.winner < 0; });
+  if (gpu_all)
+    return fmt::format("The GPU wins even on {}, the least work here ({}: {} a step against the CPU's {}): on this machine no "
+                       "workload of this lab is small enough for the CPU to win.",
+                       v.front().workload, mflop(v.front()), step_time(v.front().gpu_step_ms), step_time(v.front().cpu_step_ms));
+  if (cpu_all)
+    return fmt::format("The CPU wins even on {}, the most work here ({}: {} a step against the GPU's {}).", v.back().workload,
+                       mflop(v.back()), step_time(v.back().cpu_step_ms), step_time(v.back().gpu_step_ms));
+  if (gpu == v.end() || cpu == v.rend() || cpu->mflop >= gpu->mflop) return "";
+  return fmt::format("The crossover lies between {} ({}, the CPU faster) and {} ({}, the GPU faster): with less work a step, "
+                     "the GPU's fixed cost of a step outweighs its speed.",
+                     cpu->workload, mflop(*cpu), gpu->workload, mflop(*gpu));
+}
+
 std::vector<std::string> device(const Experiment& e) {
   std::vector<std::string> out;
   const auto rows = e.measured();
@@ -115,6 +141,13 @@ std::vector<std::string> device(const Experiment& e) {
     if (std::find(workloads.begin(), workloads.end(), w) == workloads.end()) workloads.push_back(w);
   }
   bool any_gpu = false;
+  // Who won each workload the GPU ran, by the work a step does: where the crossover lies.
+  struct Verdict {
+    std::string workload;
+    double mflop, cpu_step_ms, gpu_step_ms;
+    int winner;  // +1 the GPU, -1 the CPU, 0 alike
+  };
+  std::vector<Verdict> verdicts;
   for (const auto& w : workloads) {
     std::vector<json> cpus;  // the first on every core; a tiny workload's second on one thread
     for (const auto& r : rows)
@@ -159,6 +192,9 @@ std::vector<std::string> device(const Experiment& e) {
     }
     any_gpu = true;
     const double speedup = num(cpu, "epoch_s") / num(*gpu, "epoch_s");
+    if (gpu->value("mflops_per_step", json()).is_number())
+      verdicts.push_back({w, num(*gpu, "mflops_per_step"), num(cpu, "step_ms"), num(*gpu, "step_ms"),
+                          within_noise(speedup, e.noise_pct) ? 0 : speedup >= 1 ? 1 : -1});
     if (within_noise(speedup, e.noise_pct))
       out.push_back(fmt::format("{} at batch {}: the GPU and {} train about as fast ({} vs {} per epoch).", w, batch, the_cpu,
                                 format_seconds(num(*gpu, "epoch_s")), format_seconds(num(cpu, "epoch_s"))));
@@ -182,6 +218,7 @@ std::vector<std::string> device(const Experiment& e) {
                                 the_cpu + " wins", 1 / speedup, step_time(num(cpu, "step_ms")), step_time(num(*gpu, "step_ms")), why));
     }
   }
+  if (std::string c = crossover(verdicts); !c.empty()) out.push_back(c);
   if (!any_gpu)
     for (const auto& r : e.rows)
       if (r["device"] != "cpu" && r["status"] == "missing") {
