@@ -62,8 +62,12 @@ struct Graph {
 // Whether the graph's kernels were captured at more than one stream priority: a GPU honours those
 // only when the graph is instantiated with cudaGraphInstantiateFlagUseNodePriority.
 bool mixes_priorities(const Graph& g) {
-  for (const emu::Node& n : g.nodes)
-    if (n.kind == emu::NodeKind::kernel && n.priority != g.nodes.front().priority) return true;
+  const emu::Node* first = nullptr;  // the first kernel: priorities are kernel nodes' only
+  for (const emu::Node& n : g.nodes) {
+    if (n.kind != emu::NodeKind::kernel) continue;
+    if (first && n.priority != first->priority) return true;
+    if (!first) first = &n;
+  }
   return false;
 }
 
