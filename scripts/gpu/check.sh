@@ -213,11 +213,23 @@ for stage in "$@"; do
       conv_algorithms all "$work"/recipe/*.json "$work"/recipe-profiled/*.json "$work"/runs/*fmnist93*.json | tee -a "$summary"
       # Three more seeds: one run meeting 93% in under a second may be luck (the accuracy's
       # margin was 0.29 points on the H100; on the CPU five seeds ran 93.33 to 93.68%).
+      missed=0
+      grep -q -- "-> meets" "$work/recipe.txt" || missed=1
       for seed in 1 2 3; do
         run_for 30 env DLPERF=$bin DATA="$data" RUNS="$work/recipe-seeds" scripts/recipe_fmnist93.sh --seed $seed \
           > "$work/recipe-seed$seed.txt" 2>&1
+        [ $? -eq 0 ] || missed=1
         say "  seed $seed: $(tail -1 "$work/recipe-seed$seed.txt")"
       done
+      # Where a run missed, the same seeds with a sixth epoch: on the CPU in bf16 it raised the
+      # lowest of five seeds from 93.33% to 93.52% (docs/gpu.md), at about 0.85 s on the H100.
+      if [ $missed -eq 1 ]; then
+        for seed in 42 1 2 3; do
+          run_for 30 env DLPERF=$bin DATA="$data" RUNS="$work/recipe-6-epochs" EPOCHS=6 scripts/recipe_fmnist93.sh --seed $seed \
+            > "$work/recipe-6-epochs-seed$seed.txt" 2>&1
+          say "  6 epochs, seed $seed: $(tail -1 "$work/recipe-6-epochs-seed$seed.txt")"
+        done
+      fi
       ;;
     profile)
       run_for 60 $bin profile --model medium --data "$data" --device cuda --batch-size 64 --data-on-device \
