@@ -80,6 +80,64 @@ TEST(KERNEL_SUITE, ElementwiseKernelsMatchTheReference) {
   }
 }
 
+// A residual add with its relu in one pass, forward (add with relu) and backward (the relu's mask
+// handed to both inputs, copied or summed into each): the bits of the separate passes, in every
+// type, aligned or not; and, in fp32, the float64 reference's values.
+TEST(KERNEL_SUITE, ResidualAddWithItsReluGivesTheSeparatePassesBits) {
+  REQUIRE_GPU();
+  const size_t n = 100003;
+  const int64_t m = int64_t(n) - 8;  // a tail after the last whole pack
+  const auto a = randn(n, 11), b = randn(n, 12), dy = randn(n, 13), old0 = randn(n, 14), old1 = randn(n, 15);
+  for (cuda::DType t : {cuda::DType::f32, cuda::DType::bf16, cuda::DType::f16}) {
+    const size_t es = cuda::bytes_of(t);
+    auto typed = [&](const std::vector<float>& v, int64_t offset) {  // `v` in type t, `offset` elements in
+      std::vector<uint8_t> bytes(size_t(offset) * es + v.size() * es, 0);
+      if (t == cuda::DType::f32) std::memcpy(bytes.data() + size_t(offset) * es, v.data(), v.size() * es);
+      else std::memcpy(bytes.data() + size_t(offset) * es, to_half(t, v).data(), v.size() * es);
+      return bytes;
+    };
+    for (int64_t offset : {0, 1}) {  // 0 keeps every array 16-byte aligned, 1 none
+      SCOPED_TRACE(fmt::format("type {}, offset {}", int(t), offset));
+      const size_t at = size_t(offset) * es;
+      auto bytes_of_result = [&](const Dev<uint8_t>& d) {
+        const auto h = d.host();
+        return std::vector<uint8_t>(h.begin() + std::ptrdiff_t(at), h.begin() + std::ptrdiff_t(at + size_t(m) * es));
+      };
+      Dev<uint8_t> da(typed(a, offset)), db(typed(b, offset)), ddy(typed(dy, offset)), sum((n + 1) * es), y_sep((n + 1) * es),
+          y((n + 1) * es), g((n + 1) * es);
+      cuda::add(t, da.p + at, db.p + at, sum.p + at, m, nullptr);
+      cuda::relu_forward(t, sum.p + at, y_sep.p + at, m, nullptr);
+      cuda::add(t, da.p + at, db.p + at, y.p + at, m, nullptr, true);
+      ASSERT_EQ(bytes_of_result(y), bytes_of_result(y_sep));
+      // Backward: the relu's gradient, then a copy or a sum into each input's gradient.
+      cuda::relu_backward(t, y.p + at, ddy.p + at, g.p + at, m, nullptr);
+      for (int sums = 0; sums < 4; ++sums) {
+        const bool add0 = sums & 1, add1 = sums & 2;
+        SCOPED_TRACE(fmt::format("sum into d0 {}, d1 {}", add0, add1));
+        Dev<uint8_t> d0(typed(old0, offset)), d1(typed(old1, offset)), r0(typed(old0, offset)), r1(typed(old1, offset));
+        cuda::relu_grad_to_inputs(t, y.p + at, ddy.p + at, d0.p + at, add0, d1.p + at, add1, m, nullptr);
+        for (auto [r, sum_into] : {std::pair{&r0, add0}, std::pair{&r1, add1}}) {
+          if (sum_into) cuda::add(t, r->p + at, g.p + at, r->p + at, m, nullptr);
+          else ASSERT_EQ(cudaMemcpy(r->p + at, g.p + at, size_t(m) * es, cudaMemcpyDeviceToDevice), cudaSuccess);
+        }
+        ASSERT_EQ(bytes_of_result(d0), bytes_of_result(r0));
+        ASSERT_EQ(bytes_of_result(d1), bytes_of_result(r1));
+        if (t == cuda::DType::f32 && offset == 0) {  // against float64
+          const auto h0 = from_device(t, d0.p, size_t(m));
+          for (size_t i = 0; i < size_t(m); ++i) {
+            const double s = double(a[i]) + double(b[i]), want = (s > 0 ? double(dy[i]) : 0.0) + (add0 ? double(old0[i]) : 0.0);
+            ASSERT_NEAR(h0[i], want, 1e-6 * (1 + std::fabs(want))) << i;
+          }
+        }
+      }
+      // One input taking a gradient (the other is the model input): d1 null.
+      Dev<uint8_t> only(typed(old0, offset));
+      cuda::relu_grad_to_inputs(t, y.p + at, ddy.p + at, only.p + at, false, nullptr, false, m, nullptr);
+      ASSERT_EQ(bytes_of_result(only), bytes_of_result(g));
+    }
+  }
+}
+
 TEST(KERNEL_SUITE, DropoutDrawsTheCpuEnginesMask) {
   REQUIRE_GPU();
   const size_t n = 50000;

@@ -23,6 +23,12 @@ bool relu_fused_into_linear(const nn::Graph& g, size_t i) {
          g.consumers(n.inputs[0]).size() == 1;
 }
 
+bool relu_fused_into_add(const nn::Graph& g, size_t i) {
+  const nn::Node& n = g.nodes[i];
+  return n.kind == ops::OpKind::relu && n.inputs[0] >= 0 && g.nodes[size_t(n.inputs[0])].kind == ops::OpKind::add &&
+         g.consumers(n.inputs[0]).size() == 1;
+}
+
 bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored) {
   const nn::Node& n = g.nodes[i];
   if (n.kind != ops::OpKind::flatten || !cuda::stored_differently(stored, n.in_dims[0])) return false;
@@ -88,8 +94,8 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     biggest = std::max(biggest, double(numel(n.in_dims[0])));
     const double out = double(numel(n.out_dims));
     // A value and its gradient; flatten is a view (unless NHWC moves its maps for a reader other
-    // than a linear layer), and a relu fused into its batchnorm or linear layer shares that layer's.
-    const bool view = relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) ||
+    // than a linear layer), and a relu fused into its batchnorm, linear layer or add shares that layer's.
+    const bool view = relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) || relu_fused_into_add(g, i) ||
                       (n.kind == ops::OpKind::flatten && (!moves(n.in_dims[0]) || flatten_folds_into_linear(g, i, stored)));
     if (!view) {
       add(MemCategory::activations, es * out);

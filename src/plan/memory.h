@@ -74,6 +74,11 @@ bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i);
 /// epilogue or its bias add, and its backward in the bias gradient's pass): a relu whose only
 /// input is a linear that feeds nothing else. The CPU engine runs such a relu on its own.
 bool relu_fused_into_linear(const nn::Graph& g, size_t i);
+/// Whether the GPU executor runs relu node i inside the residual add before it (one pass adds and
+/// clamps, and the add's backward applies the relu's mask as it hands the gradient to both
+/// inputs): a relu whose only input is an add that feeds nothing else. The CPU engine runs such a
+/// relu on its own.
+bool relu_fused_into_add(const nn::Graph& g, size_t i);
 
 /// Whether the GPU executor's flatten node i, of maps NHWC stores differently from NCHW, is a view
 /// all the same: when its one reader is a linear layer, whose weight columns are then kept in the

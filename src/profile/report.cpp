@@ -48,11 +48,12 @@ std::string gzip(const std::string& body) {
 
 // Graph nodes an event of node `n` runs: itself and a relu fused into it (both engines run a
 // relu that only a batchnorm feeds inside that batchnorm; the GPU also one that only a linear
-// layer feeds inside that layer).
+// layer or a residual add feeds inside that layer).
 std::vector<int> covered(const nn::Graph& g, int n, bool gpu) {
   std::vector<int> out = {n};
   for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
-    if (g.nodes[i].inputs[0] == n && (plan::relu_fused_into_batchnorm(g, i) || (gpu && plan::relu_fused_into_linear(g, i))))
+    if (g.nodes[i].inputs[0] == n &&
+        (plan::relu_fused_into_batchnorm(g, i) || (gpu && (plan::relu_fused_into_linear(g, i) || plan::relu_fused_into_add(g, i)))))
       out.push_back(int(i));
   return out;
 }

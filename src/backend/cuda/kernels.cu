@@ -59,18 +59,56 @@ __global__ void relu_backward_k(const T* y, const T* dy, T* dx, int64_t n, bool 
       [&](int64_t i) { st(dx, i, ld(y, i) > 0.f ? ld(dy, i) : 0.f); });
 }
 
+// The relu clamps the sum as stored (rounded to T), as a relu pass reading it would.
 template <class T>
-__global__ void add_k(const T* a, const T* b, T* y, int64_t n, bool aligned) {
+__global__ void add_k(const T* a, const T* b, T* y, int64_t n, bool aligned, bool relu) {
   by_packs<T>(
       n, aligned,
       [&](int64_t p) {
         Pack<T> va = reinterpret_cast<const Pack<T>*>(a)[p];
         const Pack<T> vb = reinterpret_cast<const Pack<T>*>(b)[p];
         UNROLL
-        for (int j = 0; j < Pack<T>::kSize; ++j) st(va.e, j, ld(va.e, j) + ld(vb.e, j));
+        for (int j = 0; j < Pack<T>::kSize; ++j) {
+          st(va.e, j, ld(va.e, j) + ld(vb.e, j));
+          if (relu) st(va.e, j, fmaxf(ld(va.e, j), 0.f));
+        }
         reinterpret_cast<Pack<T>*>(y)[p] = va;
       },
-      [&](int64_t i) { st(y, i, ld(a, i) + ld(b, i)); });
+      [&](int64_t i) {
+        st(y, i, ld(a, i) + ld(b, i));
+        if (relu) st(y, i, fmaxf(ld(y, i), 0.f));
+      });
+}
+
+// g = dy where y > 0 (relu_backward_k), then d0 = g or d0 + g, and the same into d1 where there is one.
+template <class T>
+__global__ void relu_grad_to_inputs_k(const T* y, const T* dy, T* d0, bool add0, T* d1, bool add1, int64_t n, bool aligned) {
+  by_packs<T>(
+      n, aligned,
+      [&](int64_t p) {
+        const Pack<T> vy = reinterpret_cast<const Pack<T>*>(y)[p];
+        Pack<T> g = reinterpret_cast<const Pack<T>*>(dy)[p];
+        UNROLL
+        for (int j = 0; j < Pack<T>::kSize; ++j)
+          if (!(ld(vy.e, j) > 0.f)) st(g.e, j, 0.f);
+        auto put = [&](T* d, bool sum) {
+          if (!d) return;
+          Pack<T> out = g;
+          if (sum) {
+            const Pack<T> old = reinterpret_cast<const Pack<T>*>(d)[p];
+            UNROLL
+            for (int j = 0; j < Pack<T>::kSize; ++j) st(out.e, j, ld(old.e, j) + ld(g.e, j));
+          }
+          reinterpret_cast<Pack<T>*>(d)[p] = out;
+        };
+        put(d0, add0);
+        put(d1, add1);
+      },
+      [&](int64_t i) {
+        const float g = ld(y, i) > 0.f ? ld(dy, i) : 0.f;  // dy's value or 0: exact in T
+        if (d0) st(d0, i, add0 ? ld(d0, i) + g : g);
+        if (d1) st(d1, i, add1 ? ld(d1, i) + g : g);
+      });
 }
 
 template <class T>
@@ -507,10 +545,16 @@ void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n, 
   DISPATCH(t, LAUNCH(blocks_for(packed(n, t, aligned)), kThreads, 0, s, relu_backward_k<T>)(
                   static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(dx), n, aligned))
 }
-void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s) {
+void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s, bool relu) {
   const bool aligned = aligned16({a, b, y});
   DISPATCH(t, LAUNCH(blocks_for(packed(n, t, aligned)), kThreads, 0, s, add_k<T>)(static_cast<const T*>(a), static_cast<const T*>(b),
-                                                                                 static_cast<T*>(y), n, aligned))
+                                                                                 static_cast<T*>(y), n, aligned, relu))
+}
+void relu_grad_to_inputs(DType t, const void* y, const void* dy, void* d0, bool add0, void* d1, bool add1, int64_t n,
+                         cudaStream_t s) {
+  const bool aligned = aligned16({y, dy, d0, d1});
+  DISPATCH(t, LAUNCH(blocks_for(packed(n, t, aligned)), kThreads, 0, s, relu_grad_to_inputs_k<T>)(
+                  static_cast<const T*>(y), static_cast<const T*>(dy), static_cast<T*>(d0), add0, static_cast<T*>(d1), add1, n, aligned))
 }
 void dropout_forward(DType t, const void* x, void* y, uint8_t* mask, int64_t n, float p, uint64_t seed, const StepArgs* args,
                      cudaStream_t s) {

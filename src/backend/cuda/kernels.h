@@ -37,7 +37,14 @@ inline size_t bytes_of(DType t) { return t == DType::f32 ? 4 : 2; }
 void relu_forward(DType t, const void* x, void* y, int64_t n, cudaStream_t s);
 /// dx = dy where y > 0, else 0 (from the output, as the fused CPU path does).
 void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n, cudaStream_t s);
-void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s);
+/// y = a + b, rounded to the type; then, with `relu`, max(y, 0), as a relu after it would give.
+void add(DType t, const void* a, const void* b, void* y, int64_t n, cudaStream_t s, bool relu = false);
+/// The backward of a residual add with a relu after it: g = dy where y > 0, else 0 (relu_backward),
+/// handed to both of the add's inputs at once, d0 = g (or d0 + g with `add0`) and likewise d1
+/// (null: none). The same bits as relu_backward then a copy or a sum into each (one pass reading
+/// dy and y once, where those were three). d0 and d1 must differ.
+void relu_grad_to_inputs(DType t, const void* y, const void* dy, void* d0, bool add0, void* d1, bool add1, int64_t n,
+                         cudaStream_t s);
 /// y = x * mask / (1 - p), mask[i] = uniform(hash(step_seed ^ i)) >= p, as cpu::Dropout. The step's
 /// seed is `seed` itself when `args` is null, else hash_coords(seed, args->dropout_step) (the CPU
 /// engine's per-layer seed and step).
