@@ -271,6 +271,19 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
   }
 }
 
+// dlperf profile on the GPU of the model `spec` (a spec's JSON, written into `dir`): 4 steps of
+// batch 16 on 3x12x12 synthetic images recorded after 2.
+train::TrainResult profile_spec(const TempDir& dir, const nlohmann::json& spec) {
+  const auto path = dir.path / "model.json";
+  std::ofstream(path) << spec.dump();
+  train::TrainConfig c = gpu_run(path.string(), "synthetic:3x12x12:256", 16, 1);
+  c.profile = c.profile_only = true;
+  c.profile_skip = 2;
+  c.profile_steps = 4;
+  c.profile_out = (dir.path / "prof").string();
+  return train::train(c);
+}
+
 // A value several layers read gets its gradient from each, and on the GPU as on the CPU the
 // earlier readers' sums are passes of their own: `gradient-sum` rows with the bytes they move,
 // not time inside the layer's backward row without its bytes. corner_case_model's r0 is read by
@@ -278,14 +291,7 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
 TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
   REQUIRE_GPU();
   TempDir dir;
-  const auto spec = dir.path / "corners.json";
-  std::ofstream(spec) << corner_case_model().dump();
-  train::TrainConfig c = gpu_run(spec.string(), "synthetic:3x12x12:256", 16, 1);
-  c.profile = c.profile_only = true;
-  c.profile_skip = 2;
-  c.profile_steps = 4;
-  c.profile_out = (dir.path / "prof").string();
-  const auto r = train::train(c);
+  const auto r = profile_spec(dir, corner_case_model());
   const nn::Graph g = nn::build_graph(nn::parse_model_spec(corner_case_model(), "corners"), {3, 12, 12}, 10, 16);
   const nlohmann::json& p = r.profile;
   const double steps = p["step"]["steps"].get<double>();
@@ -320,14 +326,7 @@ TEST(KERNEL_SUITE, AReluAfterAResidualAddRunsInsideIt) {
         {{"type", "relu"}, {"name", "r2"}},
         {{"type", "flatten"}},
         {{"type", "linear"}, {"out_features", "classes"}}}}};
-  const auto spec = dir.path / "residual.json";
-  std::ofstream(spec) << model.dump();
-  train::TrainConfig c = gpu_run(spec.string(), "synthetic:3x12x12:256", 16, 1);
-  c.profile = c.profile_only = true;
-  c.profile_skip = 2;
-  c.profile_steps = 4;
-  c.profile_out = (dir.path / "prof").string();
-  const auto r = train::train(c);
+  const auto r = profile_spec(dir, model);
   const nn::Graph g = nn::build_graph(nn::parse_model_spec(model, "residual"), {3, 12, 12}, 10, 16);
   const nlohmann::json& p = r.profile;
   const double steps = p["step"]["steps"].get<double>();

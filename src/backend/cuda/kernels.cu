@@ -44,18 +44,21 @@ __global__ void relu_forward_k(const T* x, T* y, int64_t n, bool aligned) {
       [&](int64_t i) { st(y, i, fmaxf(ld(x, i), 0.f)); });
 }
 
+// Pack p of the relu's gradient: dy where y > 0, else 0.
+template <class T>
+__device__ Pack<T> relu_grad_pack(const T* y, const T* dy, int64_t p) {
+  const Pack<T> vy = reinterpret_cast<const Pack<T>*>(y)[p];
+  Pack<T> g = reinterpret_cast<const Pack<T>*>(dy)[p];
+  UNROLL
+  for (int j = 0; j < Pack<T>::kSize; ++j)
+    if (!(ld(vy.e, j) > 0.f)) st(g.e, j, 0.f);
+  return g;
+}
+
 template <class T>
 __global__ void relu_backward_k(const T* y, const T* dy, T* dx, int64_t n, bool aligned) {
   by_packs<T>(
-      n, aligned,
-      [&](int64_t p) {
-        const Pack<T> vy = reinterpret_cast<const Pack<T>*>(y)[p];
-        Pack<T> g = reinterpret_cast<const Pack<T>*>(dy)[p];
-        UNROLL
-        for (int j = 0; j < Pack<T>::kSize; ++j)
-          if (!(ld(vy.e, j) > 0.f)) st(g.e, j, 0.f);
-        reinterpret_cast<Pack<T>*>(dx)[p] = g;
-      },
+      n, aligned, [&](int64_t p) { reinterpret_cast<Pack<T>*>(dx)[p] = relu_grad_pack(y, dy, p); },
       [&](int64_t i) { st(dx, i, ld(y, i) > 0.f ? ld(dy, i) : 0.f); });
 }
 
@@ -86,11 +89,7 @@ __global__ void relu_grad_to_inputs_k(const T* y, const T* dy, T* d0, bool add0,
   by_packs<T>(
       n, aligned,
       [&](int64_t p) {
-        const Pack<T> vy = reinterpret_cast<const Pack<T>*>(y)[p];
-        Pack<T> g = reinterpret_cast<const Pack<T>*>(dy)[p];
-        UNROLL
-        for (int j = 0; j < Pack<T>::kSize; ++j)
-          if (!(ld(vy.e, j) > 0.f)) st(g.e, j, 0.f);
+        const Pack<T> g = relu_grad_pack(y, dy, p);
         auto put = [&](T* d, bool sum) {
           if (!d) return;
           Pack<T> out = g;
