@@ -428,8 +428,8 @@ void Network::add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& t
   // And a relu after a residual add that feeds nothing else (plan::relu_fused_into_add): the add
   // clamps the sum it writes, and its backward applies the relu's mask as it hands the gradient
   // to both inputs. On an H100 (2026-11-28) resnet18's adds and the relus after them, as passes
-  // of their own, took 12% of its bf16 step at batch 1024 (1.6 ms of 13.2): seven tensor-sized
-  // transfers forward and eight backward, where the fused passes make three and four or five.
+  // of their own, took 12% of its bf16 step at batch 1024 (1.6 ms of 13.2): five tensor-sized
+  // transfers forward and seven or eight backward, where the fused passes make three, and four or five.
   if (plan::relu_fused_into_add(graph_, i)) {
     Layer& sum = *layers_[size_t(n.inputs[0])];
     sum.relu_after = true;
