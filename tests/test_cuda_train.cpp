@@ -310,31 +310,20 @@ TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
 }
 
 // A relu after a residual add that feeds nothing else runs inside the add on the GPU: one row
-// "sum+r2" a pass, whose backward hands the masked gradient to both inputs itself (no gradient
+// "sum+r1" a pass, whose backward hands the masked gradient to both inputs itself (no gradient
 // sum of its own), with the FLOPs of both nodes; no row of the relu's.
 TEST(KERNEL_SUITE, AReluAfterAResidualAddRunsInsideIt) {
   REQUIRE_GPU();
   TempDir dir;
-  const nlohmann::json model = {
-      {"layers",
-       {{{"type", "conv2d"}, {"name", "c1"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
-        {{"type", "batchnorm2d"}, {"name", "b1"}},
-        {{"type", "relu"}, {"name", "r1"}},
-        {{"type", "conv2d"}, {"name", "c2"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
-        {{"type", "batchnorm2d"}, {"name", "b2"}},
-        {{"type", "add"}, {"name", "sum"}, {"from", "r1"}},
-        {{"type", "relu"}, {"name", "r2"}},
-        {{"type", "flatten"}},
-        {{"type", "linear"}, {"out_features", "classes"}}}}};
-  const auto r = profile_spec(dir, model);
-  const nn::Graph g = nn::build_graph(nn::parse_model_spec(model, "residual"), {3, 12, 12}, 10, 16);
+  const auto r = profile_spec(dir, residual_cnn());
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(residual_cnn(), "residual"), {3, 12, 12}, 10, 16);
   const nlohmann::json& p = r.profile;
   const double steps = p["step"]["steps"].get<double>();
   EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
-  std::map<std::string, double> calls;  // phase of "sum+r2" -> calls a step
+  std::map<std::string, double> calls;  // phase of "sum+r1" -> calls a step
   for (const auto& row : p["rows"]) {
-    EXPECT_NE(row["name"], "r2") << row.dump();
-    if (row["name"] == "sum+r2") calls[row["phase"].get<std::string>()] = row["calls"].get<double>() / steps;
+    EXPECT_NE(row["name"], "r1") << row.dump();
+    if (row["name"] == "sum+r1") calls[row["phase"].get<std::string>()] = row["calls"].get<double>() / steps;
   }
   EXPECT_EQ(calls["forward"], 1) << p["rows"].dump();
   EXPECT_EQ(calls["backward"], 1) << p["rows"].dump();

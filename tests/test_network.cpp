@@ -14,6 +14,7 @@
 #include "nn/optimizer.h"
 #include "op_harness.h"
 #include "plan/memory.h"
+#include "test_util.h"
 
 namespace dlperf::test {
 namespace {
@@ -168,25 +169,6 @@ void check_network(const json& spec, const Dims& chw, int64_t batch, const std::
   for (cpu::Param* p : net.params())
     EXPECT_LT(rel_err(cpu::to_plain(p->layout, p->dims, p->grad), ref.grads[p->name]), std::max(grad_tol, 3 * flips[p->name]))
         << p->name;
-}
-
-json residual_cnn() {
-  return {{"layers",
-                {{{"type", "conv2d"}, {"name", "stem"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
-                 {{"type", "batchnorm2d"}, {"name", "bn0"}},
-                 {{"type", "relu"}, {"name", "r0"}},
-                 {{"type", "conv2d"}, {"name", "c1"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
-                 {{"type", "batchnorm2d"}, {"name", "bn1"}},
-                 {{"type", "add"}, {"name", "sum"}, {"from", "r0"}},
-                 {{"type", "relu"}, {"name", "r1"}},
-                 {{"type", "maxpool2d"}, {"name", "pool"}, {"kernel", 2}},
-                 {{"type", "conv2d"}, {"name", "down"}, {"out_channels", 12}, {"kernel", 3}, {"stride", 2}, {"padding", 1}},
-                 {{"type", "relu"}, {"name", "r2"}},
-                 {{"type", "avgpool2d"}, {"name", "ap"}, {"kernel", 2}, {"stride", 1}},
-                 {{"type", "flatten"}},
-                 {{"type", "linear"}, {"name", "fc1"}, {"out_features", 16}},
-                 {{"type", "relu"}, {"name", "r3"}},
-                 {{"type", "linear"}, {"name", "fc2"}, {"out_features", "classes"}}}}};
 }
 
 TEST(Network, ResidualCnnMatchesReferenceGraph) {

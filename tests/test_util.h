@@ -61,6 +61,27 @@ struct SigintAsAtATerminal {
   SigintAsAtATerminal& operator=(const SigintAsAtATerminal&) = delete;
 };
 
+/// A small residual CNN: a stem, one block whose add feeds a relu (sum, then r1), a strided conv,
+/// pooling and two linear layers; what the engines' residual paths are checked on.
+inline nlohmann::json residual_cnn() {
+  return {{"layers",
+                {{{"type", "conv2d"}, {"name", "stem"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
+                 {{"type", "batchnorm2d"}, {"name", "bn0"}},
+                 {{"type", "relu"}, {"name", "r0"}},
+                 {{"type", "conv2d"}, {"name", "c1"}, {"out_channels", 8}, {"padding", 1}, {"bias", false}},
+                 {{"type", "batchnorm2d"}, {"name", "bn1"}},
+                 {{"type", "add"}, {"name", "sum"}, {"from", "r0"}},
+                 {{"type", "relu"}, {"name", "r1"}},
+                 {{"type", "maxpool2d"}, {"name", "pool"}, {"kernel", 2}},
+                 {{"type", "conv2d"}, {"name", "down"}, {"out_channels", 12}, {"kernel", 3}, {"stride", 2}, {"padding", 1}},
+                 {{"type", "relu"}, {"name", "r2"}},
+                 {{"type", "avgpool2d"}, {"name", "ap"}, {"kernel", 2}, {"stride", 1}},
+                 {{"type", "flatten"}},
+                 {{"type", "linear"}, {"name", "fc1"}, {"out_features", 16}},
+                 {{"type", "relu"}, {"name", "r3"}},
+                 {{"type", "linear"}, {"name", "fc2"}, {"out_features", "classes"}}}}};
+}
+
 /// A fresh directory under the system's temporary folder, removed with everything in it.
 struct TempDir {
   std::filesystem::path path;
