@@ -67,12 +67,15 @@ TEST(KERNEL_SUITE, TrainingStepsAgreeWithTheCpuEngine) {
   // Three channels of 16x16: NHWC moves the input, its weight gradient runs through cuDNN's NCHW
   // path, and small's and medium's flatten (2x2 maps) folds into the linear layer after it (its
   // weight columns in NHWC order); one channel: the NCHW weight gradient needs no input moved.
+  // "branch" (flatten_branch_model): a view's reader and a later reader of its input add up
+  // their gradients in one buffer.
   for (const auto& [model, channels] :
-       {std::pair<std::string, int64_t>{"small", 3}, {"medium", 3}, {"res", 3}, {"flat", 3}, {"small", 1}})
+       {std::pair<std::string, int64_t>{"small", 3}, {"medium", 3}, {"res", 3}, {"flat", 3}, {"branch", 3}, {"small", 1}})
   for (cuda::Layout layout : {cuda::Layout::nchw, cuda::Layout::nhwc}) {
     SCOPED_TRACE(fmt::format("{} {} channel(s) {}", model, channels, cuda::to_string(layout)));
     const nn::ModelSpec spec = model == "res"    ? nn::parse_model_spec(nlohmann::json::parse(residual), "res")
                                : model == "flat" ? nn::parse_model_spec(nlohmann::json::parse(flat), "flat")
+                               : model == "branch" ? nn::parse_model_spec(flatten_branch_model(), "branch")
                                                  : nn::load_model(model);
     const int64_t batch = 8;
     const nn::Graph g = nn::build_graph(spec, {channels, 16, 16}, 10, batch);

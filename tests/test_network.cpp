@@ -244,6 +244,10 @@ TEST(Network, FlattenViewsMatchTheReferenceGraph) {
   EXPECT_EQ(net.node_times()[1].forward_calls, 1);
 }
 
+TEST(Network, AMapReadThroughAFlattenAndByALaterConvMatchesTheReferenceGraph) {
+  check_network(flatten_branch_model(), {3, 6, 6}, 3);
+}
+
 TEST(Network, GlobalPoolHeadMatchesReferenceGraph) {
   json spec = {{"layers",
                 // No bias before batchnorm: its true gradient is zero, so no relative check works.

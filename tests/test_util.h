@@ -82,6 +82,23 @@ inline nlohmann::json residual_cnn() {
                  {{"type", "linear"}, {"name", "fc2"}, {"out_features", "classes"}}}}};
 }
 
+/// A map read twice: first through a flatten into a linear layer (a view on the GPU), then by a
+/// later convolution. That convolution's gradient is written first in the backward pass, and the
+/// linear layer's, through the flatten, must add to it.
+inline nlohmann::json flatten_branch_model() {
+  return {{"layers",
+           {{{"type", "conv2d"}, {"name", "c1"}, {"out_channels", 8}, {"padding", 1}},
+            {{"type", "relu"}, {"name", "r1"}},
+            {{"type", "flatten"}, {"name", "f"}},
+            {{"type", "linear"}, {"name", "a"}, {"out_features", 10}},
+            {{"type", "conv2d"}, {"name", "c2"}, {"input", "r1"}, {"out_channels", 8}, {"padding", 1}},
+            {{"type", "global_avgpool"}, {"name", "g"}},
+            {{"type", "flatten"}, {"name", "f2"}},
+            {{"type", "linear"}, {"name", "b"}, {"out_features", 10}},
+            {{"type", "add"}, {"name", "sum"}, {"from", "a"}},
+            {{"type", "linear"}, {"name", "fc"}, {"out_features", "classes"}}}}};
+}
+
 /// A fresh directory under the system's temporary folder, removed with everything in it.
 struct TempDir {
   std::filesystem::path path;

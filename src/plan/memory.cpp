@@ -36,6 +36,13 @@ bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored
   return readers.size() == 1 && g.nodes[size_t(readers[0])].kind == ops::OpKind::linear;
 }
 
+bool view_on_gpu(const nn::Graph& g, size_t i, cuda::Layout stored) {
+  const nn::Node& n = g.nodes[i];
+  return relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) || relu_fused_into_add(g, i) ||
+         (n.kind == ops::OpKind::flatten &&
+          (!cuda::stored_differently(stored, n.in_dims[0]) || flatten_folds_into_linear(g, i, stored)));
+}
+
 bool flatten_is_a_view_on_cpu(const nn::Graph& g, size_t i) {
   const nn::Node& n = g.nodes[i];
   if (n.kind != ops::OpKind::flatten) return false;
@@ -95,9 +102,7 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
     const double out = double(numel(n.out_dims));
     // A value and its gradient; flatten is a view (unless NHWC moves its maps for a reader other
     // than a linear layer), and a relu fused into its batchnorm, linear layer or add shares that layer's.
-    const bool view = relu_fused_into_batchnorm(g, i) || relu_fused_into_linear(g, i) || relu_fused_into_add(g, i) ||
-                      (n.kind == ops::OpKind::flatten && (!moves(n.in_dims[0]) || flatten_folds_into_linear(g, i, stored)));
-    if (!view) {
+    if (!view_on_gpu(g, i, stored)) {
       add(MemCategory::activations, es * out);
       add(MemCategory::activations, es * out);
     }

@@ -86,6 +86,11 @@ bool relu_fused_into_add(const nn::Graph& g, size_t i);
 /// need no transpose either way (host copies and checkpoints stay in the CPU engine's order).
 bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored);
 
+/// Whether the GPU executor's node i is a view, its value and gradient its input's buffers: a
+/// relu fused into the layer before it (the three rules above), or a flatten of maps NHWC stores
+/// no differently or folded into its linear layer.
+bool view_on_gpu(const nn::Graph& g, size_t i, cuda::Layout stored);
+
 /// Whether the CPU engine's flatten node i is a view of its input's bytes rather than a copy:
 /// when it reads a plain value, the model input or a 2-D one (the latter read by nothing else, so
 /// that its gradient can be shared too). Its input gradient then has its own buffer only where it

@@ -448,12 +448,10 @@ void Network::add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& t
     }
   }
   const size_t out = size_t(numel(n.out_dims));
-  const Dims& x = n.in_dims[0];
-  // A flatten is a view, except of maps NHWC stores differently where its reader is no linear
-  // layer (plan::flatten_folds_into_linear): that reader sees the CPU engine's NCHW feature order,
-  // so the flatten moves the features there.
-  l->view = l->fused_away || (n.kind == ops::OpKind::flatten &&
-                              (!stored_differently(opts_.layout, x) || plan::flatten_folds_into_linear(graph_, i, opts_.layout)));
+  // The relus fused away above are views. So is a flatten, except of maps NHWC stores
+  // differently where its reader is no linear layer (plan::flatten_folds_into_linear): that
+  // reader sees the CPU engine's NCHW feature order, so the flatten moves the features there.
+  l->view = plan::view_on_gpu(graph_, i, opts_.layout);
   if (l->view) {
     act_[size_t(l->out)] = act_[size_t(l->in[0])];
     diff_[size_t(l->out)] = diff_[size_t(l->in[0])];
@@ -926,12 +924,18 @@ void Network::backward() {
   const size_t es = bytes_of(dt_);
   // A value's first gradient writer (in reverse order) writes it; later ones add to it through
   // a scratch buffer, in a pass of its own (profiled as the layer's gradient sum, as on the CPU).
-  // The logits' gradient came from the loss.
-  std::vector<bool> written(act_.size(), false);
-  written.back() = true;
+  // A view's gradient is its input's buffer, so what has been written is kept per buffer: a
+  // reader of the view and a later reader of its input add up in it. The logits' gradient came
+  // from the loss.
+  std::vector<int> buffer(act_.size(), 0);  // the value whose gradient buffer a value's is
+  for (const auto& l : layers_) buffer[size_t(l->out)] = l->view ? buffer[size_t(l->in[0])] : l->out;
+  std::vector<bool> buffer_written(act_.size(), false);
+  auto written = [&](int value) { return buffer_written[size_t(buffer[size_t(value)])]; };
+  auto set_written = [&](int value) { buffer_written[size_t(buffer[size_t(value)])] = true; };
+  set_written(int(act_.size()) - 1);
   auto target = [&](int value) -> void* {
     if (diff_[size_t(value)] == nullptr) return nullptr;  // the model input (or a view of it): no gradient
-    return written[size_t(value)] ? scratch_ : diff_[size_t(value)];
+    return written(value) ? scratch_ : diff_[size_t(value)];
   };
   // Adds `from` into `value`'s gradient, as the gradient-sum pass of layer `l`.
   auto sum_into = [&](const Layer& l, int value, const void* from) {
@@ -942,15 +946,12 @@ void Network::backward() {
   auto settle = [&](const Layer& l, int value, void* dst) {
     if (!dst) return;
     if (dst != diff_[size_t(value)]) sum_into(l, value, dst);
-    written[size_t(value)] = true;
+    set_written(value);
   };
   for (auto it = layers_.rbegin(); it != layers_.rend(); ++it) {
     Layer& l = **it;
     const nn::Node& n = *l.node;
-    if (l.view) {  // a view, or a relu run by its batchnorm: their gradient is their input's
-      written[size_t(l.in[0])] = true;
-      continue;
-    }
+    if (l.view) continue;  // a view, or a relu run by the layer before it: their gradient is their input's
     const profile::NvtxRange range(l.backward_name.c_str());
     if (n.kind == ops::OpKind::add) {  // each input's gradient is the output's: copied, or added where one was written
       if (l.relu_after) {  // first the relu's mask, from the add's (clamped) output
@@ -958,31 +959,31 @@ void Network::backward() {
         for (const int v : {l.in[0], l.in[1]})
           if (v != 0 && diff_[size_t(v)] != nullptr) to.push_back(v);
         void* dy = diff_[size_t(l.out)];
-        const bool in_one_pass = !to.empty() && (to.size() == 1 || to[0] != to[1]);  // not x + x
+        const bool in_one_pass = !to.empty() && (to.size() == 1 || buffer[size_t(to[0])] != buffer[size_t(to[1])]);  // not x + x
         {
           const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
           if (in_one_pass) {  // masked and handed to each input at once
             void* d1 = to.size() > 1 ? diff_[size_t(to[1])] : nullptr;
-            relu_grad_to_inputs(dt_, act_[size_t(l.out)], dy, diff_[size_t(to[0])], written[size_t(to[0])], d1,
-                                to.size() > 1 && written[size_t(to[1])], numel(n.out_dims), stream_);
+            relu_grad_to_inputs(dt_, act_[size_t(l.out)], dy, diff_[size_t(to[0])], written(to[0]), d1,
+                                to.size() > 1 && written(to[1]), numel(n.out_dims), stream_);
           } else {
             relu_backward(dt_, act_[size_t(l.out)], dy, dy, numel(n.out_dims), stream_);  // masked in place, handed on below
           }
         }
         if (in_one_pass) {
-          for (const int v : to) written[size_t(v)] = true;
+          for (const int v : to) set_written(v);
           continue;
         }
       }
       for (const int v : {l.in[0], l.in[1]}) {
         if (v == 0 || diff_[size_t(v)] == nullptr) continue;
-        if (written[size_t(v)]) {
+        if (written(v)) {
           sum_into(l, v, diff_[size_t(l.out)]);
         } else {
           const Span span(*this, l.name, n.kind, profile::Phase::backward, l.out - 1);
           ok(cudaMemcpyAsync(diff_[size_t(v)], diff_[size_t(l.out)], size_t(numel(n.out_dims)) * es, cudaMemcpyDeviceToDevice, stream_),
              "add backward");
-          written[size_t(v)] = true;
+          set_written(v);
         }
       }
       continue;
