@@ -880,7 +880,7 @@ struct ConvReference {
 // against the sum of the products' magnitudes (the reference run on |x|, |w|, |dy|): fp32 2e-5
 // (cuDNN may pick Winograd or FFT), tf32 5e-3 (its inputs keep 10 mantissa bits), fp16 2e-3 and
 // bf16 1e-2 (the output's rounding). In NHWC the filters are [K, R, S, C]: the same move as the
-// activations', with K for N.
+// activations', with K for N. Backward-data also adds into a gradient already there.
 TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
   REQUIRE_GPU();
   const std::vector<cuda::ConvShape> shapes = {
@@ -906,6 +906,15 @@ TEST(KERNEL_SUITE, ConvolutionMatchesTheReference) {
         EXPECT_LT(ConvReference::worst(io.download(y, yd), want.y, want.scale_y), tol) << "forward (" << conv.algorithms() << ")";
         EXPECT_LT(ConvReference::worst(io.download(dx, xd), want.dx, want.scale_dx), tol) << "backward-data (" << conv.algorithms() << ")";
         EXPECT_LT(ConvReference::worst(io.download(dw, wd), want.dw, want.scale_dw), tol) << "backward-filter (" << conv.algorithms() << ")";
+        // Backward-data adding into a gradient another reader of x wrote (beta = 1): x's
+        // gradient plus what was there, within the same tolerance of both sums' magnitudes.
+        std::vector<float> before;
+        const auto summed = io.upload(randn(size_t(numel(xd)), 64), xd, before);
+        conv.backward_data(w->p, dy->p, summed->p, nullptr, /*add=*/true);
+        ref::Vec want_sum = want.dx, scale_sum = want.scale_dx;
+        for (size_t i = 0; i < before.size(); ++i) want_sum[i] += before[i], scale_sum[i] += std::fabs(before[i]);
+        EXPECT_LT(ConvReference::worst(io.download(*summed, xd), want_sum, scale_sum), tol)
+            << "backward-data adding (" << conv.algorithms() << ")";
       }
 }
 

@@ -27,6 +27,7 @@
 #include "backend/cuda/runtime.h"
 #include "core/interrupt.h"
 #include "nn/graph.h"
+#include "plan/memory.h"
 #include "profile/recorder.h"
 #include "train/trainer.h"
 
@@ -284,10 +285,12 @@ train::TrainResult profile_spec(const TempDir& dir, const nlohmann::json& spec) 
   return train::train(c);
 }
 
-// A value several layers read gets its gradient from each, and on the GPU as on the CPU the
-// earlier readers' sums are passes of their own: `gradient-sum` rows with the bytes they move,
-// not time inside the layer's backward row without its bytes. corner_case_model's r0 is read by
-// a conv and two adds: the last add writes its gradient, the other two add theirs into it.
+// A value several layers read gets its gradient from each. Backward runs in reverse: the last
+// reader writes the gradient, and an earlier add adds its own in a pass of its own, a
+// `gradient-sum` row with the bytes it moves, as on the CPU; an earlier convolution adds its own
+// in its backward-data pass (cuDNN's beta = 1), whose row then counts the read of the gradient
+// it adds to. corner_case_model's r0 is read by a conv and two adds: the last add writes its
+// gradient, s1 sums its own into it, and the conv adds its own.
 TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
   REQUIRE_GPU();
   TempDir dir;
@@ -296,17 +299,22 @@ TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
   const nlohmann::json& p = r.profile;
   const double steps = p["step"]["steps"].get<double>();
   EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
-  std::map<std::string, std::pair<double, double>> sums;  // layer -> calls, bytes a step
-  for (const auto& row : p["rows"])
-    if (row["phase"] == "gradient-sum") sums[row["name"].get<std::string>()] = {row["calls"].get<double>() / steps, row["bytes"].get<double>() / steps};
   ASSERT_EQ(g.nodes[2].name, "r0");
+  ASSERT_EQ(g.nodes[3].kind, ops::OpKind::conv2d);
   const double r0_bytes = 4.0 * double(numel(g.nodes[2].out_dims));
-  ASSERT_EQ(sums.size(), 2u) << p["rows"].dump();
-  EXPECT_TRUE(sums.count("s1")) << p["rows"].dump();
-  for (const auto& [name, s] : sums) {
-    EXPECT_EQ(s.first, 1) << name;
-    EXPECT_DOUBLE_EQ(s.second, 3 * r0_bytes) << name;
+  std::map<std::string, std::pair<double, double>> sums;  // layer -> calls, bytes a step
+  double conv_data_bytes = -1;                            // the conv's backward-data pass, a step
+  for (const auto& row : p["rows"]) {
+    const double bytes = row["bytes"].get<double>() / steps;
+    if (row["phase"] == "gradient-sum") sums[row["name"].get<std::string>()] = {row["calls"].get<double>() / steps, bytes};
+    if (row["phase"] == "backward-data" && row["name"] == g.nodes[3].name) conv_data_bytes = bytes;
   }
+  ASSERT_EQ(sums.size(), 1u) << p["rows"].dump();
+  ASSERT_TRUE(sums.count("s1")) << p["rows"].dump();
+  EXPECT_EQ(sums["s1"].first, 1);
+  EXPECT_DOUBLE_EQ(sums["s1"].second, 3 * r0_bytes);
+  EXPECT_TRUE(plan::conv_adds_to_input_gradient_on_gpu(g, 3, cuda::Layout::nchw));
+  EXPECT_DOUBLE_EQ(conv_data_bytes, g.nodes[3].cost_at(4).backward_data.bytes + r0_bytes) << p["rows"].dump();
 }
 
 // A relu after a residual add that feeds nothing else runs inside the add on the GPU: one row

@@ -138,7 +138,7 @@ TEST(Profile, UnsteadyStepsAreCalledOut) {
       events.push_back(e);
       t = e.t1;
     }
-    return profile::build_report(events, g, c, "fp32", "layer");
+    return profile::build_report(events, g, c, "fp32", "layer", cuda::Layout::nchw);
   };
   profile::Report r = report({10, 11, 9, 10, 10});  // steady: the mean equals the median
   EXPECT_EQ(r.step.steps, 5);
@@ -183,7 +183,7 @@ TEST(Profile, StepsSlowerThanThePlanAreCalledOut) {
     e.name = "step", e.phase = profile::Phase::step, e.step = i, e.t0 = 0.008 * i, e.t1 = 0.008 * (i + 1);
     events.push_back(e);
   }
-  profile::Report r = profile::build_report(events, g, c, "fp32", "layer");
+  profile::Report r = profile::build_report(events, g, c, "fp32", "layer", cuda::Layout::nchw);
   EXPECT_EQ(profile::unsteady_note(r), "");
   EXPECT_EQ(profile::slower_than_plan_note(r), "") << "no plan (a GPU run): nothing to read against";
   EXPECT_TRUE(profile::to_json(r)["step"]["planned_s"].is_null());
@@ -260,8 +260,8 @@ TEST(Profile, HalfPrecisionRowsMoveHalfTheBytes) {
   for (const bool gpu : {true, false}) {
     SCOPED_TRACE(gpu ? "GPU" : "CPU");
     const auto& events = gpu ? gpu_events : cpu_events;
-    const auto fp32 = profile::build_report(events, g, c, "fp32", "layer");
-    const auto bf16 = profile::build_report(events, g, c, "bf16", "layer");
+    const auto fp32 = profile::build_report(events, g, c, "fp32", "layer", cuda::Layout::nchw);
+    const auto bf16 = profile::build_report(events, g, c, "bf16", "layer", cuda::Layout::nchw);
     ASSERT_EQ(fp32.rows.size(), bf16.rows.size());
     int layer_rows = 0;
     for (size_t i = 0; i < fp32.rows.size(); ++i) {

@@ -43,6 +43,23 @@ bool view_on_gpu(const nn::Graph& g, size_t i, cuda::Layout stored) {
           (!cuda::stored_differently(stored, n.in_dims[0]) || flatten_folds_into_linear(g, i, stored)));
 }
 
+bool conv_adds_to_input_gradient_on_gpu(const nn::Graph& g, size_t i, cuda::Layout stored) {
+  const nn::Node& n = g.nodes[i];
+  if (n.kind != ops::OpKind::conv2d || !n.needs_dx || n.inputs[0] < 0) return false;
+  // Each value's gradient buffer, by the node that owns it (-1: the model input's, which has none).
+  std::vector<int> buffer(g.nodes.size());
+  for (size_t j = 0; j < g.nodes.size(); ++j) {
+    const int in = g.nodes[j].inputs[0];
+    buffer[j] = !view_on_gpu(g, j, stored) ? int(j) : in < 0 ? -1 : buffer[size_t(in)];
+  }
+  // Backward runs in reverse: a later reader of the same buffer has written it by then.
+  const int mine = buffer[size_t(n.inputs[0])];
+  for (size_t j = i + 1; j < g.nodes.size(); ++j)
+    for (const int v : g.nodes[j].inputs)
+      if (v >= 0 && buffer[size_t(v)] == mine) return true;
+  return false;
+}
+
 bool flatten_is_a_view_on_cpu(const nn::Graph& g, size_t i) {
   const nn::Node& n = g.nodes[i];
   if (n.kind != ops::OpKind::flatten) return false;

@@ -90,6 +90,11 @@ bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored
 /// relu fused into the layer before it (the three rules above), or a flatten of maps NHWC stores
 /// no differently or folded into its linear layer.
 bool view_on_gpu(const nn::Graph& g, size_t i, cuda::Layout stored);
+/// Whether the GPU executor's convolution node i adds its input gradient into the one a later
+/// reader of its input (or of a view of it) has written, in its backward-data pass (cuDNN's
+/// beta = 1), rather than writing it: the pass then reads that gradient too, and no gradient-sum
+/// pass follows.
+bool conv_adds_to_input_gradient_on_gpu(const nn::Graph& g, size_t i, cuda::Layout stored);
 
 /// Whether the CPU engine's flatten node i is a view of its input's bytes rather than a copy:
 /// when it reads a plain value, the model input or a 2-D one (the latter read by nothing else, so

@@ -58,23 +58,29 @@ std::vector<int> covered(const nn::Graph& g, int n, bool gpu) {
   return out;
 }
 
-// `elem_bytes`: the element size each node's input is read in (graph node order).
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, const std::vector<double>& elem_bytes) {
+// `elem_bytes`: the element size each node's input is read in (graph node order). A GPU
+// convolution's backward-data pass that adds into its input's gradient reads that too.
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, cuda::Layout gpu_layout, const std::vector<double>& elem_bytes) {
   ops::PassCost c;
   for (int i : covered(g, n, gpu)) {
     const ops::OpCost k = g.nodes[size_t(i)].cost_at(elem_bytes[size_t(i)]);
     c += p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
   }
+  if (gpu && p == Phase::backward_data && plan::conv_adds_to_input_gradient_on_gpu(g, size_t(n), gpu_layout))
+    c.bytes += double(numel(g.nodes[size_t(n)].in_dims[0])) * elem_bytes[size_t(n)];
   return c;
 }
 
 // Bytes a gradient sum of node `n` moves: it reads the gradient a later reader of n's input wrote
 // and n's own, and writes their sum (each a value's size; no FLOPs counted, as for the optimizer).
+// An add summing both inputs runs two sums of the same size. (On the GPU a sum can also follow a
+// reader of a view, a flatten say, whose input a later layer reads: plan::inputs_summing_gradients
+// follows the CPU engine's views, so it finds no input there, and the first one is meant.)
 ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes) {
   const std::vector<size_t> summed = plan::inputs_summing_gradients(g, size_t(n));
-  if (summed.empty()) return {};
   const nn::Node& node = g.nodes[size_t(n)];
-  const size_t k = summed.front();  // an add summing both inputs runs two sums of the same size
+  const size_t k = summed.empty() ? 0 : summed.front();
+  if (node.inputs[k] < 0) return {};
   return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
 }
 
@@ -88,7 +94,7 @@ struct Costed {
 }  // namespace
 
 Report build_report(const std::vector<Event>& events, const nn::Graph& g, const plan::CpuCeilings& c,
-                    const std::string& precision, const std::string& group_by) {
+                    const std::string& precision, const std::string& group_by, cuda::Layout gpu_layout) {
   check(group_by == "layer" || group_by == "op", fmt::format("--group-by {} is not layer or op", group_by));
   Report r;
   r.ceilings = c;
@@ -145,16 +151,16 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
   for (auto& x : xs) {
     const Event& e = *x.e;
     ops::PassCost k;
-    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, elem_bytes);
+    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, gpu_layout, elem_bytes);
     // A primitive on the CPU; on the GPU a span of its own (a convolution's or linear layer's pass).
     if (e.node >= 0 && (e.launch || gpu) && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
-      k = cost_of(g, e.node, e.phase, gpu, elem_bytes);
+      k = cost_of(g, e.node, e.phase, gpu, gpu_layout, elem_bytes);
     // A gradient sum: a primitive on the CPU, a span of its own on the GPU.
     if (e.node >= 0 && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
     if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
       const auto s = split[{e.step, e.node}];
-      const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, elem_bytes),
-                           bw = cost_of(g, e.node, Phase::backward_weight, gpu, elem_bytes);
+      const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, gpu_layout, elem_bytes),
+                           bw = cost_of(g, e.node, Phase::backward_weight, gpu, gpu_layout, elem_bytes);
       if (!s.first) k += bd;
       if (!s.second) k += bw;
     }

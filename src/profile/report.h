@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cuda/layout.h"  // CUDA-free
 #include "hw/host_load.h"
 #include "nn/graph.h"
 #include "plan/step_time.h"
@@ -64,9 +65,11 @@ struct Report {
 };
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
-/// 2-byte activations, which the rows' bytes count). `group_by` is "layer" or "op".
+/// 2-byte activations, which the rows' bytes count). `group_by` is "layer" or "op". `gpu_layout`:
+/// how a GPU run stored its activations (which of its flattens are views, so which convolutions
+/// add their input gradient into another's: plan::conv_adds_to_input_gradient_on_gpu).
 Report build_report(const std::vector<Event>& events, const nn::Graph& g, const plan::CpuCeilings& c,
-                    const std::string& precision, const std::string& group_by);
+                    const std::string& precision, const std::string& group_by, cuda::Layout gpu_layout);
 
 void print_report(const Report& r, size_t max_rows = 40);
 /// Why CPU passes read above the FLOP/s peak where their FLOPs count a convolution's taps on

@@ -159,7 +159,8 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
   check(!events.empty(), "the profile recorded no steps", fmt::format("lower {}", detail::profile_flag(cfg, "skip")));
-  profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group);
+  profile::Report rep = profile::build_report(events, graph, ceilings, cfg.precision, cfg.profile_group,
+                                                    cuda::resolve_layout(cfg.layout, cfg.precision));
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
   rep.step.every = cfg.profile_every;
   rep.host_load = rec.host_load();

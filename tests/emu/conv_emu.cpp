@@ -59,8 +59,9 @@ std::vector<float> widened(const void* p, int64_t count) {
   return v;
 }
 
+// `add`: the sums start from what `out` holds (cuDNN's beta = 1), rather than from zero.
 template <class T>
-void run(const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out) {
+void run(const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out, bool add) {
   const int64_t xs = s.n * s.c * s.h * s.w, ys = s.n * s.k * s.out_h() * s.out_w(), ws = s.k * s.c * s.r * s.r;
   std::vector<float> acc(size_t(pass == Pass::forward ? ys : pass == Pass::data ? xs : ws), 0.f);
   if (pass == Pass::forward) {  // a = x, b = w
@@ -74,15 +75,16 @@ void run(const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b,
     each_product(s, nhwc, [&](int64_t i, int64_t f, int64_t o) { acc[size_t(f)] += x[size_t(i)] * dy[size_t(o)]; });
   }
   T* po = static_cast<T*>(out);
-  for (size_t e = 0; e < acc.size(); ++e) st(po, int64_t(e), acc[e]);
+  for (size_t e = 0; e < acc.size(); ++e) st(po, int64_t(e), add ? acc[e] + ld(po, int64_t(e)) : acc[e]);
 }
 
 DType dtype_of(Precision p) { return p == Precision::bf16 ? DType::bf16 : p == Precision::fp16 ? DType::f16 : DType::f32; }
 
 // Queued as one "kernel" of the emulation's stream (emu_stream.h): run now, or recorded into a
 // graph being captured.
-void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out, cudaStream_t stream) {
-  emu::submit(emu::NodeKind::kernel, stream, [=] { DISPATCH(dtype_of(p), run<T>(s, nhwc, pass, a, b, out)) });
+void dispatch(Precision p, const ConvShape& s, bool nhwc, Pass pass, const void* a, const void* b, void* out, cudaStream_t stream,
+              bool add = false) {
+  emu::submit(emu::NodeKind::kernel, stream, [=] { DISPATCH(dtype_of(p), run<T>(s, nhwc, pass, a, b, out, add)) });
 }
 
 }  // namespace
@@ -97,8 +99,8 @@ void CudnnConv::set_workspace(void* w) { workspace_ = w; }
 void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t st) {
   dispatch(p_, s_, nhwc_, Pass::forward, x, w, y, st);
 }
-void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t st) {
-  dispatch(p_, s_, nhwc_, Pass::data, w, dy, dx, st);
+void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t st, bool add) {
+  dispatch(p_, s_, nhwc_, Pass::data, w, dy, dx, st, add);
 }
 void CudnnConv::backward_filter(const void* x, const void* dy, void* dw, cudaStream_t st) {
   dispatch(p_, s_, nhwc_, Pass::filter, x, dy, dw, st);

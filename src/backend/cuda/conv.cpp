@@ -285,11 +285,11 @@ void CudnnConv::forward(const void* x, const void* w, void* y, cudaStream_t s) {
      "cudnnConvolutionForward");
 }
 
-void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t s) {
+void CudnnConv::backward_data(const void* w, const void* dy, void* dx, cudaStream_t s, bool add) {
   auto h = static_cast<cudnnHandle_t>(handle_);
   ok(cudnnSetStream(h, s), "cudnnSetStream");
   set_math(bwd_data_math_);
-  const float alpha = 1, beta = 0;
+  const float alpha = 1, beta = add ? 1 : 0;
   ok(cudnnConvolutionBackwardData(h, &alpha, static_cast<cudnnFilterDescriptor_t>(w_), w, static_cast<cudnnTensorDescriptor_t>(y_), dy,
                                   static_cast<cudnnConvolutionDescriptor_t>(conv_), cudnnConvolutionBwdDataAlgo_t(bwd_data_algo_),
                                   workspace_, workspace_bytes_, &beta, static_cast<cudnnTensorDescriptor_t>(x_), dx),

@@ -50,7 +50,9 @@ class CudnnConv {
   CudnnConv& operator=(const CudnnConv&) = delete;
 
   void forward(const void* x, const void* w, void* y, cudaStream_t s);
-  void backward_data(const void* w, const void* dy, void* dx, cudaStream_t s);
+  /// `add`: adds the input gradient into what `dx` holds (cuDNN's beta = 1, in the epilogue)
+  /// instead of writing it, where another reader of the input has written its gradient already.
+  void backward_data(const void* w, const void* dy, void* dx, cudaStream_t s, bool add = false);
   void backward_filter(const void* x, const void* dy, void* dw, cudaStream_t s);
 
   bool nhwc() const { return nhwc_; }

@@ -229,7 +229,7 @@ class Network {
   void forward_pass(bool training);
   void accumulate_loss(int64_t valid, double smoothing, bool grad);
   void update(const nn::OptimizerConfig& opt);
-  void backward_layer(Layer& l, void* dx);
+  void backward_layer(Layer& l, void* dx, bool add);
   void eager_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
   void capture(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing, const nn::OptimizerConfig& opt);
   cudaGraphExec_t capture_step(const std::function<void(cudaStream_t)>& load, int64_t valid, double smoothing,
