@@ -206,6 +206,12 @@ TEST(SpecErrors, SayWhatIsWrongAndWhere) {
   EXPECT_TRUE(has(err({{{"type", "conv2d"}, {"out_channels", 3}}, {{"type", "flatten"}},
                        {{"type", "linear"}, {"out_features", 7}}}), "ends in shape 2x7 but the data has 10 classes"));
   EXPECT_TRUE(has(err({{{"type", "relu"}, {"name", "x"}}, {{"type", "relu"}, {"name", "x"}}}), "name is used twice"));
+  // A branch that never rejoins: the conv's output reaches no later layer.
+  const std::string dead = err({{{"type", "relu"}, {"name", "r"}},
+                                {{"type", "conv2d"}, {"name", "c"}, {"out_channels", 4}},
+                                {{"type", "flatten"}, {"input", "r"}},
+                                {{"type", "linear"}, {"out_features", "classes"}}});
+  EXPECT_TRUE(has(dead, "layer 'c' (conv2d): nothing reads its output, so it cannot change the loss")) << dead;
   EXPECT_TRUE(has(error_of([] { nn::parse_model_spec(json::array(), "a.json"); }), "expected a JSON object"));
   EXPECT_TRUE(has(error_of([] { nn::parse_model_spec({{"layers", json::array()}}, "a.json"); }), "non-empty 'layers'"));
   EXPECT_TRUE(has(error_of([] { nn::load_model("/no/such/model.json"); }), "neither a preset nor a readable file"));

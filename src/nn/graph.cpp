@@ -289,6 +289,13 @@ Graph build_graph_at(const ModelSpec& spec, const Dims& chw, int64_t classes, in
     index[n.name] = int(i);
     g.nodes.push_back(std::move(n));
   }
+  // A layer nothing reads (a branch that never rejoins) cannot change the loss: its gradient
+  // would be zero, so it would only cost time. In a list of layers that is a slip, so say which.
+  for (size_t i = 0; i + 1 < g.nodes.size(); ++i)
+    check(!g.consumers(int(i)).empty(),
+          fmt::format("model {}: layer '{}' ({}): nothing reads its output, so it cannot change the loss", spec.name, g.nodes[i].name,
+                      ops::to_string(g.nodes[i].kind)),
+          "remove it, or read it from a later layer ('input', or an add's 'from')");
   const Dims& out = g.nodes.back().out_dims;
   check(out.size() == 2 && out[1] == classes,
         fmt::format("model {} ends in shape {} but the data has {} classes", spec.name,
