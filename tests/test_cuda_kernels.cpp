@@ -504,12 +504,12 @@ TEST(KERNEL_SUITE, BatchnormMatchesTheReference) {
       }
 }
 
-// With the forward's coefficients (BatchnormParams::fwd_scale and fwd_shift) the backward pass
-// recomputes the fused relu's output from x instead of reading it: the same dx, dgamma and dbeta,
-// bit for bit, in every path (one block or tile, folded, finished apart) and type. Channel 0
-// has gamma 0 and beta 1e-8, so its y is 1e-8 in fp32 and bf16 (mask on) and rounds to 0 in fp16
-// (mask off): a recomputation that skipped the rounding to the stored type would differ there.
-// Channel 1's masks hang on the coefficients' last bits (below).
+// With the forward's scales (BatchnormParams::fwd_scale), the saved means and beta, the backward
+// pass recomputes the fused relu's output from x instead of reading it: the same dx, dgamma and
+// dbeta, bit for bit, in every path (one block or tile, folded, finished apart) and type. Channel
+// 0 has gamma 0 and beta 1e-8, so its y is 1e-8 in fp32 and bf16 (mask on) and rounds to 0 in
+// fp16 (mask off): a recomputation that skipped the rounding to the stored type would differ
+// there. Channel 1 is constant, as a dead relu leaves a channel: its y is beta exactly (below).
 TEST(KERNEL_SUITE, BatchnormRecomputesTheReluMaskToTheSameBits) {
   REQUIRE_GPU();
   for (const Dims& xd : {Dims{2, 5, 3, 7}, Dims{64, 3, 16, 16}, Dims{300, 2, 8, 8}, Dims{130, 1, 64, 64}})
@@ -520,9 +520,9 @@ TEST(KERNEL_SUITE, BatchnormRecomputesTheReluMaskToTheSameBits) {
         const size_t count = size_t(numel(xd)), cn = size_t(C);
         std::vector<float> x = randn(count, 51), dy = randn(count, 52), gamma = randn(cn, 53), beta = randn(cn, 54);
         gamma[0] = 0.f, beta[0] = 1e-8f;
-        // Channel 1 (where there is one) is constant: every y is the rounding residue of
-        // fma(scale, x, shift) with shift = -mean scale, so every element's mask hangs on the
-        // coefficients' exact bits.
+        // Channel 1 (where there is one) is constant, with beta 0: every y is exactly 0, as on the
+        // CPU engine and in PyTorch, so the relu passes no gradient into it. (y = scale x + shift
+        // with shift = -mean scale, as until 2026-11-28, left the rounding residue of scale mean.)
         if (C > 1) {
           gamma[1] = 1.7f, beta[1] = 0.f;
           const int64_t hw = xd[2] * xd[3];
@@ -538,21 +538,27 @@ TEST(KERNEL_SUITE, BatchnormRecomputesTheReluMaskToTheSameBits) {
         void* dev_y = half ? static_cast<void*>(hy.p) : fy.p;
         void* dev_dx = half ? static_cast<void*>(hdx.p) : fdx.p;
         Dev<float> g(gamma), b(beta), rm(std::vector<float>(cn, 0.f)), rv(std::vector<float>(cn, 1.f)), bm(cn), bi(cn), dg(cn), db(cn),
-            scale(cn), shift(cn);
+            scale(cn);
         Dev<uint8_t> ws(size_t(cuda::bn_workspace_bytes(xd[0], C, xd[2] * xd[3], layout == cuda::Layout::nhwc)));
         const cuda::BatchnormShape shape{xd[0], C, xd[2] * xd[3], layout};
         cuda::BatchnormParams p;
         p.gamma = g.p, p.beta = b.p, p.running_mean = rm.p, p.running_var = rv.p, p.batch_mean = bm.p, p.batch_inv_std = bi.p;
-        p.relu = true, p.fwd_scale = scale.p, p.fwd_shift = shift.p;
+        p.relu = true, p.fwd_scale = scale.p;
         cuda::batchnorm_forward_train(t, shape, p, dev_x, dev_y, ws.p, nullptr);
         const std::vector<float> y = from_device(t, dev_y, count);
         // Channel 0's stored y: about 1e-8 where the type holds it, 0 in fp16.
         const float y0 = y[size_t(shape.first(0))];
         if (t == cuda::DType::f16) EXPECT_EQ(y0, 0.f);
         else EXPECT_NEAR(y0, 1e-8, 1e-10);
+        if (C > 1)
+          for (int64_t n = 0; n < xd[0]; ++n)
+            for (int64_t i = 0; i < xd[2] * xd[3]; ++i) {
+              const size_t at = size_t(layout == cuda::Layout::nchw ? (n * C + 1) * xd[2] * xd[3] + i : (n * xd[2] * xd[3] + i) * C + 1);
+              ASSERT_EQ(y[at], 0.f) << "constant channel, element " << at;
+            }
         auto backward = [&](bool recompute) {
           cuda::BatchnormParams q = p;
-          if (!recompute) q.fwd_scale = q.fwd_shift = nullptr;
+          if (!recompute) q.fwd_scale = nullptr;
           cuda::batchnorm_backward(t, shape, q, dev_x, dev_y, dev_dy, dev_dx, dg.p, db.p, ws.p, nullptr);
           std::vector<float> out = from_device(t, dev_dx, count);
           const auto dgh = dg.host(), dbh = db.host();

@@ -129,7 +129,7 @@ MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimize
       for (int k = 0; k < 2; ++k) add(MemCategory::activations, 4 * double(x[1]));  // saved mean, inverse std
       const std::vector<int> readers = g.consumers(int(i));
       if (readers.size() == 1 && relu_fused_into_batchnorm(g, size_t(readers[0])))
-        for (int k = 0; k < 2; ++k) add(MemCategory::activations, 4 * double(x[1]));  // y's coefficients, for the relu's mask
+        add(MemCategory::activations, 4 * double(x[1]));  // y's scales, for the relu's mask
       bn_workspace = std::max(bn_workspace, double(cuda::bn_workspace_bytes(x[0], x[1], x[2] * x[3], nhwc)));
     }
     if (n.kind == ops::OpKind::dropout) add(MemCategory::activations, 4 * std::floor((out + 3) / 4));  // byte masks

@@ -5,7 +5,7 @@
 // a fixed order: two launches a pass where every block of the second adds them itself (up to
 // kFoldSplits splits), three above that. The per-thread loops and the per-channel arithmetic are shared by both layouts.
 //
-// Forward (training): partial sums of x - shift -> mean, variance, coefficients -> y = a x + b.
+// Forward (training): partial sums of x - shift -> mean, variance, coefficients -> y = a (x - mean) + beta.
 // Subtracting the channel's first element before squaring keeps the one-pass variance from
 // cancelling when the mean is large against the spread.
 // Backward: partial sums of g and g * xhat (g = dy masked by the fused relu) -> dgamma, dbeta,
@@ -116,22 +116,32 @@ __device__ void sum_centered(const T* x, const BatchnormShape& s, int64_t c, Wal
   sa = a, sb = b;
 }
 
+// A channel's y = scale (x - mean) + beta. Not y = scale x + (beta - scale mean), one
+// operation fewer: that maps x = mean to beta plus the rounding of scale mean, so a channel a
+// dead relu left constant came out 1e-6 or so either side of beta instead of beta, where the CPU
+// engine and PyTorch give beta exactly, and with beta 0 a fused relu's mask passed gradients
+// into the dead channel.
+struct BnCoef {
+  float scale, mean, beta;
+  __device__ float y(float x) const { return fmaf(scale, x - mean, beta); }
+};
+
 template <class T, class Walk>
-__device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, Walk w, float scale, float shift, bool relu) {
+__device__ void apply(const T* x, T* y, const BatchnormShape& s, int64_t c, Walk w, BnCoef k, bool relu) {
   for (Offsets o; next_offsets(w, s, c, o);) {
     const Loads<T> v(x, o);
     UNROLL
     for (int j = 0; j < kInFlight; ++j)
       if (j < o.n) {
-        const float r = fmaf(scale, v.x[j], shift);
+        const float r = k.y(v.x[j]);
         st(y, o.at[j], relu ? fmaxf(r, 0.f) : r);
       }
   }
 }
 
-// From a channel's sums of x - first and its square: y = scale x + shift's coefficients, and,
-// when `record` (once a channel), the batch statistics (saved) and the running statistics.
-__device__ float2 finish_stats(int64_t c, double a, double b, float first, const BatchnormShape& s, const BatchnormParams& p,
+// From a channel's sums of x - first and its square: y's coefficients, and, when `record` (once
+// a channel), the batch statistics (saved) and the running statistics.
+__device__ BnCoef finish_stats(int64_t c, double a, double b, float first, const BatchnormShape& s, const BatchnormParams& p,
                                bool record = true) {
   const double m = double(s.n * s.hw), d = a / m;
   const double mean = double(first) + d;
@@ -144,9 +154,8 @@ __device__ float2 finish_stats(int64_t c, double a, double b, float first, const
     p.running_mean[c] = (1 - p.momentum) * p.running_mean[c] + p.momentum * float(mean);
     p.running_var[c] = (1 - p.momentum) * p.running_var[c] + p.momentum * float(var * unbias);
   }
-  const double scale = double(p.gamma[c]) * inv;
-  const float2 k = make_float2(float(scale), float(double(p.beta[c]) - mean * scale));
-  if (record && p.fwd_scale) p.fwd_scale[c] = k.x, p.fwd_shift[c] = k.y;  // backward's relu mask
+  const BnCoef k{float(double(p.gamma[c]) * inv), float(mean), p.beta[c]};
+  if (record && p.fwd_scale) p.fwd_scale[c] = k.scale;  // backward's relu mask, with batch_mean and beta
   return k;
 }
 
@@ -162,12 +171,12 @@ __device__ inline float as_stored(float v) {
 }
 
 // The fused relu's forward output for one channel, from its coefficients (BatchnormParams'
-// fwd_scale and fwd_shift): what `apply` stored, recomputed from x in the same arithmetic.
+// fwd_scale, the saved mean and beta): what `apply` stored, recomputed from x in the same arithmetic.
 struct Refold {
   bool on = false;
-  float scale = 0, shift = 0;
+  BnCoef k{0, 0, 0};
   __device__ Refold(const BatchnormParams& p, int64_t c) {
-    if (p.relu && p.fwd_scale) on = true, scale = p.fwd_scale[c], shift = p.fwd_shift[c];
+    if (p.relu && p.fwd_scale) on = true, k = {p.fwd_scale[c], p.batch_mean[c], p.beta[c]};
   }
 };
 
@@ -187,7 +196,7 @@ struct GradLoads {
     }
     if (refold.on) {
       UNROLL
-      for (int j = 0; j < kInFlight; ++j) y[j] = as_stored<T>(fmaxf(fmaf(refold.scale, x[j], refold.shift), 0.f));
+      for (int j = 0; j < kInFlight; ++j) y[j] = as_stored<T>(fmaxf(refold.k.y(x[j]), 0.f));
     }
   }
 };
@@ -250,10 +259,10 @@ __global__ void train_one_block_k(const T* x, T* y, BatchnormShape s, BatchnormP
   double a, b;
   sum_centered(x, s, c, walk(s, 1, 0), first, a, b);
   block_sum2(a, b);
-  __shared__ float2 coef;
+  __shared__ BnCoef coef;
   if (threadIdx.x == 0) coef = finish_stats(c, a, b, first, s, p);
   __syncthreads();
-  apply(x, y, s, c, walk(s, 1, 0), coef.x, coef.y, p.relu);
+  apply(x, y, s, c, walk(s, 1, 0), coef, p.relu);
 }
 
 template <class T>
@@ -291,23 +300,27 @@ __global__ void finish_stats_k(const T* x, BatchnormShape s, int64_t splits, con
   double a, b;
   add_partials(part, c, splits, a, b);
   if (threadIdx.x % 32 != 0) return;
-  const float2 ab = finish_stats(c, a, b, ld(x, s.first(c)), s, p);
-  coef[c] = ab.x;
-  coef[s.channels + c] = ab.y;
+  const BnCoef k = finish_stats(c, a, b, ld(x, s.first(c)), s, p);
+  coef[c] = k.scale, coef[s.channels + c] = k.mean, coef[2 * s.channels + c] = k.beta;
 }
 
 __global__ void eval_coef_k(BatchnormShape s, BatchnormParams p, float* coef) {
   const int64_t c = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (c >= s.channels) return;
-  const float scale = p.gamma[c] / sqrtf(p.running_var[c] + p.eps);
-  coef[c] = scale;
-  coef[s.channels + c] = p.beta[c] - p.running_mean[c] * scale;
+  coef[c] = p.gamma[c] / sqrtf(p.running_var[c] + p.eps);
+  coef[s.channels + c] = p.running_mean[c];
+  coef[2 * s.channels + c] = p.beta[c];
+}
+
+// Channel c's coefficients as finish_stats_k and eval_coef_k leave them in `coef`.
+__device__ inline BnCoef coef_of(const float* coef, const BatchnormShape& s, int64_t c) {
+  return {coef[c], coef[s.channels + c], coef[2 * s.channels + c]};
 }
 
 template <class T>
 __global__ void apply_k(const T* x, T* y, BatchnormShape s, int64_t splits, const float* coef, bool relu) {
   const int64_t c = blockIdx.y;
-  apply(x, y, s, c, walk(s, splits, blockIdx.x), coef[c], coef[s.channels + c], relu);
+  apply(x, y, s, c, walk(s, splits, blockIdx.x), coef_of(coef, s, c), relu);
 }
 
 template <class T>
@@ -346,14 +359,14 @@ constexpr int64_t kFoldSplits = 64;
 template <class T>
 __global__ void apply_fold_k(const T* x, T* y, BatchnormShape s, int64_t splits, const double2* part, BatchnormParams p) {
   const int64_t c = blockIdx.y;
-  __shared__ float2 coef;
+  __shared__ BnCoef coef;
   if (threadIdx.x < 32) {
     double a, b;
     add_partials(part, c, splits, a, b);
     if (threadIdx.x == 0) coef = finish_stats(c, a, b, ld(x, s.first(c)), s, p, blockIdx.x == 0);
   }
   __syncthreads();
-  apply(x, y, s, c, walk(s, splits, blockIdx.x), coef.x, coef.y, p.relu);
+  apply(x, y, s, c, walk(s, splits, blockIdx.x), coef, p.relu);
 }
 
 template <class T>
@@ -397,10 +410,10 @@ __global__ void train_one_tile_k(const T* x, T* y, BatchnormShape s, BatchnormPa
   double a = 0, b = 0;
   if (mine) sum_centered(x, s, c, row_walk(s, 1, 0), first, a, b);
   column_sum2(a, b);
-  __shared__ float2 coef[kBnTileC];
+  __shared__ BnCoef coef[kBnTileC];
   if (threadIdx.y == 0 && mine) coef[threadIdx.x] = finish_stats(c, a, b, first, s, p);
   __syncthreads();
-  if (mine) apply(x, y, s, c, row_walk(s, 1, 0), coef[threadIdx.x].x, coef[threadIdx.x].y, p.relu);
+  if (mine) apply(x, y, s, c, row_walk(s, 1, 0), coef[threadIdx.x], p.relu);
 }
 
 template <class T>
@@ -429,7 +442,7 @@ __global__ void stats_tile_k(const T* x, BatchnormShape s, int64_t splits, doubl
 template <class T>
 __global__ void apply_tile_k(const T* x, T* y, BatchnormShape s, int64_t splits, const float* coef, bool relu) {
   const int64_t c = tile_channel();
-  if (c < s.channels) apply(x, y, s, c, row_walk(s, splits, blockIdx.x), coef[c], coef[s.channels + c], relu);
+  if (c < s.channels) apply(x, y, s, c, row_walk(s, splits, blockIdx.x), coef_of(coef, s, c), relu);
 }
 
 template <class T>
@@ -465,10 +478,10 @@ __global__ void apply_tile_fold_k(const T* x, T* y, BatchnormShape s, int64_t sp
   const bool mine = c < s.channels;
   double a, b;
   add_tile_partials(part, c, mine, splits, a, b);
-  __shared__ float2 coef[kBnTileC];
+  __shared__ BnCoef coef[kBnTileC];
   if (threadIdx.y == 0 && mine) coef[threadIdx.x] = finish_stats(c, a, b, ld(x, s.first(c)), s, p, blockIdx.x == 0);
   __syncthreads();
-  if (mine) apply(x, y, s, c, row_walk(s, splits, blockIdx.x), coef[threadIdx.x].x, coef[threadIdx.x].y, p.relu);
+  if (mine) apply(x, y, s, c, row_walk(s, splits, blockIdx.x), coef[threadIdx.x], p.relu);
 }
 
 template <class T>
@@ -495,7 +508,7 @@ dim3 walk_block(const BatchnormShape& s) { return nhwc(s) ? dim3(kBnTileC, kBnTi
 unsigned channel_blocks(const BatchnormShape& s) { return unsigned((s.channels + 127) / 128); }
 unsigned warp_blocks(const BatchnormShape& s) { return unsigned((s.channels * 32 + 127) / 128); }
 
-// y = scale x + shift with each channel's coefficients from `coef` (relu'd when fused), over the
+// y = scale (x - mean) + beta with each channel's coefficients from `coef` (relu'd when fused), over the
 // layer's grid in its layout: the last pass of the training forward and the whole inference one.
 template <class T>
 void apply_coefficients(const T* x, T* y, const BatchnormShape& s, const float* coef, bool relu, cudaStream_t st) {

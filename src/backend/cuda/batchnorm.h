@@ -37,12 +37,11 @@ struct BatchnormParams {
   float* batch_inv_std = nullptr;  ///< 1 / sqrt(biased variance + eps), likewise
   float eps = 1e-5f, momentum = 0.1f;
   bool relu = false;  ///< a relu follows, fused: y = max(0, bn(x)), and backward masks by y > 0
-  /// With the fused relu, optionally: the training forward writes each channel's y = scale x +
-  /// shift coefficients here, and backward recomputes y from x with them, as the forward rounded
-  /// it, instead of reading y: the same mask from two tensors read instead of three (x and dy),
-  /// in both of backward's passes. Null: backward reads y.
+  /// With the fused relu, optionally: the training forward writes each channel's scale in y =
+  /// scale (x - mean) + beta here, and backward recomputes y from x with it, batch_mean and beta,
+  /// as the forward rounded it, instead of reading y: the same mask from two tensors read instead
+  /// of three (x and dy), in both of backward's passes. Null: backward reads y.
   float* fwd_scale = nullptr;
-  float* fwd_shift = nullptr;
 };
 
 /// Training forward: batch statistics, running statistics, y. `workspace` holds

@@ -411,10 +411,9 @@ void Network::add_layer(size_t i, const std::vector<int64_t>& offsets, size_t& t
   if (plan::relu_fused_into_batchnorm(graph_, i)) {
     Layer& bn = *layers_[size_t(n.inputs[0])];
     bn.bn.relu = true;
-    // The forward's coefficients, from which backward recomputes the relu's mask instead of
-    // reading the output (BatchnormParams::fwd_scale; plan::memory counts them).
+    // The forward's scales, from which (with the saved means and beta) backward recomputes the
+    // relu's mask instead of reading the output (BatchnormParams::fwd_scale; plan::memory counts them).
     bn.bn.fwd_scale = alloc(size_t(bn.bn_shape.channels), MemCategory::activations);
-    bn.bn.fwd_shift = alloc(size_t(bn.bn_shape.channels), MemCategory::activations);
     bn.name += "+" + n.name;
     l->fused_away = true;
   }
