@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <set>
 #include <vector>
 
 #include "cuda_kernel_util.h"
@@ -141,94 +140,8 @@ TEST(KERNEL_SUITE, TrainingStepsAgreeWithTheCpuEngine) {
   }
 }
 
-// Random graphs: layers of every kind the presets use, reading earlier layers through `input`
-// and `add` (x + x too), so values with several readers, views among them, and flattens of maps
-// and of vectors, in orders no preset has. Each trains on the GPU as on the CPU engine. (The
-// view bug 68fc976 fixed fails seeds 159 and 238.) DLPERF_RANDOM_GRAPHS=N tries N graphs.
-nlohmann::json random_model(uint64_t seed) {
-  Rng rng(seed * 0x9E3779B97F4A7C15ull);  // Rng(s + 1)'s draws are Rng(s)'s shifted by one
-  struct Value {
-    std::string name;
-    std::vector<int64_t> shape;  // [C, H, W] or [F]
-  };
-  std::vector<Value> values = {{"input", {3, 8, 8}}};
-  nlohmann::json layers = nlohmann::json::array();
-  Value at = values[0];
-  auto pick = [&](int n) { return int(rng.below(uint64_t(n))); };
-  const int count = 4 + pick(9);
-  for (int i = 0; i < count; ++i) {
-    const std::string name = "l" + std::to_string(i);
-    nlohmann::json l = {{"name", name}};
-    if (i > 1 && pick(4) == 0) at = values[size_t(1 + pick(int(values.size()) - 1))];  // an earlier layer, not the model input
-    if (i > 0) l["input"] = at.name;
-    std::vector<int64_t> out = at.shape;
-    const bool maps = at.shape.size() == 3;
-    std::vector<Value> same;  // earlier values of this shape, for an add (x + x among them)
-    for (const Value& v : values)
-      if (v.shape == at.shape && v.name != "input") same.push_back(v);
-    const int choice = pick(10);
-    if (choice == 0 && !same.empty()) {
-      l["type"] = "add";
-      l["from"] = same[size_t(pick(int(same.size())))].name;
-    } else if (choice == 1) {
-      l["type"] = "relu";
-    } else if (maps && choice <= 4) {
-      const int64_t k = pick(2) ? 3 : 1, stride = at.shape[1] >= 4 && pick(3) == 0 ? 2 : 1, pad = k == 3 ? pick(2) : 0;
-      // At least 2 channels: behind a 1-channel map every later channel is a multiple of one
-      // map, which batchnorm's scale invariance leaves with gradients of rounding noise alone.
-      const int64_t c = int64_t(2) << pick(4);
-      if ((at.shape[1] + 2 * pad - k) / stride + 1 < 1) continue;
-      // No bias: before a batchnorm a bias's true gradient is 0, and what the engines make of it
-      // is rounding noise times 1 / std, which over a few values (after a global pooling, say)
-      // reaches 1e-5 in three steps, and differs with each engine's order of summation.
-      l.update({{"type", "conv2d"}, {"out_channels", c}, {"kernel", k}, {"stride", stride}, {"padding", pad}, {"bias", false}});
-      out = {c, (at.shape[1] + 2 * pad - k) / stride + 1, (at.shape[2] + 2 * pad - k) / stride + 1};
-    } else if (maps && choice == 5) {
-      l["type"] = "batchnorm2d";
-    } else if (maps && choice == 6 && at.shape[1] >= 2 && at.shape[2] >= 2) {
-      l.update({{"type", pick(2) ? "maxpool2d" : "avgpool2d"}, {"kernel", 2}});
-      out = {at.shape[0], at.shape[1] / 2, at.shape[2] / 2};
-    } else if (maps && choice == 7) {
-      l["type"] = "global_avgpool";
-      out = {at.shape[0], 1, 1};
-    } else if (choice == 8) {
-      l["type"] = "flatten";
-      out = {maps ? at.shape[0] * at.shape[1] * at.shape[2] : at.shape[0]};
-    } else if (!maps && choice == 9) {
-      l.update({{"type", "dropout"}, {"p", 0.25}});
-    } else if (!maps) {
-      const int64_t f = 4 + pick(13);
-      l.update({{"type", "linear"}, {"out_features", f}, {"bias", pick(2) == 0}});
-      out = {f};
-    } else {
-      l["type"] = "relu";
-    }
-    layers.push_back(l);
-    at = {name, out};
-    values.push_back(at);
-  }
-  if (at.shape.size() == 3) {
-    layers.push_back({{"type", "flatten"}, {"name", "features"}, {"input", at.name}});
-    at.name = "features";
-  }
-  layers.push_back({{"type", "linear"}, {"name", "logits"}, {"input", at.name}, {"out_features", "classes"}});
-  // Branches left behind by a jump back reach nothing: drop them (build_graph refuses them).
-  for (bool dropped = true; dropped;) {
-    dropped = false;
-    std::set<std::string> read;
-    for (const auto& l : layers)
-      for (const char* key : {"input", "from"})
-        if (l.contains(key)) read.insert(l[key].get<std::string>());
-    for (size_t i = 0; i + 1 < layers.size(); ++i)
-      if (!read.count(layers[i]["name"].get<std::string>())) {
-        layers.erase(layers.begin() + std::ptrdiff_t(i));
-        dropped = true;
-        break;
-      }
-  }
-  return {{"layers", layers}};
-}
-
+// Random graphs (random_model in test_util.h) train on the GPU as on the CPU engine. (The view
+// bug 68fc976 fixed fails seeds 159 and 238.) DLPERF_RANDOM_GRAPHS=N tries N graphs.
 TEST(KERNEL_SUITE, RandomGraphsTrainAsOnTheCpuEngine) {
   REQUIRE_GPU();
   const char* env = std::getenv("DLPERF_RANDOM_GRAPHS");
