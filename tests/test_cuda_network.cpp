@@ -332,10 +332,18 @@ TEST(KERNEL_SUITE, PlannedBytesMatchTheAllocations) {
   // resnet18: residual sums, 1x1 convs, global pooling; resnet18-imagenet: a 7x7 stride-2 stem and
   // a padded 3x3 max pooling. And test_util.h's corner-case model.
   const nlohmann::json odd = corner_case_model();
-  const std::vector<nn::Graph> graphs = {nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64),
-                                         nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 8),
-                                         nn::build_graph(nn::load_model("resnet18-imagenet"), {3, 64, 64}, 10, 4),
-                                         nn::build_graph(nn::parse_model_spec(odd, "odd"), {3, 10, 10}, 10, 16)};
+  std::vector<nn::Graph> graphs = {nn::build_graph(nn::load_model("medium"), {3, 32, 32}, 10, 64),
+                                   nn::build_graph(nn::load_model("resnet18"), {3, 32, 32}, 10, 8),
+                                   nn::build_graph(nn::load_model("resnet18-imagenet"), {3, 64, 64}, 10, 4),
+                                   nn::build_graph(nn::parse_model_spec(odd, "odd"), {3, 10, 10}, 10, 16)};
+  // And random models (test_util.h): views, fused relus and moved flattens in every order.
+#ifdef DLPERF_CUDA_EMULATION
+  const uint64_t random_graphs = 100;
+#else
+  const uint64_t random_graphs = 10;
+#endif
+  for (uint64_t seed = 1; seed <= random_graphs; ++seed)
+    graphs.push_back(nn::build_graph(nn::parse_model_spec(random_model(seed), fmt::format("random{}", seed)), {3, 8, 8}, 10, 8));
   const std::pair<cuda::Precision, cuda::Layout> configs[] = {{cuda::Precision::fp32, cuda::Layout::nchw},
                                                               {cuda::Precision::bf16, cuda::Layout::nchw},
                                                               {cuda::Precision::bf16, cuda::Layout::nhwc},
