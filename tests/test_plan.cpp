@@ -283,9 +283,18 @@ TEST(PlanMemory, EngineModelMatchesTheCpuEnginesAllocationsExactly) {
   // resnet18 on 3 channels: residual sums, 1x1 convs, a first conv whose layout carries on. The
   // mlp on 12x12: a first linear layer (no input gradient) whose backward-data scratchpad, which
   // never runs, was the largest and was counted.
-  for (const Case& c : {Case{"mlp", {1, 28, 28}}, Case{"small", {1, 28, 28}}, Case{"medium", {1, 28, 28}},
-                        Case{"large", {1, 28, 28}}, Case{"resnet18", {3, 32, 32}}, Case{"odd", {1, 10, 10}},
-                        Case{"odd", {3, 10, 10}}, Case{"mlp", {1, 12, 12}}, Case{"small", {1, 12, 12}}})
+  // And 40 random models (test_util.h, as "random<seed>"): values read twice, views and flattens
+  // in orders no preset has.
+  std::vector<Case> cases = {Case{"mlp", {1, 28, 28}},   Case{"small", {1, 28, 28}}, Case{"medium", {1, 28, 28}},
+                             Case{"large", {1, 28, 28}}, Case{"resnet18", {3, 32, 32}}, Case{"odd", {1, 10, 10}},
+                             Case{"odd", {3, 10, 10}},   Case{"mlp", {1, 12, 12}},   Case{"small", {1, 12, 12}}};
+  for (int seed = 1; seed <= 40; ++seed) cases.push_back(Case{fmt::format("random{}", seed), {3, 8, 8}});
+  auto spec_of = [&](const std::string& model) {
+    if (model == "odd") return nn::parse_model_spec(odd, "odd");
+    if (model.rfind("random", 0) == 0) return nn::parse_model_spec(random_model(uint64_t(std::stoi(model.substr(6)))), model);
+    return nn::load_model(model);
+  };
+  for (const Case& c : cases)
     for (const std::string& precision : precisions)
       for (const int64_t batch : {16, 64}) {
         SCOPED_TRACE(fmt::format("{} {} {} b{}", c.model, dims_str(c.input), precision, batch));
@@ -294,8 +303,7 @@ TEST(PlanMemory, EngineModelMatchesTheCpuEnginesAllocationsExactly) {
         mem.trim();  // an empty cache: a cached block could serve a smaller request and count whole
         mem.reset_peaks();
         const MemoryStats before = mem.stats();
-        const nn::Graph g =
-            nn::build_graph(c.model == "odd" ? nn::parse_model_spec(odd, "odd") : nn::load_model(c.model), c.input, 10, batch);
+        const nn::Graph g = nn::build_graph(spec_of(c.model), c.input, 10, batch);
         const nn::OptimizerConfig opt_cfg;
         {
           cpu::Network net(g, 1, true, precision);
