@@ -273,8 +273,14 @@ TEST(KERNEL_SUITE, ProfileTimesEveryLayerOnTheDevice) {
 }
 
 // dlperf profile on the GPU of the model `spec` (a spec's JSON, written into `dir`): 4 steps of
-// batch 16 on 3x12x12 synthetic images recorded after 2.
-train::TrainResult profile_spec(const TempDir& dir, const nlohmann::json& spec) {
+// batch 16 on 3x12x12 synthetic images recorded after 2. With the graph it ran and the recorded
+// steps; the table's FLOPs a step are the graph's.
+struct SpecProfile {
+  nn::Graph graph;
+  nlohmann::json profile;
+  double steps = 0;
+};
+SpecProfile profile_spec(const TempDir& dir, const nlohmann::json& spec) {
   const auto path = dir.path / "model.json";
   std::ofstream(path) << spec.dump();
   train::TrainConfig c = gpu_run(path.string(), "synthetic:3x12x12:256", 16, 1);
@@ -282,7 +288,11 @@ train::TrainResult profile_spec(const TempDir& dir, const nlohmann::json& spec) 
   c.profile_skip = 2;
   c.profile_steps = 4;
   c.profile_out = (dir.path / "prof").string();
-  return train::train(c);
+  SpecProfile out{nn::build_graph(nn::parse_model_spec(spec, "spec"), {3, 12, 12}, 10, 16), train::train(c).profile, 0};
+  out.steps = out.profile["step"]["steps"].get<double>();
+  const nn::Graph& g = out.graph;
+  EXPECT_NEAR(out.profile["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  return out;
 }
 
 // A value several layers read gets its gradient from each. Backward runs in reverse: the last
@@ -294,11 +304,10 @@ train::TrainResult profile_spec(const TempDir& dir, const nlohmann::json& spec) 
 TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
   REQUIRE_GPU();
   TempDir dir;
-  const auto r = profile_spec(dir, corner_case_model());
-  const nn::Graph g = nn::build_graph(nn::parse_model_spec(corner_case_model(), "corners"), {3, 12, 12}, 10, 16);
+  const SpecProfile r = profile_spec(dir, corner_case_model());
+  const nn::Graph& g = r.graph;
   const nlohmann::json& p = r.profile;
-  const double steps = p["step"]["steps"].get<double>();
-  EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  const double steps = r.steps;
   ASSERT_EQ(g.nodes[2].name, "r0");
   ASSERT_EQ(g.nodes[3].kind, ops::OpKind::conv2d);
   const double r0_bytes = 4.0 * double(numel(g.nodes[2].out_dims));
@@ -323,11 +332,9 @@ TEST(KERNEL_SUITE, GradientSumsAreTheirOwnRowsOnTheDevice) {
 TEST(KERNEL_SUITE, AReluAfterAResidualAddRunsInsideIt) {
   REQUIRE_GPU();
   TempDir dir;
-  const auto r = profile_spec(dir, residual_cnn());
-  const nn::Graph g = nn::build_graph(nn::parse_model_spec(residual_cnn(), "residual"), {3, 12, 12}, 10, 16);
+  const SpecProfile r = profile_spec(dir, residual_cnn());
   const nlohmann::json& p = r.profile;
-  const double steps = p["step"]["steps"].get<double>();
-  EXPECT_NEAR(p["flops_per_step"].get<double>(), g.forward_flops() + g.backward_flops(), 1e-6 * g.forward_flops());
+  const double steps = r.steps;
   std::map<std::string, double> calls;  // phase of "sum+r1" -> calls a step
   for (const auto& row : p["rows"]) {
     EXPECT_NE(row["name"], "r1") << row.dump();
