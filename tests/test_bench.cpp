@@ -295,6 +295,22 @@ TEST(Bench, EngineCallCostIsMeasuredOnTheThreadsAsked) {
   EXPECT_EQ(bench::cpu_dispatch(o).threads, before);
 }
 
+// A call's cost is measured in a bounded time: on a machine whose other cores are busy a call
+// can wait 10 ms for a time slice, and 2,500 of them made every training run 50 s longer.
+TEST(Bench, EngineCallSamplesStopAfterTheirTime) {
+  int calls = 0;
+  bench::calls_per_s_within(100, 1.0, [&] { ++calls; });
+  EXPECT_EQ(calls, 100) << "fast calls: all of them";
+  calls = 0;
+  const double rate = bench::calls_per_s_within(100, 0.01, [&] {
+    ++calls;
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  });
+  EXPECT_EQ(calls, 4) << "calls of 3 ms: the clock, read every 4 calls, is past 10 ms at the first read";
+  EXPECT_GT(rate, 0);
+  EXPECT_LE(rate, 4 / 0.012);
+}
+
 // The loader alone, each worker count plain then augmented, every count's batches checked
 // against the first's; the images an epoch are whole batches.
 TEST(Bench, LoaderSweepTimesEachWorkerCountPlainAndAugmented) {

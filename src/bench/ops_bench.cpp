@@ -316,9 +316,12 @@ DispatchResult cpu_dispatch(const Options& o) {
   const cpu::Prim relu = cpu::Prim::of<eltwise_forward>(eltwise_forward::primitive_desc(
       eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu, desc, 0.f), cpu::default_attr(), cpu::engine()));
   DispatchResult r{threads, {}, o.quick ? 5 : 15, o.quick ? 500 : 2000};
-  const Spread calls_per_s = spread_of(rates_of(r.repeats, double(r.calls), [&] {
-    for (int i = 0; i < r.calls; ++i) cpu::run(relu, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, y}});
-  }));
+  std::vector<double> rates;
+  for (int rep = -2; rep < r.repeats; ++rep) {  // two warm-up samples
+    const double rate = calls_per_s_within(r.calls, 0.01, [&] { cpu::run(relu, {{DNNL_ARG_SRC, x}, {DNNL_ARG_DST, y}}); });
+    if (rep >= 0) rates.push_back(rate);
+  }
+  const Spread calls_per_s = spread_of(rates);
   r.us = {1e6 / calls_per_s.median, 1e6 / calls_per_s.max, 1e6 / calls_per_s.min};
   for (size_t i = 0; i < xs.size(); ++i) check(ys[i] == std::max(xs[i], 0.f), "the dispatch benchmark's relu gave wrong results");
   return r;

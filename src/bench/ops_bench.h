@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench/cpu_bench.h"
+#include "core/timer.h"
 #include "ops/op.h"
 
 namespace dlperf::bench {
@@ -67,10 +68,26 @@ std::vector<ConvPoint> conv_sweep(const Options& o, const std::vector<std::strin
 /// call path (cpu::run: argument map, scratchpad, execute on the OpenMP threads, wait) back to back.
 struct DispatchResult {
   int threads = 0;
-  Spread us;         ///< microseconds a call; each sample the mean over `calls` calls
+  Spread us;         ///< microseconds a call; each sample the mean over `calls` calls, or fewer where they pass 10 ms
   int repeats = 0, calls = 0;
 };
-/// On `threads` OpenMP threads (0: as many as OpenMP runs now); the relu's outputs are checked.
+/// Calls `call` up to `most` times, or until `seconds` have passed (the clock is read every 4
+/// calls, so calls of a microsecond are timed with little of the clock in them); returns the
+/// calls made per second. Where another process keeps the other cores busy, a call into the
+/// engine waits for a time slice (about 10 ms on the 2-core VM while a second training run shared
+/// it): uncapped, the 2,500 calls of one measurement took 25 s, at the start and end of every run.
+template <class F>
+double calls_per_s_within(int most, double seconds, F&& call) {
+  const double t0 = now_s();
+  int done = 0;
+  while (done < most && (done % 4 != 0 || now_s() - t0 < seconds)) {
+    call();
+    ++done;
+  }
+  return done / (now_s() - t0);
+}
+/// On `threads` OpenMP threads (0: as many as OpenMP runs now); the relu's outputs are checked;
+/// each sample stops after 10 ms (calls_per_s_within).
 DispatchResult cpu_dispatch(const Options& o);
 /// A call's cost now, in a few ms: cpu_dispatch --quick's fastest sample, the figure plan and
 /// the machine profile take (another process's time slices only ever slow a sample down).
