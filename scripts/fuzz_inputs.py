@@ -15,7 +15,7 @@ The inputs, each made here from scratch, and the command that reads it:
     idx-gz      the same, gzip-compressed               train --data DIR
     cifar       CIFAR-10 binary batches                 train --data DIR
     spec        a model spec (.json)                    plan -m FILE, models show FILE
-    checkpoint  a checkpoint (binary header + JSON)     train --checkpoint DIR --resume
+    checkpoint  a checkpoint (binary header + JSON)     train --checkpoint DIR --resume (any damage must be refused)
     record      a run record                            plan --against FILE
     profile     runs/machine-profile.json               plan
     catalog     a hardware catalog (data/hardware.json) plan --catalog FILE
@@ -25,7 +25,9 @@ Mutations: the file cut short, emptied or removed; bytes flipped, inserted, dele
 field set to 0, -1, 2^31 or a random count; and for JSON (the checkpoint's header too) a value
 replaced by another type or an extreme number, a key removed, an array element dropped or doubled.
 Findings are listed with the command and kept with their input under --out; exit 1 if any.
-It found a count field that made the IDX reader allocate 15 GB (fixed in 484a37c).
+It found a count field that made the IDX reader allocate 15 GB (fixed in 484a37c). A message that
+quotes the damaged bytes raw (not UTF-8) is a finding too, as is a damaged checkpoint that resumes:
+until 2026-11-28 a changed letter or digit in the header's JSON did.
 """
 import argparse
 import collections
@@ -40,6 +42,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import zlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -144,14 +147,25 @@ def mutate_json_text(text, rng):
 
 
 def mutate_checkpoint(data, rng):
-    """"DLPERFCK" | u64 header length | JSON header | data: the header's JSON, or the bytes."""
+    """"DLPERFCK" | u64 header length | JSON header | data | u32 CRC-32 of the header: the header's
+    JSON (half the time with its CRC-32 made anew, as if dlperf had written the damaged fields,
+    which the checks behind the CRC must then name), or the bytes."""
     if data[:8] == b"DLPERFCK" and rng.random() < 0.6:
         (length,) = struct.unpack("<Q", data[8:16])
         header = json.loads(data[16:16 + length])
         doc, how = mutate_json(header, rng)
         body = json.dumps(doc).encode()
-        return b"DLPERFCK" + struct.pack("<Q", len(body)) + body + data[16 + length:], "header: " + how
+        tensors, crc = data[16 + length:-4], data[-4:]
+        if rng.random() < 0.5:
+            crc, how = struct.pack("<I", zlib.crc32(body)), how + " (its CRC-32 made anew)"
+        return b"DLPERFCK" + struct.pack("<Q", len(body)) + body + tensors + crc, "header: " + how
     return mutate_bytes(data, rng)
+
+
+def checkpoint_must_be_refused(before, after, how):
+    """Every changed byte of a checkpoint is caught by one of its two CRC-32s, unless the damage
+    made the header's anew."""
+    return after != before and "made anew" not in how
 
 
 # ---- the inputs -------------------------------------------------------------------------------
@@ -161,8 +175,9 @@ class Input:
     damage, how, and the command that reads the damaged copy (given the copy's folder and the
     file damaged) with the folder it runs in."""
 
-    def __init__(self, name, folder, files, mutate, command):
+    def __init__(self, name, folder, files, mutate, command, must_refuse=None):
         self.name, self.folder, self.files, self.mutate, self.command = name, folder, files, mutate, command
+        self.must_refuse = must_refuse  # (bytes before, bytes after, how) -> True where reading it fine is a finding
 
 
 def run(cmd, cwd, timeout):
@@ -176,15 +191,19 @@ def run(cmd, cwd, timeout):
         return None, out.decode(errors="replace") if isinstance(out, bytes) else out
 
 
-def verdict(rc, out):
+def verdict(rc, out, must_refuse=False):
     if rc is None:
         return "hang"
     if rc < 0 or rc >= 128 or rc == 86 or CRASH.search(out):
         return "crash"
     if INTERNAL.search(out):
         return "internal message"
+    if "\ufffd" in out:  # bytes that are not UTF-8 (run() decodes with errors="replace"): the file's, quoted raw
+        return "raw bytes in the message"
     if rc != 0 and "error" not in out.lower():
         return "no message"
+    if rc == 0 and must_refuse:
+        return "damage read as good"
     return "ok" if rc == 0 else "refused"
 
 
@@ -268,7 +287,8 @@ def main():
         Input("spec", spec, sorted(os.listdir(spec)), json_damage,
               lambda d, f: (rng.choice([[dlperf, "plan", "-m", f], [dlperf, "models", "show", f]]), state)),
         Input("checkpoint", os.path.join(state, "ck"), ["checkpoint.dlperf"], mutate_checkpoint,
-              lambda d, f: (train(idx)[:-3] + ["-e", "2", "--checkpoint", d, "--resume", "--runs-dir", "", *quiet], state)),
+              lambda d, f: (train(idx)[:-3] + ["-e", "2", "--checkpoint", d, "--resume", "--runs-dir", "", *quiet], state),
+              checkpoint_must_be_refused),
         Input("record", state, ["record.json"], json_damage, lambda d, f: ([dlperf, "plan", "--against", f], state)),
         Input("profile", os.path.join(state, "runs"), ["machine-profile.json"], json_damage, with_profile),
         Input("catalog", catalog, ["hardware.json"], json_damage,
@@ -293,16 +313,19 @@ def main():
             shutil.copytree(inp.folder, case_dir)
             victim = rng.choice(inp.files)
             path = os.path.join(case_dir, victim)
+            must_refuse = False
             if rng.random() < 0.03:
                 os.remove(path)
                 how = "removed"
             else:
                 with open(path, "rb") as f:
-                    data, how = inp.mutate(f.read(), rng)
+                    before = f.read()
+                data, how = inp.mutate(before, rng)
                 write(path, data)
+                must_refuse = bool(inp.must_refuse and inp.must_refuse(before, data, how))
             cmd, cwd = inp.command(case_dir, path)
             rc, text = run(cmd, cwd, args.timeout)
-            v = verdict(rc, text)
+            v = verdict(rc, text, must_refuse)
             tally[inp.name][v] += 1
             for line in text.splitlines():  # the messages, with what varies from case to case (places, numbers) taken out
                 if re.match(r"\s*(dlperf: error|skipped|note: ignoring)", line):

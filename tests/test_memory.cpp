@@ -131,6 +131,18 @@ TEST(Closest, SuggestsOneCandidateWithinTwoEdits) {
   EXPECT_EQ(closest("trian", {"train", "plan"}), "train");
 }
 
+// Found by fuzzing checkpoints: a parse error quoted the damaged bytes it read ("last read:
+// '"ten\x82'"), which reached the terminal as they were.
+TEST(Printable, DamagedBytesAreEscapedAndTextIsKept) {
+  EXPECT_EQ(printable("plain text, 1.5 MB\n"), "plain text, 1.5 MB\n");
+  EXPECT_EQ(printable("gr\xc3\xb6\xc3\x9f" "e \xe2\x86\x92 \xf0\x9f\x98\x80"), "gr\xc3\xb6\xc3\x9f" "e \xe2\x86\x92 \xf0\x9f\x98\x80");  // UTF-8 kept
+  EXPECT_EQ(printable("\"ten\x82\""), "\"ten\\x82\"");     // a lone continuation byte
+  EXPECT_EQ(printable("a\xc3"), "a\\xc3");                 // a sequence cut short
+  EXPECT_EQ(printable("\xc3(x"), "\\xc3(x");               // a lead byte without its continuation
+  EXPECT_EQ(printable(std::string("\x01\x7f\0", 3)), "\\x01\\x7f\\x00");  // control characters
+  EXPECT_EQ(printable("\xff\xc0\xaf"), "\\xff\\xc0\\xaf");   // bytes UTF-8 never has
+}
+
 TEST(FormatDecimals, SmallValuesKeepTwoSignificantDigits) {
   EXPECT_EQ(format_decimals(0.0054, 3), "0.0054");  // a 5.4 us layer in a ms column
   EXPECT_EQ(format_decimals(0.036, 3), "0.036");

@@ -3,6 +3,7 @@
 // diverging loss stop it with a clear message.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <zlib.h>
 
 #include <csignal>
 #include <cstring>
@@ -263,15 +264,31 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("holds sgd's state, not adamw's"), std::string::npos);
   c.optimizer.name = "sgd";
   const auto path = train::checkpoint_path(c.checkpoint_dir);
-  {  // one bit flipped in the last weights: same size, wrong data
+  auto flip = [&](std::streamoff at, std::ios::seekdir from) {  // one bit: same size, wrong bytes
     std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(-3, std::ios::end);
+    f.seekg(at, from);
     const char b = char(f.get() ^ 0x10);
-    f.seekp(-3, std::ios::end);
+    f.seekp(at, from);
     f.put(b);
-  }
+  };
+  flip(-7, std::ios::end);  // in the last weights (the header's CRC-32 is the last 4 bytes)
   EXPECT_NE(error_of([&] { train::train(c); }).find("is damaged: the CRC-32 of its weights and optimizer state is"), std::string::npos)
       << error_of([&] { train::train(c); });
+  flip(-7, std::ios::end);
+  EXPECT_EQ(error_of([&] { train::load_checkpoint(c.checkpoint_dir); }), "");
+  // In the header: a flip that still parses (a letter of a name, a digit of a recorded loss) was
+  // resumed from until 2026-11-28.
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  const size_t name = bytes.find("\"model\":\"small\"");
+  ASSERT_NE(name, std::string::npos);
+  flip(std::streamoff(name + 10), std::ios::beg);  // "small" -> "cmall"
+  EXPECT_NE(error_of([&] { train::train(c); }).find("is damaged: the CRC-32 of its header is"), std::string::npos)
+      << error_of([&] { train::train(c); });
+  flip(std::streamoff(name + 10), std::ios::beg);
   fs::resize_file(path, fs::file_size(path) - 8);
   EXPECT_NE(error_of([&] { train::train(c); }).find("truncated"), std::string::npos);
   std::ofstream(path) << "garbage";
@@ -298,10 +315,14 @@ TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
   auto refusal = [&](const nlohmann::json& h) {  // the checkpoint with header h, and what loading it says
     const std::string body = h.dump();
     const uint64_t n = body.size();
+    // Written with its CRC-32, as if dlperf had written these fields: the checks behind the CRC's
+    // (and for version 1 files, which have none) still name the field.
+    const uint32_t crc = uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), body.size()));
     std::ofstream f(path, std::ios::binary);
     f.write(bytes.data(), 8);
     f.write(reinterpret_cast<const char*>(&n), 8);
-    f << body << bytes.substr(16 + length);
+    f << body << bytes.substr(16 + length, bytes.size() - 16 - length - 4);
+    f.write(reinterpret_cast<const char*>(&crc), 4);
     f.close();
     const std::string error = error_of([&] { train::load_checkpoint(c.checkpoint_dir); });
     if (!error.empty()) {
@@ -327,6 +348,44 @@ TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
   h.erase("optimizer_steps");
   EXPECT_NE(refusal(h).find("its optimizer_steps is not a whole number"), std::string::npos) << refusal(h);
   EXPECT_EQ(refusal(header), "");  // the header as written loads
+  h = header;
+  h["version"] = 3;
+  EXPECT_NE(refusal(h).find("is a checkpoint of version 3, which this dlperf cannot read"), std::string::npos) << refusal(h);
+}
+
+// Version 1 checkpoints (before 2026-11-28) end with the data, without the header's CRC-32, and
+// still resume.
+TEST(Train, AVersionOneCheckpointStillLoads) {
+  TempDir ck;
+  const auto c = checkpointed_run(ck);
+  const auto path = train::checkpoint_path(c.checkpoint_dir);
+  const train::Checkpoint now = train::load_checkpoint(c.checkpoint_dir);
+  std::string bytes;
+  {
+    std::ifstream f(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(f), {});
+  }
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 8, 8);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(16, length));
+  EXPECT_EQ(header["version"], 2);
+  header["version"] = 1;
+  const std::string body = header.dump();
+  const uint64_t n = body.size();
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), 8);
+    f.write(reinterpret_cast<const char*>(&n), 8);
+    f << body << bytes.substr(16 + length, bytes.size() - 16 - length - 4);  // no CRC-32 after the data
+  }
+  const train::Checkpoint then = train::load_checkpoint(c.checkpoint_dir);
+  EXPECT_EQ(then.tensors, now.tensors);
+  EXPECT_EQ(then.meta["epoch_done"], 1);
+  {
+    std::ofstream f(path, std::ios::binary | std::ios::app);
+    f.write("\0\0\0\0", 4);  // a version 1 file with 4 bytes too many
+  }
+  EXPECT_NE(error_of([&] { train::load_checkpoint(c.checkpoint_dir); }).find("is truncated or damaged: expected"), std::string::npos);
 }
 
 // The header's recipe says what shapes learning, so a run with --augment or --label-smoothing

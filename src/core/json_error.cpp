@@ -1,5 +1,7 @@
 #include "core/json_error.h"
 
+#include "core/text.h"
+
 namespace dlperf {
 
 std::string json_error_text(const nlohmann::json::exception& e) {
@@ -8,7 +10,7 @@ std::string json_error_text(const nlohmann::json::exception& e) {
     if (const auto close = s.find("] "); close != std::string::npos) s.erase(0, close + 2);
   if (s.rfind("parse error at ", 0) == 0) s.erase(0, 15);
   if (s.rfind("parse error: ", 0) == 0) s.erase(0, 13);
-  return s;
+  return printable(s);  // a parse error quotes the bytes it read, and a damaged file's are any bytes
 }
 
 }  // namespace dlperf

@@ -28,6 +28,29 @@ std::string listed(const std::vector<std::string>& words) {
   return out;
 }
 
+std::string printable(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    // The length of the UTF-8 sequence a lead byte starts (0: not a lead byte); overlong forms
+    // and surrogates are rare enough in a damaged file not to need their own rule.
+    const size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+    bool ok = len > 0 && i + len <= s.size() && (len > 1 || (c >= 0x20 && c != 0x7F) || c == '\n' || c == '\t');
+    for (size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) & 0xC0) == 0x80;
+    if (ok) {
+      out.append(s, i, len);
+      i += len;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+      ++i;
+    }
+  }
+  return out;
+}
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   // Levenshtein with adjacent swaps as one edit (the optimal-string-alignment distance): "fp23"
   // is one typo of "fp32", as "trian" is of "train". Three rows: a swap looks two back.

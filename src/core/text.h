@@ -22,6 +22,10 @@ std::string listed(const std::vector<std::string>& words);
 /// of it or "0.000" read as free. Exact zero keeps `decimals` ("0.000").
 std::string format_decimals(double x, int decimals);
 
+/// `s` fit for a terminal: bytes that are not printable text (control characters, bytes outside
+/// well-formed UTF-8) as \xNN. For text quoted from a damaged file, as a JSON parser's "last read".
+std::string printable(const std::string& s);
+
 /// The edits (insert, delete, change, or swap two neighbours) that turn `a` into `b`, for "did
 /// you mean" (as ninja does).
 size_t edit_distance(const std::string& a, const std::string& b);

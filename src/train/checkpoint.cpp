@@ -19,6 +19,7 @@ namespace dlperf::train {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 static constexpr char kMagic[8] = {'D', 'L', 'P', 'E', 'R', 'F', 'C', 'K'};
+static constexpr int kVersion = 2;  ///< 2: the header's CRC-32 after the data
 
 namespace {
 // CRC-32 (zlib's) of the tensors' bytes in file order, which is the map's (save writes them in
@@ -30,22 +31,57 @@ uint32_t data_crc32(const std::map<std::string, std::vector<float>>& tensors) {
   return uint32_t(crc);
 }
 
+// CRC-32 (zlib's) of the header's bytes as written. data_crc32 covers the weights; this covers
+// the rest: a damaged byte in the header's config or history (an lr, a test loss) most often
+// still parses, and the run would resume from it and record it as measured.
+uint32_t header_crc32(const std::string& h) {
+  return uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(h.data()), h.size()));
+}
+
 // The magic, the header length and the JSON header of the checkpoint open in `f` (`size` bytes);
-// the data follow. Throws Error with `hint` on a file that is not a checkpoint.
-json read_header(std::ifstream& f, uint64_t size, const std::string& path, const std::string& hint) {
+// `f` is left where the data begin. Throws Error with `hint` on a file that is not a checkpoint,
+// or one of a version this dlperf cannot read.
+struct Header {
+  json meta;
+  std::string text;  ///< as written: what its CRC-32 covers
+};
+Header read_header(std::ifstream& f, uint64_t size, const std::string& path, const std::string& hint) {
   char magic[8];
   uint64_t hlen = 0;
   f.read(magic, 8);
   f.read(reinterpret_cast<char*>(&hlen), 8);
   check(f && std::memcmp(magic, kMagic, 8) == 0, fmt::format("{} is not a dlperf checkpoint", path), hint);
   check(hlen < size - 16, fmt::format("{} is truncated (header)", path), hint);
-  std::string h(hlen, '\0');
-  f.read(h.data(), std::streamsize(hlen));
+  Header h;
+  h.text.resize(hlen);
+  f.read(h.text.data(), std::streamsize(hlen));
   try {
-    return json::parse(h);
+    h.meta = json::parse(h.text);
   } catch (const json::exception& e) {
     throw Error(fmt::format("{} has a corrupt header: {}", path, json_error_text(e)), hint);
   }
+  const json version = h.meta.is_object() ? h.meta.value("version", json(1)) : json(1);
+  check(version == 1 || version == kVersion,
+        fmt::format("{} is a checkpoint of version {}, which this dlperf cannot read (it reads 1 and {})", path, version.dump(), kVersion),
+        "resume it with the dlperf that wrote it, or " + hint);
+  return h;
+}
+
+bool has_header_crc(const json& meta) { return meta.is_object() && meta.value("version", json(1)) == kVersion; }
+
+// Checks the header against its CRC-32, the file's last 4 bytes (version 2; version 1 files have
+// none), and leaves `f` where it was.
+void check_header_crc(std::ifstream& f, uint64_t size, const Header& h, const std::string& path, const std::string& hint) {
+  if (!has_header_crc(h.meta)) return;
+  check(size >= 16 + h.text.size() + 4, fmt::format("{} is truncated (no header CRC-32 at its end)", path), hint);
+  const std::streampos at = f.tellg();
+  uint32_t want = 0;
+  f.seekg(std::streamoff(size - 4));
+  f.read(reinterpret_cast<char*>(&want), 4);
+  f.seekg(at);
+  const uint32_t got = header_crc32(h.text);
+  check(f && got == want, fmt::format("{} is damaged: the CRC-32 of its header is {:08x}, and it was written as {:08x}", path, got, want),
+        hint);
 }
 
 // Checks the header fields a resume reads (check_checkpoint_matches, the trainers' resume,
@@ -92,7 +128,9 @@ std::optional<HeldCheckpoint> checkpoint_held(const std::string& dir) {
   const uint64_t size = uint64_t(f.tellg());
   f.seekg(0);
   try {
-    const json meta = read_header(f, size, path, "");
+    const Header h = read_header(f, size, path, "");
+    check_header_crc(f, size, h, path, "");
+    const json& meta = h.meta;
     const json& config = meta.value("config", json::object());
     return HeldCheckpoint{fmt::format("a checkpoint of {} after epoch {}{}", meta.value("model", std::string("?")),
                                       meta.value("epoch_done", int64_t(0)),
@@ -108,7 +146,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck) {
   check(!ec, fmt::format("cannot create checkpoint directory {}: {}", dir, ec.message()));
   nlohmann::json header = ck.meta;
   header["format"] = "dlperf-checkpoint";
-  header["version"] = 1;
+  header["version"] = kVersion;
   nlohmann::json index = nlohmann::json::array();
   uint64_t offset = 0;
   for (const auto& [name, v] : ck.tensors) {
@@ -140,6 +178,8 @@ void save_checkpoint(const std::string& dir, const Checkpoint& ck) {
   write_all(&hlen, 8);
   write_all(h.data(), h.size());
   for (const auto& [name, v] : ck.tensors) write_all(v.data(), v.size() * sizeof(float));
+  const uint32_t crc = header_crc32(h);
+  write_all(&crc, 4);
   check(::fsync(fd) == 0 && ::close(fd) == 0, fmt::format("cannot flush {}", tmp));
   fs::rename(tmp, final_path, ec);
   check(!ec, fmt::format("cannot move {} into place: {}", tmp, ec.message()));
@@ -158,7 +198,8 @@ Checkpoint load_checkpoint(const std::string& dir) {
   const uint64_t size = uint64_t(f.tellg());
   f.seekg(0);
   Checkpoint ck;
-  ck.meta = read_header(f, size, path, hint);
+  const Header header = read_header(f, size, path, hint);
+  ck.meta = header.meta;
   check_header(ck.meta, path, hint);
   const uint64_t hlen = uint64_t(f.tellg()) - 16;
   uint64_t total = 0;  // floats; each count is checked against the file's size first, so the sum cannot wrap
@@ -168,8 +209,9 @@ Checkpoint load_checkpoint(const std::string& dir) {
           fmt::format("{} is truncated or damaged: its header counts more values than its {} bytes hold", path, size), hint);
     total += count;
   }
-  check(16 + hlen + total * 4 == size,
-        fmt::format("{} is truncated or damaged: expected {} bytes, found {}", path, 16 + hlen + total * 4, size), hint);
+  const uint64_t expected = 16 + hlen + total * 4 + (has_header_crc(ck.meta) ? 4 : 0);
+  check(expected == size, fmt::format("{} is truncated or damaged: expected {} bytes, found {}", path, expected, size), hint);
+  check_header_crc(f, size, header, path, hint);
   for (const auto& t : ck.meta.at("tensors")) {
     std::vector<float> v(t.at("count").get<size_t>());
     f.read(reinterpret_cast<char*>(v.data()), std::streamsize(v.size() * 4));

@@ -2,8 +2,10 @@
 // stands, in one file written atomically (temporary file, fsync, rename), so a crash never
 // leaves a half-written checkpoint behind.
 //
-// File: "DLPERFCK" | u64 header length | JSON header | raw little-endian f32 data; the header
-// holds the data's CRC-32 (data_crc32), checked on load.
+// File: "DLPERFCK" | u64 header length | JSON header | raw little-endian f32 data | u32 CRC-32 of
+// the header's bytes; the header holds the data's CRC-32 (data_crc32). Both are checked on load,
+// so a damaged byte anywhere is refused. (Version 1 files, from before 2026-11-28, end with the
+// data and are read too.)
 #pragma once
 
 #include <nlohmann/json.hpp>
