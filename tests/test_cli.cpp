@@ -78,6 +78,9 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"train --augment --crop-pad 9", "--crop-pad: Value 9 not in range 0 to 8"},
       {"train --schedule cosine --warmup-epochs 3 --epochs 2", "--warmup-epochs 3 is longer than the run (2 epochs)"},
       {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
+      {"lab --redraw --epochs 2 batch", "--redraw runs nothing, so --epochs and the experiments named would be ignored"},
+      {"lab --redraw --resume", "--resume excludes --redraw"},
+      {"lab --redraw -o nowhere", "nowhere has no lab.json: there is no lab report to redraw"},
       {"train --model nosuch", "model 'nosuch' is neither a preset nor a readable file"},
       {"train --model truncated.json", "model spec truncated.json is not valid JSON: line 1, column"},  // no "[json.exception"
       {"plan --model mlp --input 1x28x2147483648", "an image of 1x28x2147483648 holds more than 2^31 - 1 values"},  // was SIGFPE in oneDNN

@@ -164,6 +164,55 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   EXPECT_NEAR(planned["finished_planned_seconds"].get<double>(), planned["seconds"].get<double>(), 1e-9);
   EXPECT_GT(planned["finished_measured_seconds"].get<double>(), 0);
   EXPECT_NE(readme.find(fmt::format("Its {} runs trained and tested in ", planned["runs"].get<int>())), std::string::npos);
+
+  // --redraw writes the same report again from lab.json alone, running nothing: the GPU machines
+  // have no gnuplot, so a GPU lab's plots are drawn elsewhere.
+  std::map<std::string, std::string> before;
+  for (const auto& f : fs::directory_iterator(dir.path))
+    if (f.is_regular_file()) before[f.path().filename().string()] = slurp(f.path());
+  for (const auto& [name, body] : before)
+    if (name != "lab.json") fs::remove(dir.path / name);
+  fs::remove_all(dir.path / "plots");
+  lab::redraw_report(dir.path.string(), true);
+  for (const auto& [name, body] : before) EXPECT_EQ(slurp(dir.path / name), body) << name;
+  if (report::gnuplot_available()) {
+    for (const auto& e : exps)
+      for (const auto& p : e.plots) EXPECT_TRUE(report::png_is_whole((dir.path / p).string())) << p;
+  }
+  // A lab.json from before it kept the settings and the columns' decimals: the report leaves the
+  // settings out rather than state defaults, and takes the decimals of this dlperf's columns.
+  json old = j;
+  old.erase("settings");
+  for (auto& e : old["experiments"])
+    for (auto& c : e["columns"]) c.erase("decimals");
+  std::ofstream(dir.path / "lab.json") << old.dump(1);
+  lab::redraw_report(dir.path.string(), true);
+  const std::string redrawn = slurp(dir.path / "README.md");
+  EXPECT_EQ(redrawn.find("Unless an experiment varies it"), std::string::npos);
+  EXPECT_NE(readme.find("Unless an experiment varies it"), std::string::npos);
+  const auto tables = [](const std::string& md) {  // the README's table lines
+    std::string t;
+    std::stringstream lines(md);
+    for (std::string line; std::getline(lines, line);)
+      if (line.rfind("|", 0) == 0) t += line + "\n";
+    return t;
+  };
+  EXPECT_EQ(tables(redrawn), tables(readme));
+  for (const auto& e : exps)
+    for (const auto& o : e.observations) EXPECT_NE(redrawn.find(o), std::string::npos) << o;
+}
+
+// --redraw on a folder without a lab, or with a damaged lab.json: one message naming the file.
+TEST(Lab, RedrawRefusesWhatIsNotALab) {
+  TempDir dir;
+  EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("has no lab.json: there is no lab report to redraw"),
+            std::string::npos);
+  std::ofstream(dir.path / "lab.json") << "{\"command\": \"train\"}";
+  EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("is not a dlperf lab's lab.json"), std::string::npos);
+  std::ofstream(dir.path / "lab.json") << "{\"command\": \"lab\", \"experiments\": [], \"data\": 3}";
+  EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("lab.json is damaged: type must be string, but is number"),
+            std::string::npos)
+      << error_of([&] { lab::redraw_report(dir.path.string(), true); });
 }
 
 // The lab's time estimate is the planner's: each run's training steps at the predicted step time,

@@ -9,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/text.h"
 #include "lab/lab.h"
 
 namespace dlperf::cli {
@@ -20,7 +21,8 @@ void add_lab(CLI::App& app, const Command& self) {
       ->check(CLI::IsMember(lab::experiment_names()));
   auto* quick = c->add_flag_callback("--quick", [cfg] { cfg->full = false; },
                                      "a subset (20,000 training images) and 1 epoch per run: minutes on 2 CPU cores (the default without a GPU)");
-  c->add_flag_callback("--full", [cfg] { cfg->full = true; }, "the whole dataset, 5 epochs per run (the default with a GPU)")->excludes(quick);
+  auto* full = c->add_flag_callback("--full", [cfg] { cfg->full = true; }, "the whole dataset, 5 epochs per run (the default with a GPU)")
+                   ->excludes(quick);
   c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
   c->add_option("--out,-o", cfg->out, "the report folder (README.md, CSV, JSON, plots, run records)")->capture_default_str();
   c->add_option("--model,-m", cfg->base_model, "the model of the device, batch, workers and precision experiments")->capture_default_str();
@@ -34,9 +36,27 @@ void add_lab(CLI::App& app, const Command& self) {
   c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)")->check(at_least(1));
   c->add_option("--seed", cfg->seed, "seed for every run")->capture_default_str()->check(at_least(0));
   c->add_flag("!--no-progress", cfg->progress, "no progress bar");
-  c->add_flag("--resume", cfg->resume,
-              "reuse the finished runs an interrupted lab left in --out's runs/ (same settings, machine and dlperf build)");
-  c->callback([cfg, c] {
+  auto* resume = c->add_flag("--resume", cfg->resume,
+                             "reuse the finished runs an interrupted lab left in --out's runs/ (same settings, machine and dlperf build)");
+  auto redraw = std::make_shared<bool>(false);
+  c->add_flag("--redraw", *redraw,
+              "run nothing: write the report of the lab in --out again from its lab.json, with plots where gnuplot is present "
+              "(for a lab made on a machine without it)")
+      ->excludes(resume)
+      ->excludes(quick)
+      ->excludes(full);
+  c->callback([cfg, c, redraw] {
+    if (*redraw) {  // what shapes runs would be ignored: said instead
+      std::vector<std::string> ignored;
+      for (const char* flag : {"--data", "--model", "--batch-size", "--models", "--batches", "--epochs", "--train-limit", "--test-limit",
+                               "--max-workers", "--seed"})
+        if (c->count(flag) > 0) ignored.emplace_back(flag);
+      if (!cfg->experiments.empty()) ignored.emplace_back("the experiments named");
+      check(ignored.empty(), fmt::format("--redraw runs nothing, so {} would be ignored", listed(ignored)),
+            "drop them to redraw the report, or drop --redraw to run a lab");
+      lab::redraw_report(cfg->out);
+      return;
+    }
     // A flag for experiments this lab does not run would be ignored: say so before any run.
     const std::vector<std::pair<const char*, std::vector<std::string>>> used_by = {
         {"--batches", {"batch"}},

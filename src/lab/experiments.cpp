@@ -88,6 +88,44 @@ std::string resumable_run_key(const json& record, const json& machine) {
   return run_key_of_config(record["config"]);
 }
 
+std::vector<Column> columns_of(const std::string& experiment) {
+  // Each table's columns; the report adds status and note. docs/lab.md lists the keys.
+  static const std::map<std::string, std::vector<Column>> all = {
+      {"device",
+       {
+        {"device", "device", kText}, {"workload", "workload", kText}, {"batch", "batch", 0},
+        {"threads", "threads", 0}, {"epoch_s", "s/epoch", 2}, {"total_s", "total s", 2},
+        {"images_per_s", "img/s", 0}, {"step_ms", "ms/step", 3}, {"mflops_per_step", "MFLOP/step", 2},
+        {"kernels_per_step", "kernels/step", 0}, {"speedup_vs_cpu", "speed-up", 2}, {"test_acc", "test acc %", 2}}},
+      {"batch",
+       {
+        {"batch", "batch", 0}, {"lr_rule", "lr rule", kText}, {"lr", "lr", kOwnDigits},
+        {"epoch_s", "s/epoch", 2}, {"total_s", "total s", 2}, {"images_per_s", "img/s", 0},
+        {"peak_mb", "peak MB", 1}, {"test_acc", "test acc %", 2}}},
+      {"model",
+       {
+        {"model", "model", kText}, {"parameters_m", "params (M)", 3}, {"mflops_per_image", "MFLOP/img (train)", 2},
+        {"epoch_s", "s/epoch", 2}, {"images_per_s", "img/s", 0}, {"peak_mb", "peak MB", 1},
+        {"achieved_gflops", "GFLOP/s", 1}, {"test_acc", "test acc %", 2}}},
+      {"workers",
+       {
+        {"workers", "workers", 0}, {"epoch_s", "s/epoch", 2}, {"images_per_s", "img/s", 0},
+        {"loader_images_per_s", "loader alone img/s", 0}, {"data_wait_pct", "data wait %", 1}, {"idle_pct", "device idle %", 1}, {"test_acc", "test acc %", 2}}},
+      {"precision",
+       {
+        {"precision", "precision", kText}, {"device", "device", kText}, {"epoch_s", "s/epoch", 2},
+        {"images_per_s", "img/s", 0}, {"peak_mb", "peak MB", 1}, {"test_acc", "test acc %", 2},
+        {"loss_scale_skips", "loss-scale skips", 0}}},
+      {"plan",
+       {
+        {"run", "run", kText}, {"step_ms_planned", "step ms planned", 3}, {"step_ms", "step ms measured", 3},
+        {"step_ratio", "planned / measured", 3}, {"peak_mb_planned", "peak MB planned", 2}, {"peak_mb", "peak MB measured", 2},
+        {"peak_error_bytes", "peak error bytes", 0}, {"call_us", "call us", 2}}},
+  };
+  const auto it = all.find(experiment);
+  return it == all.end() ? std::vector<Column>{} : it->second;
+}
+
 namespace {
 
 bool gpu_available() { return cuda::built() && cuda::device_count() > 0; }
@@ -461,10 +499,7 @@ json missing_row(const std::string& why, json keys) {
 Experiment device(Runner& run, const LabConfig& lab) {
   Experiment e{"device", "Device: CPU vs GPU",
                "How much faster does the same training run on a GPU, and when does the CPU win?", {}, {}, {}, {}};
-  e.columns = {{"device", "device", kText},          {"workload", "workload", kText},        {"batch", "batch", 0},
-               {"threads", "threads", 0},              {"epoch_s", "s/epoch", 2},              {"total_s", "total s", 2},
-               {"images_per_s", "img/s", 0},           {"step_ms", "ms/step", 3},              {"mflops_per_step", "MFLOP/step", 2},
-               {"kernels_per_step", "kernels/step", 0}, {"speedup_vs_cpu", "speed-up", 2},     {"test_acc", "test acc %", 2}};
+  e.columns = columns_of("device");
   const std::string no_gpu = gpu_missing_reason();
   struct Workload {
     std::string model;
@@ -519,9 +554,7 @@ Experiment batch(Runner& run, const LabConfig& lab) {
   Experiment e{"batch", "Batch size",
                "How do time, throughput, memory and accuracy change with the batch size, with and without the "
                "linear learning-rate scaling rule?", {}, {}, {}, {}};
-  e.columns = {{"batch", "batch", 0},         {"lr_rule", "lr rule", kText},  {"lr", "lr", kOwnDigits},
-               {"epoch_s", "s/epoch", 2},     {"total_s", "total s", 2},      {"images_per_s", "img/s", 0},
-               {"peak_mb", "peak MB", 1},     {"test_acc", "test acc %", 2}};
+  e.columns = columns_of("batch");
   for (const std::string rule : {"fixed", "linear"})
     for (int64_t b : lab.batches) {
       train::TrainConfig c = run.base();
@@ -536,9 +569,7 @@ Experiment batch(Runner& run, const LabConfig& lab) {
 Experiment model(Runner& run, const LabConfig& lab) {
   Experiment e{"model", "Model size",
                "How do time, memory and achieved FLOP/s grow with the model?", {}, {}, {}, {}};
-  e.columns = {{"model", "model", kText},       {"parameters_m", "params (M)", 3},  {"mflops_per_image", "MFLOP/img (train)", 2},
-               {"epoch_s", "s/epoch", 2},       {"images_per_s", "img/s", 0},        {"peak_mb", "peak MB", 1},
-               {"achieved_gflops", "GFLOP/s", 1}, {"test_acc", "test acc %", 2}};
+  e.columns = columns_of("model");
   for (const std::string& m : lab.models) {
     train::TrainConfig c = run.base();
     c.model = m;
@@ -550,8 +581,7 @@ Experiment model(Runner& run, const LabConfig& lab) {
 Experiment workers(Runner& run, const LabConfig& lab) {
   Experiment e{"workers", "Data-loader workers",
                "How much does loading data in parallel help, and how long does the step wait for data?", {}, {}, {}, {}};
-  e.columns = {{"workers", "workers", 0},         {"epoch_s", "s/epoch", 2},          {"images_per_s", "img/s", 0},
-               {"data_wait_pct", "data wait %", 1}, {"idle_pct", "device idle %", 1}, {"test_acc", "test acc %", 2}};
+  e.columns = columns_of("workers");
   const std::vector<int> counts = data::worker_counts(hw::cpu_info().cores, lab.max_workers);
   for (int w : counts) {
     train::TrainConfig c = run.base();
@@ -561,7 +591,6 @@ Experiment workers(Runner& run, const LabConfig& lab) {
   // The loader alone on the same images (bench loader's measurement, a second or two): the rate
   // no run of a row can beat, so the rows' images/s read against what loading allows.
   if (!run.planning()) {
-    e.columns.insert(e.columns.begin() + 3, {"loader_images_per_s", "loader alone img/s", 0});
     try {
       const train::TrainConfig& b = run.base();
       data::DataPair d = data::load_data(b.data);
@@ -582,9 +611,7 @@ Experiment workers(Runner& run, const LabConfig& lab) {
 Experiment precision(Runner& run, const LabConfig&) {
   Experiment e{"precision", "Precision",
                "What do lower-precision formats buy in time and memory, and what do they cost in accuracy?", {}, {}, {}, {}};
-  e.columns = {{"precision", "precision", kText}, {"device", "device", kText}, {"epoch_s", "s/epoch", 2},
-               {"images_per_s", "img/s", 0},   {"peak_mb", "peak MB", 1},    {"test_acc", "test acc %", 2},
-               {"loss_scale_skips", "loss-scale skips", 0}};
+  e.columns = columns_of("precision");
   const std::string device = cuda::resolve_device(run.base().device) >= 0 ? "cuda" : "cpu";
   for (const std::string p : {"fp32", "tf32", "bf16", "fp16"}) {
     const std::string refusal = device == "cpu" ? train::cpu_precision_refusal(p) : "";
@@ -729,7 +756,7 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   machine["gpu"] = gpu_json();
   const double seconds = now_s() - t0;
   try {
-    write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check()});
+    write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check(), "", true});
   } catch (const Error& e) {  // a full disk at the end of hours of runs: they are kept, and say how to get the report
     const size_t n = runner.record_paths().size();
     throw Error(e.what(), fmt::format("free some space, then run the same dlperf lab command with --resume: it reuses the {} finished "

@@ -31,6 +31,10 @@ inline constexpr int kText = -1;
 /// they read 0.0250 and 1.6000).
 inline constexpr int kOwnDigits = -2;
 
+/// The columns of an experiment's table ("device", ..., "precision", and "plan" for the
+/// prediction); empty for another name.
+std::vector<Column> columns_of(const std::string& experiment);
+
 /// One experiment's results: rows are JSON objects keyed by column key; a number that was not
 /// measured is null. Every row has "status" ("measured", "missing" or "diverged") and "note".
 struct Experiment {
@@ -157,11 +161,21 @@ struct LabTotals {
   size_t reused_runs = 0;    ///< runs that came from an earlier, interrupted lab (--resume)
   TimeEstimate planned;      ///< the runs it was to train, and the time the planner expected them to take
   PlanCheck check;           ///< the plan against the runs that finished
+  std::string created;       ///< when the lab ran ("2026-11-28 02:39"); "" = now
+  /// false: a lab.json from before it kept the base model, batch and lr (redraw_report), whose
+  /// report then leaves that sentence out rather than state the defaults
+  bool settings_known = true;
 };
 
 /// Writes <out>/<name>.csv for each experiment, <out>/lab.json, <out>/plots/*.png (when
 /// gnuplot is present) and <out>/README.md. Fills each experiment's `plots`.
 void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const nlohmann::json& machine, const LabTotals& totals);
+
+/// `dlperf lab --redraw`: the report of the lab in `out` written again from its lab.json, with
+/// no run: the CSVs, README.md and, where gnuplot is present now, the plots. For a lab made on a
+/// machine without gnuplot (the GPU machines dlperf is lent have none), drawn on one with it.
+/// Throws Error naming the file where lab.json is missing or damaged.
+void redraw_report(const std::string& out, bool quiet = false);
 
 /// The key under which --resume finds a run: its configuration as it ran (the device it used,
 /// not the flag). For a run record: empty unless the record is a finished training run that

@@ -34,14 +34,7 @@ Experiment prediction(const std::vector<std::string>& records) {
   const plan::CpuCeilings ceilings = plan::host_ceilings(omp_get_max_threads());
   e.question += fmt::format(" The ceilings here ({:.0f} GFLOP/s, DRAM {:.0f} GB/s) were {}; how close the engine comes to them is {}.",
                             ceilings.peak_gflops, ceilings.dram_gbps, ceilings.source, plan::engine_fit_name(ceilings));
-  e.columns = {{"run", "run", kText},
-               {"step_ms_planned", "step ms planned", 3},
-               {"step_ms", "step ms measured", 3},
-               {"step_ratio", "planned / measured", 3},
-               {"peak_mb_planned", "peak MB planned", 2},
-               {"peak_mb", "peak MB measured", 2},
-               {"peak_error_bytes", "peak error bytes", 0},
-               {"call_us", "call us", 2}};  // the report adds status and note
+  e.columns = columns_of("plan");
   std::vector<plan::Skipped> skipped;
   const auto rows = plan::compare_with_records(records, ceilings, skipped);
   for (const plan::Comparison& c : rows)

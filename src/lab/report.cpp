@@ -2,12 +2,15 @@
 // embeds the plots, describes the machine and states the observations.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_error.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "core/version.h"
@@ -206,9 +209,13 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
         if (std::string png = draw(p, e, out); !png.empty()) e.plots.push_back(png);
   }
 
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%d %H:%M", std::localtime(&now));
+  std::string date = totals.created;
+  if (date.empty()) {
+    const std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M", std::localtime(&now));
+    date = buf;
+  }
   json j = {{"dlperf_version", dlperf_version()}, {"dlperf_commit", dlperf_commit()}, {"command", "lab"}, {"mode", cfg.full.value_or(false) ? "full" : "quick"},
             {"created", date}, {"seconds", lab_seconds}, {"reused_runs", reused_runs}, {"noise_pct", noise.pct},
             {"noise_start_pct", noise.start_pct}, {"noise_end_change_pct", noise.end_change_pct}, {"noise_runs", noise.runs}, {"noise_shared_runs", noise.shared_runs},
@@ -218,9 +225,10 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
                          {"finished_measured_seconds", totals.check.measured_s}}},
             {"machine", machine}, {"data", cfg.data},
             {"experiments", json::array()}};
+  if (totals.settings_known) j["settings"] = {{"model", cfg.base_model}, {"batch", cfg.base_batch}, {"lr", cfg.base_lr}};
   for (const auto& e : exps) {
     json cols = json::array();
-    for (const auto& c : e.columns) cols.push_back({{"key", c.key}, {"header", c.header}});
+    for (const auto& c : e.columns) cols.push_back({{"key", c.key}, {"header", c.header}, {"decimals", c.decimals}});
     j["experiments"].push_back({{"name", e.name}, {"title", e.title}, {"question", e.question}, {"columns", cols},
                                 {"rows", e.rows}, {"observations", e.observations}, {"plots", e.plots},
                                 {"csv", e.name + ".csv"}});
@@ -230,8 +238,7 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   std::string md = fmt::format(
       "{}\n\nMade by `dlperf lab{}` on {} in {}{}. {}Every number below was measured by a training run "
       "on this machine (the run records are in `runs/`); rows that could not run say why.\n\n## Machine\n\n{}\n"
-      "## Settings\n\nData: {}. Each run: {}. Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum "
-      "0.9, weight decay 5e-4) with a one-cycle lr schedule peaking at {:g}.{}{}\n\n",
+      "## Settings\n\nData: {}. Each run: {}.{}{}{}\n\n",
       kReportTitle, cfg.full.value_or(false) ? " --full" : " --quick", date, format_seconds(lab_seconds),
       reused_runs > 0 ? fmt::format(" (resumed: {} run{} reused from the interrupted lab before it)", reused_runs,
                                     reused_runs == 1 ? "" : "s")
@@ -242,7 +249,10 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
       }(),
       machine_text(machine), cfg.data,
       run_size(exps),
-      cfg.base_model, cfg.base_batch, cfg.base_lr,
+      totals.settings_known ? fmt::format(" Unless an experiment varies it: model {}, batch {}, SGD (Nesterov momentum 0.9, weight decay "
+                                          "5e-4) with a one-cycle lr schedule peaking at {:g}.",
+                                          cfg.base_model, cfg.base_batch, cfg.base_lr)
+                            : "",
       noise.runs > 0 ? fmt::format("\n\n**Run-to-run noise:** {}.", noise_sentence(noise))
                     : "",
       [&] {
@@ -252,12 +262,97 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   for (const auto& e : exps) {
     md += fmt::format("## {}\n\n{}\n\n{}\n", e.title, e.question, markdown_table(e));
     for (const auto& p : e.plots) md += fmt::format("![{}]({})\n", e.title, p);
-    if (!gnuplot) md += "_No plots: gnuplot (Debian: gnuplot-nox) was not found when the lab ran._\n";
+    if (!gnuplot)
+      md += "_No plots: gnuplot (Debian: gnuplot-nox) was not found when the lab ran; `dlperf lab --redraw -o FOLDER` draws them "
+            "where it is._\n";
     md += "\n**Observations**\n\n";
     for (const auto& o : e.observations) md += "- " + o + "\n";
     md += fmt::format("\nData: [{0}.csv]({0}.csv), and `lab.json`.\n\n", e.name);
   }
   write_file(out / "README.md", md);
+}
+
+void redraw_report(const std::string& out, bool quiet) {
+  const fs::path path = fs::path(out) / "lab.json";
+  const std::string hint = "point --out at the folder of a finished lab (it holds lab.json and README.md)";
+  std::ifstream f(path);
+  check(bool(f), fmt::format("{} has no lab.json: there is no lab report to redraw", out), hint);
+  std::stringstream text;
+  text << f.rdbuf();
+  LabConfig cfg;
+  cfg.out = out;
+  cfg.quiet = quiet;
+  LabTotals totals;
+  std::vector<Experiment> exps;
+  json machine;
+  try {
+    const json j = json::parse(text.str());
+    check(j.is_object() && j.value("command", "") == "lab" && j.contains("experiments") && j["experiments"].is_array(),
+          fmt::format("{} is not a dlperf lab's lab.json", path.string()), hint);
+    cfg.data = j.at("data").get<std::string>();
+    cfg.full = j.at("mode") == "full";
+    if (j.contains("settings")) {
+      const json& s = j["settings"];
+      cfg.base_model = s.at("model").get<std::string>();
+      cfg.base_batch = s.at("batch").get<int64_t>();
+      cfg.base_lr = s.at("lr").get<double>();
+    } else {
+      totals.settings_known = false;
+    }
+    machine = j.at("machine");
+    totals.created = j.at("created").get<std::string>();
+    totals.seconds = j.at("seconds").get<double>();
+    totals.reused_runs = j.value("reused_runs", size_t(0));
+    Noise& n = totals.noise;
+    n.pct = j.value("noise_pct", 0.0), n.start_pct = j.value("noise_start_pct", 0.0);
+    n.end_change_pct = j.value("noise_end_change_pct", 0.0), n.runs = j.value("noise_runs", 0);
+    n.shared_runs = j.value("noise_shared_runs", 0);
+    const json call = j.value("engine_call_us", json::object());
+    n.call_start_us = call.value("start", 0.0), n.call_end_us = call.value("end", 0.0);
+    const json planned = j.value("planned", json::object());
+    totals.planned.runs = planned.value("runs", 0), totals.planned.seconds = planned.value("seconds", 0.0);
+    totals.planned.unpredicted = planned.value("unpredicted_runs", 0);
+    totals.check = {planned.value("finished_runs", 0), totals.planned.runs, planned.value("finished_planned_seconds", 0.0),
+                    planned.value("finished_measured_seconds", 0.0)};
+    for (const json& je : j["experiments"]) {
+      Experiment e;
+      e.name = je.at("name").get<std::string>();
+      e.title = je.at("title").get<std::string>();
+      e.question = je.at("question").get<std::string>();
+      e.rows = je.at("rows").get<std::vector<json>>();
+      e.observations = je.at("observations").get<std::vector<std::string>>();
+      e.noise_pct = n.pct;
+      const std::vector<Column> now = columns_of(e.name);
+      for (const json& c : je.at("columns")) {
+        const std::string key = c.at("key").get<std::string>();
+        int decimals = 2;
+        if (c.contains("decimals")) {
+          decimals = c["decimals"].get<int>();
+        } else if (auto it = std::find_if(now.begin(), now.end(), [&](const Column& n) { return n.key == key; }); it != now.end()) {
+          decimals = it->decimals;  // a lab.json from before its columns kept their decimals: this dlperf's
+        } else {  // nor a column this dlperf has: text where the rows hold text
+          for (const json& r : e.rows)
+            if (const json v = r.value(key, json()); !v.is_null()) {
+              decimals = v.is_string() ? kText : 2;
+              break;
+            }
+        }
+        e.columns.push_back({key, c.at("header").get<std::string>(), decimals});
+      }
+      for (const json& r : e.rows)  // the fields the tables and plots read of every row
+        check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),
+              fmt::format("{} is damaged: a row of its {} experiment has no status or note", path.string(), e.name), hint);
+      exps.push_back(std::move(e));
+    }
+    write_report(exps, cfg, machine, totals);  // inside: the plots read each row's fields as the lab wrote them
+  } catch (const json::exception& e) {
+    throw Error(fmt::format("{} is damaged: {}", path.string(), json_error_text(e)), hint);
+  }
+  if (!quiet) {
+    size_t plots = 0;
+    for (const auto& e : exps) plots += e.plots.size();
+    std::printf("report redrawn from %s: %s/README.md, %zu plot%s\n", path.string().c_str(), out.c_str(), plots, plots == 1 ? "" : "s");
+  }
 }
 
 }  // namespace dlperf::lab
