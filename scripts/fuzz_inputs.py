@@ -20,6 +20,7 @@ The inputs, each made here from scratch, and the command that reads it:
     profile     runs/machine-profile.json               plan
     catalog     a hardware catalog (data/hardware.json) plan --catalog FILE
     lab         a lab's lab.json and run records        lab --resume
+    redraw      a lab's lab.json                        lab --redraw
 
 Mutations: the file cut short, emptied or removed; bytes flipped, inserted, deleted; a 4-byte
 field set to 0, -1, 2^31 or a random count; and for JSON (the checkpoint's header too) a value
@@ -295,6 +296,8 @@ def main():
               lambda d, f: ([dlperf, "plan", "-m", "small", "--catalog", f], state)),
         Input("lab", os.path.join(state, "lab"), ["lab.json"] + [f"runs/{r}" for r in sorted(os.listdir(os.path.join(state, "lab", "runs")))],
               json_damage, lambda d, f: (lab + ["-o", d, "--resume"], state)),
+        Input("redraw", os.path.join(state, "lab"), ["lab.json"], json_damage,
+              lambda d, f: ([dlperf, "lab", "--redraw", "-o", d], state)),
     ]
     only = set(filter(None, args.only.split(",")))
     unknown = only - {i.name for i in inputs}
