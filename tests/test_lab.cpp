@@ -198,6 +198,10 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
     return t;
   };
   EXPECT_EQ(tables(redrawn), tables(readme));
+  old["experiments"][1]["columns"][0]["decimals"] = 99;
+  std::ofstream(dir.path / "lab.json") << old.dump(1);
+  EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("is damaged: its batch column batch has 99 decimals"),
+            std::string::npos);
   for (const auto& e : exps)
     for (const auto& o : e.observations) EXPECT_NE(redrawn.find(o), std::string::npos) << o;
 }

@@ -328,7 +328,9 @@ void redraw_report(const std::string& out, bool quiet) {
         int decimals = 2;
         if (c.contains("decimals")) {
           decimals = c["decimals"].get<int>();
-        } else if (auto it = std::find_if(now.begin(), now.end(), [&](const Column& n) { return n.key == key; }); it != now.end()) {
+          check(decimals >= kOwnDigits && decimals <= 12,
+                fmt::format("{} is damaged: its {} column {} has {} decimals", path.string(), e.name, key, decimals), hint);
+        } else if (auto it = std::find_if(now.begin(), now.end(), [&](const Column& col) { return col.key == key; }); it != now.end()) {
           decimals = it->decimals;  // a lab.json from before its columns kept their decimals: this dlperf's
         } else {  // nor a column this dlperf has: text where the rows hold text
           for (const json& r : e.rows)
