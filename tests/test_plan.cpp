@@ -844,6 +844,16 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   EXPECT_GT(cmp[0].predicted_energy_j, 0);  // 700 W x the predicted time
   ASSERT_EQ(skipped.size(), 1u);
   EXPECT_NE(skipped[0].why.find("NVIDIA Imaginary 9000"), std::string::npos);
+  // The convolutions' workspace, which cuDNN's timed search chose, comes from the record where it
+  // kept it (since 2026-11-28), as the allocator booked it.
+  EXPECT_FALSE(cmp[0].conv_workspace_from_record);
+  rec["device"]["name"] = "NVIDIA H100 80GB HBM3";
+  rec["gpu_step"] = {{"conv_workspace_bytes", 1000000}};
+  std::ofstream(dir.path / "gpu.json") << rec.dump();
+  const auto with = plan::compare_with_records({(dir.path / "gpu.json").string()}, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(with.size(), 1u);
+  EXPECT_TRUE(with[0].conv_workspace_from_record);
+  EXPECT_DOUBLE_EQ(with[0].predicted_peak - cmp[0].predicted_peak, double(CachingAllocator::block_bytes(1000000)));
 }
 
 // The GPU executor's memory model: half types halve the activations, AdamW doubles the state,

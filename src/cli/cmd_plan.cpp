@@ -480,7 +480,8 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                    {"predicted_peak_bytes", r.predicted_peak}, {"measured_peak_bytes", r.measured_peak},
                    {"predicted_energy_j", maybe(r.predicted_energy_j)}, {"measured_energy_j", maybe(r.measured_energy_j)},
                    {"busy_note", r.busy_note}, {"call_us", r.call_us > 0 ? nlohmann::json(r.call_us) : nlohmann::json()},
-                   {"call_from_record", r.call_from_record}, {"on_gpu", r.on_gpu}});
+                   {"call_from_record", r.call_from_record}, {"on_gpu", r.on_gpu},
+                   {"conv_workspace_from_record", r.conv_workspace_from_record}});
   }
   std::printf("Predicted vs measured, %s (ceilings: %s; engine efficiencies: %s, docs/plan.md)\n",
               counted((long long)rows.size(), "training run").c_str(), c.source.c_str(), plan::engine_fit_name(c).c_str());
@@ -515,8 +516,15 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                 "GEMMs, %.0f%% of memory bandwidth, %.0f us a kernel), not from dlperf's measured kernels, so it comes out short "
                 "(on an H200, 2026-11-27, medium's measured steps were 2x the prediction in fp32 and 2.5x to 6.7x in bf16 and fp16); "
                 "'dlperf profile' on the GPU shows each layer's achieved share of the roofline. Peak memory is the executor's own "
-                "buffers, without cuDNN's workspace.\n",
-                100 * plan::JobSpec{}.gemm_share, 100 * plan::JobSpec{}.bandwidth_share, 1e6 * plan::JobSpec{}.launch_s);
+                "buffers plus the convolutions' workspace, which cuDNN's timed search chooses at run time: the one each run "
+                "recorded%s.\n",
+                100 * plan::JobSpec{}.gemm_share, 100 * plan::JobSpec{}.bandwidth_share, 1e6 * plan::JobSpec{}.launch_s,
+                [&] {
+                  const auto older = std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.on_gpu && !r.conv_workspace_from_record; });
+                  return older == 0 ? std::string()
+                                    : fmt::format(" ({} from before 2026-11-28 recorded none, and leave{} it out)", counted(older, "GPU run"),
+                                                  older == 1 ? "s" : "");
+                }().c_str());
   // Energy: predicted from --cpu-watts, measured where the records have RAPL readings.
   std::vector<double> ee;
   for (const auto& r : rows)

@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backend/cpu/layouts.h"
+#include "core/memory.h"
 #include "core/error.h"
 #include "core/interrupt.h"
 #include "core/json_error.h"
@@ -66,7 +67,8 @@ std::string missing_field(const json& r) {
       {"/config/data_on_device", [](const json& v) { return v.is_boolean(); }},
       {"/config/augment", [](const json& v) { return v.is_boolean(); }},
       {"/device", [](const json& v) { return v.is_object() && v.value("name", json("")).is_string(); }},
-      {"/data/test_images", is_number}};
+      {"/config/pin_memory", [](const json& v) { return v.is_boolean(); }},
+      {"/data/test_images", [](const json& v) { return v.is_number() && v.get<double>() >= 0; }}};
   for (const auto& [pointer, ok] : typed) {
     const json::json_pointer p(pointer);
     if (r.contains(p) && !ok(r[p])) return pointer;
@@ -205,11 +207,17 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       cmp.predicted_step_s = t.step_s;
       // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
       cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, cfg.value("layout", "auto")).total();
-      if (cfg.value("data_on_device", false)) {
-        const double image = d["shape"][0].get<double>() * d["shape"][1].get<double>() * d["shape"][2].get<double>();
-        // Each sample: its bytes, a label byte and a 4-byte place in the epoch's order.
-        cmp.predicted_peak += (image + 5) * (d["train_images"].get<double>() + d["test_images"].get<double>());
+      // The convolutions' workspace is what cuDNN's timed search chose on that GPU: the run's own.
+      const json step = r.contains("gpu_step") && r["gpu_step"].is_object() ? r["gpu_step"] : json::object();
+      if (const json ws = step.value("conv_workspace_bytes", json()); ws.is_number_unsigned()) {
+        if (const auto bytes = ws.get<uint64_t>(); bytes > 0) cmp.predicted_peak += double(CachingAllocator::block_bytes(bytes));
+        cmp.conv_workspace_from_record = true;
       }
+      // And the trainer's feed: the dataset where it was on the GPU, else pinned staging slots.
+      cmp.predicted_peak += gpu_feed_bytes(g, {.data_on_device = cfg.value("data_on_device", false),
+                                               .pin_memory = cfg.value("pin_memory", true),
+                                               .train_images = int64_t(d["train_images"].get<double>()),
+                                               .test_images = int64_t(d.value("test_images", 0.0))});
       if (gpu_spec.tdp_w > 0) cmp.predicted_energy_j = gpu_spec.tdp_w * cmp.predicted_step_s * steps;
       out.push_back(cmp);
       return;

@@ -29,6 +29,10 @@ struct Comparison {
   /// A GPU run: predicted by the datasheet roofline the targets table uses (plan::estimate), not by
   /// a model fitted to dlperf's kernels as the CPU rows are.
   bool on_gpu = false;
+  /// A GPU run whose record kept its convolutions' workspace (gpu_step.conv_workspace_bytes, since
+  /// 2026-11-28): counted in predicted_peak, the one buffer chosen at run time; older GPU records
+  /// leave it out.
+  bool conv_workspace_from_record = false;
   double time_error() const { return (predicted_step_s - measured_step_s) / measured_step_s; }
   double memory_error() const { return (predicted_peak - measured_peak) / measured_peak; }
 };

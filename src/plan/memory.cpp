@@ -78,6 +78,18 @@ void check_gpu_engine_indexes(const nn::Graph& g) {
 }
 
 // Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
+double gpu_feed_bytes(const nn::Graph& g, const GpuFeed& feed) {
+  auto block = [](double bytes) { return double(CachingAllocator::block_bytes(size_t(std::max(bytes, 1.0)))); };
+  const double channels = double(g.input[1]), pixels = double(numel(g.input) / g.batch());
+  if (feed.data_on_device) {
+    double sum = 0;
+    for (const double n : {double(feed.train_images), double(feed.test_images)})
+      sum += block(n * pixels) + block(n) + block(4 * n) + block(8 * channels);
+    return sum;
+  }
+  return feed.pin_memory ? 2 * block(4 * double(numel(g.input)) + 4 * double(g.batch())) : 0;
+}
+
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout) {
   MemoryEstimate m;

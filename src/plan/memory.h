@@ -55,11 +55,24 @@ int64_t largest_batch_within(const nn::ModelSpec& spec, const Dims& chw, int64_t
 
 /// dlperf's GPU executor (cuda::Network) training `g` with `optimizer` ("sgd" | "adamw") in
 /// `precision` (fp32, tf32, bf16, fp16) and activation `layout` (auto, nchw, nhwc: --layout):
-/// its allocations by category, without the cuDNN convolution workspaces (chosen per shape at
-/// run time, at most 256 MB each) and without a dataset held on the GPU. tests/test_cuda.cpp
-/// checks it against the allocator on a GPU.
+/// its allocations by category, without the convolutions' shared workspace (the largest any
+/// algorithm cuDNN's timed search chose at run time needs: Network::conv_workspace_bytes, which
+/// run records keep) and without the trainer's feed (gpu_feed_bytes).
+/// Cuda.PlannedBytesMatchTheAllocations checks it against the allocator.
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout = "auto");
+/// How the GPU trainer feeds batches to `g` (train/gpu_trainer.cpp), for gpu_feed_bytes.
+struct GpuFeed {
+  bool data_on_device = false;  ///< --data-on-device
+  bool pin_memory = true;       ///< --pin-memory on (with data from the host)
+  int64_t train_images = 0, test_images = 0;  ///< with data_on_device: the sets it holds
+};
+/// The GPU trainer's device bytes beside the executor's (MemCategory::data), as the allocator
+/// books them: with the dataset on the GPU, for each of the training and test sets its images
+/// (a byte a pixel), a label byte and a 4-byte place in the epoch's order an image, and the
+/// normalization's scale and shift per channel; else with pinned copies two staging slots of a
+/// batch's fp32 images and int32 labels; pageable copies hold none.
+double gpu_feed_bytes(const nn::Graph& g, const GpuFeed& feed);
 /// Throws Error naming the first convolution of `g` too big for dlperf's GPU engine: cuDNN's
 /// legacy convolution descriptors take 32-bit sizes, while its other layers (cuBLASLt, its own
 /// kernels) index in 64 bits. cuda::Network checks it before allocating; the planner's GPU rows too.

@@ -203,10 +203,9 @@ struct GpuFit {
 };
 GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataPair& d, double free_bytes) {
   auto total = [&](const nn::Graph& g) {
-    double sum = plan::gpu_engine_memory(g, cfg.optimizer.name, cfg.precision, cfg.layout).total();
-    if (cfg.data_on_device)  // each sample: its bytes, a label byte, a 4-byte place in the order
-      sum += double(d.train.images.size() + d.test.images.size()) + 5.0 * double(d.train.size() + d.test.size());
-    return sum;
+    return plan::gpu_engine_memory(g, cfg.optimizer.name, cfg.precision, cfg.layout).total() +
+           plan::gpu_feed_bytes(g, {.data_on_device = cfg.data_on_device, .pin_memory = cfg.pin_memory,
+                                    .train_images = d.train.size(), .test_images = d.test.size()});
   };
   GpuFit f;
   f.need = total(graph);
@@ -584,7 +583,8 @@ struct GpuRun {
     r["gpu_step"] = {{"layout", cuda::to_string(opts.layout)},
                      {"cuda_graph", net->graphed()},
                      {"why_not_graph", net->graphed() ? "" : net->why_not_graphed()},
-                     {"feed", feed()}};
+                     {"feed", feed()},
+                     {"conv_workspace_bytes", net->conv_workspace_bytes()}};
     if (cfg.profile) r["gpu_step"]["profiled_steps"] = net->profiled_steps();
     json algorithms = json::object();  // which cuDNN kernels ran: a timed search may pick otherwise next time
     for (const auto& [layer, a] : net->conv_algorithms()) algorithms[layer] = a;

@@ -567,6 +567,7 @@ void Network::alloc_workspaces(size_t bn_workspace, size_t conv_workspace) {
   for (auto& l : layers_) l->backward_name = l->name + " backward";  // names are final once every relu is fused
   if (bn_workspace) bn_workspace_ = alloc_bytes(bn_workspace, MemCategory::workspace);  // batchnorm layers run one at a time
   // The convolutions run one at a time on one stream: one workspace, the largest any needs.
+  conv_workspace_bytes_ = conv_workspace;
   if (conv_workspace) {
     void* w = conv_workspace_ = alloc_bytes(conv_workspace, MemCategory::workspace);
     for (auto& l : layers_)

@@ -173,6 +173,11 @@ class Network {
   /// weight gradient's own where it runs in NCHW): the run record keeps them, since a timed search
   /// may pick differently from one process to the next.
   std::vector<std::pair<std::string, std::string>> conv_algorithms() const;
+  /// Bytes of the convolutions' shared workspace: the largest any of cuDNN's chosen algorithms
+  /// (or the own kernels' partial sums) needs, known only once the timed search has chosen. The
+  /// one buffer plan::gpu_engine_memory cannot count; the run record keeps it, so that
+  /// `plan --against` checks the rest byte for byte.
+  size_t conv_workspace_bytes() const { return conv_workspace_bytes_; }
   /// By linear layer, the passes whose cuBLASLt algorithm timing on data chose over the
   /// heuristic's first (LtGemm::choice); layers where the first stayed are left out.
   std::vector<std::pair<std::string, std::string>> gemm_choices() const;
@@ -260,6 +265,7 @@ class Network {
   void to_device(float* flat_device, const Place& t, const std::vector<float>& v) const;
   void* scratch_ = nullptr;  // one input's worth: gradient sums and unread dx (allocated once)
   void* conv_workspace_ = nullptr;  // cuDNN's, shared by the convolutions (and the own kernels' partial sums)
+  size_t conv_workspace_bytes_ = 0;
   void* bn_workspace_ = nullptr;  // the batchnorm kernels' partial sums, sized for the largest layer
   float* logits32_ = nullptr;  // mixed precision: the logits in fp32, for logits()
   LossScale* loss_scale_ = nullptr;  // fp16 only (device)
