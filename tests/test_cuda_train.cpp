@@ -52,6 +52,7 @@ TEST(KERNEL_SUITE, TrainingOnTheGpuLearns) {
   EXPECT_GE(r.epochs.back().test_acc, 0.9);
   EXPECT_LT(r.epochs.back().train_loss, r.epochs.front().train_loss);
   EXPECT_EQ(r.record["config"]["device_used"], "cuda:0");
+  EXPECT_GT(r.record["summary"]["peak_bytes"].get<double>(), 0);
 }
 
 TEST(KERNEL_SUITE, CheckpointsResumeOnTheGpuAndOnTheCpu) {
@@ -146,7 +147,6 @@ TEST(KERNEL_SUITE, Tf32TrainingTracksFp32) {
 }
 
 
-// The training options change how batches reach the GPU and how steps launch, never the result.
 // A GPU run's peak device memory, as plan --against predicts it from the run's record: the
 // executor's buffers, the trainer's feed and the convolutions' workspace the record keeps.
 double planned_gpu_peak(const train::TrainConfig& c, const nlohmann::json& record) {
@@ -159,6 +159,7 @@ double planned_gpu_peak(const train::TrainConfig& c, const nlohmann::json& recor
          (conv > 0 ? double(CachingAllocator::block_bytes(size_t(conv))) : 0.0);
 }
 
+// The training options change how batches reach the GPU and how steps launch, never the result.
 TEST(KERNEL_SUITE, FeedsAndGraphsTrainTheSameModel) {
   REQUIRE_GPU();
   train::TrainConfig c = gpu_run("small", "synthetic:1x12x12:1024", 32, 2);

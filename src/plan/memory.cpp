@@ -77,7 +77,7 @@ void check_gpu_engine_indexes(const nn::Graph& g) {
     if (n.kind == ops::OpKind::conv2d) nn::check_indexable(n, "cuDNN's convolution");
 }
 
-// Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
+// Mirrors the GPU trainer's feed (train/gpu_trainer.cpp: PinnedUploader, DeviceDataset).
 double gpu_feed_bytes(const nn::Graph& g, const GpuFeed& feed) {
   auto block = [](double bytes) { return double(CachingAllocator::block_bytes(size_t(std::max(bytes, 1.0)))); };
   const double channels = double(g.input[1]), pixels = double(numel(g.input) / g.batch());
@@ -90,6 +90,7 @@ double gpu_feed_bytes(const nn::Graph& g, const GpuFeed& feed) {
   return feed.pin_memory ? 2 * block(4 * double(numel(g.input)) + 4 * double(g.batch())) : 0;
 }
 
+// Mirrors cuda::Network's constructor (backend/cuda/network.cpp), buffer by buffer.
 MemoryEstimate gpu_engine_memory(const nn::Graph& g, const std::string& optimizer, const std::string& precision,
                                  const std::string& layout) {
   MemoryEstimate m;
