@@ -297,6 +297,31 @@ TEST(Train, DamagedOrMismatchedCheckpointsAreRefused) {
   EXPECT_NE(error_of([&] { train::train(c); }).find("no checkpoint to resume from"), std::string::npos);
 }
 
+// A version 2 checkpoint file taken apart: its JSON header, and the data between the header and
+// the header's CRC-32; write_checkpoint_file puts one together again, with that CRC-32 made anew
+// (as if dlperf had written the header) or, for a version 1 file, without it.
+struct CheckpointFile {
+  nlohmann::json header;
+  std::string data;
+};
+CheckpointFile read_checkpoint_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(f), {}};
+  uint64_t length = 0;
+  std::memcpy(&length, bytes.data() + 8, 8);
+  return {nlohmann::json::parse(bytes.substr(16, length)), bytes.substr(16 + length, bytes.size() - 16 - length - 4)};
+}
+void write_checkpoint_file(const std::string& path, const CheckpointFile& file, bool with_crc) {
+  const std::string body = file.header.dump();
+  const uint64_t n = body.size();
+  const uint32_t crc = uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), body.size()));
+  std::ofstream f(path, std::ios::binary);
+  f.write("DLPERFCK", 8);
+  f.write(reinterpret_cast<const char*>(&n), 8);
+  f << body << file.data;
+  if (with_crc) f.write(reinterpret_cast<const char*>(&crc), 4);
+}
+
 // Found by scripts/fuzz_inputs.py: a header field of the wrong type ended a resume in
 // "[json.exception.type_error.302] type must be number, but is string", naming neither the file
 // nor the field; a count past the file's size could wrap the sum checked against it.
@@ -304,26 +329,12 @@ TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
   TempDir ck;
   const auto c = checkpointed_run(ck);
   const auto path = train::checkpoint_path(c.checkpoint_dir);
-  std::string bytes;
-  {
-    std::ifstream f(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(f), {});
-  }
-  uint64_t length = 0;
-  std::memcpy(&length, bytes.data() + 8, 8);
-  const nlohmann::json header = nlohmann::json::parse(bytes.substr(16, length));
+  const CheckpointFile file = read_checkpoint_file(path);
+  const nlohmann::json& header = file.header;
   auto refusal = [&](const nlohmann::json& h) {  // the checkpoint with header h, and what loading it says
-    const std::string body = h.dump();
-    const uint64_t n = body.size();
     // Written with its CRC-32, as if dlperf had written these fields: the checks behind the CRC's
     // (and for version 1 files, which have none) still name the field.
-    const uint32_t crc = uint32_t(crc32_z(crc32_z(0L, Z_NULL, 0), reinterpret_cast<const Bytef*>(body.data()), body.size()));
-    std::ofstream f(path, std::ios::binary);
-    f.write(bytes.data(), 8);
-    f.write(reinterpret_cast<const char*>(&n), 8);
-    f << body << bytes.substr(16 + length, bytes.size() - 16 - length - 4);
-    f.write(reinterpret_cast<const char*>(&crc), 4);
-    f.close();
+    write_checkpoint_file(path, {h, file.data}, true);
     const std::string error = error_of([&] { train::load_checkpoint(c.checkpoint_dir); });
     if (!error.empty()) {
       EXPECT_NE(error.find(path), std::string::npos) << error;
@@ -360,24 +371,10 @@ TEST(Train, AVersionOneCheckpointStillLoads) {
   const auto c = checkpointed_run(ck);
   const auto path = train::checkpoint_path(c.checkpoint_dir);
   const train::Checkpoint now = train::load_checkpoint(c.checkpoint_dir);
-  std::string bytes;
-  {
-    std::ifstream f(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(f), {});
-  }
-  uint64_t length = 0;
-  std::memcpy(&length, bytes.data() + 8, 8);
-  nlohmann::json header = nlohmann::json::parse(bytes.substr(16, length));
-  EXPECT_EQ(header["version"], 2);
-  header["version"] = 1;
-  const std::string body = header.dump();
-  const uint64_t n = body.size();
-  {
-    std::ofstream f(path, std::ios::binary);
-    f.write(bytes.data(), 8);
-    f.write(reinterpret_cast<const char*>(&n), 8);
-    f << body << bytes.substr(16 + length, bytes.size() - 16 - length - 4);  // no CRC-32 after the data
-  }
+  CheckpointFile file = read_checkpoint_file(path);
+  EXPECT_EQ(file.header["version"], 2);
+  file.header["version"] = 1;
+  write_checkpoint_file(path, file, false);  // no CRC-32 after the data
   const train::Checkpoint then = train::load_checkpoint(c.checkpoint_dir);
   EXPECT_EQ(then.tensors, now.tensors);
   EXPECT_EQ(then.meta["epoch_done"], 1);
