@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -27,6 +28,7 @@
 #include "backend/cuda/runtime.h"
 #include "core/interrupt.h"
 #include "nn/graph.h"
+#include "plan/gpu_step.h"
 #include "plan/memory.h"
 #include "profile/recorder.h"
 #include "train/trainer.h"
@@ -358,6 +360,64 @@ TEST(KERNEL_SUITE, AReluAfterAResidualAddRunsInsideIt) {
   EXPECT_EQ(calls["forward"], 1) << p["rows"].dump();
   EXPECT_EQ(calls["backward"], 1) << p["rows"].dump();
   EXPECT_EQ(calls.count("gradient-sum"), 0u) << p["rows"].dump();
+}
+
+// The planner predicts a GPU step from the passes it expects the executor to run
+// (plan::gpu_step_passes): they are the profile's rows, each with the profile's FLOPs and bytes,
+// once a step. In fp32 (NCHW) and bf16 (NHWC: `large`'s flatten, read by a dropout, moves its
+// maps), with a residual add and its relu, with gradient sums, an adding convolution and a plain
+// add that copies the gradient to each input, and with a linear layer adding its gradient through
+// a flatten into one a later convolution wrote.
+TEST(KERNEL_SUITE, ThePlannersPassesAreTheProfilesRows) {
+  REQUIRE_GPU();
+  TempDir dir;
+  struct Case {
+    std::string model, precision;
+    nlohmann::json spec;
+  };
+  const Case cases[] = {{"medium", "fp32", {}}, {"large", "bf16", {}}, {"residual", "fp32", residual_cnn()},
+                        {"corner", "fp32", corner_case_model()}, {"branch", "bf16", flatten_branch_model()}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.model + " " + k.precision);
+    std::string model = k.model;
+    if (!k.spec.is_null()) {
+      model = (dir.path / (k.model + ".json")).string();
+      std::ofstream(model) << k.spec.dump();
+    }
+    train::TrainConfig c = gpu_run(model, "synthetic:3x12x12:256", 16, 1);
+    c.precision = k.precision;
+    c.profile = c.profile_only = true;
+    c.profile_skip = 2;
+    c.profile_steps = 3;
+    c.profile_out = (dir.path / ("prof-" + k.model)).string();
+    const nlohmann::json p = train::train(c).profile;
+    const double steps = p["step"]["steps"].get<double>();
+    const nn::Graph g = nn::build_graph(k.spec.is_null() ? nn::load_model(k.model) : nn::parse_model_spec(k.spec, "spec"), {3, 12, 12}, 10, 16);
+    // The profile's rows: (layer, phase) -> calls a step, FLOPs and bytes a call.
+    std::map<std::pair<std::string, std::string>, std::array<double, 3>> rows;
+    for (const auto& row : p["rows"]) {
+      if (row["phase"] == "step" || row["phase"] == "copy" || row["phase"] == "data") continue;
+      const double calls = row["calls"].get<double>();
+      rows[{row["name"], row["phase"]}] = {calls / steps, row["flops"].get<double>() / calls, row["bytes"].get<double>() / calls};
+    }
+    std::map<std::pair<std::string, std::string>, std::array<double, 3>> planned;
+    for (const plan::GpuPass& pass : plan::gpu_step_passes(g, k.precision)) {
+      std::string name = pass.phase;  // the loss and the optimizer
+      if (pass.node >= 0) {
+        name.clear();
+        for (const int i : plan::nodes_run_by(g, pass.node, true)) name += (name.empty() ? "" : "+") + g.nodes[size_t(i)].name;
+      }
+      auto& r = planned[{name, pass.phase}];
+      r[0] += 1, r[1] = pass.cost.flops, r[2] = pass.cost.bytes;
+    }
+    for (const auto& [key, row] : rows) {
+      ASSERT_TRUE(planned.count(key)) << key.first << " " << key.second << ": a profile row the plan has no pass for";
+      EXPECT_EQ(planned[key][0], row[0]) << key.first << " " << key.second;
+      EXPECT_DOUBLE_EQ(planned[key][1], row[1]) << key.first << " " << key.second;
+      EXPECT_DOUBLE_EQ(planned[key][2], row[2]) << key.first << " " << key.second;
+    }
+    for (const auto& [key, pass] : planned) EXPECT_TRUE(rows.count(key)) << key.first << " " << key.second << ": a planned pass the profile did not time";
+  }
 }
 
 // Profiled steps run back to back on the GPU (their events are read two steps later, from two

@@ -9,12 +9,14 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "core/error.h"
 #include "core/files.h"
 #include "core/stats.h"
 #include "core/text.h"
 #include "core/timer.h"
+#include "plan/gpu_step.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
 #include "report/table.h"
@@ -46,42 +48,10 @@ std::string gzip(const std::string& body) {
   return out;
 }
 
-// Graph nodes an event of node `n` runs: itself and a relu fused into it (both engines run a
-// relu that only a batchnorm feeds inside that batchnorm; the GPU also one that only a linear
-// layer or a residual add feeds inside that layer).
-std::vector<int> covered(const nn::Graph& g, int n, bool gpu) {
-  std::vector<int> out = {n};
-  for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
-    if (g.nodes[i].inputs[0] == n &&
-        (plan::relu_fused_into_batchnorm(g, i) || (gpu && (plan::relu_fused_into_linear(g, i) || plan::relu_fused_into_add(g, i)))))
-      out.push_back(int(i));
-  return out;
-}
-
-// `elem_bytes`: the element size each node's input is read in (graph node order). A GPU
-// convolution's backward-data pass that adds into its input's gradient reads that too.
-ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, bool gpu, cuda::Layout gpu_layout, const std::vector<double>& elem_bytes) {
-  ops::PassCost c;
-  for (int i : covered(g, n, gpu)) {
-    const ops::OpCost k = g.nodes[size_t(i)].cost_at(elem_bytes[size_t(i)]);
-    c += p == Phase::forward ? k.forward : p == Phase::backward_weight ? k.backward_weight : k.backward_data;
-  }
-  if (gpu && p == Phase::backward_data && plan::conv_adds_to_input_gradient_on_gpu(g, size_t(n), gpu_layout))
-    c.bytes += double(numel(g.nodes[size_t(n)].in_dims[0])) * elem_bytes[size_t(n)];
-  return c;
-}
-
-// Bytes a gradient sum of node `n` moves: it reads the gradient a later reader of n's input wrote
-// and n's own, and writes their sum (each a value's size; no FLOPs counted, as for the optimizer).
-// An add summing both inputs runs two sums of the same size. (On the GPU a sum can also follow a
-// reader of a view, a flatten say, whose input a later layer reads: plan::inputs_summing_gradients
-// follows the CPU engine's views, so it finds no input there, and the first one is meant.)
-ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes) {
-  const std::vector<size_t> summed = plan::inputs_summing_gradients(g, size_t(n));
-  const nn::Node& node = g.nodes[size_t(n)];
-  const size_t k = summed.empty() ? 0 : summed.front();
-  if (node.inputs[k] < 0) return {};
-  return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
+// A CPU pass's cost: node n's and its fused relu's (plan/gpu_step.h).
+ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, const std::vector<double>& elem_bytes) {
+  const plan::Pass pass = p == Phase::forward ? plan::Pass::forward : p == Phase::backward_weight ? plan::Pass::backward_weight : plan::Pass::backward_data;
+  return plan::pass_cost(g, n, pass, false, cuda::Layout::nchw, elem_bytes);
 }
 
 struct Costed {
@@ -140,36 +110,45 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (x.e->phase == Phase::backward_data) s.first = true;
       if (x.e->phase == Phase::backward_weight) s.second = true;
     }
-  // The GPU engine keeps every activation in bf16 or fp16 in those precisions; the CPU engine's
-  // bf16 reads fp32 at dropout (and the model input) and converts (plan::engine_input_bytes).
   const bool gpu = track == kGpuTrack;
   r.on_gpu = gpu;
-  const std::string cpu_precision = precision == "bf16" ? "bf16" : "fp32";
-  const std::vector<double> elem_bytes = gpu ? std::vector<double>(g.nodes.size(), precision == "bf16" || precision == "fp16" ? 2 : 4)
-                                             : plan::engine_input_bytes(g, cpu_precision);
-  const std::vector<double> value_bytes = gpu ? elem_bytes : plan::engine_value_bytes(g, cpu_precision);  // every value at that width
-  for (auto& x : xs) {
-    const Event& e = *x.e;
-    ops::PassCost k;
-    if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, gpu, gpu_layout, elem_bytes);
-    // A primitive on the CPU; on the GPU a span of its own (a convolution's or linear layer's pass).
-    if (e.node >= 0 && (e.launch || gpu) && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
-      k = cost_of(g, e.node, e.phase, gpu, gpu_layout, elem_bytes);
-    // A gradient sum: a primitive on the CPU, a span of its own on the GPU.
-    if (e.node >= 0 && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
-    if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {
-      const auto s = split[{e.step, e.node}];
-      const ops::PassCost bd = cost_of(g, e.node, Phase::backward_data, gpu, gpu_layout, elem_bytes),
-                           bw = cost_of(g, e.node, Phase::backward_weight, gpu, gpu_layout, elem_bytes);
-      if (!s.first) k += bd;
-      if (!s.second) k += bw;
+  if (gpu) {
+    // On the GPU each pass is costed as the planner costs it (plan::gpu_step_passes, which walks
+    // the executor's backward as it runs): the k-th event of a layer's phase in a step is its k-th
+    // planned pass (a residual add hands its gradient to each input in a copy, or a sum where one
+    // was written). A plan and a profile of the same run count the same FLOPs and bytes.
+    std::map<std::pair<int, std::string>, std::vector<ops::PassCost>> planned;
+    for (const auto& p : plan::gpu_step_passes(g, precision, cuda::to_string(gpu_layout))) planned[{p.node, p.phase}].push_back(p.cost);
+    std::map<std::tuple<int64_t, int, std::string>, size_t> seen;
+    for (auto& x : xs) {
+      const Event& e = *x.e;
+      const std::string phase(to_string(e.phase));
+      const auto it = planned.find({e.node, phase});
+      if (it == planned.end()) continue;
+      const size_t k = seen[{e.step, e.node, phase}]++;
+      if (k < it->second.size()) x.cost = it->second[k];
     }
-    if (e.phase == Phase::loss) {
-      const ops::OpCost lc = ops::cost(ops::OpKind::softmax_cross_entropy, {}, {{g.batch(), g.classes}}, 4);
-      k = {lc.forward.flops + lc.backward_data.flops, lc.forward.bytes + lc.backward_data.bytes};
+  } else {
+    // The CPU engine's bf16 reads fp32 at dropout (and the model input) and converts (plan::engine_input_bytes).
+    const std::string cpu_precision = precision == "bf16" ? "bf16" : "fp32";
+    const std::vector<double> elem_bytes = plan::engine_input_bytes(g, cpu_precision);
+    const std::vector<double> value_bytes = plan::engine_value_bytes(g, cpu_precision);
+    for (auto& x : xs) {
+      const Event& e = *x.e;
+      ops::PassCost k;
+      if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, elem_bytes);
+      if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
+        k = cost_of(g, e.node, e.phase, elem_bytes);
+      if (e.node >= 0 && e.phase == Phase::grad_sum) k = plan::gradient_sum_cost(g, e.node, value_bytes);
+      if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {  // what the primitives inside it did not carry
+        const auto s = split[{e.step, e.node}];
+        if (!s.first) k += cost_of(g, e.node, Phase::backward_data, elem_bytes);
+        if (!s.second) k += cost_of(g, e.node, Phase::backward_weight, elem_bytes);
+      }
+      if (e.phase == Phase::loss) k = plan::loss_cost(g);
+      if (e.phase == Phase::optimizer) k = {0, plan::optimizer_step_bytes(g)};  // streams weights, grads, momentum
+      x.cost = k;
     }
-    if (e.phase == Phase::optimizer) k = {0, double(g.param_count()) * 4 * 5};  // streams weights, grads, momentum
-    x.cost = k;
   }
   // Group into rows.
   std::map<std::pair<std::string, std::string>, OpRow> rows;
