@@ -266,8 +266,9 @@ for stage in "$@"; do
         say "  $run: $(grep -m1 -E '^Profile of|error' "$work/$name.txt")"
         grep -A9 -E '^name +phase' "$work/$name.txt" | grep -vE '^(name|-----)' | cut -c1-125 | tee -a "$summary"  # the top 8 ops
       done
-      # The GPU planner's assumptions against these tables (docs/plan.md), per kind of pass.
-      python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | head -12 | tee -a "$summary"
+      # The GPU planner's model of these kernels (src/plan/gpu_step.h) against these tables, per
+      # kind of pass and per profile (docs/plan.md; `fit_plan.py --fit` refits it back home).
+      python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | grep -v '^ceilings:' | tee -a "$summary"
       # Convolutions where cuDNN's timed search found a faster algorithm than the 4 GB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
       conv_algorithms over-limit "$work"/runs/*.json | sort -u | tee -a "$summary"

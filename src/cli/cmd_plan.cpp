@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "hw/cpu_info.h"
 #include "plan/against.h"
+#include "plan/gpu_step.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
 #include "plan/targets.h"
@@ -509,16 +510,17 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                   r.run.c_str(), r.busy_note.c_str());
   std::printf("\nstep time: median |error| %.1f%%, worst %.1f%%%s\npeak memory: median |error| %.1f%%, worst %.1f%%%s\n",
               100 * ts.median, 100 * ts.worst, worst_run(te).c_str(), 100 * ms.median, 100 * ms.worst, worst_run(me).c_str());
-  // The GPU rows' step time is the targets table's datasheet roofline, which small layers and
-  // memory-bound passes fall far short of: say so, and where to see by how much.
+  // The GPU rows' step time comes from a fit to one H100's kernels: say so, and what it leaves out.
   if (std::any_of(rows.begin(), rows.end(), [](const auto& r) { return r.on_gpu; }))
-    std::printf("GPU rows: step time from the datasheet roofline the targets table uses (%.0f%% of peak for convolutions and "
-                "GEMMs, %.0f%% of memory bandwidth, %.0f us a kernel), not from dlperf's measured kernels, so it comes out short "
-                "(on an H200, 2026-11-27, medium's measured steps were 2x the prediction in fp32 and 2.5x to 6.7x in bf16 and fp16); "
-                "'dlperf profile' on the GPU shows each layer's achieved share of the roofline. Peak memory is the executor's own "
-                "buffers plus the convolutions' workspace, which cuDNN's timed search chooses at run time: the one each run "
+    std::printf("GPU rows: step time from dlperf's GPU kernels pass by pass on a roofline fitted to an H100's 'dlperf profile' "
+                "tables (convolutions at %.0f%% of the datasheet peak in fp32, %.0f%% on tensor cores; %.0f%% of memory bandwidth; "
+                "%.1f to %.1f us a kernel; docs/plan.md), not to this GPU's: cuDNN's timed search picks kernels run by run, and a "
+                "--layout other than the precision's default runs slower kernels than the fit's. Peak memory is the executor's "
+                "own buffers plus the convolutions' workspace, which cuDNN's timed search chooses at run time: the one each run "
                 "recorded%s.\n",
-                100 * plan::JobSpec{}.gemm_share, 100 * plan::JobSpec{}.bandwidth_share, 1e6 * plan::JobSpec{}.launch_s,
+                100 * plan::GpuEngineModel{}.conv_share_fp32, 100 * plan::GpuEngineModel{}.conv_share_tensor_cores,
+                100 * plan::GpuEngineModel{}.bandwidth_share, 1e6 * plan::GpuEngineModel{}.streaming_fill_s,
+                1e6 * plan::GpuEngineModel{}.conv_fill_fp32_s,
                 [&] {
                   const auto older = std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.on_gpu && !r.conv_workspace_from_record; });
                   return older == 0 ? std::string()

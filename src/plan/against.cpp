@@ -182,7 +182,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     const std::string tag = profile_run ? " (profile)" : "";
     const std::string device = cfg.value("device_used", "cpu");
     if (device.rfind("cuda", 0) == 0) {
-      // A GPU run: the datasheet roofline the targets table uses, for the GPU it ran on.
+      // A GPU run: the targets table's row for the GPU it ran on (its kernels on the fitted roofline).
       const std::string gpu = r.contains("device") ? r["device"].value("name", "") : "";
       const std::string id = catalog_id_for_gpu(gpu);
       if (id.empty()) {
@@ -195,6 +195,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       job.steps = steps;
       job.precision = cfg.value("precision", "fp32");
       job.optimizer = opt.name;
+      job.gpu_layout = cfg.value("layout", "auto");
       if (!catalog) catalog = load_catalog();
       const Device& gpu_spec = catalog->find(id);
       const TargetEstimate t = estimate(job, gpu_spec, 0, 1);

@@ -26,8 +26,8 @@ struct Comparison {
   /// run's record measured around its epochs (`call_from_record`), else measured now; 0 for a GPU run.
   double call_us = 0;
   bool call_from_record = false;
-  /// A GPU run: predicted by the datasheet roofline the targets table uses (plan::estimate), not by
-  /// a model fitted to dlperf's kernels as the CPU rows are.
+  /// A GPU run: predicted as the targets table predicts that GPU (plan::estimate): dlperf's GPU
+  /// kernels on the roofline fitted to one H100's profiles (plan/gpu_step.h), not to this GPU's.
   bool on_gpu = false;
   /// A GPU run whose record kept its convolutions' workspace (gpu_step.conv_workspace_bytes, since
   /// 2026-11-28): counted in predicted_peak, the one buffer chosen at run time; older GPU records

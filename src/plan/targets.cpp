@@ -9,6 +9,7 @@
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
+#include "plan/gpu_step.h"
 #include "plan/memory.h"
 
 namespace dlperf::plan {
@@ -39,8 +40,8 @@ Device host_device(const CpuCeilings& c, double watts) {
 
 namespace {
 
-// A CNN step on a datasheet target: every pass of every layer at the roofline, with the
-// assumed shares of peak, plus a kernel launch each.
+// A CNN step on a datasheet accelerator that is not a GPU (a TPU): every pass of every layer at
+// the roofline, with the assumed shares of peak, plus a kernel launch each.
 double cnn_step_s(const nn::Graph& g, double peak_flops, double bw, double dtype_bytes, const JobSpec& job) {
   double t = 0;
   for (const auto& n : g.nodes) {
@@ -62,7 +63,7 @@ double memory_of(const JobSpec& job, const Device& d) {
   nn::OptimizerConfig opt;
   opt.name = job.optimizer;
   if (d.id == "cpu") return engine_memory(g, opt, 1, job.precision).total();
-  return gpu_engine_memory(g, job.optimizer, job.precision).total() + kAssumedConvWorkspace;
+  return gpu_engine_memory(g, job.optimizer, job.precision, job.gpu_layout).total() + kAssumedConvWorkspace;
 }
 
 // A target's row for a job dlperf's engine for it refuses (a tensor too big for it to index, say).
@@ -163,7 +164,10 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     } else {
       // dlperf's GPU executor byte for byte, plus an assumed allowance for cuDNN's workspaces.
       e.memory = memory_of(job, d);
-      e.compute_s = cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
+      // On a GPU, its kernels pass by pass on the roofline fitted to them (plan/gpu_step.h); on
+      // other accelerators, which dlperf's engine does not run on, the datasheet assumptions.
+      e.compute_s = d.kind == "gpu" ? gpu_step_s(g, job.precision, job.gpu_layout, peak, d.bandwidth_gbps * 1e9)
+                                    : cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
     }
     grad_bytes = double(g.param_count()) * sb.gradients;
   }

@@ -22,7 +22,9 @@ struct JobSpec {
   double steps = 1;           ///< optimizer steps in the job
   std::string precision = "fp32", optimizer = "sgd";
   Layout layout;
-  // Assumptions for datasheet targets (measured ceilings replace them on this CPU):
+  std::string gpu_layout = "auto";  ///< --layout of dlperf's GPU engine (auto, nchw, nhwc): which kernels its step runs
+  // Assumptions for datasheet targets other than GPUs (measured ceilings replace them on this
+  // CPU; a GPU's CNN step is dlperf's kernels' fit, plan/gpu_step.h) and for Transformers:
   double gemm_share = 0.6;     ///< fraction of the datasheet peak large GEMMs reach
   double bandwidth_share = 0.8;  ///< fraction of the datasheet bandwidth streaming ops reach
   double launch_s = 5e-6;      ///< per kernel
