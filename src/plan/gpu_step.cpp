@@ -80,7 +80,7 @@ std::vector<GpuPass> gpu_step_passes(const nn::Graph& g, const std::string& prec
     buffer[j] = !view_on_gpu(g, j, stored) ? int(j) : in < 0 ? -1 : buffer[size_t(in)];
   }
   std::vector<bool> written(g.nodes.size(), false);
-  written[size_t(buffer.back())] = true;
+  if (buffer.back() >= 0) written[size_t(buffer.back())] = true;
   auto has_gradient = [&](int v) { return v >= 0 && buffer[size_t(v)] >= 0; };
   auto value_bytes = [&](int v) { return double(numel(g.nodes[size_t(v)].out_dims)) * e; };
   auto sum_into = [&](int n, int v) { out.push_back({n, "gradient-sum", GpuPassKind::streaming, {0, 3 * value_bytes(v)}}); };
