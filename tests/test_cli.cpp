@@ -636,6 +636,14 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   EXPECT_EQ(j["targets"]["rows"][1]["target"], "h100-sxm");
   EXPECT_GT(j["targets"]["rows"][1]["step_s"].get<double>(), 0);
   EXPECT_EQ(j["targets"]["rows"][2]["unsupported"], "no bf16 peak in the catalog (it lists fp16, fp32)");
+  // With --layers a GPU target's step is also listed pass by pass, the passes adding up to its
+  // row's step; none for the T4, which cannot run the job.
+  ASSERT_TRUE(j["targets"]["gpu_passes"].contains("h100-sxm")) << j["targets"].dump();
+  EXPECT_FALSE(j["targets"]["gpu_passes"].contains("t4"));
+  double passes = 0;
+  for (const auto& p : j["targets"]["gpu_passes"]["h100-sxm"]) passes += p["predicted_s"].get<double>();
+  EXPECT_NEAR(passes, j["targets"]["rows"][1]["step_s"].get<double>(), 1e-9 * passes);
+  EXPECT_NE(o.out.find("On h100-sxm, pass by pass (dlperf's GPU kernels in bf16, nhwc layout"), std::string::npos) << o.out;
   EXPECT_EQ(j["scaling"]["rows"].size(), 3u);  // 1, 2, 4 devices
   EXPECT_EQ(j["layers"].size(), nn::build_graph(nn::load_model("small"), {1, 28, 28}, 10, 32).nodes.size());
   EXPECT_EQ(j["layers"][0]["layer"], "conv1");

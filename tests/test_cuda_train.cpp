@@ -402,12 +402,7 @@ TEST(KERNEL_SUITE, ThePlannersPassesAreTheProfilesRows) {
     }
     std::map<std::pair<std::string, std::string>, std::array<double, 3>> planned;
     for (const plan::GpuPass& pass : plan::gpu_step_passes(g, k.precision)) {
-      std::string name = pass.phase;  // the loss and the optimizer
-      if (pass.node >= 0) {
-        name.clear();
-        for (const int i : plan::nodes_run_by(g, pass.node, true)) name += (name.empty() ? "" : "+") + g.nodes[size_t(i)].name;
-      }
-      auto& r = planned[{name, pass.phase}];
+      auto& r = planned[{plan::gpu_layer_name(g, pass), pass.phase}];
       r[0] += 1, r[1] = pass.cost.flops, r[2] = pass.cost.bytes;
     }
     for (const auto& [key, row] : rows) {

@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "backend/cpu/layouts.h"
+#include "backend/cuda/layout.h"
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -108,6 +109,44 @@ std::vector<std::string> targets_or_default(const PlanArgs& a, bool transformer)
 }
 
 // The targets table; returns its rows for --json.
+// dlperf's GPU step on target `d`, pass by pass, slowest first: what `dlperf profile` on that GPU
+// would show, predicted (plan/gpu_step.h). `step_s` is the target row's step, which they add up to.
+nlohmann::json print_gpu_passes(const plan::JobSpec& job, const plan::Device& d, double step_s) {
+  const nn::Graph& g = *job.graph;
+  const std::string precision = plan::gpu_kernels_precision(d, job.precision);
+  const double peak = plan::peak_flops(d, job.precision), bw = d.bandwidth_gbps * 1e9;
+  struct Row {
+    plan::GpuPass pass;
+    plan::GpuPassTime time;
+  };
+  std::vector<Row> rows;
+  for (const auto& p : plan::gpu_step_passes(g, precision, job.gpu_layout)) rows.push_back({p, plan::gpu_pass_time(p, precision, peak, bw)});
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.time.total() > y.time.total(); });
+  report::Table t({"layer", "phase", "GFLOP", "MB", "us", "share", "limit"});
+  nlohmann::json out = nlohmann::json::array();
+  std::map<std::string, double> by_limit;
+  for (const auto& r : rows) {
+    const double s = r.time.total();
+    by_limit[r.time.limit()] += s;
+    t.add({plan::gpu_layer_name(g, r.pass), r.pass.phase, format_decimals(r.pass.cost.flops / 1e9, 3), format_decimals(r.pass.cost.bytes / 1e6, 2),
+           format_decimals(s * 1e6, 1), fmt::format("{:.1f}%", 100 * s / step_s), r.time.limit()});
+    out.push_back({{"layer", plan::gpu_layer_name(g, r.pass)}, {"phase", r.pass.phase}, {"flops", r.pass.cost.flops},
+                   {"bytes", r.pass.cost.bytes}, {"predicted_s", s}, {"limit", r.time.limit()}});
+  }
+  std::printf("\nOn %s, pass by pass (dlperf's GPU kernels in %s, %s layout: each pass its fill plus the longer of its FLOPs at "
+              "the fitted share of the %.0f TFLOP/s peak and its bytes at %.0f%% of %.0f GB/s; fitted on an H100, docs/plan.md). "
+              "'dlperf profile' on that GPU measures the same passes.\n",
+              d.id.c_str(), precision.c_str(), cuda::to_string(cuda::resolve_layout(job.gpu_layout, precision)), peak / 1e12,
+              100 * plan::GpuEngineModel{}.bandwidth_share, d.bandwidth_gbps);
+  t.print();
+  std::vector<std::string> parts;
+  for (const char* limit : {"compute", "memory", "fill"})
+    if (by_limit.count(limit)) parts.push_back(fmt::format("{} {:.0f}%", limit, 100 * by_limit[limit] / step_s));
+  std::printf("  %zu passes, %s a step; the step's time by what limits each pass: %s (fill: a kernel too small to fill the GPU)\n",
+              rows.size(), format_seconds(step_s).c_str(), fmt::format("{}", fmt::join(parts, ", ")).c_str());
+  return out;
+}
+
 nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const double pue = a.pue > 0 ? a.pue : cat.pue;
@@ -139,15 +178,26 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
                                   d.id == "cpu" ? "pass --cpu-watts for this CPU" : "add its tdp_w with --catalog"));
     if (d.price_per_hour < 0 && d.id != "cpu") notes.push_back(fmt::format("{}: no list price in the catalog ({})", d.id, d.sources.value("price", "")));
   }
-  std::printf("\nOn hardware targets (%s; energy at TDP x PUE %.2f, CO2 at %.0f gCO2e/kWh for '%s'):\n", 
-              job.transformer ? "datasheet peaks at 60% for GEMMs" : "this CPU from measured ceilings, others from datasheets",
+  std::printf("\nOn hardware targets (%s; energy at TDP x PUE %.2f, CO2 at %.0f gCO2e/kWh for '%s'):\n",
+              job.transformer ? "datasheet peaks at 60% for GEMMs"
+                              : "this CPU from measured ceilings, GPUs from dlperf's kernels on their datasheets (fitted on an H100), "
+                                "others from datasheets",
               pue, grid, a.grid >= 0 ? "--grid-intensity" : a.region.c_str());
   std::vector<std::string> why_not;
   for (const auto& [why, targets] : unsupported) why_not.push_back(fmt::format("{}: {}", fmt::join(targets, ", "), why));
   notes.insert(notes.begin(), why_not.begin(), why_not.end());
   t.print();
   for (const auto& n : notes) std::printf("  * %s\n", n.c_str());
-  return {{"rows", rows}, {"pue", pue}, {"grid_gco2_per_kwh", grid}, {"notes", notes}};
+  nlohmann::json out = {{"rows", rows}, {"pue", pue}, {"grid_gco2_per_kwh", grid}, {"notes", notes}};
+  // With --layers, each GPU target's step pass by pass, as this CPU's is layer by layer.
+  if (a.layers && !job.transformer)
+    for (const auto& id : ids) {
+      if (id == "cpu") continue;
+      const plan::Device d = cat.find(id);
+      const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
+      if (d.kind == "gpu" && e.unsupported.empty()) out["gpu_passes"][id] = print_gpu_passes(job, d, e.compute_s);
+    }
+  return out;
 }
 
 // Weak scaling (the per-device batch stays, the global batch grows with the devices) and strong

@@ -134,14 +134,24 @@ std::vector<GpuPass> gpu_step_passes(const nn::Graph& g, const std::string& prec
   return out;
 }
 
-double gpu_pass_s(const GpuPass& p, const std::string& precision, double peak_flops, double bandwidth, const GpuEngineModel& m) {
+std::string gpu_layer_name(const nn::Graph& g, const GpuPass& p) {
+  if (p.node < 0) return p.phase;
+  std::string name;
+  for (const int i : nodes_run_by(g, p.node, true)) name += (name.empty() ? "" : "+") + g.nodes[size_t(i)].name;
+  return name;
+}
+
+GpuPassTime gpu_pass_time(const GpuPass& p, const std::string& precision, double peak_flops, double bandwidth, const GpuEngineModel& m) {
   const bool tc = on_tensor_cores(precision);
-  double share = 0, fill = m.streaming_fill_s;
+  double share = 0;
+  GpuPassTime t;
+  t.fill = m.streaming_fill_s;
   if (p.kind == GpuPassKind::conv)
-    share = tc ? m.conv_share_tensor_cores : m.conv_share_fp32, fill = tc ? m.conv_fill_tensor_cores_s : m.conv_fill_fp32_s;
-  if (p.kind == GpuPassKind::gemm) share = tc ? m.gemm_share_tensor_cores : m.gemm_share_fp32, fill = m.gemm_fill_s;
-  const double compute = share > 0 ? p.cost.flops / (share * peak_flops) : 0;
-  return fill + std::max(compute, p.cost.bytes / (m.bandwidth_share * bandwidth));
+    share = tc ? m.conv_share_tensor_cores : m.conv_share_fp32, t.fill = tc ? m.conv_fill_tensor_cores_s : m.conv_fill_fp32_s;
+  if (p.kind == GpuPassKind::gemm) share = tc ? m.gemm_share_tensor_cores : m.gemm_share_fp32, t.fill = m.gemm_fill_s;
+  t.compute = share > 0 ? p.cost.flops / (share * peak_flops) : 0;
+  t.traffic = p.cost.bytes / (m.bandwidth_share * bandwidth);
+  return t;
 }
 
 double gpu_step_s(const nn::Graph& g, const std::string& precision, const std::string& layout, double peak_flops, double bandwidth,

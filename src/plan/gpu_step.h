@@ -87,8 +87,22 @@ struct GpuPass {
 /// backward-weight passes), the gradient sums, the loss and the optimizer.
 std::vector<GpuPass> gpu_step_passes(const nn::Graph& g, const std::string& precision, const std::string& layout = "auto");
 
-/// One pass's time on a GPU of `peak_flops` (in the run's precision) and `bandwidth` (bytes/s).
-double gpu_pass_s(const GpuPass& p, const std::string& precision, double peak_flops, double bandwidth, const GpuEngineModel& m = {});
+/// The name `dlperf profile` gives a GPU pass's layer: its node's, joined by "+" with the relu
+/// it runs ("bn1+relu1"); the phase for the loss and the optimizer.
+std::string gpu_layer_name(const nn::Graph& g, const GpuPass& p);
+
+/// A pass's time on a GPU, in its three parts.
+struct GpuPassTime {
+  double fill = 0, compute = 0, traffic = 0;  ///< seconds: the kernel's fill, its FLOPs at its share, its bytes at the bandwidth share
+  double total() const { return fill + (compute > traffic ? compute : traffic); }
+  /// What the time goes to most: "fill" (a kernel too small to fill the GPU), "compute" or "memory".
+  const char* limit() const { return fill >= compute && fill >= traffic ? "fill" : compute >= traffic ? "compute" : "memory"; }
+};
+/// One pass on a GPU of `peak_flops` (in the run's precision) and `bandwidth` (bytes/s).
+GpuPassTime gpu_pass_time(const GpuPass& p, const std::string& precision, double peak_flops, double bandwidth, const GpuEngineModel& m = {});
+inline double gpu_pass_s(const GpuPass& p, const std::string& precision, double peak_flops, double bandwidth, const GpuEngineModel& m = {}) {
+  return gpu_pass_time(p, precision, peak_flops, bandwidth, m).total();
+}
 
 /// A training step of `g` on such a GPU: its passes' times, one after another.
 double gpu_step_s(const nn::Graph& g, const std::string& precision, const std::string& layout, double peak_flops, double bandwidth,

@@ -109,6 +109,15 @@ std::string what_would_fit(const JobSpec& job, const Device& d) {
 
 }  // namespace
 
+double peak_flops(const Device& d, const std::string& precision) {
+  const double peak = d.peak_tflops(precision) * 1e12;
+  return peak == 0 && precision == "tf32" && d.id != "cpu" ? d.peak_tflops("fp32") * 1e12 : peak;
+}
+
+std::string gpu_kernels_precision(const Device& d, const std::string& precision) {
+  return precision == "tf32" && d.peak_tflops("tf32") == 0 ? "fp32" : precision;
+}
+
 TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double pue) {
   TargetEstimate e;
   e.id = d.id;
@@ -118,8 +127,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   e.capacity = d.memory_gb * 1e9;
   // tf32 runs on fp32 data where the hardware has no tf32 mode (dlperf's CPU engine trains fp32,
   // and bf16 where oneDNN has bf16 kernels).
-  double peak = d.peak_tflops(job.precision) * 1e12;
-  if (peak == 0 && job.precision == "tf32" && d.id != "cpu") peak = d.peak_tflops("fp32") * 1e12;
+  const double peak = peak_flops(d, job.precision);
   if (peak == 0 && d.id == "cpu") {
     e.unsupported = fmt::format("dlperf's CPU engine trains fp32{}, not {}", d.peak_tflops("bf16") > 0 ? " and bf16" : "", job.precision);
     return e;
@@ -166,7 +174,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       e.memory = memory_of(job, d);
       // On a GPU, its kernels pass by pass on the roofline fitted to them (plan/gpu_step.h); on
       // other accelerators, which dlperf's engine does not run on, the datasheet assumptions.
-      e.compute_s = d.kind == "gpu" ? gpu_step_s(g, job.precision, job.gpu_layout, peak, d.bandwidth_gbps * 1e9)
+      e.compute_s = d.kind == "gpu" ? gpu_step_s(g, gpu_kernels_precision(d, job.precision), job.gpu_layout, peak, d.bandwidth_gbps * 1e9)
                                     : cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
     }
     grad_bytes = double(g.param_count()) * sb.gradients;

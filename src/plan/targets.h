@@ -51,6 +51,14 @@ struct TargetEstimate {
 double ring_allreduce_s(double bytes, double n, double gbps, double alpha_s);
 double tree_allreduce_s(double bytes, double n, double gbps, double alpha_s);
 
+/// The compute peak (FLOP/s) a job in `precision` plans with on `d`: its catalog figure; tf32 on a
+/// GPU without one (tensor cores older than Ampere) runs at fp32's. 0 = none.
+double peak_flops(const Device& d, const std::string& precision);
+
+/// The precision a GPU's kernels run `precision` in: tf32 as fp32 on one without tf32 (its
+/// convolutions then run on the FMA units: GpuEngineModel's fp32 shares).
+std::string gpu_kernels_precision(const Device& d, const std::string& precision);
+
 /// `host` is this machine's CPU as a target (id "cpu"), measured ceilings when present.
 TargetEstimate estimate(const JobSpec& job, const Device& d, double grid_g_per_kwh, double pue);
 Device host_device(const CpuCeilings& c, double watts);
