@@ -84,7 +84,9 @@ struct GpuPass {
 /// The passes dlperf's GPU executor runs for one training step of `g` in `precision` with its
 /// activations stored in `layout` (--layout: auto, nchw, nhwc): every layer that is not a view
 /// forward and backward (a convolution's and a linear layer's backward as its backward-data and
-/// backward-weight passes), the gradient sums, the loss and the optimizer.
+/// backward-weight passes), the gradient sums, the loss and the optimizer. It walks the backward
+/// as Network::backward does (backend/cuda/network.cpp, which a planner without CUDA cannot call);
+/// CudaEmu.ThePlannersPassesAreTheProfilesRows keeps the two in step.
 std::vector<GpuPass> gpu_step_passes(const nn::Graph& g, const std::string& precision, const std::string& layout = "auto");
 
 /// The name `dlperf profile` gives a GPU pass's layer: its node's, joined by "+" with the relu
