@@ -98,8 +98,8 @@ std::vector<Experiment> run_lab(const LabConfig& cfg);
 Experiment prediction(const std::vector<std::string>& records);
 
 /// How long training runs should take, by the step times `dlperf plan` predicts for them (on
-/// this CPU from its measured ceilings, on a GPU from the catalog's datasheet): each run's
-/// training steps, plus its test passes at a forward pass per test batch. Runs it cannot predict
+/// this CPU from its measured ceilings, on a GPU its kernels on the catalog's datasheet,
+/// plan/gpu_step.h): each run's training steps, plus its test passes at a forward pass per test batch. Runs it cannot predict
 /// (a GPU the catalog lacks, a model that does not build) are counted apart.
 struct TimeEstimate {
   double seconds = 0;  ///< of the runs it could predict

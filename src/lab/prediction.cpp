@@ -17,6 +17,7 @@
 #include "nn/graph.h"
 #include "plan/against.h"
 #include "plan/catalog.h"
+#include "plan/gpu_step.h"
 #include "plan/targets.h"
 
 namespace dlperf::lab {
@@ -72,13 +73,18 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
         const std::string id = plan::catalog_id_for_gpu(cuda::gpus_json().at(size_t(gpu)).value("name", ""));
         if (id.empty()) throw Error("a GPU the catalog does not know");
         if (!catalog) catalog = plan::load_catalog();
+        const plan::Device& d = catalog->find(id);
         plan::JobSpec job;
         job.graph = &g, job.global_batch = c.batch, job.steps = train_steps, job.precision = c.precision;
-        job.optimizer = c.optimizer.name;
-        const plan::TargetEstimate e = plan::estimate(job, catalog->find(id), 0, 1);
+        job.optimizer = c.optimizer.name, job.gpu_layout = c.layout;
+        const plan::TargetEstimate e = plan::estimate(job, d, 0, 1);
         if (!e.unsupported.empty()) throw Error(e.unsupported);
-        // A test step is a forward pass: about a third of a training step's FLOPs.
-        t.per_run.back() = e.step_s * (train_steps + test_steps / 3);
+        // A test step is the step's forward passes (plan/gpu_step.h).
+        const std::string kernels = plan::gpu_kernels_precision(d, c.precision);
+        double forward_s = 0;
+        for (const plan::GpuPass& p : plan::gpu_step_passes(g, kernels, c.layout))
+          if (p.phase == "forward") forward_s += plan::gpu_pass_s(p, kernels, plan::peak_flops(d, c.precision), d.bandwidth_gbps * 1e9);
+        t.per_run.back() = e.step_s * train_steps + forward_s * test_steps;
       } else {
         const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();
         plan::CpuCeilings at = plan::host_ceilings(threads);
