@@ -74,6 +74,15 @@ def precision_of(path, ceilings):
     return None
 
 
+def in_default_layout(path, precision):
+    """Whether a profile ran in its precision's default layout (NCHW for fp32 and tf32, NHWC for bf16
+    and fp16), as far as its file name says ("profile-medium-b64-bf16-nchw.json": no); True where it says none."""
+    name = os.path.basename(path).replace(".", "-").split("-")
+    default = "nhwc" if precision in ("bf16", "fp16") else "nchw"
+    other = "nchw" if default == "nhwc" else "nhwc"
+    return other not in name
+
+
 def passes(path):
     """Every timed kernel pass in one profile, a dict each: family (conv, gemm, streaming), tensor_cores, name, phase,
     t (seconds a call), flops, bytes, kernels, peak, bw (the profile's ceilings) and file."""
@@ -106,7 +115,8 @@ def passes(path):
                         precision=precision, name=r["name"], phase=r["phase"], t=r["self_s"] / r["calls"],
                         flops=r["flops"] / r["calls"], bytes=r["bytes"] / r["calls"],
                         kernels=2 if gemm and r["phase"] == "backward" else 1,  # an unsplit backward: data and weight
-                        peak=peak, bw=bw, file=os.path.basename(path), path=path, ceilings=c.get("source", "?")))
+                        peak=peak, bw=bw, file=os.path.basename(path), path=path, ceilings=c.get("source", "?"),
+                        default_layout=in_default_layout(path, precision)))
     return out
 
 
@@ -184,13 +194,20 @@ def report(ps, m, rows=False):
         total = log_err(sum(predicted(p, m) for p in group), sum(p["t"] for p in group))
         print(f"{kind:<22} {len(group):>6} {share:>52} {size(single):>24} {as_percent(total):>14}")
     print(f"\n{'profile':<48} {'step: passes measured':>22} {'model':>10} {'error':>7}")
-    errors = []
+    errors, others = [], 0
     for path, group in by_profile(ps).items():
         meas, pred = sum(p["t"] for p in group), sum(predicted(p, m) for p in group)
-        errors.append(abs(log_err(pred, meas)))
-        print(f"{os.path.basename(path)[:48]:<48} {meas * 1e6:>19.0f} us {pred * 1e6:>7.0f} us {as_percent(log_err(pred, meas)):>7}")
-    print(f"\nstep: median |error| {size(statistics.median(errors))}, worst {size(max(errors))}   "
-          "(a pass's own error is larger: cuDNN's timed search picks kernels run by run)")
+        mark = "" if group[0]["default_layout"] else " *"
+        if mark:
+            others += 1
+        else:
+            errors.append(abs(log_err(pred, meas)))
+        print(f"{os.path.basename(path)[:48]:<48} {meas * 1e6:>19.0f} us {pred * 1e6:>7.0f} us {as_percent(log_err(pred, meas)):>7}{mark}")
+    if errors:
+        print(f"\nstep: median |error| {size(statistics.median(errors))}, worst {size(max(errors))}   "
+              "(a pass's own error is larger: cuDNN's timed search picks kernels run by run)")
+    if others:
+        print(f"* not its precision's default layout, which the plan predicts and the fit reads: left out of the summary above")
     if rows:
         print(f"\n{'profile':<40} {'layer':<12} {'phase':<16} {'family':<10} {'us':>8} {'model us':>9} {'ratio':>6}")
         for p in sorted(ps, key=lambda p: (p["file"], -p["t"])):
@@ -252,6 +269,10 @@ def self_test():
         pred, meas = sum(predicted(p, got) for p in group), sum(p["t"] for p in group)
         assert abs(pred / meas - 1) < 0.02, (pred, meas, got)
     assert precision_of("x/profile-medium-b64-fp16-nhwc.json", {"source": "measured"}) == "fp16"
+    assert in_default_layout("x/profile-medium-b64-fp16-nhwc.json", "fp16")
+    assert not in_default_layout("x/profile-medium-b64-bf16-nchw.json", "bf16")
+    assert not in_default_layout("x/profile-large-b1024-fp32-nhwc.json", "fp32")
+    assert in_default_layout("x/profile-medium.json", "fp32")
     assert passes(os.path.join(tempfile.gettempdir(), "no-such-dir", "profile.json")) == []  # skipped, said on stderr
     # The header's constants parse, and the text --fit prints for them reads back as the same.
     m = header_model()
@@ -277,6 +298,10 @@ def main():
     what.add_argument("--check-model", action="store_true", help="exit 1 unless src/plan/gpu_step.h holds the fit of these tables")
     args = ap.parse_args()
     ps = [p for path in args.profiles for p in passes(path)]
+    if args.fit or args.check_model:  # the plan predicts the default layouts: the fit reads only those
+        for path in sorted({p["path"] for p in ps if not p["default_layout"]}):
+            print(f"{path}: not its precision's default layout; left out of the fit", file=sys.stderr)
+        ps = [p for p in ps if p["default_layout"]]
     if not ps:
         sys.exit("no profile tables with ceilings among the files given")
     for p in ps:
