@@ -671,8 +671,10 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   const Outcome all = run_dlperf(dir, "plan --model mlp --batch-size 16 --targets cpu --json all.json");
   ASSERT_EQ(all.exit_code, 0) << all.err;
   const nlohmann::json aj = nlohmann::json::parse(slurp(dir.path / "all.json"));
-  if (hw::usable_cpus() > 1) {
-    ASSERT_TRUE(aj["one_thread"].is_object()) << aj.dump();
+  // (On a busy machine an engine call, measured as the plan runs, can take milliseconds: the step
+  // is then over the millisecond, and not planned on one thread.)
+  EXPECT_EQ(aj["one_thread"].is_object(), aj["step"]["step_s"].get<double>() < 1e-3 && hw::usable_cpus() > 1) << aj.dump();
+  if (aj["one_thread"].is_object()) {
     const double speedup = aj["one_thread"]["speedup"];
     EXPECT_NEAR(speedup, aj["step"]["step_s"].get<double>() / aj["one_thread"]["step_s"].get<double>(), 1e-9);
     EXPECT_EQ(all.out.find("fewer threads     1 thread is planned at") != std::string::npos, speedup >= 1.05) << all.out;

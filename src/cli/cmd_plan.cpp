@@ -108,7 +108,6 @@ std::vector<std::string> targets_or_default(const PlanArgs& a, bool transformer)
   return transformer ? std::vector<std::string>{"a100-80gb", "h100-sxm", "h200"} : std::vector<std::string>{"cpu"};
 }
 
-// The targets table; returns its rows for --json.
 // dlperf's GPU step on target `d`, pass by pass, slowest first: what `dlperf profile` on that GPU
 // would show, predicted (plan/gpu_step.h). `step_s` is the target row's step, which they add up to.
 nlohmann::json print_gpu_passes(const plan::JobSpec& job, const plan::Device& d, double step_s) {
@@ -147,6 +146,7 @@ nlohmann::json print_gpu_passes(const plan::JobSpec& job, const plan::Device& d,
   return out;
 }
 
+// The targets table (with --layers, each GPU target's passes after it); returns its rows for --json.
 nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const double pue = a.pue > 0 ? a.pue : cat.pue;
@@ -158,10 +158,12 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   // one note, not one 250-character line each.
   std::vector<std::pair<std::string, std::vector<std::string>>> unsupported;
   nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::pair<plan::Device, double>> gpus;  // the GPU targets that run the job, and their compute time a step
   for (const auto& id : ids) {
     const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
     const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
     rows.push_back(to_json(e));
+    if (d.kind == "gpu" && e.unsupported.empty()) gpus.emplace_back(d, e.compute_s);
     if (!e.unsupported.empty()) {
       t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});  // why goes below: in the CO2 column it pushed the others' figures right
       auto it = std::find_if(unsupported.begin(), unsupported.end(), [&](const auto& u) { return u.first == e.unsupported; });
@@ -191,12 +193,7 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   nlohmann::json out = {{"rows", rows}, {"pue", pue}, {"grid_gco2_per_kwh", grid}, {"notes", notes}};
   // With --layers, each GPU target's step pass by pass, as this CPU's is layer by layer.
   if (a.layers && !job.transformer)
-    for (const auto& id : ids) {
-      if (id == "cpu") continue;
-      const plan::Device d = cat.find(id);
-      const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
-      if (d.kind == "gpu" && e.unsupported.empty()) out["gpu_passes"][id] = print_gpu_passes(job, d, e.compute_s);
-    }
+    for (const auto& [d, compute_s] : gpus) out["gpu_passes"][d.id] = print_gpu_passes(job, d, compute_s);
   return out;
 }
 
