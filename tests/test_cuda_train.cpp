@@ -363,8 +363,9 @@ TEST(KERNEL_SUITE, AReluAfterAResidualAddRunsInsideIt) {
 }
 
 // The planner predicts a GPU step from the passes it expects the executor to run
-// (plan::gpu_step_passes): they are the profile's rows, each with the profile's FLOPs and bytes,
-// once a step. In fp32 (NCHW) and bf16 (NHWC: `large`'s flatten, read by a dropout, moves its
+// (plan::gpu_step_passes), and the profile costs its GPU rows from the same list: so what this
+// checks is that the executor runs exactly those passes, each as often a step as planned (and
+// that the k-th span of a layer's phase got the k-th pass's cost). In fp32 (NCHW) and bf16 (NHWC: `large`'s flatten, read by a dropout, moves its
 // maps), with a residual add and its relu, with gradient sums, an adding convolution and a plain
 // add that copies the gradient to each input, and with a linear layer adding its gradient through
 // a flatten into one a later convolution wrote.

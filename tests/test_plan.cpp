@@ -1149,7 +1149,7 @@ TEST(GpuPlan, AStepIsTheExecutorsPasses) {
   double sum = 0;
   for (const auto& p : passes) {
     phases[p.phase] += 1;
-    sum += plan::gpu_pass_s(p, "fp32", 67e12, 3.35e12);
+    sum += plan::gpu_pass_s(p, "fp32", 67e12, 3350e9);  // an H100 SXM's datasheet
     if (p.node >= 0 && medium.nodes[size_t(p.node)].name == "conv1") EXPECT_NE(p.phase, "backward-data");
   }
   EXPECT_EQ(phases["loss"], 1);
@@ -1157,7 +1157,10 @@ TEST(GpuPlan, AStepIsTheExecutorsPasses) {
   size_t layers = 0;
   for (size_t i = 0; i < medium.nodes.size(); ++i) layers += plan::view_on_gpu(medium, i, cuda::Layout::nchw) ? 0 : 1;
   EXPECT_EQ(size_t(phases["forward"]), layers);
-  EXPECT_DOUBLE_EQ(plan::gpu_step_s(medium, "fp32", "auto", 67e12, 3.35e12), sum);
+  plan::JobSpec job;
+  job.graph = &medium;
+  const plan::Catalog catalog = plan::load_catalog();
+  EXPECT_DOUBLE_EQ(plan::estimate(job, catalog.find("h100-sxm"), 0, 1).compute_s, sum);  // the targets table's step
 
   const nn::Graph large = nn::build_graph(nn::load_model("large"), {1, 28, 28}, 10, 64);
   auto flatten_bytes = [&](const std::string& layout) {

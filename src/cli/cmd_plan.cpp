@@ -113,14 +113,9 @@ std::vector<std::string> targets_or_default(const PlanArgs& a, bool transformer)
 nlohmann::json print_gpu_passes(const plan::JobSpec& job, const plan::Device& d, double step_s) {
   const nn::Graph& g = *job.graph;
   const std::string precision = plan::gpu_kernels_precision(d, job.precision);
-  const double peak = plan::peak_flops(d, job.precision), bw = d.bandwidth_gbps * 1e9;
-  struct Row {
-    plan::GpuPass pass;
-    plan::GpuPassTime time;
-  };
-  std::vector<Row> rows;
-  for (const auto& p : plan::gpu_step_passes(g, precision, job.gpu_layout)) rows.push_back({p, plan::gpu_pass_time(p, precision, peak, bw)});
-  std::stable_sort(rows.begin(), rows.end(), [](const Row& x, const Row& y) { return x.time.total() > y.time.total(); });
+  const double peak = plan::peak_flops(d, job.precision);
+  std::vector<plan::GpuPassOn> rows = plan::gpu_passes_on(job, d);
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& x, const auto& y) { return x.time.total() > y.time.total(); });
   report::Table t({"layer", "phase", "GFLOP", "MB", "us", "share", "limit"});
   nlohmann::json out = nlohmann::json::array();
   std::map<std::string, double> by_limit;

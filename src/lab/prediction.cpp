@@ -17,7 +17,6 @@
 #include "nn/graph.h"
 #include "plan/against.h"
 #include "plan/catalog.h"
-#include "plan/gpu_step.h"
 #include "plan/targets.h"
 
 namespace dlperf::lab {
@@ -80,10 +79,9 @@ TimeEstimate estimate_time(const std::vector<train::TrainConfig>& runs, const da
         const plan::TargetEstimate e = plan::estimate(job, d, 0, 1);
         if (!e.unsupported.empty()) throw Error(e.unsupported);
         // A test step is the step's forward passes (plan/gpu_step.h).
-        const std::string kernels = plan::gpu_kernels_precision(d, c.precision);
         double forward_s = 0;
-        for (const plan::GpuPass& p : plan::gpu_step_passes(g, kernels, c.layout))
-          if (p.phase == "forward") forward_s += plan::gpu_pass_s(p, kernels, plan::peak_flops(d, c.precision), d.bandwidth_gbps * 1e9);
+        for (const plan::GpuPassOn& p : plan::gpu_passes_on(job, d))
+          if (p.pass.phase == "forward") forward_s += p.time.total();
         t.per_run.back() = e.step_s * train_steps + forward_s * test_steps;
       } else {
         const int threads = c.threads > 0 ? c.threads : omp_get_max_threads();

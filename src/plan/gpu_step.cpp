@@ -154,11 +154,4 @@ GpuPassTime gpu_pass_time(const GpuPass& p, const std::string& precision, double
   return t;
 }
 
-double gpu_step_s(const nn::Graph& g, const std::string& precision, const std::string& layout, double peak_flops, double bandwidth,
-                  const GpuEngineModel& m) {
-  double t = 0;
-  for (const GpuPass& p : gpu_step_passes(g, precision, layout)) t += gpu_pass_s(p, precision, peak_flops, bandwidth, m);
-  return t;
-}
-
 }  // namespace dlperf::plan

@@ -106,8 +106,5 @@ inline double gpu_pass_s(const GpuPass& p, const std::string& precision, double 
   return gpu_pass_time(p, precision, peak_flops, bandwidth, m).total();
 }
 
-/// A training step of `g` on such a GPU: its passes' times, one after another.
-double gpu_step_s(const nn::Graph& g, const std::string& precision, const std::string& layout, double peak_flops, double bandwidth,
-                  const GpuEngineModel& m = {});
 
 }  // namespace dlperf::plan

@@ -9,7 +9,6 @@
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
-#include "plan/gpu_step.h"
 #include "plan/memory.h"
 
 namespace dlperf::plan {
@@ -118,6 +117,14 @@ std::string gpu_kernels_precision(const Device& d, const std::string& precision)
   return precision == "tf32" && d.peak_tflops("tf32") == 0 ? "fp32" : precision;
 }
 
+std::vector<GpuPassOn> gpu_passes_on(const JobSpec& job, const Device& d) {
+  const std::string kernels = gpu_kernels_precision(d, job.precision);
+  const double peak = peak_flops(d, job.precision), bw = d.bandwidth_gbps * 1e9;
+  std::vector<GpuPassOn> out;
+  for (const GpuPass& p : gpu_step_passes(*job.graph, kernels, job.gpu_layout)) out.push_back({p, gpu_pass_time(p, kernels, peak, bw)});
+  return out;
+}
+
 TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double pue) {
   TargetEstimate e;
   e.id = d.id;
@@ -174,8 +181,10 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       e.memory = memory_of(job, d);
       // On a GPU, its kernels pass by pass on the roofline fitted to them (plan/gpu_step.h); on
       // other accelerators, which dlperf's engine does not run on, the datasheet assumptions.
-      e.compute_s = d.kind == "gpu" ? gpu_step_s(g, gpu_kernels_precision(d, job.precision), job.gpu_layout, peak, d.bandwidth_gbps * 1e9)
-                                    : cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
+      if (d.kind == "gpu")
+        for (const GpuPassOn& p : gpu_passes_on(job, d)) e.compute_s += p.time.total();
+      else
+        e.compute_s = cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
     }
     grad_bytes = double(g.param_count()) * sb.gradients;
   }

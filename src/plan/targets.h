@@ -8,6 +8,7 @@
 
 #include "nn/graph.h"
 #include "plan/catalog.h"
+#include "plan/gpu_step.h"
 #include "plan/step_time.h"
 #include "plan/transformer.h"
 
@@ -58,6 +59,16 @@ double peak_flops(const Device& d, const std::string& precision);
 /// The precision a GPU's kernels run `precision` in: tf32 as fp32 on one without tf32 (its
 /// convolutions then run on the FMA units: GpuEngineModel's fp32 shares).
 std::string gpu_kernels_precision(const Device& d, const std::string& precision);
+
+/// One pass of dlperf's GPU step and its time on a GPU.
+struct GpuPassOn {
+  GpuPass pass;
+  GpuPassTime time;
+};
+/// dlperf's GPU step of the CNN `job` on GPU `d`, pass by pass with each pass's time
+/// (plan/gpu_step.h), in the precision its kernels run, at `d`'s peak and bandwidth. The targets
+/// table's compute time for `d` is their sum.
+std::vector<GpuPassOn> gpu_passes_on(const JobSpec& job, const Device& d);
 
 /// `host` is this machine's CPU as a target (id "cpu"), measured ceilings when present.
 TargetEstimate estimate(const JobSpec& job, const Device& d, double grid_g_per_kwh, double pue);
