@@ -58,8 +58,8 @@ ops::PassCost loss_cost(const nn::Graph& g);
 /// it gets whole steps right without bending single passes out of shape: every profile's step
 /// comes within 7%, a single pass a median 19-82% off by kind, because cuDNN's timed search picks
 /// its kernels run by run. Eight training runs the fit did not see come out a median 8.9% off
-/// (data/gpu-fit/h100-2026-11-28/README.md). The fp32 convolutions' share is over 1: cuDNN's
-/// Winograd kernels do fewer multiplies than the direct convolution the FLOPs count. On other
+/// (data/gpu-fit/h100-2026-11-28/README.md). The fp32 convolutions' share is over 1: most likely
+/// cuDNN's Winograd kernels, which do fewer multiplies than the direct convolution the FLOPs count. On other
 /// GPUs the same shares apply to their own datasheets: an assumption. ctest checks that these
 /// are the fit of the committed tables (FitPlanScript.TheHeaderHoldsTheFit).
 struct GpuEngineModel {
