@@ -9,14 +9,15 @@ an internal message or a machine-sized allocation.
 build-asan/ (scripts/sanitize.sh makes it) finds what the plain build cannot: reads past a buffer,
 undefined behaviour. Give it --timeout 600: where the machine profile is damaged, plan measures the
 ceilings on the spot, a second in the plain build and minutes under ASan, which read as hangs.
-The inputs, each made here from scratch, and the command that reads it:
+The inputs, each made here from scratch (but for the H100's records), and the command that reads it:
 
     idx         a directory of IDX files (raw)          train --data DIR
     idx-gz      the same, gzip-compressed               train --data DIR
     cifar       CIFAR-10 binary batches                 train --data DIR
-    spec        a model spec (.json)                    plan -m FILE, models show FILE
+    spec        a model spec (.json)                    plan -m FILE (also --layers on GPU targets), models show FILE
     checkpoint  a checkpoint (binary header + JSON)     train --checkpoint DIR --resume (any damage must be refused)
     record      a run record                            plan --against FILE
+    gpu-record  a GPU run's record (data/gpu-fit)       plan --against FILE
     profile     runs/machine-profile.json               plan
     catalog     a hardware catalog (data/hardware.json) plan --catalog FILE
     lab         a lab's lab.json and run records        lab --resume
@@ -281,16 +282,19 @@ def main():
         shutil.copytree(d, os.path.join(profile_cwd, "runs"))
         return [dlperf, "plan", "-m", "small"], profile_cwd
 
+    gpu_runs = os.path.join(ROOT, "data", "gpu-fit", "h100-2026-11-28", "runs")  # records an H100 wrote (GPU rows of --against)
     json_damage = lambda b, r: mutate_json_text(b.decode(errors="replace"), r)
     inputs = [Input(name, folder, sorted(os.listdir(folder)), mutate_bytes, lambda d, f: (train(d) + ["--runs-dir", ""], state))
               for name, folder in (("idx", idx), ("idx-gz", idx_gz), ("cifar", cifar))]
     inputs += [
         Input("spec", spec, sorted(os.listdir(spec)), json_damage,
-              lambda d, f: (rng.choice([[dlperf, "plan", "-m", f], [dlperf, "models", "show", f]]), state)),
+              lambda d, f: (rng.choice([[dlperf, "plan", "-m", f], [dlperf, "models", "show", f],
+                                        [dlperf, "plan", "-m", f, "--layers", "--targets", "h100-sxm,t4", "--precision", "fp16"]]), state)),
         Input("checkpoint", os.path.join(state, "ck"), ["checkpoint.dlperf"], mutate_checkpoint,
               lambda d, f: (train(idx)[:-3] + ["-e", "2", "--checkpoint", d, "--resume", "--runs-dir", "", *quiet], state),
               checkpoint_must_be_refused),
         Input("record", state, ["record.json"], json_damage, lambda d, f: ([dlperf, "plan", "--against", f], state)),
+        Input("gpu-record", gpu_runs, sorted(os.listdir(gpu_runs))[:2], json_damage, lambda d, f: ([dlperf, "plan", "--against", f], state)),
         Input("profile", os.path.join(state, "runs"), ["machine-profile.json"], json_damage, with_profile),
         Input("catalog", catalog, ["hardware.json"], json_damage,
               lambda d, f: ([dlperf, "plan", "-m", "small", "--catalog", f], state)),
