@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
@@ -1192,10 +1193,16 @@ TEST(GpuPlan, PredictsTheH100RunsItWasNotFittedTo) {
   ASSERT_EQ(cmp.size(), 8u);
   EXPECT_TRUE(skipped.empty());
   std::vector<double> errors;
+  std::set<std::string> names;
   for (const auto& c : cmp) {
     EXPECT_TRUE(c.on_gpu) << c.run;
     errors.push_back(c.time_error());
+    names.insert(c.run);
   }
+  // Two runs of medium at batch 64 in fp32 differ in how their data was fed, and are named so.
+  EXPECT_EQ(names.size(), cmp.size());
+  EXPECT_TRUE(names.count("medium b64 fp32 on h100-sxm, pinned copies")) << cmp[0].run;
+  EXPECT_TRUE(names.count("medium b64 fp32 on h100-sxm, data on the GPU")) << cmp[1].run;
   const plan::ErrorSummary e = plan::summarize(errors);
   EXPECT_LT(e.median, 0.10);
   EXPECT_LT(e.worst, 0.30);

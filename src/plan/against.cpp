@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backend/cpu/layouts.h"
+#include "backend/cuda/layout.h"  // CUDA-free
 #include "core/memory.h"
 #include "core/error.h"
 #include "core/interrupt.h"
@@ -205,6 +206,13 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
       }
       cmp.run = fmt::format("{} b{} {} on {}{}", g.model, batch, job.precision, id, tag);
       cmp.on_gpu = true;
+      const bool on_device = cfg.value("data_on_device", false), pinned = cfg.value("pin_memory", true);
+      cmp.gpu_settings = {
+          {"layout", cuda::to_string(cuda::resolve_layout(job.gpu_layout, job.precision))},
+          {"feed", on_device ? "data on the GPU" : pinned ? "pinned copies" : "pageable copies"},
+          {"graphs", cfg.value("graphs", true) ? "" : "no graphs"},
+          {"workspace", cfg.value("conv_workspace_mb", json()).is_number() ? fmt::format("{} MB workspace", cfg["conv_workspace_mb"].dump()) : ""},
+          {"small conv", cfg.value("small_conv", "auto") == "auto" ? "" : "small-conv " + cfg.value("small_conv", std::string())}};
       cmp.predicted_step_s = t.step_s;
       // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
       cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, cfg.value("layout", "auto")).total();
@@ -281,11 +289,17 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
   std::map<std::string, std::set<double>> lrs;
   std::map<std::string, std::set<int>> threads;
   for (const Comparison& cmp : out) inputs[cmp.run].insert(cmp.input), lrs[cmp.run].insert(cmp.lr), threads[cmp.run].insert(cmp.threads);
+  // A GPU run's settings likewise: the layout, the feed, graphs, the workspace, the small convolutions.
+  std::map<std::pair<std::string, std::string>, std::set<std::string>> settings;  // (name, setting) -> its words
+  for (const Comparison& cmp : out)
+    for (const auto& [what, words] : cmp.gpu_settings) settings[{cmp.run, what}].insert(words);
   for (Comparison& cmp : out) {
     const std::string name = cmp.run;
     if (inputs[name].size() > 1) cmp.run += " on " + cmp.input;
     if (lrs[name].size() > 1 && cmp.lr > 0) cmp.run += fmt::format(" lr {:g}", cmp.lr);
     if (threads[name].size() > 1 && cmp.threads > 0) cmp.run += fmt::format(" {}", counted(cmp.threads, "thread"));
+    for (const auto& [what, words] : cmp.gpu_settings)
+      if (settings[{name, what}].size() > 1 && !words.empty()) cmp.run += ", " + words;
   }
   return out;
 }

@@ -12,11 +12,18 @@
 namespace dlperf::plan {
 
 struct Comparison {
-  std::string run;  ///< "medium b64 w1" ("... on 3x32x32", "... lr 0.4", "... 1 thread" where runs differ in those)
+  /// "medium b64 w1" ("... on 3x32x32", "... lr 0.4", "... 1 thread" where runs differ in those;
+  /// a GPU run's "medium b64 bf16 on h100-sxm", with ", nchw", ", pageable copies", ", no graphs" ...
+  /// where runs differ in the settings of gpu_settings)
+  std::string run;
   std::string file;  ///< the record's file name
   double lr = 0;     ///< the run's peak learning rate (0: not recorded)
   std::string input;  ///< the data's image shape, "1x28x28"
   int threads = 0;    ///< CPU threads it trained on (0: not recorded, or a GPU run)
+  /// A GPU run's settings that change its step, each as its name says it where runs of one name
+  /// differ in it: the activations' layout, how the data is fed, CUDA graphs, the convolutions'
+  /// workspace cap, who runs the small convolutions (empty where a setting needs no word).
+  std::vector<std::pair<std::string, std::string>> gpu_settings;
   double predicted_step_s = 0, measured_step_s = 0;
   double predicted_peak = 0, measured_peak = 0;
   double predicted_energy_j = -1, measured_energy_j = -1;  ///< < 0 = unknown
