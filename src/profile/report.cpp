@@ -268,7 +268,14 @@ void print_report(const Report& r, size_t max_rows) {
 
 std::string slower_than_plan_note(const Report& r) {
   const StepSummary& s = r.step;
-  if (s.planned_s <= 0 || s.step_median_s < kSlowerThanPlan * s.planned_s) return "";
+  if (s.planned_s <= 0 || s.step_median_s < (r.on_gpu ? kSlowerThanGpuPlan : kSlowerThanPlan) * s.planned_s) return "";
+  if (r.on_gpu)
+    return fmt::format("Slower than planned: the median step took {:.2f}x the {} that dlperf plan predicts for this run on this "
+                       "GPU (dlperf's kernels on a model fitted to an H100's profiles). Either other work shared the GPU while it "
+                       "recorded, or this run's kernels are slower than the fit's: a --layout other than the precision's default, "
+                       "a kind of run the fit had no table of, or a GPU unlike the H100. Rerun to tell which, and compare the "
+                       "table with the planned passes of 'dlperf plan --layers --targets <this GPU>'.",
+                       s.step_median_s / s.planned_s, format_seconds(s.planned_s));
   std::string spell = "other work on the machine, or a VM's neighbours";
   if (const std::string busy = hw::busy_note(r.host_load); !busy.empty()) spell += "; here " + busy + " while it recorded";
   return fmt::format("Slow throughout: the median step took {:.2f}x the {} that dlperf plan predicts for this run from this machine's "

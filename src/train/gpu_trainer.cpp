@@ -36,6 +36,7 @@
 #include "hw/nvml.h"
 #include "plan/catalog.h"
 #include "plan/memory.h"
+#include "plan/targets.h"
 #include "profile/recorder.h"
 #include "train/checkpoint.h"
 #include "train/detail.h"
@@ -212,6 +213,19 @@ GpuFit gpu_fit(const TrainConfig& cfg, const nn::Graph& graph, const data::DataP
   f.largest_batch = plan::largest_batch_within(nn::load_model(cfg.model), {d.train.channels, d.train.height, d.train.width},
                                                d.train.classes, cfg.batch - 1, 0.9 * free_bytes, total);
   return f;
+}
+
+// dlperf plan's step time for this GPU run, as `plan --against` predicts it (the catalog's entry
+// for this GPU, the run's precision and layout: plan/gpu_step.h); 0 for a GPU the catalog lacks.
+double planned_gpu_step_s(const TrainConfig& cfg, const nn::Graph& g, const cuda::GpuInfo& info) {
+  const std::string id = plan::catalog_id_for_gpu(info.name);
+  if (id.empty()) return 0;
+  plan::JobSpec job;
+  job.graph = &g, job.global_batch = g.batch(), job.precision = cfg.precision, job.optimizer = cfg.optimizer.name;
+  job.gpu_layout = cfg.layout;
+  const plan::Catalog catalog = plan::load_catalog();
+  const plan::TargetEstimate e = plan::estimate(job, catalog.find(id), 0, 1);
+  return e.unsupported.empty() ? e.compute_s : 0;
 }
 
 // The profile's ceilings on a GPU, the best known: measured by `dlperf bench all` on this GPU
@@ -651,7 +665,7 @@ TrainResult train_on_gpu(const TrainConfig& cfg, int device, data::DataPair d, n
   if (cfg.profile && (stopped_in == 0 || run.profiled())) {
     const cuda::GraphNodes& nodes = run.net->step_nodes();
     finish_profile(cfg, run.graph, gpu_ceilings(run.info, cfg.precision), run.mem.stats(), result, run.net->graphed() ? nodes.kernels : 0,
-                   0, run.net->clock_tick_ns());
+                   planned_gpu_step_s(cfg, run.graph, run.info), run.net->clock_tick_ns());
   }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
