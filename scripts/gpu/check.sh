@@ -272,6 +272,9 @@ for stage in "$@"; do
       # The GPU planner's model of these kernels (src/plan/gpu_step.h) against these tables, per
       # kind of pass and per profile (docs/plan.md; `fit_plan.py --fit` refits it back home).
       python3 scripts/gpu/fit_plan.py "$work"/profile-*.json 2>&1 | grep -v '^ceilings:' | tee -a "$summary"
+      # And the refit these tables give (stamps forked off the step since 2026-11-28: nothing to
+      # take off), its constants last: what src/plan/gpu_step.h would hold.
+      python3 scripts/gpu/fit_plan.py --fit "$work"/profile-*.json 2>/dev/null | grep -E '^step:|^  double' | tee -a "$summary"
       # Convolutions where cuDNN's timed search found a faster algorithm than the 4 GB
       # workspace limit allows (CudnnConv::algorithms): whether the cap costs speed at batch 1024.
       conv_algorithms over-limit "$work"/runs/*.json | sort -u | tee -a "$summary"

@@ -75,12 +75,14 @@ def precision_of(path, ceilings):
 
 
 def in_default_layout(path, precision):
-    """Whether a profile ran in its precision's default layout (NCHW for fp32 and tf32, NHWC for bf16
-    and fp16), as far as its file name says ("profile-medium-b64-bf16-nchw.json": no); True where it says none."""
+    """Whether a profile ran as the plan predicts, as far as its file name says: in its precision's
+    default layout (NCHW for fp32 and tf32, NHWC for bf16 and fp16; "profile-medium-b64-bf16-nchw.json":
+    no) and with the default small convolutions (check.sh's "-cudnn" suffix for --small-conv cudnn: no).
+    True where the name says neither."""
     name = os.path.basename(path).replace(".", "-").split("-")
     default = "nhwc" if precision in ("bf16", "fp16") else "nchw"
     other = "nchw" if default == "nhwc" else "nhwc"
-    return other not in name
+    return other not in name and "cudnn" not in name
 
 
 def passes(path):
@@ -207,7 +209,8 @@ def report(ps, m, rows=False):
         print(f"\nstep: median |error| {size(statistics.median(errors))}, worst {size(max(errors))}   "
               "(a pass's own error is larger: cuDNN's timed search picks kernels run by run)")
     if others:
-        print(f"* not its precision's default layout, which the plan predicts and the fit reads: left out of the summary above")
+        print(f"* not its precision's default layout (or not the default --small-conv), which the plan predicts and the fit reads: "
+              "left out of the summary above")
     if rows:
         print(f"\n{'profile':<40} {'layer':<12} {'phase':<16} {'family':<10} {'us':>8} {'model us':>9} {'ratio':>6}")
         for p in sorted(ps, key=lambda p: (p["file"], -p["t"])):
@@ -273,6 +276,7 @@ def self_test():
     assert not in_default_layout("x/profile-medium-b64-bf16-nchw.json", "bf16")
     assert not in_default_layout("x/profile-large-b1024-fp32-nhwc.json", "fp32")
     assert in_default_layout("x/profile-medium.json", "fp32")
+    assert not in_default_layout("x/profile-fmnist93-b256-bf16-nhwc-cudnn.json", "bf16")
     assert passes(os.path.join(tempfile.gettempdir(), "no-such-dir", "profile.json")) == []  # skipped, said on stderr
     # The header's constants parse, and the text --fit prints for them reads back as the same.
     m = header_model()
@@ -300,7 +304,7 @@ def main():
     ps = [p for path in args.profiles for p in passes(path)]
     if args.fit or args.check_model:  # the plan predicts the default layouts: the fit reads only those
         for path in sorted({p["path"] for p in ps if not p["default_layout"]}):
-            print(f"{path}: not its precision's default layout; left out of the fit", file=sys.stderr)
+            print(f"{path}: not its precision's default layout or --small-conv; left out of the fit", file=sys.stderr)
         ps = [p for p in ps if p["default_layout"]]
     if not ps:
         sys.exit("no profile tables with ceilings among the files given")
