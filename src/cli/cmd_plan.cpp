@@ -121,10 +121,11 @@ nlohmann::json print_gpu_passes(const plan::JobSpec& job, const plan::Device& d,
   std::map<std::string, double> by_limit;
   for (const auto& r : rows) {
     const double s = r.time.total();
+    const std::string layer = plan::gpu_layer_name(g, r.pass);
     by_limit[r.time.limit()] += s;
-    t.add({plan::gpu_layer_name(g, r.pass), r.pass.phase, format_decimals(r.pass.cost.flops / 1e9, 3), format_decimals(r.pass.cost.bytes / 1e6, 2),
+    t.add({layer, r.pass.phase, format_decimals(r.pass.cost.flops / 1e9, 3), format_decimals(r.pass.cost.bytes / 1e6, 2),
            format_decimals(s * 1e6, 1), fmt::format("{:.1f}%", 100 * s / step_s), r.time.limit()});
-    out.push_back({{"layer", plan::gpu_layer_name(g, r.pass)}, {"phase", r.pass.phase}, {"flops", r.pass.cost.flops},
+    out.push_back({{"layer", layer}, {"phase", r.pass.phase}, {"flops", r.pass.cost.flops},
                    {"bytes", r.pass.cost.bytes}, {"predicted_s", s}, {"limit", r.time.limit()}});
   }
   std::printf("\nOn %s, pass by pass (dlperf's GPU kernels in %s, %s layout: each pass its fill plus the longer of its FLOPs at "

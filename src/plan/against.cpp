@@ -215,7 +215,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
           {"small conv", cfg.value("small_conv", "auto") == "auto" ? "" : "small-conv " + cfg.value("small_conv", std::string())}};
       cmp.predicted_step_s = t.step_s;
       // Memory: dlperf's GPU executor byte for byte, plus the dataset when it was on the GPU.
-      cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, cfg.value("layout", "auto")).total();
+      cmp.predicted_peak = gpu_engine_memory(g, opt.name, job.precision, job.gpu_layout).total();
       // The convolutions' workspace is what cuDNN's timed search chose on that GPU: the run's own.
       const json step = r.contains("gpu_step") && r["gpu_step"].is_object() ? r["gpu_step"] : json::object();
       if (const json ws = step.value("conv_workspace_bytes", json()); ws.is_number_unsigned()) {

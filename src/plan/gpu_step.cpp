@@ -3,7 +3,6 @@
 #include <algorithm>
 
 #include "plan/memory.h"
-#include "plan/step_time.h"
 
 namespace dlperf::plan {
 
@@ -32,14 +31,6 @@ ops::PassCost pass_cost(const nn::Graph& g, int n, Pass p, bool gpu, cuda::Layou
       (p == Pass::forward || (p == Pass::backward_data && node.needs_dx)))
     c.bytes += 2 * double(numel(node.in_dims[0])) * elem_bytes[size_t(n)];
   return c;
-}
-
-ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes) {
-  const std::vector<size_t> summed = inputs_summing_gradients(g, size_t(n));
-  const nn::Node& node = g.nodes[size_t(n)];
-  const size_t k = summed.empty() ? 0 : summed.front();
-  if (node.inputs[k] < 0) return {};
-  return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
 }
 
 double optimizer_step_bytes(const nn::Graph& g) { return double(g.param_count()) * 4 * 5; }

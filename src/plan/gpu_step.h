@@ -31,12 +31,6 @@ std::vector<int> nodes_run_by(const nn::Graph& g, int n, bool gpu);
 /// back) reads and writes them once each.
 ops::PassCost pass_cost(const nn::Graph& g, int n, Pass p, bool gpu, cuda::Layout gpu_layout, const std::vector<double>& elem_bytes);
 
-/// The bytes a gradient sum of the CPU engine's node `n` moves (inputs_summing_gradients): it
-/// reads the gradient a later reader of n's input wrote and n's own, and writes their sum (each a
-/// value's size, in `value_bytes[node]`; no FLOPs counted, as for the optimizer). The GPU's sums
-/// are gpu_step_passes' own.
-ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes);
-
 /// The bytes an optimizer step moves, as dlperf profile counts them: it streams the fp32 weights,
 /// gradients and momentum, five floats a parameter.
 double optimizer_step_bytes(const nn::Graph& g);

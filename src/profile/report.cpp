@@ -54,6 +54,17 @@ ops::PassCost cost_of(const nn::Graph& g, int n, Phase p, const std::vector<doub
   return plan::pass_cost(g, n, pass, false, cuda::Layout::nchw, elem_bytes);
 }
 
+// The bytes a gradient sum of the CPU engine's node `n` moves (plan::inputs_summing_gradients):
+// it reads the gradient a later reader of n's input wrote and n's own, and writes their sum (each
+// a value's size; no FLOPs counted, as for the optimizer). The GPU's sums are the planner's passes.
+ops::PassCost gradient_sum_cost(const nn::Graph& g, int n, const std::vector<double>& value_bytes) {
+  const std::vector<size_t> summed = plan::inputs_summing_gradients(g, size_t(n));
+  const nn::Node& node = g.nodes[size_t(n)];
+  const size_t k = summed.empty() ? 0 : summed.front();
+  if (node.inputs[k] < 0) return {};
+  return {0, 3 * double(numel(node.in_dims[k])) * value_bytes[size_t(node.inputs[k])]};
+}
+
 struct Costed {
   const Event* e;
   double self = 0;
@@ -139,7 +150,7 @@ Report build_report(const std::vector<Event>& events, const nn::Graph& g, const 
       if (e.node >= 0 && (e.phase == Phase::forward && !e.launch)) k = cost_of(g, e.node, Phase::forward, elem_bytes);
       if (e.node >= 0 && e.launch && (e.phase == Phase::backward_data || e.phase == Phase::backward_weight))
         k = cost_of(g, e.node, e.phase, elem_bytes);
-      if (e.node >= 0 && e.phase == Phase::grad_sum) k = plan::gradient_sum_cost(g, e.node, value_bytes);
+      if (e.node >= 0 && e.phase == Phase::grad_sum) k = gradient_sum_cost(g, e.node, value_bytes);
       if (e.node >= 0 && e.phase == Phase::backward && !e.launch) {  // what the primitives inside it did not carry
         const auto s = split[{e.step, e.node}];
         if (!s.first) k += cost_of(g, e.node, Phase::backward_data, elem_bytes);
