@@ -8,8 +8,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/bn_split.h"
@@ -20,6 +22,7 @@
 #include "backend/cuda/runtime.h"
 #include "bench/gpu_bench.h"
 #include "core/rng.h"
+#include "core/timer.h"
 #include "hw/nvml.h"
 #include "ops/op.h"
 #include "plan/catalog.h"
@@ -397,6 +400,22 @@ TEST(Cuda, PowerMeterSaysWhyItHasNoReading) {
   }
   EXPECT_GT(m.watts(), 0);  // a GPU board draws power even when idle
   EXPECT_GE(m.joules(), 0);
+  // A window from the counter's updates (about every 100 ms on an H100), which a thread watches.
+  const double a = now_s();
+  std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  const double b = now_s();
+  const auto e = m.energy(a, b, 2.0);
+  ASSERT_TRUE(e) << "no NVML energy counter update within 2 s of the window's end";
+  EXPECT_GT(e->updates, 0);
+  EXPECT_LE(e->low, e->joules);
+  EXPECT_GE(e->high, e->joules);
+  const double idle_w = e->joules / (b - a);
+  EXPECT_GT(idle_w, 10);   // an idle data-centre board draws tens of watts
+  EXPECT_LT(idle_w, 1500);  // and no board draws this much
+  EXPECT_GT(m.update_period_s(), 0);
+  EXPECT_LT(m.update_period_s(), 0.6);
+  std::printf("NVML energy counter: moved every %.1f ms; idle board %.0f W (%.1f J in %.2f s, range %.1f-%.1f J over %d updates)\n",
+              1e3 * m.update_period_s(), idle_w, e->joules, b - a, e->low, e->high, e->updates);
 }
 
 #ifdef DLPERF_HAVE_CUDA

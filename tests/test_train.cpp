@@ -586,6 +586,15 @@ TEST(Train, EpochRecordsRoundTripEvaluatedOrNot) {
   EXPECT_TRUE(j["test_loss"].is_null());
   EXPECT_FALSE(train::epoch_from_json(j).evaluated);
   EXPECT_EQ(train::epoch_from_json(j).train_acc, 0.8);
+  // Energy, and on a GPU the range NVML's counter updates allow for it; null where unmeasured.
+  EXPECT_TRUE(j["energy_j"].is_null());
+  EXPECT_TRUE(j["energy_j_range"].is_null());
+  EXPECT_LT(train::epoch_from_json(j).energy_low_j, 0);
+  e.energy_j = 40, e.energy_low_j = 30, e.energy_high_j = 55;
+  const auto measured = train::epoch_from_json(train::to_json(e));
+  EXPECT_EQ(measured.energy_j, 40);
+  EXPECT_EQ(measured.energy_low_j, 30);
+  EXPECT_EQ(measured.energy_high_j, 55);
 }
 
 // --eval-every 2 over 3 epochs: test accuracy after epochs 2 and 3 (the last), not after 1,

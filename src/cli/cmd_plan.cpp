@@ -570,25 +570,32 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                                     : fmt::format(" ({} from before 2026-11-28 recorded none, and leave{} it out)", counted(older, "GPU run"),
                                                   older == 1 ? "s" : "");
                 }().c_str());
-  // Energy: predicted from --cpu-watts, measured where the records have RAPL readings.
+  // Energy: predicted from --cpu-watts (a GPU's from its TDP), measured where the records have
+  // RAPL or fine enough NVML readings; the runs left out, with each reason once.
   std::vector<double> ee;
-  for (const auto& r : rows)
-    if (r.predicted_energy_j > 0 && r.measured_energy_j > 0) ee.push_back((r.predicted_energy_j - r.measured_energy_j) / r.measured_energy_j);
+  std::vector<std::pair<std::string, long long>> why;
+  bool gpu_compared = false;
+  for (const auto& r : rows) {
+    if (r.predicted_energy_j > 0 && r.measured_energy_j > 0) {
+      ee.push_back((r.predicted_energy_j - r.measured_energy_j) / r.measured_energy_j);
+      gpu_compared = gpu_compared || r.on_gpu;
+      continue;
+    }
+    const std::string reason = r.measured_energy_j < 0 ? r.energy_source : "pass --cpu-watts to predict it";
+    auto it = std::find_if(why.begin(), why.end(), [&](const auto& w) { return w.first == reason; });
+    if (it == why.end()) why.emplace_back(reason, 1);
+    else ++it->second;
+  }
   if (!ee.empty()) {
     const auto es = plan::summarize(ee);
-    std::printf("energy (last epoch): median |error| %.1f%%, worst %.1f%% over %s\n", 100 * es.median, 100 * es.worst,
-                counted((long long)ee.size(), "run").c_str());
-  } else {  // each reason once, with how many runs it holds for when the runs differ
-    std::vector<std::pair<std::string, long long>> why;
-    for (const auto& r : rows) {
-      const std::string reason = r.measured_energy_j < 0 ? r.energy_source : "pass --cpu-watts to predict it";
-      auto it = std::find_if(why.begin(), why.end(), [&](const auto& w) { return w.first == reason; });
-      if (it == why.end()) why.emplace_back(reason, 1);
-      else ++it->second;
-    }
+    std::printf("energy (last epoch): median |error| %.1f%%, worst %.1f%% over %s%s\n", 100 * es.median, 100 * es.worst,
+                counted((long long)ee.size(), "run").c_str(), gpu_compared ? " (a GPU's planned at its TDP, an upper bound)" : "");
+  }
+  if (!why.empty()) {
     std::vector<std::string> parts;
-    for (const auto& [reason, n] : why) parts.push_back(why.size() == 1 ? reason : fmt::format("{} ({})", reason, counted(n, "run")));
-    std::printf("energy: not compared: %s\n", fmt::format("{}", fmt::join(parts, "; ")).c_str());
+    for (const auto& [reason, n] : why)
+      parts.push_back(why.size() == 1 && ee.empty() ? reason : fmt::format("{} ({})", reason, counted(n, "run")));
+    std::printf("energy: not compared%s: %s\n", ee.empty() ? "" : " for the others", fmt::format("{}", fmt::join(parts, "; ")).c_str());
   }
   write_plan_json(a, {{"runs", out}, {"ceilings", plan::to_json(c)},
                       {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <limits>
 
 namespace dlperf::hw {
 
@@ -48,9 +49,19 @@ GpuPowerMeter::GpuPowerMeter(const std::string& device) {
     return;
   }
   device_ = handle;
+  sampler_ = std::make_unique<EnergySampler>(
+      [this]() -> std::optional<double> {
+        unsigned long long mj = 0;
+        if (energy_(device_, &mj) != 0) return std::nullopt;
+        return double(mj) / 1e3;
+      },
+      0.005);
+  // A window that opens at once needs an update before it: the first comes within one period.
+  sampler_->wait_for_update_after(-std::numeric_limits<double>::infinity(), 0.5);
 }
 
 GpuPowerMeter::~GpuPowerMeter() {
+  sampler_.reset();  // its thread reads through NVML: stopped before NVML goes
   if (lib_) {
     if (auto shutdown = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlShutdown")); shutdown && device_) shutdown();
     dlclose(lib_);
@@ -62,6 +73,13 @@ double GpuPowerMeter::joules() const {
   if (!device_ || energy_(device_, &mj) != 0) return 0;
   return double(mj - start_mj_) / 1e3;
 }
+
+std::optional<EnergyReading> GpuPowerMeter::energy(double a, double b, double wait_s) {
+  if (!sampler_) return std::nullopt;
+  return sampler_->between(a, b, wait_s);
+}
+
+double GpuPowerMeter::update_period_s() const { return sampler_ ? sampler_->update_period_s() : 0; }
 
 double GpuPowerMeter::watts() const {
   unsigned int mw = 0;

@@ -92,6 +92,23 @@ std::string made_on_another_cpu(const json& r, const json& here) {
   return "";
 }
 
+// Why an epoch's NVML energy is too coarse to compare, or "" when it is fine. The board's energy
+// counter moves about every 100 ms (hw/energy_trace.h): records since 2026-11-28 keep the range
+// its updates allow, and a range wider than half the estimate (an epoch of a few updates) says
+// little. Older records read the counter twice, each read up to one update stale; their epochs
+// are compared from 2 s on (20 updates: within about 10%).
+std::string nvml_energy_too_coarse(const json& r, const json& epoch) {
+  if (r.value("energy_source", "").rfind("NVML", 0) != 0) return "";
+  const json range = epoch.value("energy_j_range", json());
+  if (range.is_array() && range.size() == 2 && range[0].is_number() && range[1].is_number()) {
+    const double joules = epoch["energy_j"], spread = range[1].get<double>() - range[0].get<double>();
+    return spread <= 0.5 * joules ? "" : "its last epoch spanned too few of NVML's energy counter updates (about every 100 ms) to pin its energy within 25%";
+  }
+  return epoch["train_s"].get<double>() >= 2 ? ""
+                                              : "its last epoch lasted under 2 s and was measured (before 2026-11-28) by two reads of NVML's "
+                                                "energy counter, each up to one of its updates (about 100 ms) stale";
+}
+
 }  // namespace
 
 std::string other_dlperf_output(const json& j) {
@@ -180,6 +197,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     if (!profile_run && last.value("energy_j", json()).is_number()) cmp.measured_energy_j = last["energy_j"];
     cmp.energy_source = profile_run ? "a dlperf profile run: its energy covers a few steps, not an epoch"
                                     : r.value("energy_source", "the record has no energy measurement");
+    if (const std::string coarse = cmp.measured_energy_j >= 0 ? nvml_energy_too_coarse(r, last) : ""; !coarse.empty()) {
+      cmp.measured_energy_j = -1;
+      cmp.energy_source = coarse;
+    }
     const std::string tag = profile_run ? " (profile)" : "";
     const std::string device = cfg.value("device_used", "cpu");
     if (device.rfind("cuda", 0) == 0) {

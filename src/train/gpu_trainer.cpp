@@ -498,7 +498,7 @@ struct GpuRun {
     st.epoch = epoch + 1;
     Progress progress(bar, epoch + 1, cfg.epochs, per_epoch);
     net->tally(true);
-    const double t_start = now_s(), j_start = power->joules();
+    const double t_start = now_s();
     const hw::CpuTimes cpu_start = hw::cpu_times_now();
     if (cfg.data_on_device) train_dev->set_order(epoch, net->stream());
     else train_loader->start_epoch(epoch);
@@ -549,7 +549,6 @@ struct GpuRun {
     st.host_load = hw::host_load(cpu_start, hw::cpu_times_now());
     st.compute_s = st.train_s - st.data_wait_s;
     if (!std::isfinite(t.loss_sum)) throw diverged(t.loss_sum, epoch, per_epoch);
-    if (power->available()) st.energy_j = power->joules() - j_start;
     progress.clear();
     EpochTally tally;
     tally.loss_sum = t.loss_sum;
@@ -560,6 +559,13 @@ struct GpuRun {
     if ((cfg.profile_only && profiled()) || !evaluates_after(cfg, epoch)) st.evaluated = false;  // profile stops after its steps; --eval-every
     else evaluate(st);
     st.eval_s = st.evaluated ? now_s() - e0 : 0.0;
+    // The training loop's energy, once NVML's counter has moved past its end (up to ~0.1 s after
+    // it; evaluation usually covers that), outside the timed windows.
+    if (const auto e = power->energy(t_start, t_start + st.train_s)) {
+      st.energy_j = e->joules;
+      st.energy_low_j = e->low;
+      st.energy_high_j = e->high;
+    }
     record_peaks(st, mem.stats());
     return st;
   }
@@ -589,9 +595,18 @@ struct GpuRun {
     save_checkpoint(cfg.checkpoint_dir, ck);
   }
 
+  /// Where the epochs' energy came from, and how finely.
+  std::string energy_source() const {
+    if (!power->available()) return power->why_not();
+    const double period = power->update_period_s();
+    return fmt::format("NVML board energy counter (the whole GPU board){}; read every 5 ms and interpolated between its updates, "
+                       "with the range they allow in energy_j_range",
+                       period > 0 ? fmt::format(", which moved every {:.0f} ms", period * 1e3) : "");
+  }
+
   /// The run record: the CPU loop's, plus the GPU, how its steps ran and fp16's loss scaling.
   json record(const std::vector<EpochStats>& epochs) const {
-    json r = build_record(cfg, graph, data, epochs, 0, power->available() ? "NVML board energy counter (the whole GPU board)" : power->why_not());
+    json r = build_record(cfg, graph, data, epochs, 0, energy_source());
     r["device"] = cuda::to_json(info);
     r["config"]["device_used"] = fmt::format("cuda:{}", device);
     r["gpu_step"] = {{"layout", cuda::to_string(opts.layout)},

@@ -243,11 +243,14 @@ json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::Da
   r["data"] = {{"name", t.name}, {"source", data.source}, {"train_images", t.size()}, {"test_images", data.test.size()},
                {"shape", {t.channels, t.height, t.width}}, {"classes", t.classes}};
   r["epochs"] = json::array();
-  double train_s = 0, peak = 0, wait = 0, images = 0, joules = 0;
+  double train_s = 0, peak = 0, wait = 0, images = 0, joules = 0, low = 0, high = 0;
+  bool ranged = true;  // every measured epoch has its range (NVML)
   std::vector<hw::HostLoad> loads;
   for (const auto& e : epochs) {
     loads.push_back(e.host_load);
     if (e.energy_j > 0) joules += e.energy_j;
+    if (e.energy_j > 0 && e.energy_low_j >= 0) low += e.energy_low_j, high += e.energy_high_j;
+    else if (e.energy_j > 0) ranged = false;
     r["epochs"].push_back(to_json(e));
     train_s += e.train_s;
     wait += e.data_wait_s;
@@ -265,6 +268,7 @@ json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::Da
   // Energy and CO2 where measured (RAPL: CPU packages only; NVML: the GPU board).
   if (!epochs.empty() && epochs.back().energy_j >= 0) {
     r["summary"]["energy_j"] = joules;
+    if (ranged && high > 0) r["summary"]["energy_j_range"] = {low, high};
     r["summary"]["co2_g_world_average"] = joules / 3.6e6 * 480;  // 480 gCO2e/kWh: Ember's 2023 world average
   }
   r["energy_source"] = energy_source;
@@ -319,6 +323,7 @@ json to_json(const EpochStats& e) {
           {"test_acc", e.evaluated ? json(e.test_acc) : json()},
           {"lr", e.lr},               {"peak_bytes", e.peak_bytes},
           {"energy_j", e.energy_j >= 0 ? json(e.energy_j) : json()},
+          {"energy_j_range", e.energy_low_j >= 0 ? json{e.energy_low_j, e.energy_high_j} : json()},
           {"peak_bytes_by_category", by_cat},
           {"host_load", hw::to_json(e.host_load)}};
 }
@@ -338,6 +343,8 @@ EpochStats epoch_from_json(const json& j) {
   e.lr = j.at("lr");
   e.peak_bytes = j.at("peak_bytes");
   e.energy_j = j.value("energy_j", json()).is_number() ? j["energy_j"].get<double>() : -1;
+  if (const json range = j.value("energy_j_range", json()); range.is_array() && range.size() == 2 && range[0].is_number() && range[1].is_number())
+    e.energy_low_j = range[0], e.energy_high_j = range[1];
   e.host_load = hw::host_load_from_json(j.value("host_load", json()));
   for (int i = 0; i < kMemCategories; ++i)
     e.peak_by_category.push_back(j.at("peak_bytes_by_category").value(std::string(to_string(MemCategory(i))), 0.0));

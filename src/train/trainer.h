@@ -82,7 +82,10 @@ struct EpochStats {
   double test_loss = 0, test_acc = 0;
   bool evaluated = true;      ///< false: not evaluated (--eval-every, or dlperf profile stopped first); test_* are not measured
   double lr = 0;              ///< at the end of the epoch
-  double energy_j = -1;       ///< CPU package energy of the training loop (RAPL); < 0 = not measured
+  double energy_j = -1;       ///< energy of the training loop: CPU packages (RAPL) or the GPU board (NVML); < 0 = not measured
+  /// On a GPU, the range NVML's counter updates allow for it (hw/energy_trace.h); < 0 = none
+  /// (RAPL's counters update every millisecond or so).
+  double energy_low_j = -1, energy_high_j = -1;
   double peak_bytes = 0;      ///< tracked by the allocator, all categories at once
   std::vector<double> peak_by_category;
   hw::HostLoad host_load;     ///< what else ran on the CPUs during the training loop

@@ -1,0 +1,110 @@
+// Reading the machine: an energy counter that updates only now and then (hw/energy_trace.h).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+#include "core/timer.h"
+#include "hw/energy_trace.h"
+
+using namespace dlperf;
+
+namespace {
+
+// A board like the H100's: its counter moves every 100 ms (at 37 ms past each tenth of a
+// second), drawing 200 W until t = 1 s and 600 W after.
+double true_joules(double t) { return t < 1 ? 200 * t : 200 + 600 * (t - 1); }
+double counter_at(double t) {  // the value at the last update at or before t
+  const double update = std::floor((t - 0.037) / 0.1) * 0.1 + 0.037;
+  return update < 0 ? 0 : true_joules(update);
+}
+hw::EnergyTrace read_every_5_ms(double until) {
+  hw::EnergyTrace trace;
+  for (int n = 0; n * 0.005 <= until; ++n) trace.add(n * 0.005, counter_at(n * 0.005));
+  return trace;
+}
+
+}  // namespace
+
+// Two reads of such a counter around a 90 ms window see one value, 0 J: what an H100 epoch of
+// 79 ms recorded (2026-11-28). The trace puts the window between the updates around it.
+TEST(EnergyTrace, AWindowBetweenTwoUpdatesIsInterpolatedNotZero) {
+  const hw::EnergyTrace trace = read_every_5_ms(3);
+  EXPECT_EQ(counter_at(1.33) - counter_at(1.24), 0);  // the two plain reads
+  const auto r = trace.between(1.24, 1.33);
+  ASSERT_TRUE(r);
+  EXPECT_NEAR(r->joules, 600 * 0.09, 1.5);
+  EXPECT_EQ(r->updates, 0);
+  EXPECT_EQ(r->low, 0);                  // no update period lies wholly inside it
+  EXPECT_NEAR(r->high, 600 * 0.1, 1e-9);  // the one period it lies in
+  EXPECT_NEAR(trace.update_period_s(), 0.1, 1e-9);
+}
+
+// Long windows come out close, and every window's truth lies in the range the updates allow,
+// also where the power changed inside it.
+TEST(EnergyTrace, TheTruthLiesInTheRangeTheUpdatesAllow) {
+  const hw::EnergyTrace trace = read_every_5_ms(3);
+  for (const auto& [a, b] : std::vector<std::pair<double, double>>{{0.2, 0.9}, {0.95, 1.05}, {0.5, 1.5}, {1.21, 2.77}, {0.04, 0.06}, {1.9, 2.9}}) {
+    const auto r = trace.between(a, b);
+    ASSERT_TRUE(r) << a << "-" << b;
+    const double truth = true_joules(b) - true_joules(a);
+    EXPECT_LE(r->low, truth + 1e-9) << a << "-" << b;
+    EXPECT_GE(r->high, truth - 1e-9) << a << "-" << b;
+    EXPECT_LE(r->low, r->joules);
+    EXPECT_GE(r->high, r->joules);
+    // Where the power changed within an update period, the even rise puts some of it on the
+    // wrong side: up to (600 - 200) W x 0.1 s; elsewhere only the 2.5 ms the reads leave open.
+    const bool step_inside = a < 1.037 && b > 0.937;
+    EXPECT_NEAR(r->joules, truth, step_inside ? 40 : 3) << a << "-" << b;
+    EXPECT_EQ(r->updates, int(std::floor((b - 0.037) / 0.1)) - int(std::floor((a - 0.037) / 0.1))) << a << "-" << b;
+  }
+  const auto long_window = trace.between(1.2, 2.8);
+  EXPECT_LT(long_window->high - long_window->low, 0.15 * long_window->joules);  // 16 updates pin it within 7%
+}
+
+TEST(EnergyTrace, AWindowWaitsForTheUpdatesAroundIt) {
+  const hw::EnergyTrace trace = read_every_5_ms(1);
+  EXPECT_FALSE(trace.between(0.01, 0.5));  // before the first update seen (0.037 s)
+  EXPECT_FALSE(trace.between(0.5, 0.99));  // the update after it (1.037 s) is not read yet
+  EXPECT_TRUE(trace.between(0.5, 0.9));
+  EXPECT_FALSE(trace.between(0.9, 0.5));
+  EXPECT_EQ(hw::EnergyTrace().update_period_s(), 0);
+  // A counter that starts again (the driver reloaded) starts the trace again.
+  hw::EnergyTrace restarted = read_every_5_ms(1);
+  restarted.add(1.1, 5);
+  EXPECT_FALSE(restarted.between(0.5, 0.9));
+}
+
+// The sampler reads a counter on its own thread, as the GPU trainer's NVML meter does: here one
+// that moves every 20 ms at 250 W.
+TEST(EnergySampler, ReadsTheCounterOnItsOwnThread) {
+  const double t0 = now_s();
+  hw::EnergySampler sampler([t0]() -> std::optional<double> { return 250 * std::floor((now_s() - t0) / 0.02) * 0.02; }, 0.002);
+  ASSERT_TRUE(sampler.wait_for_update_after(-INFINITY, 1));
+  const double a = now_s();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const double b = now_s();
+  const auto r = sampler.between(a, b, 1);
+  ASSERT_TRUE(r);
+  // Loose: on a busy machine the thread's reads come late, and each late read blurs an update.
+  EXPECT_NEAR(r->joules, 250 * (b - a), 0.1 * 250 * (b - a));
+  EXPECT_LE(r->low, r->joules);
+  EXPECT_GE(r->high, r->joules);
+  EXPECT_GE(r->updates, 8);
+  EXPECT_NEAR(sampler.update_period_s(), 0.02, 0.01);
+}
+
+TEST(EnergySampler, ACounterThatCannotBeReadGivesNoWindow) {
+  std::atomic<int> reads = 0;
+  hw::EnergySampler sampler(
+      [&]() -> std::optional<double> {
+        ++reads;
+        return std::nullopt;
+      },
+      0.002);
+  EXPECT_FALSE(sampler.wait_for_update_after(-INFINITY, 0.05));
+  EXPECT_FALSE(sampler.between(now_s() - 0.04, now_s(), 0.02));
+  EXPECT_GT(reads.load(), 1);  // it kept trying
+  EXPECT_EQ(sampler.update_period_s(), 0);
+}
