@@ -797,6 +797,19 @@ TEST(Lab, PrecisionObservationsFollowTheData) {
   p.rows[1]["images_per_s"] = 4650;
   p.noise_pct = 10;
   EXPECT_TRUE(says(lab::observe(p), "bf16 trains about as fast as fp32"));
+  // On a CPU, whether bf16 has more arithmetic to offer at all, from the ceilings measured.
+  json cpu_fp32 = row({{"precision", "fp32"}, {"device", "cpu"}}, 6, 3700, 86.7, 61);
+  json cpu_bf16 = row({{"precision", "bf16"}, {"device", "cpu"}}, 8.7, 2480, 86.8, 37);
+  cpu_fp32["ceiling_gflops"] = 330.0;
+  cpu_bf16["ceiling_gflops"] = 161.0;  // an Intel Xeon VM's, 2026-11-28
+  lab::Experiment c{"precision", "Precision", "", {}, {cpu_fp32, cpu_bf16}, {}, {}};
+  obs = lab::observe(c);
+  EXPECT_TRUE(says(obs, "This CPU's bf16 dot products peak at 0.49x its fp32 multiply-adds (161 vs 330 GFLOP/s, measured): bf16 has no "
+                        "more arithmetic to offer here")) << obs[1];
+  c.rows[1]["ceiling_gflops"] = 640.0;  // a Zen 4's
+  EXPECT_TRUE(says(lab::observe(c), "peak at 1.94x its fp32 multiply-adds (640 vs 330 GFLOP/s, measured): bf16 gains where compute"));
+  c.rows[1]["ceiling_gflops"] = nullptr;  // a report from before the column: no sentence
+  EXPECT_FALSE(says(lab::observe(c), "dot products"));
   p.rows[1] = {{"precision", "bf16"}, {"device", "cpu"}, {"status", "missing"}, {"note", "bf16 training needs AVX512-BF16"}};
   EXPECT_TRUE(says(lab::observe(p), "AVX512-BF16"));
 }

@@ -27,6 +27,7 @@
 #include "lab/lab.h"
 #include "nn/graph.h"
 #include "plan/against.h"
+#include "plan/step_time.h"
 #include "report/table.h"
 #include "train/trainer.h"
 
@@ -114,8 +115,8 @@ std::vector<Column> columns_of(const std::string& experiment) {
       {"precision",
        {
         {"precision", "precision", kText}, {"device", "device", kText}, {"epoch_s", "s/epoch", 2},
-        {"images_per_s", "img/s", 0}, {"peak_mb", "peak MB", 1}, {"test_acc", "test acc %", 2},
-        {"loss_scale_skips", "loss-scale skips", 0}}},
+        {"images_per_s", "img/s", 0}, {"ceiling_gflops", "ceiling GFLOP/s", 1}, {"peak_mb", "peak MB", 1},
+        {"test_acc", "test acc %", 2}, {"loss_scale_skips", "loss-scale skips", 0}}},
       {"plan",
        {
         {"run", "run", kText}, {"step_ms_planned", "step ms planned", 3}, {"step_ms", "step ms measured", 3},
@@ -621,7 +622,17 @@ Experiment precision(Runner& run, const LabConfig&) {
     }
     train::TrainConfig c = run.base();
     c.precision = p;
-    e.rows.push_back(row_of(run.run("precision", p, c), {{"precision", p}, {"device", device}}));
+    const Runner::Outcome o = run.run("precision", p, c);
+    json row = row_of(o, {{"precision", p}, {"device", device}});
+    // On a CPU, the compute ceiling of the precision, measured (plan::host_ceilings: the fp32
+    // FMA peak, or the bf16 dot-product peak), for the threads the run trained on: it says whether
+    // bf16 has more arithmetic to offer on this CPU at all (an Intel Xeon VM's bf16 peak was half
+    // its fp32's, a Zen 4's twice).
+    if (o.ok && device == "cpu") {
+      const json threads = o.record["config"].value("threads_used", json());
+      row["ceiling_gflops"] = plan::host_ceilings(threads.is_number_integer() && threads.get<int>() > 0 ? threads.get<int>() : omp_get_max_threads(), p).peak_gflops;
+    }
+    e.rows.push_back(row);
   }
   return e;
 }

@@ -19,6 +19,11 @@ using nlohmann::json;
 namespace {
 
 double num(const json& r, const char* key) { return r.at(key).get<double>(); }
+/// A column older reports (and missing rows) lack: 0 where it is absent or null.
+double num_or_0(const json& r, const char* key) {
+  const json v = r.value(key, json());
+  return v.is_number() ? v.get<double>() : 0;
+}
 
 std::optional<json> find(const std::vector<json>& rows, const std::function<bool(const json&)>& pred) {
   for (const auto& r : rows)
@@ -390,6 +395,15 @@ std::vector<std::string> precision(const Experiment& e) {
                               megabytes(num(r, "peak_mb")), megabytes(num(*fp32, "peak_mb")),
                               change(num(*fp32, "test_acc"), num(r, "test_acc")), num(r, "test_acc"), num(*fp32, "test_acc"),
                               clause(resolution(*fp32, r)), at_chance(r)));
+    // Whether the CPU has more bf16 arithmetic than fp32 at all, from the ceilings measured.
+    if (r["precision"] == "bf16" && r.value("device", "") == "cpu" && num_or_0(r, "ceiling_gflops") > 0 && num_or_0(*fp32, "ceiling_gflops") > 0) {
+      const double peak = num(r, "ceiling_gflops") / num(*fp32, "ceiling_gflops");
+      out.push_back(fmt::format("This CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, measured){}.",
+                                peak, num(r, "ceiling_gflops"), num(*fp32, "ceiling_gflops"),
+                                peak < 1.2 ? ": bf16 has no more arithmetic to offer here, only half the bytes to move, and its conversions "
+                                             "to and from fp32 to pay"
+                                           : ": bf16 gains where compute, not memory, limits the step"));
+    }
     if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())
       out.push_back(r["loss_scale_skips"].get<double>() > 0
                         ? fmt::format("fp16's dynamic loss scaling skipped {:.0f} steps whose gradients overflowed.",

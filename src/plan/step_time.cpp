@@ -51,6 +51,13 @@ bench::Ceilings ceilings_measured_now(int threads) {
     for (int retry = 0; retry < 2 && m.f32_gflops < 0.9 * counted; ++retry) m.f32_gflops = std::max(m.f32_gflops, bench::fma_peak(o).gflops.max);
     o.quick = true;
     m.bandwidth_gbps = bench::bandwidth_levels(bench::memory_bandwidth(o), cpu.l1d_bytes, cpu.l2_bytes, cpu.l3_bytes, t);
+    // The bf16 dot-product peak, where there is one (about 0.15 s): its ratio to the fp32 FMA
+    // peak is the CPU's, 2.0x on the Zen 4, 1.84-1.88x on the Zen 5, 0.49x on an Intel Xeon VM
+    // (2026-11-28), where a bf16 plan at twice fp32's peak came out 3.5x too fast.
+    if (cpu.avx512_bf16) {
+      std::string why_not;
+      if (const bench::FlopsResult bf16 = bench::bf16_peak(o, &why_not); !bf16.isa.empty()) m.bf16_gflops = bf16.gflops.max;
+    }
     m.measured_now = true;
     return m;
   });

@@ -47,16 +47,18 @@ inline bool workers_have_own_cores(const CpuCeilings& c) {
 /// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
 /// else measured on the first call (about two seconds, then kept for the process); the cost of an
 /// engine call likewise (a few milliseconds where the profile lacks it). For
-/// "bf16" the compute peak is the VDPBF16PS peak the profile keeps, else twice fp32's: an
-/// AVX512-BF16 dot product does two multiply-adds per fp32 lane in an FMA's time (the Zen 4
-/// measured 2.0x, the Zen 5 1.84-1.88x; AMX tiles, where oneDNN uses them, go beyond it).
+/// "bf16" the compute peak is the VDPBF16PS peak measured with them (the profile's or the one
+/// measured now). Its ratio to fp32's is the CPU's: 2.0x on the Zen 4, 1.84-1.88x on the Zen 5,
+/// 0.49x on an Intel Xeon VM (AMX tiles, where oneDNN uses them, go beyond it).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
 /// The fp32 FMA peak and the bandwidth of each cache level and DRAM that host_ceilings measures
 /// where there is no machine profile (step_time.cpp says how), measured on the first call for
-/// `threads` and kept for the process. No bf16 peak, and no guesses for levels it cannot place.
+/// `threads` and kept for the process, and the bf16 dot-product peak where the CPU has AVX512-BF16.
+/// No guesses for levels it cannot place.
 bench::Ceilings ceilings_measured_now(int threads);
 /// `c` for a run in `precision`: bf16's compute peak is `bf16_measured_gflops`, or twice fp32's
-/// (either way, once).
+/// where none was measured (ceilings made by hand; a machine profile from a CPU without
+/// AVX512-BF16 has none), either way once.
 CpuCeilings with_precision(CpuCeilings c, const std::string& precision);
 /// The bytes an element of each node's input as the CPU engine reads it (graph node order): 4, or
 /// in bf16 2 where conv and linear read and from the first conv on (backend/cpu/network.h), so
