@@ -6,6 +6,7 @@
 #include <ostream>
 #include <tuple>
 
+#include "core/error.h"
 #include "core/tensor.h"
 #include "hw/cpu_info.h"
 #include "op_harness.h"
@@ -248,6 +249,67 @@ TEST(PoolTest, MaxPoolTiesGoToTheFirstMax) {
     EXPECT_LT(rel_err(r.y, ref::maxpool_forward(x, c.x, a)), kF32Tol) << c.x[1] << " channels, kernel " << c.k;
     EXPECT_LT(rel_err(r.dx[0], ref::maxpool_backward(x, c.x, a, dy)), kF32Tol) << c.x[1] << " channels, kernel " << c.k;
   }
+}
+
+// nChw16c (AVX-512 CPUs) has two max poolings, dlperf's and oneDNN's, and each process runs the
+// one that timed faster (cpu::max_pool_16c_choice): both must match the reference, ties too.
+TEST(PoolTest, MaxPoolOnBlocksOf16MatchesReferenceInBothCodes) {
+  std::vector<bool> codes = {false};
+#ifdef __AVX512F__
+  codes.push_back(true);
+#endif
+  const std::vector<PoolCase> cases = {{OpKind::maxpool2d, {2, 20, 7, 9}, 2, 2, 0, cpu::tag::nChw16c},
+                                       {OpKind::maxpool2d, {3, 32, 8, 6}, 2, 2, 0, cpu::tag::nChw16c},
+                                       {OpKind::maxpool2d, {2, 20, 7, 7}, 3, 2, 1, cpu::tag::nChw16c}};
+  for (const bool own : codes) {
+    cpu::for_tests_run_max_pool_16c(own);
+    for (const PoolCase& c : cases)
+      for (const bool ties : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << (own ? "dlperf's" : "oneDNN's") << " code, " << dims_str(c.x) << " k" << c.k
+                                          << (ties ? ", inputs of 0 and 1" : ""));
+        Vec x = random_vec(size_t(numel(c.x)), 64);
+        if (ties)
+          for (double& v : x) v = v > 0.3 ? 1 : 0;
+        const auto [a, xs, dy, r] = run_pool(c, x);
+        EXPECT_LT(rel_err(r.y, ref::maxpool_forward(xs, c.x, a)), kF32Tol);
+        EXPECT_LT(rel_err(r.dx[0], ref::maxpool_backward(xs, c.x, a, dy)), kF32Tol);
+      }
+  }
+  cpu::for_tests_run_max_pool_16c(std::nullopt);
+}
+
+// Who pools nChw16c: oneDNN's code unless dlperf's timed clearly faster, or as the variable says.
+TEST(PoolTest, MaxPoolOnBlocksOf16IsChosenByTiming) {
+  int timed = 0;
+  auto ratio = [&timed](double r) {
+    return [&timed, r] {
+      ++timed;
+      return r;
+    };
+  };
+  const cpu::MaxPool16cChoice slow = cpu::choose_max_pool_16c("auto", true, ratio(4.2));
+  EXPECT_TRUE(slow.own);
+  EXPECT_NE(slow.why.find("4.20x"), std::string::npos) << slow.why;
+  EXPECT_FALSE(cpu::choose_max_pool_16c("auto", true, ratio(1.2)).own) << "close: oneDNN's stays";
+  EXPECT_FALSE(cpu::choose_max_pool_16c("auto", true, ratio(0.8)).own);
+  EXPECT_EQ(timed, 3);
+  EXPECT_FALSE(cpu::choose_max_pool_16c("onednn", true, ratio(4.2)).own);
+  EXPECT_TRUE(cpu::choose_max_pool_16c("dlperf", true, ratio(0.5)).own);
+  EXPECT_FALSE(cpu::choose_max_pool_16c("dlperf", false, ratio(4.2)).own) << "no AVX-512 code in this build";
+  EXPECT_FALSE(cpu::choose_max_pool_16c("auto", false, ratio(4.2)).own);
+  EXPECT_EQ(timed, 3) << "timed only where the choice is open";
+  EXPECT_THROW(cpu::choose_max_pool_16c("fast", true, ratio(4.2)), Error);
+
+  // This machine's choice, timed for real once per process.
+  const cpu::MaxPool16cChoice& here = cpu::max_pool_16c_choice();
+  EXPECT_EQ(cpu::max_pool_16c_choice_if_made(), &here);
+  EXPECT_FALSE(here.why.empty());
+#ifdef __AVX512F__
+  if (!std::getenv("DLPERF_CPU_MAX_POOL")) {
+    EXPECT_GT(here.onednn_over_dlperf, 0) << here.why;
+  }
+#endif
+  std::printf("[ info ] max pooling on nChw16c here: %s\n", here.why.c_str());
 }
 
 TEST(RefGradients, PoolingFiniteDifferences) {

@@ -16,6 +16,7 @@
 
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
+#include "backend/cpu/ops.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
@@ -703,8 +704,11 @@ struct Run {
   }
 
   json record(const std::vector<EpochStats>& epochs, int threads) const {
-    return build_record(cfg, graph, data, epochs, threads,
-                        energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not());
+    json r = build_record(cfg, graph, data, epochs, threads,
+                          energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not());
+    // Which code pooled the AVX-512 layout, where this run had such a pooling: it was timed.
+    if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) r["cpu_step"]["max_pool_nChw16c"] = c->why;
+    return r;
   }
 };
 

@@ -5,6 +5,10 @@
 // relu) keeps it, one that has a preference (conv, linear) states it via input_md().
 #pragma once
 
+#include <functional>
+#include <optional>
+#include <string_view>
+
 #include "backend/cpu/common.h"
 #include "nn/graph.h"
 #include "ops/op.h"
@@ -48,6 +52,27 @@ std::vector<std::vector<md>> given_input_layouts(const nn::Graph& g, const std::
 /// oneDNN's element-wise sum of two `m`-laid-out tensors into a third: the residual add's forward
 /// pass, and how the network sums a value's gradients from several readers.
 dnnl::binary::primitive_desc add_pass(const md& m);
+
+/// Who runs max pooling on nChw16c blocks, AVX-512 CPUs' activation layout: dlperf's own code or
+/// oneDNN's. Both are timed once per process (pooling.cpp says why: 4-15x apart on an Intel Xeon,
+/// close on the Zens), or DLPERF_CPU_MAX_POOL=dlperf|onednn says. Run records keep `why`.
+struct MaxPool16cChoice {
+  bool own = false;               ///< dlperf's code runs
+  std::string why;                ///< "dlperf's (oneDNN's training max pooling timed 4.21x dlperf's here ...)"
+  double onednn_over_dlperf = 0;  ///< the timed ratio; 0 = not timed
+};
+/// Made on the first call (about 10 ms of timing), then the same for the process. Throws Error
+/// for a DLPERF_CPU_MAX_POOL that is none of auto, dlperf and onednn.
+const MaxPool16cChoice& max_pool_16c_choice();
+/// The choice if a network or a plan has made it already (it had a max pooling on nChw16c), else null.
+const MaxPool16cChoice* max_pool_16c_choice_if_made();
+/// How the choice is made: `asked` is DLPERF_CPU_MAX_POOL's value ("auto" when unset), and
+/// `onednn_over_dlperf` times the two codes (only called for "auto" in a build with the own code).
+MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built,
+                                     const std::function<double()>& onednn_over_dlperf);
+/// Tests only: build nChw16c max pooling with dlperf's code (true) or oneDNN's (false) whatever
+/// the choice, or (nullopt) as it says again. Throws for true in a build without AVX-512.
+void for_tests_run_max_pool_16c(std::optional<bool> own);
 
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);
