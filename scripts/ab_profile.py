@@ -38,7 +38,8 @@ def profile(dlperf, args, env):
     with tempfile.TemporaryDirectory() as runs:
         cmd = [dlperf, "profile", "--model", args.model, "--batch-size", str(args.batch_size), "--skip", str(args.skip),
                "--steps", str(args.steps), "--train-limit", str(args.batch_size * (args.skip + args.steps + 2)),
-               "--test-limit", "500", "--runs-dir", runs, "--no-progress", "--threads", str(args.threads)]
+               "--test-limit", "500", "--runs-dir", runs, "--no-progress", "--threads", str(args.threads),
+               "--precision", args.precision]
         r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **env})
         if r.returncode != 0:
             sys.exit(f"{dlperf} failed:\n{r.stderr}")
@@ -60,6 +61,7 @@ def main():
     ap.add_argument("--skip", type=int, default=5)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--threads", type=int, default=0, help="compute threads (0 = all cores)")
+    ap.add_argument("--precision", default="fp32", help="fp32, or bf16 on a CPU with AVX512-BF16")
     ap.add_argument("--min-share", type=float, default=0.01, help="leave out rows under this share of the step")
     ap.add_argument("--env-a", action="append", default=[], metavar="KEY=VALUE", help="an environment setting for build A's runs")
     ap.add_argument("--env-b", action="append", default=[], metavar="KEY=VALUE", help="an environment setting for build B's runs")
@@ -84,7 +86,7 @@ def main():
     rows = [(k, median_ms("a", k), median_ms("b", k)) for k in keys]
     rows = [r for r in rows if max(r[1] / step["a"], r[2] / step["b"]) >= args.min_share]
     rows.sort(key=lambda r: -r[1])
-    print(f"{args.model} at batch {args.batch_size}: median of {args.runs} profiles each ({args.steps} steps), ms a step\n")
+    print(f"{args.model} at batch {args.batch_size}, {args.precision}: median of {args.runs} profiles each ({args.steps} steps), ms a step\n")
     print(f"{'layer':22} {'phase':16} {'A ms':>8} {'B ms':>8} {'B / A':>6}")
     print("-" * 64)
     for (name, phase), a, b in rows:

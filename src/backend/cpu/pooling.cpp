@@ -13,7 +13,9 @@
 // kernel ran 4-15x slower than this code's AVX-512 one below (medium's pool1 at batch 64: 0.89
 // against 0.21 ms forward, 0.71 against 0.28 backward, warm), though oneDNN's inference pooling
 // there, which stores no argmax, ran at this code's speed. So for nChw16c the engine times both
-// once per process and keeps oneDNN's unless it is clearly slower (max_pool_16c_choice).
+// once per process and keeps oneDNN's unless it is clearly slower (max_pool_16c_choice). Where
+// it runs, it also takes a bf16 network's nChw16c pooling (2x2 windows at stride 2): oneDNN's bf16
+// kernel was as slow there (medium at batch 64 in bf16: 4.5 ms of pooling a step against 0.8).
 #include <immintrin.h>
 
 #include <fmt/format.h>
@@ -28,6 +30,7 @@
 #include <cstring>
 #include <limits>
 #include <string_view>
+#include <tuple>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -97,16 +100,19 @@ class Pool final : public Op {
 };
 
 // A layout whose innermost dimension is a run of `V` channels: nChw8c or nChw16c (V = 8 or 16,
-// channels in blocks) or nhwc (V = C, one block). Strides are in floats.
+// channels in blocks) or nhwc (V = C, one block), in fp32, or nChw16c in bf16 (only the 2x2
+// 16-lane code takes it). Strides are in elements.
 struct ChannelVectors {
   int64_t V = 0, blocks = 0, sn = 0, sb = 0, sh = 0, sw = 0;
+  dt type = dt::f32;
   bool blocked() const { return sb != 0; }
   static bool of(const md& m, const Dims& d, ChannelVectors& out) {
     const int64_t C = d[1], H = d[2], W = d[3];
-    for (const auto& [V, t] : {std::pair{int64_t(8), tag::nChw8c}, std::pair{int64_t(16), tag::nChw16c}})
-      if (m == md(to_dnnl(d), dt::f32, t)) {
+    for (const auto& [V, t, type] : {std::tuple{int64_t(8), tag::nChw8c, dt::f32}, std::tuple{int64_t(16), tag::nChw16c, dt::f32},
+                                     std::tuple{int64_t(16), tag::nChw16c, dt::bf16}})
+      if (m == md(to_dnnl(d), type, t)) {
         const int64_t blocks = (C + V - 1) / V;
-        out = {V, blocks, blocks * H * W * V, H * W * V, W * V, V};
+        out = {V, blocks, blocks * H * W * V, H * W * V, W * V, V, type};
         return true;
       }
     if (m == md(to_dnnl(d), dt::f32, tag::nhwc)) {
@@ -257,51 +263,65 @@ void max_backward_plane_2x2(const float* __restrict dy, float* __restrict dx, co
 
 #ifdef __AVX512F__
 // The same for whole vectors of 16 channels (nChw16c), on AVX-512's 16 lanes: the compares give
-// masks, and a masked move takes the new max and its position.
-void max_forward_plane_2x2_16(const float* __restrict x, float* __restrict y, uint8_t* __restrict argmax,
-                              const PoolGeometry g, int64_t n, int64_t b) {
-  const float* xp = x + n * g.in.sn + b * g.in.sb;
+// masks, and a masked move takes the new max and its position. In fp32, or in bf16 between a
+// bf16 network's convolutions: 16 bf16 values widen exactly to fp32 (their bits moved up), and
+// a max or a gradient narrows back exactly (it was a bf16 value), so both compute the same.
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline void store16(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
+// The maskz forms because GCC 12's plain ones warn of an undefined register they start from.
+inline __m512 load16(const uint16_t* p) {
+  const __m512i wide = _mm512_maskz_cvtepu16_epi32(0xffff, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(0xffff, wide, 16));
+}
+inline void store16(uint16_t* p, __m512 v) {
+  const __m512i bits = _mm512_maskz_srli_epi32(0xffff, _mm512_castps_si512(v), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi32_epi16(0xffff, bits));
+}
+
+template <class T>
+void max_forward_plane_2x2_16(const T* __restrict x, T* __restrict y, uint8_t* __restrict argmax, const PoolGeometry g,
+                              int64_t n, int64_t b) {
+  const T* xp = x + n * g.in.sn + b * g.in.sb;
   const __m512i one = _mm512_set1_epi32(1), two = _mm512_set1_epi32(2), three = _mm512_set1_epi32(3);
   for (int64_t p = 0; p < g.P; ++p)
     for (int64_t q = 0; q < g.Q; ++q) {
       const int64_t o = n * g.out.sn + b * g.out.sb + p * g.out.sh + q * g.out.sw;
-      const float* corner = xp + 2 * p * g.in.sh + 2 * q * g.in.sw;
+      const T* corner = xp + 2 * p * g.in.sh + 2 * q * g.in.sw;
       for (int64_t v = 0; v < g.in.V; v += 16) {
-        const float* c = corner + v;
-        __m512 best = _mm512_loadu_ps(c);  // window positions 0 1 / 2 3; strict '>' keeps the first max
+        const T* c = corner + v;
+        __m512 best = load16(c);  // window positions 0 1 / 2 3; strict '>' keeps the first max
         __m512i pos = _mm512_setzero_si512();
-        const __m512 x1 = _mm512_loadu_ps(c + g.in.sw), x2 = _mm512_loadu_ps(c + g.in.sh),
-                     x3 = _mm512_loadu_ps(c + g.in.sh + g.in.sw);
+        const __m512 x1 = load16(c + g.in.sw), x2 = load16(c + g.in.sh), x3 = load16(c + g.in.sh + g.in.sw);
         __mmask16 more = _mm512_cmp_ps_mask(x1, best, _CMP_GT_OQ);
         best = _mm512_mask_mov_ps(best, more, x1), pos = _mm512_mask_mov_epi32(pos, more, one);
         more = _mm512_cmp_ps_mask(x2, best, _CMP_GT_OQ);
         best = _mm512_mask_mov_ps(best, more, x2), pos = _mm512_mask_mov_epi32(pos, more, two);
         more = _mm512_cmp_ps_mask(x3, best, _CMP_GT_OQ);
         best = _mm512_mask_mov_ps(best, more, x3), pos = _mm512_mask_mov_epi32(pos, more, three);
-        _mm512_storeu_ps(y + o + v, best);
-        // The maskz forms because GCC 12's plain ones warn of an undefined register they start from.
+        store16(y + o + v, best);
         _mm_storeu_si128(reinterpret_cast<__m128i*>(argmax + o + v), _mm512_maskz_cvtepi32_epi8(0xffff, pos));
       }
     }
 }
 
-void max_backward_plane_2x2_16(const float* __restrict dy, float* __restrict dx, const uint8_t* __restrict argmax,
-                               const PoolGeometry g, int64_t n, int64_t b) {
-  float* plane = dx + n * g.in.sn + b * g.in.sb;
+template <class T>
+void max_backward_plane_2x2_16(const T* __restrict dy, T* __restrict dx, const uint8_t* __restrict argmax, const PoolGeometry g,
+                               int64_t n, int64_t b) {
+  T* plane = dx + n * g.in.sn + b * g.in.sb;
   for (int64_t h = 2 * g.P; h < g.H; ++h)  // an odd last row or column lies in no window: its gradient is 0
-    for (int64_t w = 0; w < g.W; ++w) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(float));
+    for (int64_t w = 0; w < g.W; ++w) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(T));
   for (int64_t w = 2 * g.Q; w < g.W; ++w)
-    for (int64_t h = 0; h < 2 * g.P; ++h) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(float));
+    for (int64_t h = 0; h < 2 * g.P; ++h) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(T));
   const int64_t where[4] = {0, g.in.sw, g.in.sh, g.in.sh + g.in.sw};
   for (int64_t p = 0; p < g.P; ++p)
     for (int64_t q = 0; q < g.Q; ++q) {
       const int64_t o = n * g.out.sn + b * g.out.sb + p * g.out.sh + q * g.out.sw;
-      float* corner = plane + 2 * p * g.in.sh + 2 * q * g.in.sw;
+      T* corner = plane + 2 * p * g.in.sh + 2 * q * g.in.sw;
       for (int64_t v = 0; v < g.in.V; v += 16) {
-        const __m512 d = _mm512_loadu_ps(dy + o + v);
+        const __m512 d = load16(dy + o + v);
         const __m512i at = _mm512_maskz_cvtepu8_epi32(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(argmax + o + v)));
         for (int k = 0; k < 4; ++k)
-          _mm512_storeu_ps(corner + v + where[k], _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(k)), d));
+          store16(corner + v + where[k], _mm512_maskz_mov_ps(_mm512_cmpeq_epi32_mask(at, _mm512_set1_epi32(k)), d));
       }
     }
 }
@@ -336,7 +356,7 @@ class MaxPool final : public Op {
   static md output_md(const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in) {
     const Dims y = {x[0], x[1], ops::window_out(x[2], a.kernel, a.stride, a.padding),
                     ops::window_out(x[3], a.kernel, a.stride, a.padding)};
-    return md(to_dnnl(y), dt::f32, !in.blocked() ? tag::nhwc : in.V == 8 ? tag::nChw8c : tag::nChw16c);
+    return md(to_dnnl(y), in.type, !in.blocked() ? tag::nhwc : in.V == 8 ? tag::nChw8c : tag::nChw16c);
   }
   MaxPool(const md& src, const Dims& x, const ops::OpAttrs& a, const ChannelVectors& in)
       : src_(src), dst_(output_md(x, a, in)), n_(x[0]) {
@@ -350,19 +370,29 @@ class MaxPool final : public Op {
     two_by_two_16_ = ops::pools_2x2_stride_2(a) && in.V % 16 == 0;  // or of 16
 #endif
     ChannelVectors::of(dst_, y, g_.out);
-    argmax_ = make_buffer(dst_.get_size() / sizeof(float), MemCategory::activations);
+    argmax_ = make_buffer(argmax_bytes(dst_), MemCategory::activations);
     for (int64_t r = 0; r < a.kernel; ++r)
       for (int64_t t = 0; t < a.kernel; ++t) offset_.push_back(r * in.sh + t * in.sw);
   }
   md input_md(int) const override { return src_; }
   md output_md() const override { return dst_; }
 
+  /// A byte an output element: its window position.
+  static size_t argmax_bytes(const md& dst) { return dst.get_size() / (dst.data_type() == dt::bf16 ? 2 : 4); }
+
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
-    const float* x = static_cast<const float*>(in[0].get_data_handle());
-    float* y = static_cast<float*>(out.get_data_handle());
     const PoolGeometry g = g_;
     uint8_t* am = static_cast<uint8_t*>(argmax_->data());
     const auto scope = profile::Scope::launch(profile::Phase::forward);  // a pass as a primitive's is
+#ifdef __AVX512F__
+    if (g.in.type == dt::bf16) {  // only the 2x2 16-lane code takes bf16 (runs_own_max_pool)
+      const auto* x = static_cast<const uint16_t*>(in[0].get_data_handle());
+      auto* y = static_cast<uint16_t*>(out.get_data_handle());
+      return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2_16(x, y, am, g, n, b); });
+    }
+#endif
+    const float* x = static_cast<const float*>(in[0].get_data_handle());
+    float* y = static_cast<float*>(out.get_data_handle());
 #ifdef __AVX512F__
     if (two_by_two_16_)
       return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2_16(x, y, am, g, n, b); });
@@ -376,12 +406,19 @@ class MaxPool final : public Op {
 
   void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
                 const std::vector<memory>& diff_in) override {
-    const float* dy = static_cast<const float*>(diff_out.get_data_handle());
-    float* dx = static_cast<float*>(diff_in[0].get_data_handle());
     const PoolGeometry g = g_;
     const uint8_t* am = static_cast<const uint8_t*>(argmax_->data());
     const int64_t* off = offset_.data();
     const auto scope = profile::Scope::launch(profile::Phase::backward_data);  // filed as oneDNN's pooling is
+#ifdef __AVX512F__
+    if (g.in.type == dt::bf16) {
+      const auto* dy = static_cast<const uint16_t*>(diff_out.get_data_handle());
+      auto* dx = static_cast<uint16_t*>(diff_in[0].get_data_handle());
+      return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2_16(dy, dx, am, g, n, b); });
+    }
+#endif
+    const float* dy = static_cast<const float*>(diff_out.get_data_handle());
+    float* dx = static_cast<float*>(diff_in[0].get_data_handle());
 #ifdef __AVX512F__
     if (two_by_two_16_)
       return each_plane(n_, g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2_16(dy, dx, am, g, n, b); });
@@ -451,8 +488,8 @@ TimedPooling time_max_pool_16c() {
   const float* dys = static_cast<const float*>(d_out.get_data_handle());
   float* dxs = static_cast<float*>(d_in.get_data_handle());
   t.own_s = best_of_5([&] {
-    each_plane(x[0], g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2_16(xs, ys, argmax.data(), g, n, b); });
-    each_plane(x[0], g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2_16(dys, dxs, argmax.data(), g, n, b); });
+    each_plane(x[0], g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2_16<float>(xs, ys, argmax.data(), g, n, b); });
+    each_plane(x[0], g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2_16<float>(dys, dxs, argmax.data(), g, n, b); });
   });
 #endif
   return t;
@@ -514,7 +551,14 @@ namespace {
 // nChw16c only where it timed clearly faster than oneDNN's.
 bool runs_own_max_pool(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x, ChannelVectors& layout) {
   if (kind != ops::OpKind::maxpool2d || a.kernel > 15 || !ChannelVectors::of(src, x, layout)) return false;
-  return layout.V != 16 || !layout.blocked() || (forced_16c ? *forced_16c : max_pool_16c_choice().own);
+  if (layout.V != 16 || !layout.blocked()) return true;
+#ifndef __AVX512F__
+  if (layout.type == dt::bf16) return false;  // only the AVX-512 code takes bf16
+#endif
+  if (layout.type == dt::bf16 && !ops::pools_2x2_stride_2(a)) return false;  // nor other windows in bf16
+  // The choice timed fp32; oneDNN's bf16 kernel is of the same family (jit:avx512_core_bf16 beside
+  // jit:avx512_core), as slow on the Xeon as its fp32 one.
+  return forced_16c ? *forced_16c : max_pool_16c_choice().own;
 }
 }  // namespace
 
@@ -529,7 +573,7 @@ Footprint pool_footprint(ops::OpKind kind, const ops::OpAttrs& a, const md& src,
   ChannelVectors layout;
   if (runs_own_max_pool(kind, a, src, x, layout)) {
     const md dst = MaxPool::output_md(x, a, layout);
-    return {{src}, dst, {}, {{MemCategory::activations, dst.get_size() / sizeof(float)}}, 0};
+    return {{src}, dst, {}, {{MemCategory::activations, MaxPool::argmax_bytes(dst)}}, 0};
   }
   const Window w = window_of(kind, a, x);
   const PoolPasses p(w, src, x);
