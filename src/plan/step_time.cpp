@@ -262,9 +262,11 @@ bool written_past_the_caches(const nn::Graph& g, int i, const CpuCeilings& c) {
 // blocks sized to what it takes for L3 (per-core L3 x threads / 2), each chunk's passes one after
 // the other, so the first read of a tensor streams from where the tensor lies and the re-reads
 // from where a chunk fits. oneDNN 2.6 reads cache sizes from Intel's CPUID leaf only and guesses 1
-// MiB of L3 a core elsewhere, as on every AMD CPU; the plan takes that guess for all (Intel's
-// 1.25-2 MiB a core make chunks of about the same size). The output and the input's gradient go
-// past the caches in fp32 (written_past_the_caches), to DRAM; backward's input was written in
+// MiB of L3 a core elsewhere, as on every AMD CPU; the plan takes that guess for all. (Intel's
+// 1.25-2 MiB a core would make chunks of about the same size, but a VM may say otherwise: a
+// 2-vCPU Xeon VM's CPUID gives the host's 260 MiB L3 shared by 2, so oneDNN takes 130 MiB a core
+// there and never splits. Not modelled: the plan keeps the AMD fits' rates, docs/plan.md.)
+// The output and the input's gradient go past the caches in fp32 (written_past_the_caches), to DRAM; backward's input was written in
 // forward, a step's traffic ago (EngineModel::cold_step_l3_share). On the Zen 4 (`medium` and
 // `small` at batch 16-1024, --layer-times, 3 runs each, 2026-11-24) the batchnorms' time a step
 // was planned a median 9% off, against 16% with twice the minimal bytes: medium's bn1 at batch
@@ -394,7 +396,8 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   // profile` of medium at batch 64, 256 and 1024 beside `dlperf plan --layers` (2026-11-27,
   // docs/plan.md): the 3x3 convolutions' forward passes took a median 1.135x the Zen 4 fit's
   // time (1.13-1.18 over all three batches, so not a cache effect), their backward passes 1.08x.
-  // Intel's AVX-512 cores have 512-bit units too and take this fit; no fit was checked on one.
+  // Intel's AVX-512 cores have 512-bit units too and take this fit: on a 2-vCPU Xeon VM it
+  // planned three labs a median 8.4-11.8% off, not refitted there (docs/plan.md says why).
   m.name = "the AVX-512 fit, refitted for a full-width datapath (Zen 5)";
   m.gemm_efficiency = 1.05 / 1.135;
   m.backward_share = 0.89 * 1.135 / 1.08;
