@@ -200,6 +200,16 @@ void max_forward_plane(const float* __restrict x, float* __restrict y, uint8_t* 
 // element in at most one window, so backward writes every dx element once (the max's gradient
 // or 0) instead of zeroing the plane and adding into it. Measured on small at batch 256 (the
 // profile's pool rows): see docs/benchmarks.md.
+// 2x2 windows at stride 2: an odd last row or column of a plane lies in no window, so its
+// gradient is 0 (the backward passes below write every other element once).
+template <class T>
+void zero_rows_and_columns_outside_windows(T* plane, const PoolGeometry& g) {
+  for (int64_t h = 2 * g.P; h < g.H; ++h)
+    for (int64_t w = 0; w < g.W; ++w) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(T));
+  for (int64_t w = 2 * g.Q; w < g.W; ++w)
+    for (int64_t h = 0; h < 2 * g.P; ++h) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(T));
+}
+
 #ifdef __AVX2__
 // 8 window positions as 8 bytes at `out`.
 inline void store_positions(__m256 pos, uint8_t* out) {
@@ -237,11 +247,7 @@ void max_forward_plane_2x2(const float* __restrict x, float* __restrict y, uint8
 void max_backward_plane_2x2(const float* __restrict dy, float* __restrict dx, const uint8_t* __restrict argmax,
                             const PoolGeometry g, int64_t n, int64_t b) {
   float* plane = dx + n * g.in.sn + b * g.in.sb;
-  // An odd last row or column lies in no window: its gradient is 0.
-  for (int64_t h = 2 * g.P; h < g.H; ++h)
-    for (int64_t w = 0; w < g.W; ++w) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(float));
-  for (int64_t w = 2 * g.Q; w < g.W; ++w)
-    for (int64_t h = 0; h < 2 * g.P; ++h) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(float));
+  zero_rows_and_columns_outside_windows(plane, g);
   const __m256 zero = _mm256_setzero_ps();
   const int64_t where[4] = {0, g.in.sw, g.in.sh, g.in.sh + g.in.sw};  // window positions 0 1 / 2 3
   for (int64_t p = 0; p < g.P; ++p)
@@ -308,10 +314,7 @@ template <class T>
 void max_backward_plane_2x2_16(const T* __restrict dy, T* __restrict dx, const uint8_t* __restrict argmax, const PoolGeometry g,
                                int64_t n, int64_t b) {
   T* plane = dx + n * g.in.sn + b * g.in.sb;
-  for (int64_t h = 2 * g.P; h < g.H; ++h)  // an odd last row or column lies in no window: its gradient is 0
-    for (int64_t w = 0; w < g.W; ++w) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(T));
-  for (int64_t w = 2 * g.Q; w < g.W; ++w)
-    for (int64_t h = 0; h < 2 * g.P; ++h) std::memset(plane + h * g.in.sh + w * g.in.sw, 0, size_t(g.in.V) * sizeof(T));
+  zero_rows_and_columns_outside_windows(plane, g);
   const int64_t where[4] = {0, g.in.sw, g.in.sh, g.in.sh + g.in.sw};
   for (int64_t p = 0; p < g.P; ++p)
     for (int64_t q = 0; q < g.Q; ++q) {
