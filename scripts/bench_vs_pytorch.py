@@ -10,7 +10,8 @@ Fairness: same cores (torch.set_num_threads = dlperf --threads), same network, b
 optimizer (SGD, momentum 0.9, Nesterov, weight decay 5e-4), data already in memory as float
 tensors for PyTorch and loaded in the training thread for dlperf (--workers 0), no
 augmentation for either; evaluation is excluded from both. The last partial batch is dropped
-in both. PyTorch runs in whichever memory format is faster for it: for the conv models each
+in both. Both flush denormal floats to zero (dlperf's default; torch.set_flush_denormal(True)
+for PyTorch, which keeps them otherwise). PyTorch runs in whichever memory format is faster for it: for the conv models each
 row's first repeat times it in NCHW and in channels_last (which PyTorch recommends for oneDNN
 on CPUs: up to 1.5x faster here), and the other repeats use the faster (the row says which).
 
@@ -174,6 +175,7 @@ def main():
         ap.error("--precisions bf16: this CPU has no AVX512-BF16, so dlperf refuses bf16 training on it")
 
     torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)  # as dlperf computes by default (its --keep-denormals would match PyTorch's default)
     xs = load_idx(f"{FMNIST}/train-images-idx3-ubyte.gz")
     ys = load_idx(f"{FMNIST}/train-labels-idx1-ubyte.gz")
     x_all = torch.from_numpy(xs.astype(np.float32) / 255.0)

@@ -3,9 +3,15 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <thread>
+#include <vector>
+
+#include <omp.h>
 
 #include "core/timer.h"
+#include "hw/cpu_info.h"
 #include "hw/energy_trace.h"
 
 using namespace dlperf;
@@ -108,3 +114,54 @@ TEST(EnergySampler, ACounterThatCannotBeReadGivesNoWindow) {
   EXPECT_GT(reads.load(), 1);  // it kept trying
   EXPECT_EQ(sampler.update_period_s(), 0);
 }
+
+namespace dlperf::hw {
+namespace {
+
+// A product that is denormal in float: 1e-30 x 1e-10 = 1e-40 (floats go denormal below 1.2e-38).
+// volatile, so that the compiler does not fold it and the CPU multiplies under the thread's MXCSR.
+float denormal_product() {
+  volatile float a = 1e-30f, b = 1e-10f;
+  return a * b;
+}
+// A float's bits: comparing the float itself would read a denormal as 0 on a thread that flushes
+// (DAZ makes compares and conversions treat denormal inputs as zero).
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+// The product on each of OpenMP's threads: 0 where that thread flushes.
+std::vector<float> products_on_the_team(int threads) {
+  std::vector<float> out(size_t(threads), -1.0f);
+#pragma omp parallel num_threads(threads)
+  out[size_t(omp_get_thread_num())] = denormal_product();
+  return out;
+}
+
+TEST(Denormals, FlushedOnEveryComputeThreadForTheScopeThenPutBack) {
+  const ScopedThreads threads(2);  // a team of 2 even on 1 CPU: each thread has its own MXCSR
+  const ScopedDenormals keep_first(false);
+  ASSERT_NE(bits(denormal_product()), 0u);
+  for (float p : products_on_the_team(2)) EXPECT_NE(bits(p), 0u);
+  {
+    const ScopedDenormals flush(true);
+    EXPECT_TRUE(flushes_denormals());
+    EXPECT_EQ(bits(denormal_product()), 0u);
+    for (float p : products_on_the_team(2)) EXPECT_EQ(bits(p), 0u) << "an OpenMP thread kept denormals";
+    float in_new_thread = -1;
+    std::thread([&] { in_new_thread = denormal_product(); }).join();  // a loader worker starts so
+    EXPECT_EQ(bits(in_new_thread), 0u) << "a thread started in the scope does not inherit the flush";
+    {
+      const ScopedDenormals keep(false);  // --keep-denormals inside, as a lab run could be
+      EXPECT_NE(bits(denormal_product()), 0u);
+    }
+    EXPECT_EQ(bits(denormal_product()), 0u);
+  }
+  EXPECT_FALSE(flushes_denormals());
+  EXPECT_NE(bits(denormal_product()), 0u);
+  for (float p : products_on_the_team(2)) EXPECT_NE(bits(p), 0u) << "an OpenMP thread still flushes after the scope";
+}
+
+}  // namespace
+}  // namespace dlperf::hw

@@ -570,6 +570,20 @@ TEST(Train, AThreadCountIsTheRunsOwn) {
   EXPECT_EQ(train::train(c).record["config"]["threads_used"], all);
 }
 
+// A run flushes denormals to zero in its compute threads unless --keep-denormals, says which in
+// its record, and leaves the process as it found it (hw::ScopedDenormals; test_hw.cpp checks
+// the threads).
+TEST(Train, DenormalsAreFlushedForTheRunOnly) {
+  auto c = tiny();
+  c.epochs = 1;
+  ASSERT_FALSE(hw::flushes_denormals());
+  EXPECT_EQ(train::train(c).record["config"]["flush_denormals"], true);
+  EXPECT_FALSE(hw::flushes_denormals());
+  c.flush_denormals = false;
+  EXPECT_EQ(train::train(c).record["config"]["flush_denormals"], false);
+  EXPECT_FALSE(hw::flushes_denormals());
+}
+
 // An epoch's record round-trips (checkpoints keep the history), an unevaluated one as null
 // accuracy rather than a 0% that was never measured.
 TEST(Train, EpochRecordsRoundTripEvaluatedOrNot) {

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <omp.h>
+#include <pmmintrin.h>
+#include <xmmintrin.h>
 #include <sched.h>
 #include <sys/utsname.h>
 
@@ -40,6 +42,27 @@ ScopedThreads::ScopedThreads(int threads) : before_(omp_get_max_threads()), coun
   omp_set_num_threads(count_);
 }
 ScopedThreads::~ScopedThreads() { omp_set_num_threads(before_); }
+
+namespace {
+constexpr unsigned kFlushBits = _MM_FLUSH_ZERO_ON | _MM_DENORMALS_ZERO_ON;  // MXCSR's FTZ and DAZ
+// Sets the bits on this thread and on each of OpenMP's current team (each thread has its own MXCSR).
+void set_flush_bits(unsigned bits) {
+  auto set = [bits] { _mm_setcsr((_mm_getcsr() & ~kFlushBits) | bits); };
+  set();
+#pragma omp parallel
+  set();
+}
+}  // namespace
+
+ScopedDenormals::ScopedDenormals(bool flush) : before_(_mm_getcsr() & kFlushBits) {
+  const unsigned want = flush ? kFlushBits : 0;
+  changed_ = want != before_;
+  if (changed_) set_flush_bits(want);
+}
+ScopedDenormals::~ScopedDenormals() {
+  if (changed_) set_flush_bits(before_);
+}
+bool flushes_denormals() { return (_mm_getcsr() & kFlushBits) == kFlushBits; }
 
 void check_threads(int threads) {
   const int cpus = usable_cpus();

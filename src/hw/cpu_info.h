@@ -50,6 +50,28 @@ class ScopedThreads {
  private:
   int before_, count_;
 };
+/// Denormal floats flushed to zero (x86's MXCSR FTZ and DAZ bits) on this thread and OpenMP's
+/// for this object's scope, then put back; threads started meanwhile (the loader's workers, a
+/// larger OpenMP team) inherit it from this thread. Arithmetic on denormals takes a microcode
+/// assist on Intel cores, about 100 cycles an instruction: `logreg` trained 11-13x slower over a
+/// full Fashion-MNIST epoch on an Intel Xeon with them kept (its saturated softmax's gradients
+/// go denormal; docs/benchmarks.md), at the same loss and accuracy to the digits printed.
+/// TensorFlow flushes them in its CPU threads too; PyTorch keeps them unless
+/// torch.set_flush_denormal(True). `train --keep-denormals` keeps them (flush = false).
+class ScopedDenormals {
+ public:
+  explicit ScopedDenormals(bool flush);
+  ~ScopedDenormals();
+  ScopedDenormals(const ScopedDenormals&) = delete;
+  ScopedDenormals& operator=(const ScopedDenormals&) = delete;
+
+ private:
+  unsigned before_ = 0;  // this thread's FTZ and DAZ bits
+  bool changed_ = false;
+};
+/// Whether this thread flushes denormals to zero (both FTZ and DAZ set).
+bool flushes_denormals();
+
 /// f32 lanes an FMA unit computes per cycle: the widest vector the ISA has, except that AMD's
 /// Zen 4 (family 0x19) executes AVX-512 on 256-bit units. Zen 5 (0x1A) and Intel's AVX-512 cores
 /// have 512-bit units.

@@ -290,6 +290,7 @@ json to_json(const TrainConfig& c) {
           {"data_on_device", c.data_on_device},
           {"layout", c.layout},
           {"deterministic", c.deterministic},
+          {"flush_denormals", c.flush_denormals},
           {"conv_workspace_mb", c.conv_workspace_mb},
           {"small_conv", c.small_conv},
           {"epochs", c.epochs},
@@ -737,6 +738,7 @@ TrainResult train(const TrainConfig& cfg) {
   const bool say = !cfg.quiet;
   const hw::ScopedThreads scoped_threads(cfg.threads);
   const int threads = scoped_threads.count();
+  const hw::ScopedDenormals denormals(cfg.flush_denormals);  // after the thread count: it sets that team's
   data::DataPair d = data::load_data(cfg.data);
   // Digits (and synthetic data) are never flipped: there, flips-only augmentation would do nothing.
   check(!cfg.augment || cfg.crop_pad > 0 || d.train.flip_ok,
@@ -768,6 +770,8 @@ TrainResult train(const TrainConfig& cfg) {
                                     d.train.classes, cfg.batch);
   if (const int gpu = cuda::resolve_device(cfg.device); gpu >= 0) {  // throws when the device cannot be used
 #ifdef DLPERF_HAVE_CUDA
+    check(cfg.flush_denormals, "--keep-denormals sets how the CPU's threads compute, and this run is on a GPU",
+          "drop --keep-denormals, or train on the CPU (--device cpu)");
     return detail::train_on_gpu(cfg, gpu, std::move(d), std::move(graph), std::move(notes));
 #endif
   }

@@ -43,6 +43,7 @@ struct TrainConfig {
   int64_t crop_pad = 2;      ///< with augment: pixels of padding for the random crop; 0 = flips only
   int workers = 1;
   int threads = 0;            ///< 0 = all cores this process may use
+  bool flush_denormals = true;  ///< CPU threads flush denormal floats to zero (hw::ScopedDenormals); --keep-denormals: false
   uint64_t seed = 42;
   int64_t train_limit = 0;    ///< use only the first N training images (0 = all)
   int64_t test_limit = 0;
