@@ -1072,6 +1072,13 @@ TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
   if (threads.size() == 2) {
     EXPECT_EQ(threads[1].run, "small b32 w1 2 threads");
   }
+  // A run that kept its denormals says so: the plan does not model arithmetic on them.
+  rec["config"]["threads_used"] = 1;
+  rec["config"]["flush_denormals"] = false;
+  std::ofstream(dir.path / "g.json") << rec.dump();
+  const auto kept = plan::compare_with_records({(dir.path / "g.json").string()}, plan::host_ceilings(1), skipped);
+  ASSERT_EQ(kept.size(), 1u);
+  EXPECT_EQ(kept[0].run, "small b32 w1 kept denormals");
 }
 
 // A CPU run is predicted with the ceilings of the threads it trained on, and a run from another

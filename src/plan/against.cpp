@@ -263,6 +263,8 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     }
     if (precision != "fp32") cmp.run += " " + precision;
     if (cfg.value("augment", false)) cmp.run += " aug";  // its batches fill slower (EngineModel)
+    // Arithmetic on denormals (--keep-denormals) can take 100x an instruction: not in the plan.
+    if (!cfg.value("flush_denormals", true)) cmp.run += " kept denormals";
     cmp.run += tag;
     // With the ceilings of the threads it trained on: a --threads 1 run has half the cores' peak.
     const int threads = cfg.value("threads_used", json()).is_number_integer() ? cfg["threads_used"].get<int>() : c.threads;
