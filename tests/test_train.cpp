@@ -570,6 +570,34 @@ TEST(Train, AThreadCountIsTheRunsOwn) {
   EXPECT_EQ(train::train(c).record["config"]["threads_used"], all);
 }
 
+// A loss that climbs over an epoch is said after the run, with an lr to try: the linear scaling
+// rule's below batch 64 (the default lr's batch), half above. A loss that only falls, or wobbles
+// within 1.5x, gets no note.
+TEST(Train, ARisingLossSaysTheLearningRateMayBeTooHigh) {
+  auto epochs_with = [](std::vector<double> losses) {
+    std::vector<train::EpochStats> out;
+    for (size_t i = 0; i < losses.size(); ++i) {
+      train::EpochStats e;
+      e.epoch = int64_t(i) + 1;
+      e.train_loss = losses[i];
+      out.push_back(e);
+    }
+    return out;
+  };
+  train::TrainConfig c;
+  c.batch = 16;
+  c.lr = 0.1;
+  const std::string note = train::detail::loss_rise_note(c, epochs_with({0.86, 2.21, 2.18, 1.50, 0.58}));
+  EXPECT_NE(note.find("from 0.86 (epoch 1) to 2.21 (epoch 2), 2.6x"), std::string::npos) << note;
+  EXPECT_NE(note.find("try --lr 0.025"), std::string::npos) << note;
+  c.batch = 256;
+  EXPECT_NE(train::detail::loss_rise_note(c, epochs_with({0.5, 0.4, 0.9})).find("from 0.4 (epoch 2) to 0.9 (epoch 3)"), std::string::npos);
+  EXPECT_NE(train::detail::loss_rise_note(c, epochs_with({0.5, 0.4, 0.9})).find("try --lr 0.05"), std::string::npos);
+  EXPECT_EQ(train::detail::loss_rise_note(c, epochs_with({0.9, 0.6, 0.5, 0.7})), "") << "within 1.5x of the lowest";
+  EXPECT_EQ(train::detail::loss_rise_note(c, epochs_with({0.9})), "");
+  EXPECT_EQ(train::detail::loss_rise_note(c, {}), "");
+}
+
 // A run flushes denormals to zero in its compute threads unless --keep-denormals, says which in
 // its record, and leaves the process as it found it (hw::ScopedDenormals; test_hw.cpp checks
 // the threads).

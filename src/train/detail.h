@@ -100,6 +100,10 @@ std::string recipe_text(const TrainConfig& cfg, const data::Dataset& train);
 /// "resumed from DIR/checkpoint.dlperf after epoch 3", what is left of --epochs, and a note naming
 /// the settings that differ from the checkpoint's run (`checkpoint_config`).
 std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const nlohmann::json& checkpoint_config = nlohmann::json::object());
+/// A note where an epoch's training loss rose to more than 1.5x the lowest before it (the `mlp`
+/// at batch 16 and lr 0.1: 0.86 in epoch 1, 2.21 in epoch 2), which a learning rate too high for
+/// the batch size does; with the lr to try. Empty where the loss never rose so.
+std::string loss_rise_note(const TrainConfig& cfg, const std::vector<EpochStats>& epochs);
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.
 std::string final_accuracy(const nlohmann::json& summary);
 /// The epochs both trainers run from `start_epoch` (`Run`, `GpuRun`): each one's row on the

@@ -651,6 +651,7 @@ struct GpuRun {
                   counted((long long)result.epochs.size(), "epoch").c_str(), format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
                   final_accuracy(s).c_str(), format_bytes(s["peak_bytes"].get<double>()).c_str());
       print_host_load_note(s);
+      if (const std::string rose = loss_rise_note(cfg, result.epochs); !rose.empty()) std::printf("note: %s\n", rose.c_str());
     }
   }
 };

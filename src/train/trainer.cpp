@@ -137,6 +137,24 @@ Diverged diverged_run(const TrainConfig& cfg, double loss, const std::string& wh
   return Diverged(fmt::format("the loss became {} {}", value, when), hint);
 }
 
+std::string loss_rise_note(const TrainConfig& cfg, const std::vector<EpochStats>& epochs) {
+  constexpr double kRise = 1.5;
+  for (size_t e = 1; e < epochs.size(); ++e) {
+    size_t low = 0;  // the lowest loss before epoch e
+    for (size_t k = 1; k < e; ++k)
+      if (epochs[k].train_loss < epochs[low].train_loss) low = k;
+    const double from = epochs[low].train_loss, to = epochs[e].train_loss;
+    if (!(from > 0) || !(to > kRise * from)) continue;
+    // The default lr (0.1) suits batch 64: below it, the linear scaling rule's share; else half.
+    const double lower = cfg.batch < 64 ? cfg.lr * double(cfg.batch) / 64 : cfg.lr / 2;
+    return fmt::format("the training loss rose from {:.4g} (epoch {}) to {:.4g} (epoch {}), {:.1f}x: the learning rate may be too "
+                       "high for batch {} (peak lr {:g}); try --lr {:g}{}",
+                       from, epochs[low].epoch, to, epochs[e].epoch, to / from, cfg.batch, cfg.lr, lower,
+                       cfg.batch < 64 ? " (the linear scaling rule from lr 0.1 at batch 64)" : "");
+  }
+  return "";
+}
+
 std::string final_accuracy(const json& summary) {
   const json& acc = summary.at("final_test_acc");
   if (acc.is_null()) return "test accuracy not measured after the last epoch run (dlperf profile stops after its recorded steps)";
@@ -834,6 +852,7 @@ TrainResult train(const TrainConfig& cfg) {
                 counted((long long)result.epochs.size(), "epoch").c_str(), format_seconds(s["train_s"].get<double>()).c_str(), s["images_per_s"].get<double>(),
                 final_accuracy(s).c_str(), format_bytes(s["peak_bytes"]).c_str(), format_bytes(s["max_rss_bytes"]).c_str());
     print_host_load_note(s);
+    if (const std::string rose = loss_rise_note(cfg, result.epochs); !rose.empty()) std::printf("note: %s\n", rose.c_str());
   }
   if (cfg.layer_times && stopped_in == 0) layer_times(run.net, threads, result.record, say);
   if (cfg.profile && (stopped_in == 0 || run.profiled())) {
