@@ -53,7 +53,7 @@ class ScopedThreads {
 /// Denormal floats flushed to zero (x86's MXCSR FTZ and DAZ bits) on this thread and OpenMP's
 /// for this object's scope, then put back; threads started meanwhile (the loader's workers, a
 /// larger OpenMP team) inherit it from this thread. Arithmetic on denormals takes a microcode
-/// assist on Intel cores, about 100 cycles an instruction: `logreg` trained 11-13x slower over a
+/// assist on Intel cores, about 100 cycles an instruction: `logreg` trained up to 14x slower over a
 /// full Fashion-MNIST epoch on an Intel Xeon with them kept (its saturated softmax's gradients
 /// go denormal; docs/benchmarks.md), at the same loss and accuracy to the digits printed.
 /// TensorFlow flushes them in its CPU threads too; PyTorch keeps them unless

@@ -16,19 +16,17 @@
 // once per process and keeps oneDNN's unless it is clearly slower (max_pool_16c_choice). Where
 // it runs, it also takes a bf16 network's nChw16c pooling (2x2 windows at stride 2): oneDNN's bf16
 // kernel was as slow there (medium at batch 64 in bf16: 4.5 ms of pooling a step against 0.8).
-#include <immintrin.h>
-
 #include <fmt/format.h>
-#include <omp.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <mutex>
-#include <optional>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <mutex>
+#include <optional>
 #include <string_view>
 #include <tuple>
 
