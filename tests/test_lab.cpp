@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/runtime.h"
 #include "core/interrupt.h"
 #include "core/version.h"
@@ -83,6 +84,11 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   const json j = json::parse(slurp(dir.path / "lab.json"));
   ASSERT_EQ(j["experiments"].size(), 6u);
   const std::string readme = slurp(dir.path / "README.md");
+  // Where the runs max-pooled AVX-512's blocks, the machine section says which code did (timed).
+  if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) {
+    EXPECT_EQ(j["machine"]["cpu_max_pool_nChw16c"], c->why);
+    EXPECT_NE(readme.find("- **CPU max pooling (nChw16c):** " + c->why), std::string::npos);
+  }
   for (size_t i = 0; i < exps.size(); ++i) {
     const auto& e = exps[i];
     SCOPED_TRACE(e.name);

@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/runtime.h"
 #include "bench/loader_bench.h"
 #include "bench/ops_bench.h"
@@ -767,6 +768,8 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   if (const std::vector<std::string> records = runner.record_paths(); !records.empty()) finish(prediction(records));
   json machine = hw::machine_json();
   machine["gpu"] = gpu_json();
+  // Which code max-pooled AVX-512's blocks in these runs, where one did: timed, so said.
+  if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) machine["cpu_max_pool_nChw16c"] = c->why;
   const double seconds = now_s() - t0;
   try {
     write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check(), "", true});

@@ -167,13 +167,16 @@ std::string gpu_text(const json& g) {
 
 std::string machine_text(const json& m) {
   const json& c = m["cpu"];
+  const std::string pooling = m.contains("cpu_max_pool_nChw16c")
+                                  ? fmt::format("- **CPU max pooling (nChw16c):** {}\n", m["cpu_max_pool_nChw16c"].get<std::string>())
+                                  : "";
   return fmt::format(
       "- **CPU:** {} ({} cores usable, {}, {}, {:.2f} GHz reported)\n- **Memory:** {:.1f} GB\n- **OS:** {}\n"
       "- **GPU:** {}\n- **Software:** dlperf {} (commit {}), oneDNN {}\n",
       c.value("model", "?"), c.value("cores", 0), c.value("isa", "?"), c.value("caches", "?"), c.value("ghz", 0.0),
       c.value("memory_gb", 0.0), m.value("os", "?"),
       gpu_text(m["gpu"]),
-      m.value("dlperf", "?"), m.value("dlperf_commit", "unknown"), m.value("onednn", "?"));
+      m.value("dlperf", "?"), m.value("dlperf_commit", "unknown"), m.value("onednn", "?")) + pooling;
 }
 
 // "20000 training and 5000 test images, 1 epoch", from the first measured row.
