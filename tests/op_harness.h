@@ -64,6 +64,7 @@ struct CpuRun {
   std::vector<std::vector<float>> dparams;  ///< per parameter
   std::vector<cpu::dt> in_types;            ///< the data type the op asked for per input
   cpu::dt y_type = cpu::dt::undef;          ///< the data type it wrote
+  std::string algorithm;                    ///< cpu::Op::algorithm(): "winograd" for a conv that ran so
 };
 
 /// How run_cpu runs the op.
@@ -107,6 +108,7 @@ inline CpuRun run_cpu(ops::OpKind kind, const ops::OpAttrs& a, const std::vector
   CpuRun r;
   r.y = cpu::to_plain(op->output_md(), y_dims, y);
   r.y_type = op->output_md().data_type();
+  r.algorithm = op->algorithm();
   for (size_t i = 0; i < inputs.size(); ++i) r.in_types.push_back(op->input_md(int(i)).data_type());
   if (dy.empty()) return r;
   cpu::Mem dym = to_layout(op->output_md(), y_dims, dy);

@@ -189,6 +189,24 @@ TEST(Network, F32CopiesResidualCnnMatchesReferenceGraph) {
   check_network(residual_cnn(), {1, 12, 12}, 3, "f32-copies");
 }
 
+// Convolutions run as Winograd (forced here where oneDNN has the kernel, which the rule keeps
+// for larger shapes) train the graph the reference does: residual_cnn with 16-channel maps.
+TEST(Network, WinogradResidualCnnMatchesReferenceGraph) {
+  json spec = residual_cnn();
+  for (json& layer : spec["layers"])
+    if (layer.value("out_channels", json()) == 8) layer["out_channels"] = 16;
+  cpu::for_tests_conv_winograd(true);
+  check_network(spec, {3, 12, 12}, 4);
+  const cpu::Network net(nn::build_graph(nn::parse_model_spec(spec, "test"), {3, 12, 12}, 10, 4), 1);
+  // `down` has stride 2, which the kernel does not take (the 3-channel stem it takes, padded to 16).
+  const bool kernel_here = hw::cpu_info().isa.rfind("avx512", 0) == 0;
+  const std::vector<std::string> winograd = {"stem", "c1"};
+  EXPECT_EQ(net.winograd_layers(), kernel_here ? winograd : std::vector<std::string>{});
+  cpu::for_tests_conv_winograd(false);
+  EXPECT_TRUE(cpu::Network(net.graph(), 1).winograd_layers().empty());
+  cpu::for_tests_conv_winograd(std::nullopt);
+}
+
 // Weights after `steps` SGD steps on fixed random batches, as plain floats by parameter name.
 std::map<std::string, std::vector<float>> weights_after_training(const std::string& precision, int steps) {
   const auto graph = nn::build_graph(nn::parse_model_spec(residual_cnn(), "test"), {3, 12, 12}, 10, 8);

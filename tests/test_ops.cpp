@@ -79,6 +79,88 @@ TEST(Conv2dTest, SkipsDataGradientWhenNotNeeded) {
   EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
 }
 
+// 3x3 convolutions may run as Winograd (oneDNN's F(4x4, 3x3) kernel on AVX-512 CPUs; elsewhere
+// the conv falls back to direct): forced here on shapes the rule would leave direct, odd sizes,
+// partial tiles, no padding, a batch of one, and a plain input that oneDNN's kernel cannot read.
+TEST(Conv2dTest, WinogradMatchesReferenceForwardAndBackward) {
+  const bool kernel_here = hw::cpu_info().isa.rfind("avx512", 0) == 0;
+  cpu::for_tests_conv_winograd(true);
+  const std::vector<ConvCase> cases = {{{2, 32, 8, 8}, conv_attrs(32, 3, 1, 1, true)},
+                                       {{3, 16, 7, 9}, conv_attrs(48, 3, 1, 1, false)},
+                                       {{1, 64, 4, 4}, conv_attrs(32, 3, 1, 1, true)},
+                                       {{2, 16, 10, 6}, conv_attrs(16, 3, 1, 0, true)}};
+  for (const auto& [xd, a] : cases) {
+    SCOPED_TRACE(::testing::PrintToString(ConvCase{xd, a}));
+    const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel};
+    const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
+    Vec x = random_vec(size_t(numel(xd)), 11), w = random_vec(size_t(numel(wd)), 12, -0.5, 0.5);
+    Vec b = a.bias ? random_vec(size_t(a.out_channels), 13) : Vec{};
+    Vec dy = random_vec(size_t(numel(yd)), 14);
+    std::vector<Vec> params{w};
+    if (a.bias) params.push_back(b);
+    for (const bool blocked : {true, false}) {  // the layout the network hands over, and a plain one
+      const auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy, {.input_layout = blocked ? cpu::tag::nChw16c : cpu::tag::nchw});
+      EXPECT_EQ(r.algorithm, kernel_here ? "winograd" : "direct") << (blocked ? "nChw16c input" : "nchw input");
+      Vec dx, dw, db;
+      ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+      EXPECT_LT(rel_err(r.y, ref::conv2d_forward(x, xd, w, b, a)), kF32Tol);
+      EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
+      EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
+      if (a.bias) {
+        EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
+      }
+    }
+  }
+  cpu::for_tests_conv_winograd(std::nullopt);
+}
+
+// Which convolutions run as Winograd: those the rule says pay (winograd.cpp's sweep), on a CPU
+// where it timed clearly faster than direct, in fp32 only, or as the variable says.
+TEST(Conv2dTest, WinogradIsChosenByShapeAndTiming) {
+  const OpAttrs three = conv_attrs(64, 3, 1, 1, false);
+  EXPECT_TRUE(cpu::winograd_pays(three, {64, 32, 14, 14})) << "medium's conv2 at batch 64: 1.28x faster";
+  EXPECT_FALSE(cpu::winograd_pays(three, {16, 32, 14, 14})) << "at batch 16: 0.88x";
+  EXPECT_TRUE(cpu::winograd_pays(conv_attrs(128, 3, 1, 1, false), {64, 64, 7, 7})) << "medium's conv3 at 64: 1.37x";
+  EXPECT_FALSE(cpu::winograd_pays(conv_attrs(128, 3, 1, 1, false), {16, 64, 7, 7})) << "at 16: 0.85x";
+  EXPECT_TRUE(cpu::winograd_pays(conv_attrs(512, 3, 1, 1, false), {64, 512, 4, 4})) << "1.73x";
+  EXPECT_FALSE(cpu::winograd_pays(conv_attrs(512, 3, 1, 1, false), {16, 512, 4, 4})) << "0.74x";
+  EXPECT_FALSE(cpu::winograd_pays(conv_attrs(32, 3, 1, 1, false), {256, 16, 16, 16})) << "16 channels in: never clearly faster";
+  EXPECT_FALSE(cpu::winograd_pays(conv_attrs(64, 3, 2, 1, false), {64, 64, 28, 28})) << "stride 2";
+  EXPECT_FALSE(cpu::winograd_pays(conv_attrs(64, 1, 1, 0, false), {64, 64, 28, 28})) << "1x1";
+  EXPECT_FALSE(cpu::winograd_pays(conv_attrs(40, 3, 1, 1, false), {64, 64, 28, 28})) << "not in blocks of 16";
+
+  int timed = 0;
+  auto ratio = [&timed](double r) {
+    return [&timed, r] {
+      ++timed;
+      return r;
+    };
+  };
+  const cpu::WinogradChoice fast = cpu::choose_winograd("auto", ratio(2.2));
+  EXPECT_TRUE(fast.on);
+  EXPECT_NE(fast.why.find("2.20x"), std::string::npos) << fast.why;
+  EXPECT_FALSE(cpu::choose_winograd("auto", ratio(1.2)).on) << "close: direct stays";
+  EXPECT_FALSE(cpu::choose_winograd("auto", ratio(0)).on) << "no Winograd kernel on this CPU";
+  EXPECT_FALSE(cpu::choose_winograd("on", ratio(0)).on) << "nor when asked for";
+  EXPECT_TRUE(cpu::choose_winograd("on", ratio(1.1)).on);
+  EXPECT_EQ(timed, 5);
+  EXPECT_FALSE(cpu::choose_winograd("off", ratio(2.2)).on);
+  EXPECT_EQ(timed, 5) << "not timed when turned off";
+  EXPECT_THROW(cpu::choose_winograd("fast", ratio(2.2)), Error);
+
+  // This machine's choice, timed for real once per process.
+  const cpu::WinogradChoice& here = cpu::winograd_choice();
+  EXPECT_EQ(cpu::winograd_choice_if_made(), &here);
+  EXPECT_FALSE(here.why.empty());
+  const bool kernel_here = hw::cpu_info().isa.rfind("avx512", 0) == 0;
+  if (!std::getenv("DLPERF_CPU_WINOGRAD")) {
+    EXPECT_EQ(here.direct_over_winograd > 0, kernel_here) << here.why;
+  }
+  EXPECT_EQ(cpu::conv_runs_winograd(three, {64, 32, 14, 14}, cpu::Compute::fp32), here.on);
+  EXPECT_FALSE(cpu::conv_runs_winograd(three, {64, 32, 14, 14}, cpu::Compute::bf16)) << "oneDNN's Winograd is fp32 only";
+  std::printf("[ info ] 3x3 convolutions here: %s\n", here.why.c_str());
+}
+
 TEST(RefGradients, Conv2dFiniteDifferences) {
   const Dims xd = {2, 2, 5, 5};
   auto a = conv_attrs(3, 3, 2, 1, true);

@@ -131,6 +131,9 @@ class Op {
   std::vector<std::unique_ptr<Param>>& params() { return params_; }
   /// Persistent non-learnable state saved in checkpoints (batchnorm running statistics).
   virtual std::vector<std::pair<std::string, Mem*>> buffers() { return {}; }
+  /// Where an op has more than one way to compute, the one it runs ("winograd" for a conv that
+  /// runs so); empty otherwise.
+  virtual std::string algorithm() const { return {}; }
 
  protected:
   Param& add_param(std::string name, Dims dims, const md& layout, Init init, int64_t fan_in);

@@ -6,6 +6,8 @@
 // needs has a non-reference kernel. Backward-data may want its weights blocked differently from
 // forward; then the weights are reordered for it each step (they are small).
 //
+// Algorithm: direct, or Winograd for the 3x3 convolutions where it pays on this CPU (winograd.cpp).
+//
 // bf16 (Compute::bf16, CPUs with AVX512-BF16): conv2d is one of the ops PyTorch's CPU autocast
 // runs in bf16. Each pass reads a bf16 input, bf16 weights and a bf16 output gradient and
 // accumulates in fp32; it writes its output and its input's gradient in bf16, as autocast hands
@@ -45,27 +47,27 @@ struct ConvSetup {
   bool need_dx, copies;
   dt low;       ///< what the passes read: f32, or bf16 (the copies' type)
   dt out_type;  ///< what the output (and so its gradient) is stored in
+  bool winograd;  ///< try Winograd first (winograd.cpp), direct where oneDNN turns it down
 
   ConvSetup(const ops::OpAttrs& a, const Dims& in, const OpOptions& o)
       : x(in), y(ops::infer_shape(ops::OpKind::conv2d, a, {in})), w({a.out_channels, in[1], a.kernel, a.kernel}),
         strides({a.stride, a.stride}), pad({a.padding, a.padding}),
         bias(a.bias ? md({a.out_channels}, dt::f32, tag::a) : md()), need_dx(o.need_dx), copies(makes_copies(o.compute)),
-        low(copy_type(o.compute)), out_type(o.fp32_output ? dt::f32 : low) {}
+        low(copy_type(o.compute)), out_type(o.fp32_output ? dt::f32 : low), winograd(conv_runs_winograd(a, in, o.compute)) {}
 
   // The passes for this (src, dst) layout pair. With copies they read bf16 weights and output
   // gradients (the output's layout), and backward-weights writes fp32 weight gradients.
-  ConvPasses passes(const md& src, const md& dst) const {
+  ConvPasses passes(const md& src, const md& dst, algorithm alg = algorithm::convolution_direct) const {
     ConvPasses p;
     const md aw = any_md(w), aw_low = with_type(aw, low);
-    auto fd = convolution_forward::desc(prop_kind::forward_training, algorithm::convolution_direct, src, aw_low, bias, dst,
-                                        strides, pad, pad);
+    auto fd = convolution_forward::desc(prop_kind::forward_training, alg, src, aw_low, bias, dst, strides, pad, pad);
     p.fwd = convolution_forward::primitive_desc(fd, default_attr(), engine());
     const md dy = with_type(p.fwd.dst_desc(), low);
-    auto wd = convolution_backward_weights::desc(algorithm::convolution_direct, p.fwd.src_desc(), aw, bias, dy, strides, pad, pad);
+    auto wd = convolution_backward_weights::desc(alg, p.fwd.src_desc(), aw, bias, dy, strides, pad, pad);
     p.bww = convolution_backward_weights::primitive_desc(wd, default_attr(), engine(), p.fwd);
     p.fast = !is_ref(p.fwd) && !is_ref(p.bww);
     if (need_dx) {
-      auto dd = convolution_backward_data::desc(algorithm::convolution_direct, p.fwd.src_desc(), aw_low, dy, strides, pad, pad);
+      auto dd = convolution_backward_data::desc(alg, p.fwd.src_desc(), aw_low, dy, strides, pad, pad);
       p.bwd = convolution_backward_data::primitive_desc(dd, default_attr(), engine(), p.fwd);
       p.fast = p.fast && !is_ref(p.bwd);
     }
@@ -90,11 +92,16 @@ struct ConvSetup {
                                            {with(x, tag::nChw16c, low), with(y, tag::nChw16c, out_type)},
                                            {with(x, tag::nhwc, low), with(y, tag::nhwc, out_type)}});
     }
-    for (const auto& [src, dst] : candidates) {
-      try {
-        ConvPasses p = passes(src, dst);
-        if (p.fast) return p;
-      } catch (const dnnl::error&) {
+    // Winograd on the first pair it takes (its kernel reads and writes nChw16c), else direct.
+    const auto algorithms = winograd ? std::vector{algorithm::convolution_winograd, algorithm::convolution_direct}
+                                     : std::vector{algorithm::convolution_direct};
+    for (const algorithm alg : algorithms) {
+      for (const auto& [src, dst] : candidates) {
+        try {
+          ConvPasses p = passes(src, dst, alg);
+          if (p.fast) return p;
+        } catch (const dnnl::error&) {
+        }
       }
     }
     return passes(with_type(ax, low), ay);
@@ -108,6 +115,7 @@ class Conv2d final : public Op {
     const ConvSetup setup(a, x, o);
     const ConvPasses p = setup.search(producer);
     fwd_pd_ = p.fwd;
+    winograd_ = std::strstr(p.fwd.impl_info_str(), "wino") != nullptr;
     fwd_ = Prim::of<convolution_forward>(p.fwd);
     bwd_weights_ = Prim::of<convolution_backward_weights>(p.bww);
     if (need_dx_) bwd_data_ = Prim::of<convolution_backward_data>(p.bwd);
@@ -123,6 +131,7 @@ class Conv2d final : public Op {
 
   md input_md(int) const override { return fwd_pd_.src_desc(); }
   md output_md() const override { return fwd_pd_.dst_desc(); }
+  std::string algorithm() const override { return winograd_ ? "winograd" : "direct"; }
 
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
     if (!w_fwd_.empty()) reorder(params_[0]->value.mem, w_fwd_.mem);
@@ -153,6 +162,7 @@ class Conv2d final : public Op {
   const Mem& weights() const { return w_fwd_.empty() ? params_[0]->value : w_fwd_; }
 
   bool need_dx_;
+  bool winograd_ = false;  ///< oneDNN took the Winograd kernel (jit_wino_4x3)
   convolution_forward::primitive_desc fwd_pd_;
   Prim fwd_, bwd_data_, bwd_weights_;
   Mem dw_tmp_, w_bwd_;

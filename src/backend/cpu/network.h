@@ -50,6 +50,8 @@ class Network {
   std::vector<std::pair<std::string, Mem*>> buffers();
   /// The name of the node that runs node i ("bn1+relu1" when fused), empty if fused away.
   std::string step_name(int node) const;
+  /// The convolutions that run as Winograd (cpu::conv_runs_winograd), by name, in graph order.
+  std::vector<std::string> winograd_layers() const;
 
   void set_timing(bool on) { timing_ = on; }
   const std::vector<NodeTime>& node_times() const { return times_; }

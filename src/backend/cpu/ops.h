@@ -74,6 +74,32 @@ MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built
 /// the choice, or (nullopt) as it says again. Throws for true in a build without AVX-512.
 void for_tests_run_max_pool_16c(std::optional<bool> own);
 
+/// Whether 3x3 convolutions may run as Winograd (oneDNN's F(4x4, 3x3) kernel on AVX-512, fp32;
+/// winograd.cpp says why and when it pays). The direct and Winograd kernels are timed once per
+/// process, or DLPERF_CPU_WINOGRAD=on|off says. Run records keep `why`.
+struct WinogradChoice {
+  bool on = false;                  ///< convs that winograd_pays run as Winograd
+  std::string why;                  ///< "Winograd for 3x3 convolutions large enough (the direct kernel timed 2.20x ...)"
+  double direct_over_winograd = 0;  ///< the timed ratio; 0 = not timed, or no Winograd kernel here
+};
+/// Made on the first call (about 20 ms of timing), then the same for the process. Throws Error
+/// for a DLPERF_CPU_WINOGRAD that is none of auto, on and off.
+const WinogradChoice& winograd_choice();
+/// The choice if a network or a plan has made it already (it had a conv that could use it), else null.
+const WinogradChoice* winograd_choice_if_made();
+/// How the choice is made: `asked` is DLPERF_CPU_WINOGRAD's value ("auto" when unset), and
+/// `direct_over_winograd` times the two kernels (0 where oneDNN has no Winograd one).
+WinogradChoice choose_winograd(std::string_view asked, const std::function<double()>& direct_over_winograd);
+/// The rule, by shape: a 3x3 stride-1 conv of 16-channel blocks, at least 32 channels in and out,
+/// whose output fills enough 4x4 tiles (64 from 64 input channels on, else 256). `x` is its input.
+bool winograd_pays(const ops::OpAttrs& a, const Dims& x);
+/// Whether the conv runs as Winograd: fp32, the choice on and the rule met (or the tests' say).
+/// Where oneDNN turns a layout down, the conv falls back to direct (conv2d.cpp).
+bool conv_runs_winograd(const ops::OpAttrs& a, const Dims& x, Compute compute);
+/// Tests only: every 3x3 stride-1 conv as Winograd where oneDNN can (true), none (false), or (nullopt)
+/// as the rule and the choice say again.
+void for_tests_conv_winograd(std::optional<bool> every);
+
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);
 

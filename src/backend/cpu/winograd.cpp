@@ -1,0 +1,151 @@
+// Which 3x3 convolutions run as Winograd: oneDNN's F(4x4, 3x3) kernel (jit_wino_4x3, AVX-512,
+// fp32), which computes a 4x4 tile of outputs from a 6x6 tile of inputs with 36 multiplies per
+// channel pair where the direct convolution does 144: it moves work from the FMA units into
+// transforms that stream memory, and pays off where the transformed tiles make long enough
+// GEMMs. The numbers behind the rule below (a oneDNN-only sweep on the Intel Xeon VM, family 6
+// model 207, 2 threads, 2026-11-28; forward + backward-weights + backward-data, median of 7;
+// scripts/winograd_sweep/, whose fit.py checks the rule on a sweep of another CPU):
+//
+//   64->64 on 28x28:    batch 1 1.45x faster, 4 2.24x, 16 1.89x, 64 2.45x, 256 2.57x
+//   32->64 on 14x14:    batch 4 0.92x, 16 0.88x, 64 1.28x, 256 1.31x
+//   64->128 on 7x7:     batch 4 0.53x, 16 0.85x, 64 1.37x, 256 1.33x
+//   512->512 on 4x4:    batch 4 0.31x, 16 0.74x, 64 1.73x, 256 1.95x
+//   16->32, 16->16:     0.36-1.09x at every batch
+//
+// Over 80 (shape, batch) points the rule picked the faster code in all but 5, which lost 2.7 ms
+// of 1,169 (0.2%). Its error against float64 was 1-3e-6 of the largest output, where the direct
+// kernel's is 3e-7: well inside fp32 training's tolerance (and cuDNN runs Winograd on GPUs).
+// oneDNN's own convolution_auto took Winograd for every one of those shapes, batch 1 included,
+// hence a rule of dlperf's. On other CPUs the balance may differ, so the engine times both codes
+// once per process (winograd_choice) and uses Winograd only where it is clearly faster.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <limits>
+#include <mutex>
+
+#include "backend/cpu/ops.h"
+#include "core/error.h"
+
+namespace dlperf::cpu {
+
+bool winograd_pays(const ops::OpAttrs& a, const Dims& x) {
+  if (x.size() != 4 || a.kernel != 3 || a.stride != 1 || a.padding > 1) return false;
+  const int64_t ic = x[1], oc = a.out_channels;
+  if (ic % 16 != 0 || oc % 16 != 0 || ic < 32 || oc < 32) return false;  // oneDNN's kernel: 16-channel blocks
+  const int64_t oh = x[2] + 2 * a.padding - 2, ow = x[3] + 2 * a.padding - 2;
+  // Output tiles of 4x4 the outputs fill, which set the length of the transformed GEMMs.
+  const double tiles = double(x[0] * oh * ow) / 16;
+  return tiles >= (ic >= 64 ? 64 : 256);
+}
+
+namespace {
+using namespace dnnl;
+
+std::optional<bool> forced;  // for_tests_conv_winograd
+
+// The one choice of the process (winograd_choice), and whether it was made yet.
+std::once_flag choice_once;
+WinogradChoice the_choice;
+std::atomic<bool> choice_made{false};
+
+// A convolution's three training passes, ready to run with `alg` on 4 images of 64 channels at
+// 28x28 (a `large` layer at batch 4, where Winograd timed 2.2x faster on the Xeon) in buffers of
+// their own, untracked, seen by no profiler. Throws dnnl::error where oneDNN has no such kernel
+// (Winograd on a CPU without AVX-512).
+struct ConvPassesToTime {
+  convolution_forward fwd;
+  convolution_backward_weights bww;
+  convolution_backward_data bwd;
+  memory src, wei, dst, dw, w_bwd, dx;
+
+  explicit ConvPassesToTime(algorithm alg) {
+    const memory::dims x = {4, 64, 28, 28}, w = {64, 64, 3, 3}, one = {1, 1};
+    const md ax(x, dt::f32, tag::any), aw(w, dt::f32, tag::any);
+    const auto fwd_pd = convolution_forward::primitive_desc(
+        convolution_forward::desc(prop_kind::forward_training, alg, ax, aw, ax, one, one, one), engine());
+    const auto bww_pd = convolution_backward_weights::primitive_desc(
+        convolution_backward_weights::desc(alg, fwd_pd.src_desc(), aw, fwd_pd.dst_desc(), one, one, one), engine(), fwd_pd);
+    const auto bwd_pd = convolution_backward_data::primitive_desc(
+        convolution_backward_data::desc(alg, fwd_pd.src_desc(), aw, fwd_pd.dst_desc(), one, one, one), engine(), fwd_pd);
+    fwd = convolution_forward(fwd_pd), bww = convolution_backward_weights(bww_pd), bwd = convolution_backward_data(bwd_pd);
+    src = memory(fwd_pd.src_desc(), engine()), wei = memory(fwd_pd.weights_desc(), engine());
+    dst = memory(fwd_pd.dst_desc(), engine()), dw = memory(bww_pd.diff_weights_desc(), engine());
+    w_bwd = memory(bwd_pd.weights_desc(), engine()), dx = memory(bwd_pd.diff_src_desc(), engine());
+    for (const memory* m : {&src, &wei, &dst, &w_bwd}) {
+      float* p = static_cast<float*>(m->get_data_handle());
+      for (size_t i = 0; i < floats_in(m->get_desc()); ++i) p[i] = float(i % 17) * 0.01f - 0.08f;
+    }
+  }
+  double seconds() {
+    const auto t0 = std::chrono::steady_clock::now();
+    fwd.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
+    bww.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
+    bwd.execute(stream(), {{DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_WEIGHTS, w_bwd}, {DNNL_ARG_DIFF_SRC, dx}});
+    stream().wait();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+};
+
+// The direct kernel's time over Winograd's, the best of 9 each, alternating after a warm-up, so
+// that a moment of other work on the machine slows neither alone (about 50 ms on the Xeon).
+double time_direct_over_winograd() {
+  ConvPassesToTime winograd(algorithm::convolution_winograd), direct(algorithm::convolution_direct);
+  winograd.seconds(), direct.seconds();
+  double w = std::numeric_limits<double>::infinity(), d = w;
+  for (int r = 0; r < 9; ++r) w = std::min(w, winograd.seconds()), d = std::min(d, direct.seconds());
+  return d / w;
+}
+}  // namespace
+
+WinogradChoice choose_winograd(std::string_view asked, const std::function<double()>& direct_over_winograd) {
+  if (asked == "off") return {false, "direct only (DLPERF_CPU_WINOGRAD=off)", 0};
+  if (asked != "auto" && asked != "on")
+    throw Error(fmt::format("DLPERF_CPU_WINOGRAD={} is not a choice: use auto, on or off (or unset it)", asked));
+  WinogradChoice c;
+  c.direct_over_winograd = direct_over_winograd();  // 0: oneDNN has no Winograd kernel here
+  if (c.direct_over_winograd == 0) {
+    c.why = "direct only (oneDNN 2.6 has a Winograd kernel for AVX-512 CPUs only)";
+  } else if (asked == "on") {
+    c.on = true;
+    c.why = "Winograd for 3x3 convolutions large enough (DLPERF_CPU_WINOGRAD=on)";
+  } else {
+    // Only where clearly faster, so that a machine where the two are close keeps one code from
+    // run to run.
+    c.on = c.direct_over_winograd > 1.3;
+    c.why = fmt::format("{} (the direct kernel timed {:.2f}x Winograd's on 64 channels at 28x28, batch 4; "
+                        "Winograd is taken above 1.3x)",
+                        c.on ? "Winograd for 3x3 convolutions large enough" : "direct only", c.direct_over_winograd);
+  }
+  return c;
+}
+
+const WinogradChoice& winograd_choice() {
+  std::call_once(choice_once, [] {
+    const char* env = std::getenv("DLPERF_CPU_WINOGRAD");
+    the_choice = choose_winograd(env ? env : "auto", [] {
+      try {
+        return time_direct_over_winograd();
+      } catch (const dnnl::error&) {
+        return 0.0;
+      }
+    });
+    choice_made = true;
+  });
+  return the_choice;
+}
+
+const WinogradChoice* winograd_choice_if_made() { return choice_made ? &the_choice : nullptr; }
+
+void for_tests_conv_winograd(std::optional<bool> every) { forced = every; }
+
+bool conv_runs_winograd(const ops::OpAttrs& a, const Dims& x, Compute compute) {
+  if (compute != Compute::fp32) return false;  // oneDNN 2.6's Winograd is fp32 only
+  if (forced) return *forced && a.kernel == 3 && a.stride == 1;
+  return winograd_pays(a, x) && winograd_choice().on;
+}
+
+}  // namespace dlperf::cpu
