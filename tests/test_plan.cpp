@@ -757,6 +757,42 @@ TEST(PlanStepTime, Bf16OnTheCpuMovesHalfTheBytesAndCountsItsConversions) {
   }
 }
 
+// Where the engine runs 3x3 convolutions as Winograd (CpuCeilings::winograd), a conv the rule
+// picks is its GEMMs: 2 x 36 x in x out FLOPs per 4x4 output tile and pass at the fitted share of
+// the peak; the others, bf16 runs and ceilings without it are planned as direct convolutions.
+TEST(PlanStepTime, WinogradConvolutionsArePlannedAsTheirGemms) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 350, c.l2_gbps = 190, c.l3_gbps = 50, c.dram_gbps = 24;
+  c.l2_bytes = 4e6, c.l3_bytes = 260e6, c.call_overhead_s = 2e-6;
+  plan::CpuCeilings w = c;
+  w.winograd = true;
+  const plan::EngineModel m = plan::engine_model("avx512");
+  for (const int64_t batch : {16, 64}) {
+    const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, batch);
+    const auto direct = plan::predict_step(g, nn::OptimizerConfig{}, c, m), winograd = plan::predict_step(g, nn::OptimizerConfig{}, w, m);
+    for (size_t i = 0; i < g.nodes.size(); ++i) {
+      const nn::Node& n = g.nodes[i];
+      SCOPED_TRACE(fmt::format("{} at batch {}", n.name, batch));
+      if (n.kind != ops::OpKind::conv2d || !cpu::winograd_pays(n.attrs, n.in_dims[0])) {
+        EXPECT_DOUBLE_EQ(winograd.layers[i].forward_s, direct.layers[i].forward_s);
+        EXPECT_DOUBLE_EQ(winograd.layers[i].backward_s, direct.layers[i].backward_s);
+        continue;
+      }
+      const double in = double(n.in_dims[0][1]), out = double(n.out_dims[1]);
+      const double tiles = double(batch) * std::ceil(double(n.out_dims[2]) / 4) * std::ceil(double(n.out_dims[3]) / 4);
+      const double efficiency = m.winograd_efficiency * in / (in + m.winograd_short_channels) * tiles / (tiles + m.winograd_few_tiles);
+      const double pass = 2 * 36 * in * out * tiles / (350e9 * efficiency) + c.call_overhead_s;
+      EXPECT_NEAR(winograd.layers[i].forward_s, pass, 1e-12);
+      EXPECT_NEAR(winograd.layers[i].backward_s, 2 * pass, 1e-12);
+    }
+    // medium's conv2 and conv3 pay at batch 64 and not at 16 (winograd.cpp's sweep).
+    EXPECT_EQ(winograd.step_s == direct.step_s, batch == 16);
+    const auto bf16 = plan::predict_step(g, nn::OptimizerConfig{}, plan::with_precision(w, "bf16"), m);
+    EXPECT_DOUBLE_EQ(bf16.step_s, plan::predict_step(g, nn::OptimizerConfig{}, plan::with_precision(c, "bf16"), m).step_s)
+        << "oneDNN's Winograd is fp32 only";
+  }
+}
+
 // Where 'dlperf bench all' has not run, the ceilings are measured (not counted from the clock the
 // OS reports, which a VM gives as its base clock), once per process; the machine profile wins
 // where it exists.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "backend/cpu/ops.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
 #include "bench/ops_bench.h"
@@ -87,6 +88,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.l3_bytes = double(cpu.l3_bytes);
   c.isa = cpu.isa;
   c.lanes_f32 = cpu.lanes_f32;
+  c.winograd = cpu::winograd_choice().on;
   bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
   c.source = measured.source();
   const bool from_profile = measured.f32_gflops > 0;
@@ -136,7 +138,7 @@ CpuCeilings with_precision(CpuCeilings c, const std::string& precision) {
 json to_json(const CpuCeilings& c) {
   return {{"peak_gflops", c.peak_gflops}, {"l1_gbps", c.l1_gbps},     {"l2_gbps", c.l2_gbps},
           {"l3_gbps", c.l3_gbps},         {"dram_gbps", c.dram_gbps}, {"call_overhead_us", c.call_overhead_s * 1e6},
-          {"source", c.source}};
+          {"winograd", c.winograd},       {"source", c.source}};
 }
 
 namespace {
@@ -154,6 +156,17 @@ double bandwidth_for(double bytes, const CpuCeilings& c, const EngineModel& m) {
 // A conv or linear pass is a GEMM whose outputs each sum over a reduction of length K; a short
 // reduction cannot keep the FMA units fed from registers. Efficiency = peak share x K / (K + k0).
 double gemm_efficiency(double k, const EngineModel& m) { return m.gemm_efficiency * k / (k + m.short_reduction); }
+
+// A pass of a Winograd convolution (EngineModel::winograd_efficiency): its GEMMs' FLOPs and the
+// efficiency they run at; the bytes are the direct pass's.
+struct WinogradPass {
+  double flops = 0, efficiency = 0;
+};
+WinogradPass winograd_pass(const nn::Node& n, const EngineModel& m) {
+  const double in = double(n.in_dims[0][1]), out = double(n.out_dims[1]);
+  const double tiles = double(n.out_dims[0]) * std::ceil(double(n.out_dims[2]) / 4) * std::ceil(double(n.out_dims[3]) / 4);
+  return {2 * 36 * in * out * tiles, m.winograd_efficiency * in / (in + m.winograd_short_channels) * tiles / (tiles + m.winograd_few_tiles)};
+}
 
 // The reduction length of each pass: forward sums over input channels x kernel, backward-data
 // over output channels x kernel, backward-weight over the batch's output pixels.
@@ -454,6 +467,16 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       if (m.output_read_first) {  // the lines of the output (forward) and input gradient (backward) read before written
         forward.bytes += elem.value[i] * double(numel(n.out_dims));
         backward_data.bytes += in_bytes * in;
+      }
+      if (n.kind == ops::OpKind::conv2d && c.winograd && !bf16 && cpu::winograd_pays(n.attrs, n.in_dims[0])) {
+        const WinogradPass w = winograd_pass(n, m);
+        auto as_winograd = [&](ops::PassCost p) { return p.flops = w.flops, p.padding_flops = 0, p; };
+        const PassTime f = pass_time(as_winograd(forward), w.efficiency, c, m, forward_dram);
+        lt.forward_s += f.s;
+        lt.bound = f.compute_bound ? "compute" : "memory";
+        if (has_dx) lt.backward_s += pass_time(as_winograd(backward_data), w.efficiency, c, m).s;
+        lt.backward_s += pass_time(as_winograd(cost.backward_weight), w.efficiency, c, m, backward_dram).s;
+        break;
       }
       const PassTime f = pass_time(forward, gemm_efficiency(kf, m), c, m, forward_dram, busy);
       lt.forward_s += f.s;

@@ -37,6 +37,9 @@ struct CpuCeilings {
   std::string isa;  ///< the CPU's ("avx2+fma", "avx512", ...): which EngineModel applies
   int lanes_f32 = 0;  ///< f32 lanes of its FMA datapath (hw::CpuInfo): 16 = full-width AVX-512 (Zen 5), which has a fit of its own; 0 = unknown
   std::string precision = "fp32";  ///< "bf16": the CPU engine's bf16 (AVX512-BF16; backend/cpu/network.h)
+  /// The engine runs the fp32 3x3 convolutions where it pays as Winograd (cpu::winograd_choice,
+  /// backend/cpu/winograd.cpp): set by host_ceilings; false in ceilings made by hand.
+  bool winograd = false;
   std::string source;
 };
 /// Whether the loader's workers have cores of their own: the compute threads and they fit in the
@@ -145,6 +148,13 @@ struct EngineModel {
   /// pass feels it, such as conv1's forward on a one-channel input. false: not modelled (the
   /// AVX2 and Zen 4 fits were set without it, on machines where it cannot be rechecked).
   bool output_read_first = false;
+  /// A Winograd convolution (CpuCeilings::winograd) as its GEMMs: 2 x 36 x in x out channels
+  /// FLOPs for each 4x4 output tile (`tiles`, the last partial ones whole) in each pass, at this
+  /// share of the FMA peak x in / (in + winograd_short_channels) x tiles / (tiles +
+  /// winograd_few_tiles). Its transforms' memory traffic is inside these figures. Fitted on the
+  /// three passes of 40 shapes and batches the engine runs so (winograd.cpp's sweep, an Intel
+  /// Xeon VM, 2026-11-28; scripts/winograd_sweep/): a median 11% off, at most 30%. Not checked on the Zens (docs/plan.md).
+  double winograd_efficiency = 0.5, winograd_short_channels = 16, winograd_few_tiles = 32;
 };
 
 /// The bytes a training step of `g` in the CPU engine comes back to every step: each value and
