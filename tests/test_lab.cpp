@@ -89,6 +89,10 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
     EXPECT_EQ(j["machine"]["cpu_max_pool_nChw16c"], c->why);
     EXPECT_NE(readme.find("- **CPU max pooling (nChw16c):** " + c->why), std::string::npos);
   }
+  if (const cpu::WinogradChoice* c = cpu::winograd_choice_if_made()) {
+    EXPECT_EQ(j["machine"]["cpu_winograd"], c->why);
+    EXPECT_NE(readme.find("- **CPU convolutions:** " + c->why), std::string::npos);
+  }
   for (size_t i = 0; i < exps.size(); ++i) {
     const auto& e = exps[i];
     SCOPED_TRACE(e.name);

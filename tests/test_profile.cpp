@@ -122,6 +122,29 @@ TEST(Profile, APassAbovePeakForItsPaddingSaysWhy) {
   EXPECT_EQ(profile::above_peak_note(r), "");
 }
 
+// Convolutions that ran as Winograd are named, with why their GFLOP/s can pass the peak, and
+// the padding note leaves them out: their FLOPs are not what the kernel multiplied.
+TEST(Profile, WinogradConvolutionsAreNamedAndNotTakenForPadding) {
+  profile::Report r;
+  r.ceilings.peak_gflops = 200;
+  profile::OpRow conv;
+  conv.name = "conv3", conv.op = "conv2d", conv.phase = "forward", conv.calls = 10, conv.self_s = 0.01;
+  conv.flops = 4e9, conv.padding_flops = 0.5e9;  // 400 GFLOP/s as counted, 350 on data
+  r.rows = {conv};
+  EXPECT_EQ(profile::winograd_note(r), "");
+  EXPECT_NE(profile::above_peak_note(r), "");
+  r.winograd_layers = {"conv3"};
+  EXPECT_EQ(profile::winograd_note(r),
+            "conv3 ran as Winograd (oneDNN's F(4x4, 3x3) kernel: 36 multiplies per 4x4 outputs and channel pair where the direct "
+            "convolution does 144): its GFLOP/s counts the direct convolution's FLOPs, so it can read above the peak");
+  EXPECT_EQ(profile::above_peak_note(r), "");
+  r.rows[0].name = "conv2d";  // --group-by op: the row holds every convolution
+  EXPECT_EQ(profile::above_peak_note(r), "");
+  r.winograd_layers = {"conv2", "conv3"};
+  EXPECT_NE(profile::winograd_note(r).find("conv2 and conv3 ran as Winograd"), std::string::npos) << profile::winograd_note(r);
+  EXPECT_NE(profile::winograd_note(r).find("their GFLOP/s count the direct"), std::string::npos) << profile::winograd_note(r);
+}
+
 // The step summary gives the recorded steps' median and range; when a few slow steps pull the
 // mean 5% or more above the median (a busy machine), a note says that every sum in the table
 // counts them, and names what the kernel saw others do on the CPUs when it saw it.

@@ -204,6 +204,7 @@ ConvRound conv_round(const nn::Node& n, const cpu::md& given, ConvPoint& c) {
   // as fast on the Zen 5).
   auto op = cpu::make_op(n.kind, n.attrs, {given}, n.in_dims, n.name, {.need_dx = !first});
   c.input_layout = layout_name(op->input_md(0), n.in_dims[0]);
+  c.algorithm = op->algorithm();
   // As the GEMMs: the tensors rotate over enough copies to span twice the last-level cache,
   // so every call reads them from memory, not from the cache the last call warmed.
   const double set_bytes = double(2 * op->input_md(0).get_size() + 2 * op->output_md().get_size());
@@ -356,7 +357,7 @@ nlohmann::json to_json(const ConvPoint& p) {
           {"backward_weights_gflops_min", p.backward_weights_samples.min},
           {"backward_weights_gflops_max", p.backward_weights_samples.max}, {"repeats", p.repeats}, {"rounds", p.rounds},
           {"max_rel_error", p.max_rel_error}, {"rotated_input_sets", p.rotated_sets}, {"threads", p.threads},
-          {"input_layout", p.input_layout}, {"padding_share", p.padding_share()}};
+          {"input_layout", p.input_layout}, {"algorithm", p.algorithm}, {"padding_share", p.padding_share()}};
 }
 
 }  // namespace dlperf::bench

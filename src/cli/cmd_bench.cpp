@@ -13,6 +13,7 @@
 #include <functional>
 #include <fstream>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/runtime.h"
 #include "bench/collective.h"
 #include "bench/gpu_bench.h"
@@ -218,11 +219,11 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
   const auto models = conv_models(a);
   std::printf("\nConvolutions of %s at batch %lld on %s (the engine's conv op; GFLOP/s per pass, each its best round's median\n"
               "of %d rounds):\n", fmt::format("{}", fmt::join(models, ",")).c_str(), (long long)a.batch, a.input.c_str(), bench::kRounds);
-  report::Table t({"model", "layer", "input", "layout", "out", "k/s/p", "forward", "bwd data", "bwd weights", "on padding",
+  report::Table t({"model", "layer", "input", "layout", "algorithm", "out", "k/s/p", "forward", "bwd data", "bwd weights", "on padding",
                    "fwd % of peak", "max rel. error", "input copies"});
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& p : bench::conv_sweep(a.opt, models, chw, a.batch)) {
-    t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), p.input_layout, std::to_string(p.attrs.out_channels),
+    t.add({p.model, p.layer, dims_str(Dims(p.input.begin() + 1, p.input.end())), p.input_layout, p.algorithm, std::to_string(p.attrs.out_channels),
            fmt::format("{}/{}/{}", p.attrs.kernel, p.attrs.stride, p.attrs.padding), fmt::format("{:.1f}", p.forward_gflops),
            p.backward_data_gflops > 0 ? fmt::format("{:.1f}", p.backward_data_gflops) : "-",
            fmt::format("{:.1f}", p.backward_weights_gflops), fmt::format("{:.0f}%", 100 * p.padding_share()),
@@ -235,6 +236,10 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
               " it, so it is noisier; each pass checked at 16 sampled outputs against float64; the tensors rotate over copies\n"
               " spanning 2x the L3. GFLOP/s count every multiply-add, as PyTorch's FLOP counters do; 'on padding' is the share\n"
               " of them whose input is the zero padding, which oneDNN skips, and %% of peak counts only the others)\n");
+  if (std::any_of(rows.begin(), rows.end(), [](const nlohmann::json& r) { return r["algorithm"] == "winograd"; }))
+    std::printf("(winograd: oneDNN's F(4x4, 3x3) kernel, which does 36 multiplies per 16 outputs and channel pair where the\n"
+                " direct convolution does 144, so its GFLOP/s, counting the direct convolution's, can pass 100%% of the peak.\n"
+                " The engine picks it where it pays on this CPU:\n %s)\n", cpu::winograd_choice().why.c_str());
   return rows;
 }
 

@@ -770,6 +770,8 @@ std::vector<Experiment> run_lab(const LabConfig& asked) {
   machine["gpu"] = gpu_json();
   // Which code max-pooled AVX-512's blocks in these runs, where one did: timed, so said.
   if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) machine["cpu_max_pool_nChw16c"] = c->why;
+  // And whether its 3x3 convolutions could run as Winograd: also timed.
+  if (const cpu::WinogradChoice* c = cpu::winograd_choice_if_made()) machine["cpu_winograd"] = c->why;
   const double seconds = now_s() - t0;
   try {
     write_report(exps, cfg, machine, {seconds, noise, runner.reused(), planned, runner.plan_check(), "", true});

@@ -170,13 +170,16 @@ std::string machine_text(const json& m) {
   const std::string pooling = m.contains("cpu_max_pool_nChw16c")
                                   ? fmt::format("- **CPU max pooling (nChw16c):** {}\n", m["cpu_max_pool_nChw16c"].get<std::string>())
                                   : "";
+  const std::string winograd = m.contains("cpu_winograd")
+                                   ? fmt::format("- **CPU convolutions:** {}\n", m["cpu_winograd"].get<std::string>())
+                                   : "";
   return fmt::format(
       "- **CPU:** {} ({} cores usable, {}, {}, {:.2f} GHz reported)\n- **Memory:** {:.1f} GB\n- **OS:** {}\n"
       "- **GPU:** {}\n- **Software:** dlperf {} (commit {}), oneDNN {}\n",
       c.value("model", "?"), c.value("cores", 0), c.value("isa", "?"), c.value("caches", "?"), c.value("ghz", 0.0),
       c.value("memory_gb", 0.0), m.value("os", "?"),
       gpu_text(m["gpu"]),
-      m.value("dlperf", "?"), m.value("dlperf_commit", "unknown"), m.value("onednn", "?")) + pooling;
+      m.value("dlperf", "?"), m.value("dlperf_commit", "unknown"), m.value("onednn", "?")) + pooling + winograd;
 }
 
 // "20000 training and 5000 test images, 1 epoch", from the first measured row.

@@ -272,6 +272,7 @@ void print_report(const Report& r, size_t max_rows) {
   if (rest > 0) std::printf("(%zu more rows, %.1f%% of the time, in the JSON)\n", r.rows.size() - max_rows, 100 * rest);
   std::printf("Ceilings: %.1f GFLOP/s, DRAM %.1f GB/s (ridge %.1f FLOP/B): %s\n", r.ceilings.peak_gflops, r.ceilings.dram_gbps,
               r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
+  if (const std::string why = winograd_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = unsteady_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = slower_than_plan_note(r); !why.empty()) std::printf("%s\n", why.c_str());
@@ -317,12 +318,28 @@ std::string unsteady_note_from_json(const json& report) {
   return unsteady_note(r);
 }
 
+namespace {
+// A row of a Winograd convolution: the layer's, or with --group-by op all convolutions' where one was.
+bool winograd_row(const Report& r, const OpRow& row) {
+  if (r.winograd_layers.empty() || row.op != "conv2d") return false;
+  return row.name == row.op || std::find(r.winograd_layers.begin(), r.winograd_layers.end(), row.name) != r.winograd_layers.end();
+}
+}  // namespace
+
+std::string winograd_note(const Report& r) {
+  if (r.winograd_layers.empty()) return "";
+  const size_t n = r.winograd_layers.size();
+  return fmt::format("{} ran as Winograd (oneDNN's F(4x4, 3x3) kernel: 36 multiplies per 4x4 outputs and channel pair where the "
+                     "direct convolution does 144): {} GFLOP/s count{} the direct convolution's FLOPs, so {} can read above the peak",
+                     listed(r.winograd_layers), n == 1 ? "its" : "their", n == 1 ? "s" : "", n == 1 ? "it" : "they");
+}
+
 std::string above_peak_note(const Report& r) {
   if (r.on_gpu || r.ceilings.peak_gflops <= 0) return "";
   const OpRow* fastest = nullptr;  // the fastest of the passes that read above the peak for their padding's taps
   std::vector<std::string> above;
   for (const auto& row : r.rows)
-    if (row.padding_flops > 0 && row.gflops() > r.ceilings.peak_gflops) {
+    if (row.padding_flops > 0 && row.gflops() > r.ceilings.peak_gflops && !winograd_row(r, row)) {
       above.push_back(row.name + " " + row.phase);
       if (fastest == nullptr || row.gflops() > fastest->gflops()) fastest = &row;
     }
@@ -351,7 +368,7 @@ json to_json(const Report& r) {
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
           {"host_load", hw::to_json(r.host_load)},
-          {"ceilings", plan::to_json(r.ceilings)}};
+          {"ceilings", plan::to_json(r.ceilings)}, {"winograd_layers", r.winograd_layers}};
 }
 
 void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory,

@@ -62,6 +62,9 @@ struct Report {
   double flops_per_step = 0;  ///< of the layer rows, from the cost model
   bool on_gpu = false;        ///< the rows are the GPU's (stamps of its clock), not the CPU engine's
   hw::HostLoad host_load;     ///< what else the CPUs did while it recorded (Recorder::host_load)
+  /// The CPU engine's convolutions that ran as Winograd (cpu::Network::winograd_layers), which do
+  /// fewer multiply-adds than their FLOPs count.
+  std::vector<std::string> winograd_layers;
 };
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
@@ -75,6 +78,9 @@ void print_report(const Report& r, size_t max_rows = 40);
 /// Why CPU passes read above the FLOP/s peak where their FLOPs count a convolution's taps on
 /// zero padding, which oneDNN skips; "" when none does (or on a GPU).
 std::string above_peak_note(const Report& r);
+/// Which convolutions ran as Winograd, and that their GFLOP/s count the direct convolution's
+/// FLOPs (so they can read above the peak); "" where none did.
+std::string winograd_note(const Report& r);
 /// Share by which the mean step exceeds the median at which the recording reads as unsteady.
 inline constexpr double kUnsteadyShare = 0.05;
 /// Why the table's times should be read with care when the mean step is kUnsteadyShare or more

@@ -173,7 +173,8 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
 }
 
 void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& ms,
-                    TrainResult& result, int64_t kernels_per_step, double planned_step_s, double clock_tick_ns) {
+                    TrainResult& result, int64_t kernels_per_step, double planned_step_s, double clock_tick_ns,
+                    std::vector<std::string> winograd_layers) {
   const bool say = !cfg.quiet;
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
@@ -183,6 +184,7 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
   rep.step.every = cfg.profile_every;
   rep.host_load = rec.host_load();
+  rep.winograd_layers = std::move(winograd_layers);
   rep.step.planned_s = planned_step_s;
   rep.step.device_clock_tick_ns = clock_tick_ns;
   if (kernels_per_step > 0) {
@@ -727,6 +729,11 @@ struct Run {
                           energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not());
     // Which code pooled the AVX-512 layout, where this run had such a pooling: it was timed.
     if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) r["cpu_step"]["max_pool_nChw16c"] = c->why;
+    // Which convolutions ran as Winograd, and why the engine uses it here (timed once per process).
+    if (const cpu::WinogradChoice* c = cpu::winograd_choice_if_made()) {
+      r["cpu_step"]["winograd"] = c->why;
+      r["cpu_step"]["winograd_layers"] = net.winograd_layers();
+    }
     return r;
   }
 };
@@ -858,7 +865,8 @@ TrainResult train(const TrainConfig& cfg) {
   if (cfg.profile && (stopped_in == 0 || run.profiled())) {
     const plan::CpuCeilings ceilings = plan::host_ceilings(threads, cfg.precision);
     finish_profile(cfg, run.graph, ceilings, HostAllocator::instance().stats(), result, 0,
-                   planned_step_s(cfg, run.graph, ceilings, result.record.value("summary", json::object())));
+                   planned_step_s(cfg, run.graph, ceilings, result.record.value("summary", json::object())), 0,
+                   run.net.winograd_layers());
   }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
