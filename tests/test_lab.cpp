@@ -749,6 +749,13 @@ TEST(Lab, ModelObservationsFollowTheData) {
   EXPECT_TRUE(says(obs, "Achieved compute rises from 150.0 GFLOP/s (small) to 220.0 GFLOP/s (large): larger layers")) << obs[1];
   EXPECT_TRUE(says(obs, "Peak memory: 300 KB for small, 40.0 MB for large.")) << obs[2];
   EXPECT_TRUE(says(obs, "The best test accuracy is small's, 87.70%.")) << obs[3];
+  EXPECT_FALSE(says(obs, "Winograd"));
+  // Convolutions that ran as Winograd are named: their GFLOP/s overcounts the multiplies.
+  m.rows[1]["winograd_layers"] = {"conv2", "conv3"};
+  m.rows[2]["winograd_layers"] = {"conv2"};
+  EXPECT_TRUE(says(lab::observe(m), "Winograd convolutions (medium's conv2 and conv3; large's conv2) do fewer multiplies than the "
+                                    "FLOPs count, so a model's GFLOP/s with them is the rate direct convolutions would need"));
+  m.rows[1].erase("winograd_layers"), m.rows[2].erase("winograd_layers");
   // Measured on 5000 test images, 0.6 points ahead is within what they resolve (1.3 points).
   for (auto& r : m.rows) r["test_images"] = 5000;
   obs = lab::observe(m);

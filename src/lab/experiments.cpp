@@ -473,6 +473,8 @@ json measured_row(const json& rec) {
           {"parameters_m", m.at("parameters").get<double>() / 1e6},
           {"mflops_per_image", flops_per_image / 1e6},
           {"achieved_gflops", flops_per_image * s.at("images_per_s").get<double>() / 1e9},
+          // The convolutions that ran as Winograd, whose multiplies the FLOPs above overcount.
+          {"winograd_layers", rec.value(json::json_pointer("/cpu_step/winograd_layers"), json::array())},
           {"epochs", rec.at("epochs").size()},
           {"train_images", rec.at("data").at("train_images").get<int64_t>()},
           {"test_images", rec.at("data").at("test_images").get<int64_t>()},

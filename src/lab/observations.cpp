@@ -1,6 +1,7 @@
 // Observations: sentences computed from an experiment's rows, so the report's conclusions are
 // the data's (a test changes the numbers and sees the sentences change).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -321,6 +322,14 @@ std::vector<std::string> model(const Experiment& e) {
   out.push_back(fmt::format("Achieved compute {} from {:.1f} GFLOP/s ({}) to {:.1f} GFLOP/s ({}){}.", g_hi >= g_lo ? "rises" : "falls",
                             g_lo, a, g_hi, b,
                             g_hi > 1.2 * g_lo ? ": larger layers keep the cores busier, so time grows slower than FLOPs" : ""));
+  std::vector<std::string> winograd;  // "medium's conv2 and conv3"
+  for (const auto& r : rows)
+    if (const auto w = r.value("winograd_layers", std::vector<std::string>{}); !w.empty())
+      winograd.push_back(fmt::format("{}'s {}", r["model"].get<std::string>(), listed(w)));
+  if (!winograd.empty())
+    out.push_back(fmt::format("Winograd convolutions ({}) do fewer multiplies than the FLOPs count, so a model's GFLOP/s with "
+                              "them is the rate direct convolutions would need to train as fast.",
+                              fmt::join(winograd, "; ")));
   out.push_back(fmt::format("Peak memory: {} for {}, {} for {}.", megabytes(num(lo, "peak_mb")), a, megabytes(num(hi, "peak_mb")), b));
   out.push_back(best_accuracy(rows));
   for (const auto& m : missing_notes(e, "model")) out.push_back("Model " + m + ".");
