@@ -11,6 +11,7 @@
 #include <fstream>
 #include <regex>
 
+#include "backend/cpu/ops.h"
 #include "backend/cuda/runtime.h"
 #include "core/error.h"
 #include "core/files.h"
@@ -66,6 +67,14 @@ TEST(Train, LearnsTheSyntheticTaskAndWritesARunRecord) {
   EXPECT_GT(j["epochs"][0]["peak_bytes_by_category"]["parameters"].get<double>(), 0);
   EXPECT_GT(j["epochs"][0]["peak_bytes_by_category"]["activations"].get<double>(), 0);
   EXPECT_EQ(j["summary"]["final_test_acc"], r.epochs.back().test_acc);
+  // Whether 3x3 convolutions may run as Winograd here, and which did: none of small's at batch 32
+  // on 12x12 maps, too few tiles (cpu::winograd_pays).
+  EXPECT_EQ(j["cpu_step"]["winograd"], cpu::winograd_choice().why);
+  EXPECT_EQ(j["cpu_step"]["winograd_layers"], nlohmann::json::array());
+  c.model = "mlp";  // no convolution: nothing to say
+  c.epochs = 1;
+  const auto mlp = nlohmann::json::parse(std::ifstream(train::train(c).record_path));
+  EXPECT_FALSE(mlp.contains("cpu_step") && mlp["cpu_step"].contains("winograd")) << mlp["cpu_step"];
 }
 
 // On a CPU with AVX512-BF16, bf16 (conv and linear from bf16 copies) learns what fp32 learns, its

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cmath>
@@ -729,9 +730,10 @@ struct Run {
                           energy.available() ? "RAPL package counters (CPU packages only)" : energy.why_not());
     // Which code pooled the AVX-512 layout, where this run had such a pooling: it was timed.
     if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) r["cpu_step"]["max_pool_nChw16c"] = c->why;
-    // Which convolutions ran as Winograd, and why the engine uses it here (timed once per process).
-    if (const cpu::WinogradChoice* c = cpu::winograd_choice_if_made()) {
-      r["cpu_step"]["winograd"] = c->why;
+    // Where the model has a convolution: whether the engine runs them as Winograd here (timed once
+    // per process, and now if no layer asked), and which did.
+    if (std::any_of(graph.nodes.begin(), graph.nodes.end(), [](const nn::Node& n) { return n.kind == ops::OpKind::conv2d; })) {
+      r["cpu_step"]["winograd"] = cpu::winograd_choice().why;
       r["cpu_step"]["winograd_layers"] = net.winograd_layers();
     }
     return r;
