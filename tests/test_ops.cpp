@@ -40,25 +40,35 @@ void PrintTo(const ConvCase& c, std::ostream* os) {
 
 class Conv2dTest : public ::testing::TestWithParam<ConvCase> {};
 
+// A conv's random input, weights, bias and output gradient, and its float64 reference passes.
+struct ConvData {
+  Vec x, w, b, dy;
+  std::vector<Vec> params;  ///< w, and b with a bias
+  Vec y, dx, dw, db;        ///< the reference's
+  ConvData(const Dims& xd, const OpAttrs& a, uint64_t seed) {
+    const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel};
+    x = random_vec(size_t(numel(xd)), seed), w = random_vec(size_t(numel(wd)), seed + 1, -0.5, 0.5);
+    if (a.bias) b = random_vec(size_t(a.out_channels), seed + 2);
+    dy = random_vec(size_t(numel(ops::infer_shape(OpKind::conv2d, a, {xd}))), seed + 3);
+    params = {w};
+    if (a.bias) params.push_back(b);
+    y = ref::conv2d_forward(x, xd, w, b, a);
+    ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+  }
+  void expect_matched_by(const CpuRun& r) const {
+    EXPECT_LT(rel_err(r.y, y), kF32Tol);
+    EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
+    EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
+    if (!b.empty()) {
+      EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
+    }
+  }
+};
+
 TEST_P(Conv2dTest, MatchesReferenceForwardAndBackward) {
   const auto& [xd, a] = GetParam();
-  const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel};
-  const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
-  Vec x = random_vec(size_t(numel(xd)), 1), w = random_vec(size_t(numel(wd)), 2, -0.5, 0.5);
-  Vec b = a.bias ? random_vec(size_t(a.out_channels), 3) : Vec{};
-  Vec dy = random_vec(size_t(numel(yd)), 4);
-  std::vector<Vec> params{w};
-  if (a.bias) params.push_back(b);
-  auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy);
-  Vec y = ref::conv2d_forward(x, xd, w, b, a);
-  Vec dx, dw, db;
-  ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
-  EXPECT_LT(rel_err(r.y, y), kF32Tol);
-  EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
-  EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
-  if (a.bias) {
-    EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
-  }
+  const ConvData d(xd, a, 1);
+  d.expect_matched_by(run_cpu(OpKind::conv2d, a, {xd}, {d.x}, d.params, d.dy));
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Conv2dTest,
@@ -91,24 +101,11 @@ TEST(Conv2dTest, WinogradMatchesReferenceForwardAndBackward) {
                                        {{2, 16, 10, 6}, conv_attrs(16, 3, 1, 0, true)}};
   for (const auto& [xd, a] : cases) {
     SCOPED_TRACE(::testing::PrintToString(ConvCase{xd, a}));
-    const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel};
-    const Dims yd = ops::infer_shape(OpKind::conv2d, a, {xd});
-    Vec x = random_vec(size_t(numel(xd)), 11), w = random_vec(size_t(numel(wd)), 12, -0.5, 0.5);
-    Vec b = a.bias ? random_vec(size_t(a.out_channels), 13) : Vec{};
-    Vec dy = random_vec(size_t(numel(yd)), 14);
-    std::vector<Vec> params{w};
-    if (a.bias) params.push_back(b);
+    const ConvData d(xd, a, 11);
     for (const bool blocked : {true, false}) {  // the layout the network hands over, and a plain one
-      const auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy, {.input_layout = blocked ? cpu::tag::nChw16c : cpu::tag::nchw});
+      const auto r = run_cpu(OpKind::conv2d, a, {xd}, {d.x}, d.params, d.dy, {.input_layout = blocked ? cpu::tag::nChw16c : cpu::tag::nchw});
       EXPECT_EQ(r.algorithm, kernel_here ? "winograd" : "direct") << (blocked ? "nChw16c input" : "nchw input");
-      Vec dx, dw, db;
-      ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
-      EXPECT_LT(rel_err(r.y, ref::conv2d_forward(x, xd, w, b, a)), kF32Tol);
-      EXPECT_LT(rel_err(r.dx[0], dx), kF32Tol);
-      EXPECT_LT(rel_err(r.dparams[0], dw), kF32Tol);
-      if (a.bias) {
-        EXPECT_LT(rel_err(r.dparams[1], db), kF32Tol);
-      }
+      d.expect_matched_by(r);
     }
   }
   cpu::for_tests_conv_winograd(std::nullopt);

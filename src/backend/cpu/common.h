@@ -8,7 +8,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include <atomic>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -49,6 +52,27 @@ inline bool makes_copies(Compute c) { return c != Compute::fp32; }
 inline dt copy_type(Compute c) { return c == Compute::bf16 ? dt::bf16 : dt::f32; }
 /// "fp32", "bf16" or "f32-copies"; anything else throws.
 Compute compute_for(const std::string& precision);
+
+/// A choice the engine makes once per process, such as which of two kernels timed faster here:
+/// made on the first get() (again on the next if making it threw), then the same; if_made()
+/// reads it without making it, for run records that report it only where a run needed it.
+template <class T>
+class ChosenOnce {
+ public:
+  const T& get(const std::function<T()>& make) {
+    std::call_once(once_, [&] {
+      value_ = make();
+      made_ = true;
+    });
+    return value_;
+  }
+  const T* if_made() const { return made_ ? &value_ : nullptr; }
+
+ private:
+  std::once_flag once_;
+  T value_{};
+  std::atomic<bool> made_{false};
+};
 
 /// A oneDNN memory over a buffer from the tracked allocator.
 struct Mem {

@@ -20,12 +20,10 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <string_view>
 #include <tuple>
@@ -498,10 +496,7 @@ TimedPooling time_max_pool_16c() {
 
 std::optional<bool> forced_16c;  // for_tests_run_max_pool_16c
 
-// The one choice of the process (max_pool_16c_choice), and whether it was made yet.
-std::once_flag choice_once;
-MaxPool16cChoice the_choice;
-std::atomic<bool> choice_made{false};
+ChosenOnce<MaxPool16cChoice> the_choice;  // max_pool_16c_choice
 }  // namespace
 
 MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built, const std::function<double()>& onednn_over_dlperf) {
@@ -522,23 +517,21 @@ MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built
 }
 
 const MaxPool16cChoice& max_pool_16c_choice() {
-  std::call_once(choice_once, [] {
+  return the_choice.get([] {
     const char* env = std::getenv("DLPERF_CPU_MAX_POOL");
 #ifdef __AVX512F__
     const bool built = true;
 #else
     const bool built = false;
 #endif
-    the_choice = choose_max_pool_16c(env ? env : "auto", built, [] {
+    return choose_max_pool_16c(env ? env : "auto", built, [] {
       const TimedPooling t = time_max_pool_16c();
       return t.onednn_s / t.own_s;
     });
-    choice_made = true;
   });
-  return the_choice;
 }
 
-const MaxPool16cChoice* max_pool_16c_choice_if_made() { return choice_made ? &the_choice : nullptr; }
+const MaxPool16cChoice* max_pool_16c_choice_if_made() { return the_choice.if_made(); }
 
 void for_tests_run_max_pool_16c(std::optional<bool> own) {
 #ifndef __AVX512F__

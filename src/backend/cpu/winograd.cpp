@@ -21,11 +21,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <limits>
-#include <mutex>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -47,10 +45,7 @@ using namespace dnnl;
 
 std::optional<bool> forced;  // for_tests_conv_winograd
 
-// The one choice of the process (winograd_choice), and whether it was made yet.
-std::once_flag choice_once;
-WinogradChoice the_choice;
-std::atomic<bool> choice_made{false};
+ChosenOnce<WinogradChoice> the_choice;  // winograd_choice
 
 // A convolution's three training passes, ready to run with `alg` on 4 images of 64 channels at
 // 28x28 (a `large` layer at batch 4, where Winograd timed 2.2x faster on the Xeon) in buffers of
@@ -124,21 +119,19 @@ WinogradChoice choose_winograd(std::string_view asked, const std::function<doubl
 }
 
 const WinogradChoice& winograd_choice() {
-  std::call_once(choice_once, [] {
+  return the_choice.get([] {
     const char* env = std::getenv("DLPERF_CPU_WINOGRAD");
-    the_choice = choose_winograd(env ? env : "auto", [] {
+    return choose_winograd(env ? env : "auto", [] {
       try {
         return time_direct_over_winograd();
       } catch (const dnnl::error&) {
         return 0.0;
       }
     });
-    choice_made = true;
   });
-  return the_choice;
 }
 
-const WinogradChoice* winograd_choice_if_made() { return choice_made ? &the_choice : nullptr; }
+const WinogradChoice* winograd_choice_if_made() { return the_choice.if_made(); }
 
 void for_tests_conv_winograd(std::optional<bool> every) { forced = every; }
 
