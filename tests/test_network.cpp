@@ -195,16 +195,17 @@ TEST(Network, WinogradResidualCnnMatchesReferenceGraph) {
   json spec = residual_cnn();
   for (json& layer : spec["layers"])
     if (layer.value("out_channels", json()) == 8) layer["out_channels"] = 16;
-  cpu::for_tests_conv_winograd(true);
-  check_network(spec, {3, 12, 12}, 4);
-  const cpu::Network net(nn::build_graph(nn::parse_model_spec(spec, "test"), {3, 12, 12}, 10, 4), 1);
-  // `down` has stride 2, which the kernel does not take (the 3-channel stem it takes, padded to 16).
-  const bool kernel_here = hw::cpu_info().isa.rfind("avx512", 0) == 0;
-  const std::vector<std::string> winograd = {"stem", "c1"};
-  EXPECT_EQ(net.winograd_layers(), kernel_here ? winograd : std::vector<std::string>{});
-  cpu::for_tests_conv_winograd(false);
-  EXPECT_TRUE(cpu::Network(net.graph(), 1).winograd_layers().empty());
-  cpu::for_tests_conv_winograd(std::nullopt);
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "test"), {3, 12, 12}, 10, 4);
+  {
+    const cpu::ScopedWinograd every(cpu::WinogradUse::every_3x3);
+    check_network(spec, {3, 12, 12}, 4);
+    // `down` has stride 2, which the kernel does not take (the 3-channel stem it takes, padded to 16).
+    const bool kernel_here = cpu::winograd_kernel_here();
+    const std::vector<std::string> winograd = {"stem", "c1"};
+    EXPECT_EQ(cpu::Network(g, 1).winograd_layers(), kernel_here ? winograd : std::vector<std::string>{});
+  }
+  const cpu::ScopedWinograd off(cpu::WinogradUse::off);
+  EXPECT_TRUE(cpu::Network(g, 1).winograd_layers().empty());
 }
 
 // Weights after `steps` SGD steps on fixed random batches, as plain floats by parameter name.

@@ -93,8 +93,8 @@ TEST(Conv2dTest, SkipsDataGradientWhenNotNeeded) {
 // the conv falls back to direct): forced here on shapes the rule would leave direct, odd sizes,
 // partial tiles, no padding, a batch of one, and a plain input that oneDNN's kernel cannot read.
 TEST(Conv2dTest, WinogradMatchesReferenceForwardAndBackward) {
-  const bool kernel_here = hw::cpu_info().isa.rfind("avx512", 0) == 0;
-  cpu::for_tests_conv_winograd(true);
+  const bool kernel_here = cpu::winograd_kernel_here();
+  const cpu::ScopedWinograd every(cpu::WinogradUse::every_3x3);
   const std::vector<ConvCase> cases = {{{2, 32, 8, 8}, conv_attrs(32, 3, 1, 1, true)},
                                        {{3, 16, 7, 9}, conv_attrs(48, 3, 1, 1, false)},
                                        {{1, 64, 4, 4}, conv_attrs(32, 3, 1, 1, true)},
@@ -108,7 +108,6 @@ TEST(Conv2dTest, WinogradMatchesReferenceForwardAndBackward) {
       d.expect_matched_by(r);
     }
   }
-  cpu::for_tests_conv_winograd(std::nullopt);
 }
 
 // Which convolutions run as Winograd: those the rule says pay (winograd.cpp's sweep), on a CPU
@@ -149,7 +148,7 @@ TEST(Conv2dTest, WinogradIsChosenByShapeAndTiming) {
   const cpu::WinogradChoice& here = cpu::winograd_choice();
   EXPECT_EQ(cpu::winograd_choice_if_made(), &here);
   EXPECT_FALSE(here.why.empty());
-  const bool kernel_here = hw::cpu_info().isa.rfind("avx512", 0) == 0;
+  const bool kernel_here = cpu::winograd_kernel_here();
   if (!std::getenv("DLPERF_CPU_WINOGRAD")) {
     EXPECT_EQ(here.direct_over_winograd > 0, kernel_here) << here.why;
   }

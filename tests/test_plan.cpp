@@ -1213,6 +1213,42 @@ TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
   }
 }
 
+// A run is planned with its convolutions as they ran: Winograd where its record says the engine
+// used it, direct in records from before it could (no cpu_step.winograd) or with it turned off,
+// whatever this process would choose; its memory too, to the byte.
+TEST(PlanAgainst, ARunIsPlannedWithTheConvolutionsItRan) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("medium", "synthetic:1x28x28:128", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  const auto run = train::train(c);
+  nlohmann::json rec = nlohmann::json::parse(std::ifstream(run.record_path));
+  ASSERT_TRUE(rec["cpu_step"]["winograd"].is_string()) << rec.dump();
+  int n = 0;
+  auto compare = [&](const nlohmann::json& r) {
+    const std::string path = (dir.path / fmt::format("r{}.json", n++)).string();
+    std::ofstream(path) << r.dump();
+    std::vector<plan::Skipped> skipped;
+    const auto rows = plan::compare_with_records({path}, plan::host_ceilings(rec["config"]["threads_used"]), skipped);
+    EXPECT_EQ(rows.size(), 1u);
+    return rows.empty() ? plan::Comparison{} : rows[0];
+  };
+  const plan::Comparison as_ran = compare(rec);
+  EXPECT_EQ(as_ran.predicted_peak, as_ran.measured_peak);
+  rec["cpu_step"]["winograd"] = "Winograd for 3x3 convolutions large enough (DLPERF_CPU_WINOGRAD=on)";
+  const plan::Comparison winograd = compare(rec);
+  rec["cpu_step"]["winograd"] = "direct only (DLPERF_CPU_WINOGRAD=off)";
+  const plan::Comparison direct = compare(rec);
+  rec["cpu_step"].erase("winograd");  // a record from before 2026-11-28
+  const plan::Comparison older = compare(rec);
+  EXPECT_NE(winograd.predicted_step_s, direct.predicted_step_s) << "medium's conv2 and conv3 pay at batch 64";
+  EXPECT_EQ(older.predicted_step_s, direct.predicted_step_s);
+  EXPECT_EQ(older.predicted_peak, direct.predicted_peak);
+  // Where oneDNN has the kernel, a Winograd conv's scratchpad (its transformed tiles) is larger.
+  const bool kernel_here = cpu::winograd_kernel_here();
+  EXPECT_EQ(winograd.predicted_peak > direct.predicted_peak, kernel_here);
+  EXPECT_EQ((cpu::winograd_choice().on ? winograd : direct).predicted_peak, as_ran.predicted_peak);
+}
+
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {
   const auto s = plan::summarize({0.1, -0.3, 0.05, -0.02});
   EXPECT_DOUBLE_EQ(s.median, 0.075);

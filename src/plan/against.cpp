@@ -11,6 +11,7 @@
 #include <set>
 
 #include "backend/cpu/layouts.h"
+#include "backend/cpu/ops.h"
 #include "backend/cuda/layout.h"  // CUDA-free
 #include "core/memory.h"
 #include "core/error.h"
@@ -285,6 +286,12 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     cmp.call_us = at.call_overhead_s * 1e6;
     at.loader_workers = workers;
     at.augment = cfg.value("augment", false);
+    // Its convolutions as they ran: Winograd where its record says the engine used it (since
+    // 2026-11-28), direct in older records and under DLPERF_CPU_WINOGRAD=off, whatever this
+    // process would choose; its memory is laid out so too (a Winograd kernel's scratchpad differs).
+    const bool winograd = r.value(json::json_pointer("/cpu_step/winograd"), std::string()).rfind("Winograd", 0) == 0;
+    at.winograd = winograd;
+    const cpu::ScopedWinograd as_run(winograd ? cpu::WinogradUse::where_it_pays : cpu::WinogradUse::off);
     cmp.threads = std::max(threads, 0);
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
     // oneDNN sizes some scratchpads by the threads it will fork: laid out on the run's.

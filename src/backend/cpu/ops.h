@@ -90,15 +90,31 @@ const WinogradChoice* winograd_choice_if_made();
 /// How the choice is made: `asked` is DLPERF_CPU_WINOGRAD's value ("auto" when unset), and
 /// `direct_over_winograd` times the two kernels (0 where oneDNN has no Winograd one).
 WinogradChoice choose_winograd(std::string_view asked, const std::function<double()>& direct_over_winograd);
+/// Whether oneDNN has a Winograd kernel here (AVX-512, fp32; not under ONEDNN_MAX_CPU_ISA=AVX2),
+/// whatever the choice says.
+bool winograd_kernel_here();
 /// The rule, by shape: a 3x3 stride-1 conv of 16-channel blocks, at least 32 channels in and out,
 /// whose output fills enough 4x4 tiles (64 from 64 input channels on, else 256). `x` is its input.
 bool winograd_pays(const ops::OpAttrs& a, const Dims& x);
-/// Whether the conv runs as Winograd: fp32, the choice on and the rule met (or the tests' say).
-/// Where oneDNN turns a layout down, the conv falls back to direct (conv2d.cpp).
+/// Which convolutions run as Winograd, where it is not the process's choice to say.
+enum class WinogradUse {
+  off,             ///< none
+  where_it_pays,   ///< those winograd_pays picks, as where the choice is on
+  every_3x3,       ///< every 3x3 stride-1 conv oneDNN takes (tests, on shapes the rule leaves direct)
+};
+/// For its scope, convolutions built use Winograd as `use` says instead of as winograd_choice()
+/// does: `plan --against` lays out a run made under another choice (an older record, or
+/// DLPERF_CPU_WINOGRAD), and tests force either code. Not nested.
+class ScopedWinograd {
+ public:
+  explicit ScopedWinograd(WinogradUse use);
+  ~ScopedWinograd();
+  ScopedWinograd(const ScopedWinograd&) = delete;
+  ScopedWinograd& operator=(const ScopedWinograd&) = delete;
+};
+/// Whether the conv runs as Winograd: fp32, the choice on (or a ScopedWinograd's) and the rule
+/// met. Where oneDNN turns a layout down, the conv falls back to direct (conv2d.cpp).
 bool conv_runs_winograd(const ops::OpAttrs& a, const Dims& x, Compute compute);
-/// Tests only: every 3x3 stride-1 conv as Winograd where oneDNN can (true), none (false), or (nullopt)
-/// as the rule and the choice say again.
-void for_tests_conv_winograd(std::optional<bool> every);
 
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);

@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -43,7 +44,7 @@ bool winograd_pays(const ops::OpAttrs& a, const Dims& x) {
 namespace {
 using namespace dnnl;
 
-std::optional<bool> forced;  // for_tests_conv_winograd
+std::optional<WinogradUse> scoped;  // ScopedWinograd's
 
 ChosenOnce<WinogradChoice> the_choice;  // winograd_choice
 
@@ -96,6 +97,18 @@ double time_direct_over_winograd() {
 }
 }  // namespace
 
+bool winograd_kernel_here() {
+  static const bool here = [] {
+    try {
+      ConvPassesToTime probe(algorithm::convolution_winograd);
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return here;
+}
+
 WinogradChoice choose_winograd(std::string_view asked, const std::function<double()>& direct_over_winograd) {
   if (asked == "off") return {false, "direct only (DLPERF_CPU_WINOGRAD=off)", 0};
   if (asked != "auto" && asked != "on")
@@ -133,12 +146,18 @@ const WinogradChoice& winograd_choice() {
 
 const WinogradChoice* winograd_choice_if_made() { return the_choice.if_made(); }
 
-void for_tests_conv_winograd(std::optional<bool> every) { forced = every; }
+ScopedWinograd::ScopedWinograd(WinogradUse use) { scoped = use; }
+ScopedWinograd::~ScopedWinograd() { scoped.reset(); }
 
 bool conv_runs_winograd(const ops::OpAttrs& a, const Dims& x, Compute compute) {
   if (compute != Compute::fp32) return false;  // oneDNN 2.6's Winograd is fp32 only
-  if (forced) return *forced && a.kernel == 3 && a.stride == 1;
-  return winograd_pays(a, x) && winograd_choice().on;
+  if (!scoped) return winograd_pays(a, x) && winograd_choice().on;
+  switch (*scoped) {
+    case WinogradUse::off: return false;
+    case WinogradUse::where_it_pays: return winograd_pays(a, x);
+    case WinogradUse::every_3x3: return a.kernel == 3 && a.stride == 1;
+  }
+  return false;
 }
 
 }  // namespace dlperf::cpu
