@@ -773,7 +773,10 @@ TEST(PlanStepTime, WinogradConvolutionsArePlannedAsTheirGemms) {
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const nn::Node& n = g.nodes[i];
       SCOPED_TRACE(fmt::format("{} at batch {}", n.name, batch));
-      if (n.kind != ops::OpKind::conv2d || !cpu::winograd_pays(n.attrs, n.in_dims[0])) {
+      const bool picked = n.kind == ops::OpKind::conv2d && cpu::winograd_pays(n.attrs, n.in_dims[0]);
+      EXPECT_EQ(winograd.layers[i].winograd, picked);  // `plan --layers` marks it
+      EXPECT_FALSE(direct.layers[i].winograd);
+      if (!picked) {
         EXPECT_DOUBLE_EQ(winograd.layers[i].forward_s, direct.layers[i].forward_s);
         EXPECT_DOUBLE_EQ(winograd.layers[i].backward_s, direct.layers[i].backward_s);
         continue;

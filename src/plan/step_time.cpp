@@ -470,6 +470,7 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       }
       if (n.kind == ops::OpKind::conv2d && c.winograd && !bf16 && cpu::winograd_pays(n.attrs, n.in_dims[0])) {
         const WinogradPass w = winograd_pass(n, m);
+        lt.winograd = true;
         auto as_winograd = [&](ops::PassCost p) { return p.flops = w.flops, p.padding_flops = 0, p; };
         const PassTime f = pass_time(as_winograd(forward), w.efficiency, c, m, forward_dram);
         lt.forward_s += f.s;

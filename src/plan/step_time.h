@@ -175,6 +175,7 @@ struct LayerTime {
   double forward_s = 0, backward_s = 0;
   double gradient_sum_s = 0;  ///< of backward_s: adding its input gradients into later readers' (inputs_summing_gradients)
   std::string bound;  ///< "compute" or "memory" (the forward pass)
+  bool winograd = false;  ///< a conv planned as Winograd (CpuCeilings::winograd)
 };
 
 struct StepPrediction {
