@@ -1179,6 +1179,21 @@ TEST(PlanAgainst, ARunIsPlannedOnTheCpuAndThreadsItTrainedOn) {
 // A CPU run's record keeps a call into the engine's cost just before and after its epochs; the
 // plan predicts the run with their mean, not with the cost measured when the plan runs (a VM's
 // cores' round trip moves). Records without them (older, or damaged) take the one measured now.
+// `plan --against` of one record, edited in memory: written to a file of its own in `dir`, and
+// planned on this CPU with the threads it trained on.
+struct RecordPlanner {
+  std::filesystem::path dir;
+  int written = 0;
+  plan::Comparison operator()(const nlohmann::json& r) {
+    const std::string path = (dir / fmt::format("r{}.json", written++)).string();
+    std::ofstream(path) << r.dump();
+    std::vector<plan::Skipped> skipped;
+    const auto rows = plan::compare_with_records({path}, plan::host_ceilings(r["config"]["threads_used"]), skipped);
+    EXPECT_EQ(rows.size(), 1u);
+    return rows.empty() ? plan::Comparison{} : rows[0];
+  }
+};
+
 TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
   TempDir dir;
   train::TrainConfig c = quiet_run("mlp", "synthetic:1x28x28:256", 16, 1, "cpu");
@@ -1188,15 +1203,7 @@ TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
   ASSERT_TRUE(call["start"].is_number() && call["end"].is_number()) << rec["summary"].dump();
   EXPECT_GT(call["start"].get<double>(), 0);
   EXPECT_LT(call["start"].get<double>(), 1000);  // a call takes microseconds, not milliseconds
-  int n = 0;
-  auto compare = [&](const nlohmann::json& r) {
-    const std::string path = (dir.path / fmt::format("r{}.json", n++)).string();
-    std::ofstream(path) << r.dump();
-    std::vector<plan::Skipped> skipped;
-    const auto rows = plan::compare_with_records({path}, plan::host_ceilings(rec["config"]["threads_used"]), skipped);
-    EXPECT_EQ(rows.size(), 1u);
-    return rows.empty() ? plan::Comparison{} : rows[0];
-  };
+  RecordPlanner compare{dir.path};
   rec["summary"]["engine_call_us"] = {{"start", 2.0}, {"end", 4.0}};
   const plan::Comparison slow = compare(rec);
   EXPECT_TRUE(slow.call_from_record);
@@ -1226,15 +1233,7 @@ TEST(PlanAgainst, ARunIsPlannedWithTheConvolutionsItRan) {
   const auto run = train::train(c);
   nlohmann::json rec = nlohmann::json::parse(std::ifstream(run.record_path));
   ASSERT_TRUE(rec["cpu_step"]["winograd"].is_string()) << rec.dump();
-  int n = 0;
-  auto compare = [&](const nlohmann::json& r) {
-    const std::string path = (dir.path / fmt::format("r{}.json", n++)).string();
-    std::ofstream(path) << r.dump();
-    std::vector<plan::Skipped> skipped;
-    const auto rows = plan::compare_with_records({path}, plan::host_ceilings(rec["config"]["threads_used"]), skipped);
-    EXPECT_EQ(rows.size(), 1u);
-    return rows.empty() ? plan::Comparison{} : rows[0];
-  };
+  RecordPlanner compare{dir.path};
   const plan::Comparison as_ran = compare(rec);
   EXPECT_EQ(as_ran.predicted_peak, as_ran.measured_peak);
   rec["cpu_step"]["winograd"] = "Winograd for 3x3 convolutions large enough (DLPERF_CPU_WINOGRAD=on)";
