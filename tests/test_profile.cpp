@@ -135,7 +135,7 @@ TEST(Profile, WinogradConvolutionsAreNamedAndNotTakenForPadding) {
   EXPECT_NE(profile::above_peak_note(r), "");
   r.winograd_layers = {"conv3"};
   EXPECT_EQ(profile::winograd_note(r),
-            "conv3 ran as Winograd (oneDNN's F(4x4, 3x3) kernel: 36 multiplies per 4x4 outputs and channel pair where the direct "
+            "conv3 ran as Winograd (oneDNN's F(4x4, 3x3) kernel: 36 multiplies per 4x4 tile of outputs and channel pair where the direct "
             "convolution does 144): its GFLOP/s counts the direct convolution's FLOPs, so it can read above the peak");
   EXPECT_EQ(profile::above_peak_note(r), "");
   r.rows[0].name = "conv2d";  // --group-by op: the row holds every convolution

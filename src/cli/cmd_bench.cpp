@@ -237,8 +237,8 @@ nlohmann::json run_conv(const BenchArgs& a, double peak) {
               " spanning 2x the L3. GFLOP/s count every multiply-add, as PyTorch's FLOP counters do; 'on padding' is the share\n"
               " of them whose input is the zero padding, which oneDNN skips, and %% of peak counts only the others)\n");
   if (std::any_of(rows.begin(), rows.end(), [](const nlohmann::json& r) { return r["algorithm"] == "winograd"; }))
-    std::printf("(winograd: oneDNN's F(4x4, 3x3) kernel, which does 36 multiplies per 16 outputs and channel pair where the\n"
-                " direct convolution does 144, so its GFLOP/s, counting the direct convolution's, can pass 100%% of the peak.\n"
+    std::printf("(winograd: oneDNN's F(4x4, 3x3) kernel, which does 36 multiplies per 4x4 tile of outputs and channel pair where\n"
+                " the direct convolution does 144, so its GFLOP/s, counting the direct convolution's, can pass 100%% of the peak.\n"
                 " The engine picks it where it pays on this CPU:\n %s)\n", cpu::winograd_choice().why.c_str());
   return rows;
 }

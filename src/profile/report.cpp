@@ -329,7 +329,7 @@ bool winograd_row(const Report& r, const OpRow& row) {
 std::string winograd_note(const Report& r) {
   if (r.winograd_layers.empty()) return "";
   const size_t n = r.winograd_layers.size();
-  return fmt::format("{} ran as Winograd (oneDNN's F(4x4, 3x3) kernel: 36 multiplies per 4x4 outputs and channel pair where the "
+  return fmt::format("{} ran as Winograd (oneDNN's F(4x4, 3x3) kernel: 36 multiplies per 4x4 tile of outputs and channel pair where the "
                      "direct convolution does 144): {} GFLOP/s count{} the direct convolution's FLOPs, so {} can read above the peak",
                      listed(r.winograd_layers), n == 1 ? "its" : "their", n == 1 ? "s" : "", n == 1 ? "it" : "they");
 }
