@@ -289,7 +289,7 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     // Its convolutions as they ran: Winograd where its record says the engine used it (since
     // 2026-11-28), direct in older records and under DLPERF_CPU_WINOGRAD=off, whatever this
     // process would choose; its memory is laid out so too (a Winograd kernel's scratchpad differs).
-    const bool winograd = r.value(json::json_pointer("/cpu_step/winograd"), std::string()).rfind("Winograd", 0) == 0;
+    const bool winograd = r.value(json::json_pointer("/cpu_step/winograd_on"), false);
     at.winograd = winograd;
     const cpu::ScopedWinograd as_run(winograd ? cpu::WinogradUse::where_it_pays : cpu::WinogradUse::off);
     cmp.threads = std::max(threads, 0);

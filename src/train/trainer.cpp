@@ -734,6 +734,7 @@ struct Run {
     // per process, and now if no layer asked), and which did.
     if (std::any_of(graph.nodes.begin(), graph.nodes.end(), [](const nn::Node& n) { return n.kind == ops::OpKind::conv2d; })) {
       r["cpu_step"]["winograd"] = cpu::winograd_choice().why;
+      r["cpu_step"]["winograd_on"] = cpu::winograd_choice().on;  // what plan --against reads
       r["cpu_step"]["winograd_layers"] = net.winograd_layers();
     }
     return r;
