@@ -672,6 +672,39 @@ TEST(PlanStepTime, ASmallLinearLayerKeepsOnlyItsBlocksThreadsBusy) {
   EXPECT_NEAR(fc1_forward(16, 64, "1x56x56", 2, "avx512"), fc1_forward(16, 64, "1x56x56", 2, "avx2+fma"), 1e-15);
 }
 
+// oneDNN's AVX-512 inner product computes outputs in blocks of 16 (scripts/linear_sweep/): a
+// 10-class layer's forward and backward-weights passes take what 16 outputs take, and
+// backward-weights, a GEMM with a row per output, runs the slower the fewer rows it has. The AVX2
+// fit models neither.
+TEST(PlanStepTime, ALinearLayerComputesWholeOutputBlocks) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 10, c.l2_gbps = 1e4, c.l3_gbps = 1e4, c.dram_gbps = 1e4;  // every pass compute-bound
+  c.l2_bytes = 1e9, c.l3_bytes = 1e9, c.call_overhead_s = 1e-6, c.threads = 1;
+  // The one layer's forward and backward (backward-weights alone: the model input needs no gradient).
+  auto passes = [&](int64_t outputs, const std::string& isa) {
+    const json spec = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", outputs}, {"bias", false}}}}};
+    const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, outputs, 64);
+    const plan::LayerTime l = plan::predict_step(g, nn::OptimizerConfig{}, c, plan::engine_model(isa)).layers[1];
+    return std::pair{l.forward_s - 1e-6, l.backward_s - 1e-6};
+  };
+  const plan::EngineModel m = plan::engine_model("avx512");
+  ASSERT_EQ(m.output_block, 16);
+  const auto [f10, w10] = passes(10, "avx512");
+  const auto [f16, w16] = passes(16, "avx512");
+  EXPECT_NEAR(f10, f16, 1e-15);
+  EXPECT_NEAR(w10, w16, 1e-15);
+  EXPECT_NEAR(passes(17, "avx512").first, 2 * f16, 1e-15);  // a second block, one output of it used
+  // Per output, 128 outputs' backward-weights run faster than 16's by the rows' share.
+  const double k = m.linear_weight_short_outputs;
+  ASSERT_GT(k, 0);
+  EXPECT_NEAR(passes(128, "avx512").second / 8, w16 * (16 / (16 + k)) / (128 / (128 + k)), 1e-15);
+  // The AVX2 fit: time in proportion to the outputs.
+  const auto [a10, aw10] = passes(10, "avx2+fma");
+  const auto [a16, aw16] = passes(16, "avx2+fma");
+  EXPECT_NEAR(a10, a16 * 10 / 16, 1e-15);
+  EXPECT_NEAR(aw10, aw16 * 10 / 16, 1e-15);
+}
+
 // The optimizer updates each parameter tensor in a loop of its own, on one thread up to
 // hw::kParallelMinElements elements (at one thread's share of the bandwidth), else on all.
 TEST(PlanStepTime, TheOptimizerUpdatesSmallTensorsOnOneThread) {

@@ -157,6 +157,14 @@ double bandwidth_for(double bytes, const CpuCeilings& c, const EngineModel& m) {
 // reduction cannot keep the FMA units fed from registers. Efficiency = peak share x K / (K + k0).
 double gemm_efficiency(double k, const EngineModel& m) { return m.gemm_efficiency * k / (k + m.short_reduction); }
 
+// The share of a pass's FMAs that land on real outputs where `outputs` features are computed
+// in whole blocks (EngineModel::output_block): 10 of 16 for a 10-class linear layer.
+double output_block_share(int64_t outputs, const EngineModel& m) {
+  if (m.output_block <= 0 || outputs <= 0) return 1;
+  const int64_t padded = (outputs + m.output_block - 1) / m.output_block * m.output_block;
+  return double(outputs) / double(padded);
+}
+
 // A pass of a Winograd convolution (EngineModel::winograd_efficiency): its GEMMs' FLOPs and the
 // efficiency they run at; the bytes are the direct pass's.
 struct WinogradPass {
@@ -403,6 +411,8 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   // threads); checked on runs outside it there.
   m.maxpool_backward_ns_per_block = 140;
   m.dropout_ns_per_element = 0.25;
+  m.output_block = 16;  // AVX-512's 16 floats, whatever the datapath's width
+  m.linear_weight_short_outputs = 9;
   if (lanes_f32 < 16) return m;
   // A full-width AVX-512 datapath (the Zen 5: 16 f32 lanes, twice the Zen 4's FMA rate a cycle)
   // doubles the measured peak, and oneDNN 2.6's convolutions keep up with less of it. `dlperf
@@ -479,13 +489,19 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
         lt.backward_s += pass_time(as_winograd(cost.backward_weight), w.efficiency, c, m, backward_dram).s;
         break;
       }
-      const PassTime f = pass_time(forward, gemm_efficiency(kf, m), c, m, forward_dram, busy);
+      const double blocks = output_block_share(n.out_dims[1], m);  // forward and backward-weights compute whole blocks
+      const PassTime f = pass_time(forward, blocks * gemm_efficiency(kf, m), c, m, forward_dram, busy);
       lt.forward_s += f.s;
       lt.bound = f.compute_bound ? "compute" : "memory";
-      const double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
+      double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
+      if (n.kind == ops::OpKind::linear && m.linear_weight_short_outputs > 0) {
+        const double rows = double(n.out_dims[1]) / output_block_share(n.out_dims[1], m);
+        weight_share *= rows / (rows + m.linear_weight_short_outputs);
+      }
       if (has_dx) lt.backward_s += pass_time(backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
       // Backward-weights runs first (backend/cpu/conv2d.cpp, linear.cpp): it reads the gradient from DRAM.
-      lt.backward_s += pass_time(cost.backward_weight, weight_share * m.backward_share * gemm_efficiency(kw, m), c, m, backward_dram).s;
+      lt.backward_s +=
+          pass_time(cost.backward_weight, blocks * weight_share * m.backward_share * gemm_efficiency(kw, m), c, m, backward_dram).s;
       if (bf16) {
         lt.forward_s += memory_pass(6 * double(numel(n.params[0].dims)), m.bf16_conversion_efficiency);
         if (elem.value[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);

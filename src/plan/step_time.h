@@ -155,6 +155,21 @@ struct EngineModel {
   /// three passes of 40 shapes and batches the engine runs so (winograd.cpp's sweep, an Intel
   /// Xeon VM, 2026-11-28; scripts/winograd_sweep/): a median 11% off, at most 30%. Not checked on the Zens (docs/plan.md).
   double winograd_efficiency = 0.5, winograd_short_channels = 16, winograd_few_tiles = 32;
+  /// A conv's or linear layer's output features are computed in blocks of this many (a vector
+  /// register's floats), the last block whole: 10 outputs cost the forward and backward-weights
+  /// passes what 16 do. oneDNN's inner product on AVX-512, timed alone at batches 16-1024 and
+  /// 64-4096 inputs (scripts/linear_sweep/, a Xeon VM, 2026-11-28), 1 thread and 2: 10 outputs
+  /// took a median 1.06x and 1.02x the time of 16 forward, 1.10x and 1.04x backward-weights;
+  /// backward-data, which sums over the outputs instead, 0.84x and 0.76x. Every preset's last
+  /// layer has 10. 0: not modelled (AVX2's inner product was not swept).
+  int output_block = 0;
+  /// A linear layer's backward-weights pass reaches blocks / (blocks + this) of its efficiency,
+  /// `blocks` its outputs rounded up to output_block: its GEMM has as many rows as outputs, too few
+  /// to fill the kernel's registers. In the same sweep at batches 64-1024, 16 outputs ran at 55%
+  /// of the FMA peak on 1 thread, 32 at 69%, 64 at 76%, 128 and more at 85%. Fitted there: 9
+  /// (1 thread: measured / planned a median 0.93 for up to 32 outputs; 2 threads 1.22). Not the
+  /// convolutions', whose kernels differ and whose figures were fitted without it. 0: not modelled.
+  double linear_weight_short_outputs = 0;
 };
 
 /// The bytes a training step of `g` in the CPU engine comes back to every step: each value and
