@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -524,6 +525,39 @@ TEST(PlanStepTime, ValuesABatchnormWroteAreReadFromDram) {
   }
 }
 
+// oneDNN's Winograd convolution stores its output, and backward-data's input gradient,
+// non-temporally as the batchnorm does: the relu after it reads its input from DRAM, and the
+// conv before it reads its output's gradient from DRAM in backward. A direct conv leaves them
+// where they fit.
+TEST(PlanStepTime, AWinogradConvolutionsStoresGoPastTheCaches) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 1000, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6;
+  const plan::EngineModel m = plan::engine_model("avx512");
+  const json spec = {{"layers",
+                      {{{"type", "conv2d"}, {"out_channels", 32}, {"padding", 1}, {"name", "conv1"}},
+                       {{"type", "conv2d"}, {"out_channels", 32}, {"padding", 1}, {"name", "conv2"}},
+                       {{"type", "relu"}, {"name", "relu"}},
+                       {{"type", "flatten"}},
+                       {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "t"), {1, 28, 28}, 10, 64);
+  ASSERT_EQ(g.nodes[2].name, "relu");
+  ASSERT_TRUE(cpu::winograd_pays(g.nodes[1].attrs, g.nodes[1].in_dims[0]));
+  ASSERT_FALSE(cpu::winograd_pays(g.nodes[0].attrs, g.nodes[0].in_dims[0]));  // one input channel
+  plan::CpuCeilings w = c;
+  w.winograd = true;
+  const auto direct = plan::predict_step(g, nn::OptimizerConfig{}, c, m), winograd = plan::predict_step(g, nn::OptimizerConfig{}, w, m);
+  const double input = 4 * double(numel(g.nodes[2].in_dims[0]));  // 6.4 MB: the relu's pass is in L3
+  ASSERT_GT(g.nodes[2].cost.forward.bytes, c.l2_bytes);
+  ASSERT_LT(g.nodes[2].cost.forward.bytes, c.l3_bytes);
+  const double level_gbps = std::max(c.l3_gbps * m.l3_share, c.dram_gbps);
+  EXPECT_NEAR(winograd.layers[2].forward_s - direct.layers[2].forward_s, input / (c.dram_gbps * 1e9) - input / (level_gbps * 1e9), 1e-12);
+  EXPECT_DOUBLE_EQ(winograd.layers[2].backward_s, direct.layers[2].backward_s);
+  // conv1's backward-weights reads the gradient conv2's backward-data stored (6.4 MB) from DRAM.
+  EXPECT_GT(winograd.layers[0].backward_s, direct.layers[0].backward_s);
+  EXPECT_DOUBLE_EQ(winograd.layers[0].forward_s, direct.layers[0].forward_s);
+}
+
 // A buffer the step comes back to a step later is in the level the step's buffers fit in, not
 // the one the pass's bytes would fit in: max pooling's backward (AVX-512 fit) writes its input
 // gradient and reads its argmax at L2's rate while the step fits in L2, at L3's while it fills at
@@ -806,12 +840,21 @@ TEST(PlanStepTime, WinogradConvolutionsArePlannedAsTheirGemms) {
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const nn::Node& n = g.nodes[i];
       SCOPED_TRACE(fmt::format("{} at batch {}", n.name, batch));
-      const bool picked = n.kind == ops::OpKind::conv2d && cpu::winograd_pays(n.attrs, n.in_dims[0]);
+      auto picked_at = [&](int k) {
+        const nn::Node& x = g.nodes[size_t(k)];
+        return x.kind == ops::OpKind::conv2d && cpu::winograd_pays(x.attrs, x.in_dims[0]);
+      };
+      const bool picked = picked_at(int(i));
       EXPECT_EQ(winograd.layers[i].winograd, picked);  // `plan --layers` marks it
       EXPECT_FALSE(direct.layers[i].winograd);
       if (!picked) {
-        EXPECT_DOUBLE_EQ(winograd.layers[i].forward_s, direct.layers[i].forward_s);
-        EXPECT_DOUBLE_EQ(winograd.layers[i].backward_s, direct.layers[i].backward_s);
+        // The layers around a Winograd conv read what it stored past the caches (below).
+        const bool after = std::ranges::any_of(n.inputs, [&](int k) { return k >= 0 && picked_at(k); });
+        const bool before = std::ranges::any_of(g.consumers(int(i)), picked_at);
+        if (after) EXPECT_GT(winograd.layers[i].forward_s, direct.layers[i].forward_s);
+        else EXPECT_DOUBLE_EQ(winograd.layers[i].forward_s, direct.layers[i].forward_s);
+        if (before) EXPECT_GE(winograd.layers[i].backward_s, direct.layers[i].backward_s);  // the same where L3 is DRAM's rate
+        else EXPECT_DOUBLE_EQ(winograd.layers[i].backward_s, direct.layers[i].backward_s);
         continue;
       }
       const double in = double(n.in_dims[0][1]), out = double(n.out_dims[1]);

@@ -271,9 +271,17 @@ int linear_forward_threads(const nn::Node& n, const CpuCeilings& c) {
 // cache (oneDNN alone, 2026-11-23). Storing normally would not pay: with medium's batchnorm outputs
 // placed off the vector alignment, the poolings ran 0.4-0.5x as long and the batchnorms 1.1-1.5x
 // as long (each store reads its line first), the step 1.00x. bf16 batchnorm stores normally.
+// oneDNN's Winograd convolution (fp32 only) does the same: its output transform stores the
+// forward output, and backward-data's input gradient, non-temporally wherever a row is aligned
+// (jit_avx512_core_f32_wino_conv_4x3_kernel.cpp, store_dst). medium at batch 64 on the Xeon VM,
+// `scripts/plan_vs_profile.py`, 2 rounds of 3 profiles each way (2026-11-28): bn2+relu2's
+// forward took 0.323-0.330 ms after a Winograd conv2 and 0.224-0.253 after a direct one, bn3's
+// 0.155-0.156 against 0.111-0.131.
 bool written_past_the_caches(const nn::Graph& g, int i, const CpuCeilings& c) {
   if (i < 0 || c.precision == "bf16") return false;
-  return g.nodes[size_t(i)].kind == ops::OpKind::batchnorm2d || relu_fused_into_batchnorm(g, size_t(i));
+  const nn::Node& n = g.nodes[size_t(i)];
+  if (n.kind == ops::OpKind::conv2d) return c.winograd && cpu::winograd_pays(n.attrs, n.in_dims[0]);
+  return n.kind == ops::OpKind::batchnorm2d || relu_fused_into_batchnorm(g, size_t(i));
 }
 
 // A training batchnorm's forward and backward as oneDNN's jit batchnorm (bnorm_jit, nChw16c)
@@ -446,13 +454,16 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
   const nn::Node& n = g.nodes[i];
   LayerTime lt{n.name, std::string(ops::to_string(n.kind)), 0, 0, 0, "memory"};
   const bool has_dx = n.needs_dx;  // no input gradient of the model input (through a flatten too)
-  // Bytes read from DRAM: forward, the inputs a batchnorm wrote past the caches; backward (its
-  // first pass), the output's gradient where a batchnorm reading the output wrote it so.
+  // Bytes read from DRAM: forward, the inputs a batchnorm or Winograd conv wrote past the caches;
+  // backward (its first pass), the output's gradient where such a layer reading the output wrote it so.
   double forward_dram = 0, backward_dram = 0;
   for (size_t k = 0; k < n.inputs.size(); ++k)
     if (written_past_the_caches(g, n.inputs[k], c)) forward_dram += 4 * double(numel(n.in_dims[k]));
-  for (int r : g.consumers(int(i)))
-    if (g.nodes[size_t(r)].kind == ops::OpKind::batchnorm2d && written_past_the_caches(g, r, c)) backward_dram = 4 * double(numel(n.out_dims));
+  for (int r : g.consumers(int(i))) {  // a batchnorm's or Winograd conv's input gradient: stored as its output
+    const nn::Node& reader = g.nodes[size_t(r)];
+    const bool stores_dx = reader.kind == ops::OpKind::batchnorm2d || (reader.kind == ops::OpKind::conv2d && reader.needs_dx);
+    if (stores_dx && written_past_the_caches(g, r, c)) backward_dram = 4 * double(numel(n.out_dims));
+  }
   auto memory_pass = [&](double bytes, double efficiency, double from_dram = 0, double cold = 0) {
     return bytes > 0 ? stream_s(bytes, Sources{from_dram, cold, cold_bps}, c, m) / efficiency + m.call_overhead_s : 0.0;
   };
