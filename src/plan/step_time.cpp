@@ -493,10 +493,12 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
         const WinogradPass w = winograd_pass(n, m);
         lt.winograd = true;
         auto as_winograd = [&](ops::PassCost p) { return p.flops = w.flops, p.padding_flops = 0, p; };
-        const PassTime f = pass_time(as_winograd(forward), w.efficiency, c, m, forward_dram);
+        // Its output transform stores past the caches (written_past_the_caches): no line is read
+        // before it is written, so the direct passes' output_read_first bytes are left out.
+        const PassTime f = pass_time(as_winograd(cost.forward), w.efficiency, c, m, forward_dram);
         lt.forward_s += f.s;
         lt.bound = f.compute_bound ? "compute" : "memory";
-        if (has_dx) lt.backward_s += pass_time(as_winograd(backward_data), w.efficiency, c, m).s;
+        if (has_dx) lt.backward_s += pass_time(as_winograd(cost.backward_data), w.efficiency, c, m).s;
         lt.backward_s += pass_time(as_winograd(cost.backward_weight), w.efficiency, c, m, backward_dram).s;
         break;
       }

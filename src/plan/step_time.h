@@ -161,7 +161,8 @@ struct EngineModel {
   /// 64-4096 inputs (scripts/linear_sweep/, a Xeon VM, 2026-11-28), 1 thread and 2: 10 outputs
   /// took a median 1.06x and 1.02x the time of 16 forward, 1.10x and 1.04x backward-weights;
   /// backward-data, which sums over the outputs instead, 0.84x and 0.76x. Every preset's last
-  /// layer has 10. 0: not modelled (AVX2's inner product was not swept).
+  /// layer has 10. A conv's blocked layout (nChw16c) pads its channels the same way. 0: not
+  /// modelled (AVX2's inner product was not swept).
   int output_block = 0;
   /// A linear layer's backward-weights pass reaches blocks / (blocks + this) of its efficiency,
   /// `blocks` its outputs rounded up to output_block: its GEMM has as many rows as outputs, too few
