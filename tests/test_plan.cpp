@@ -837,13 +837,13 @@ TEST(PlanStepTime, WinogradConvolutionsArePlannedAsTheirGemms) {
   for (const int64_t batch : {16, 64}) {
     const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, batch);
     const auto direct = plan::predict_step(g, nn::OptimizerConfig{}, c, m), winograd = plan::predict_step(g, nn::OptimizerConfig{}, w, m);
+    auto picked_at = [&](int k) {
+      const nn::Node& x = g.nodes[size_t(k)];
+      return x.kind == ops::OpKind::conv2d && cpu::winograd_pays(x.attrs, x.in_dims[0]);
+    };
     for (size_t i = 0; i < g.nodes.size(); ++i) {
       const nn::Node& n = g.nodes[i];
       SCOPED_TRACE(fmt::format("{} at batch {}", n.name, batch));
-      auto picked_at = [&](int k) {
-        const nn::Node& x = g.nodes[size_t(k)];
-        return x.kind == ops::OpKind::conv2d && cpu::winograd_pays(x.attrs, x.in_dims[0]);
-      };
       const bool picked = picked_at(int(i));
       EXPECT_EQ(winograd.layers[i].winograd, picked);  // `plan --layers` marks it
       EXPECT_FALSE(direct.layers[i].winograd);
