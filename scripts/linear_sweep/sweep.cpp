@@ -1,6 +1,7 @@
-// The sweep behind the plan's output blocks (plan::EngineModel::output_block): oneDNN's inner
-// product (a linear layer) alone, its three training passes timed apart, the median of 41 calls
-// each after 3, at batches 1-1024, 64-4096 inputs and 10-512 outputs. On another CPU:
+// The sweep behind the plan's linear-layer figures (plan::EngineModel::output_block and
+// linear_weight_short_outputs): oneDNN's inner product (a linear layer) alone, its three training
+// passes timed apart, the median of 41 calls each after 3, at batches 1-1024, 64-4096 inputs and
+// 10-512 outputs. On another CPU:
 //
 //   g++ -O2 -std=c++17 scripts/linear_sweep/sweep.cpp -ldnnl -o /tmp/linear_sweep
 //   OMP_NUM_THREADS=1 /tmp/linear_sweep > sweep.csv && python3 scripts/linear_sweep/blocks.py sweep.csv
