@@ -508,7 +508,7 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       lt.bound = f.compute_bound ? "compute" : "memory";
       double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
       if (n.kind == ops::OpKind::linear && m.linear_weight_short_outputs > 0) {
-        const double rows = double(n.out_dims[1]) / output_block_share(n.out_dims[1], m);
+        const double rows = double(n.out_dims[1]) / blocks;  // the outputs, padded to whole blocks
         weight_share *= rows / (rows + m.linear_weight_short_outputs);
       }
       if (has_dx) lt.backward_s += pass_time(backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
