@@ -184,7 +184,11 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
   };
   // Without a GPU, asking for one, or for what only a GPU trains, is refused up front.
   if (!has_gpu()) {
+#ifdef DLPERF_HAVE_CUDA
     cases.push_back({"train --device cuda", "--device cuda: no NVIDIA GPU on this machine"});
+#else  // a machine without the CUDA toolkit, as a fresh Debian 12 is, builds no CUDA backend
+    cases.push_back({"train --device cuda", "--device cuda: this dlperf build has no CUDA backend"});
+#endif
     cases.push_back({"train --precision fp16", "--precision fp16 cannot train on this CPU"});
     cases.push_back({"train --no-graphs", "--no-graphs turns off CUDA graphs, and this run is on the CPU"});
     cases.push_back({"train --pin-memory off", "--pin-memory off changes how batches reach a GPU"});
