@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -117,7 +118,7 @@ inline nlohmann::json random_model(uint64_t seed, bool dropout = true) {
   auto pick = [&](int n) { return int(rng.below(uint64_t(n))); };
   const int count = 4 + pick(9);
   for (int i = 0; i < count; ++i) {
-    const std::string name = "l" + std::to_string(i);
+    const std::string name = fmt::format("l{}", i);  // not "l" + std::to_string(i): GCC 12 warns falsely there (-Wrestrict, its bug 105329)
     nlohmann::json l = {{"name", name}};
     if (i > 1 && pick(4) == 0) at = values[size_t(1 + pick(int(values.size()) - 1))];  // an earlier layer, not the model input
     if (i > 0) l["input"] = at.name;
