@@ -982,6 +982,33 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   EXPECT_DOUBLE_EQ(with[0].predicted_peak - cmp[0].predicted_peak, double(CachingAllocator::block_bytes(1000000)));
 }
 
+// Without a machine profile the ceilings take seconds to measure: a mistyped path, or records of
+// GPU runs alone, must not wait for them.
+TEST(PlanAgainst, MeasuresTheCeilingsOnlyForACpuRecord) {
+  TempDir dir;
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  nlohmann::json rec = train::train(c).record;
+  std::ofstream(dir.path / "cpu.json") << rec.dump();
+  rec["config"]["device_used"] = "cuda:0";
+  rec["device"] = {{"name", "NVIDIA H100 80GB HBM3"}};
+  std::ofstream(dir.path / "gpu.json") << rec.dump();
+  int measured = 0;
+  const plan::CeilingsAt at = [&](int threads) {
+    ++measured;
+    return plan::host_ceilings(threads);
+  };
+  std::vector<plan::Skipped> skipped;
+  const auto gpu = plan::compare_with_records({(dir.path / "gpu.json").string(), (dir.path / "nonexistent.json").string()}, 1, at, skipped);
+  EXPECT_EQ(gpu.size(), 1u);
+  EXPECT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(measured, 0);
+  const auto cpu = plan::compare_with_records({(dir.path / "cpu.json").string()}, 1, at, skipped);
+  ASSERT_EQ(cpu.size(), 1u);
+  EXPECT_EQ(measured, 1);
+  EXPECT_GT(cpu[0].predicted_step_s, 0);
+}
+
 // NVML's energy counter moves about every 100 ms, so an epoch's energy is compared only where the
 // range its updates allow is narrow; a record from before that range, only for epochs of 2 s on.
 // RAPL's counters, which move every millisecond or so, are compared as they are.

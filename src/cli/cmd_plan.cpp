@@ -483,10 +483,16 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
   write_plan_json(a, out);
 }
 
-void against(const PlanArgs& a, const plan::CpuCeilings& c) {
+void against(const PlanArgs& a, int threads) {
   std::vector<plan::Skipped> skipped;
   std::map<std::string, int> others;  // runs/*.json also matches the bench results, profile tables, ...
-  const auto rows = plan::compare_with_records(a.against, c, skipped, a.cpu_watts, &others);
+  std::map<int, plan::CpuCeilings> measured;  // each thread count's once, and only for a CPU record
+  const plan::CeilingsAt ceilings_at = [&](int t) {
+    auto it = measured.find(t);
+    if (it == measured.end()) it = measured.emplace(t, plan::host_ceilings(t)).first;
+    return it->second;
+  };
+  const auto rows = plan::compare_with_records(a.against, threads, ceilings_at, skipped, a.cpu_watts, &others);
   // One line per reason: a lab's 13 records from another machine are one line, not 13 of 300 characters.
   std::vector<std::pair<std::string, std::vector<std::string>>> by_why;
   for (const auto& s : skipped) {
@@ -527,8 +533,15 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
                    {"call_from_record", r.call_from_record}, {"on_gpu", r.on_gpu},
                    {"conv_workspace_from_record", r.conv_workspace_from_record}});
   }
-  std::printf("Predicted vs measured, %s (ceilings: %s; engine efficiencies: %s, docs/plan.md)\n",
-              counted((long long)rows.size(), "training run").c_str(), c.source.c_str(), plan::engine_fit_name(c).c_str());
+  // The CPU rows' ceilings as measured for them (those of the process's threads where measured);
+  // GPU runs alone measure none.
+  const plan::CpuCeilings* c = measured.empty() ? nullptr : measured.count(threads) ? &measured[threads] : &measured.begin()->second;
+  if (c)
+    std::printf("Predicted vs measured, %s (ceilings: %s; engine efficiencies: %s, docs/plan.md)\n",
+                counted((long long)rows.size(), "training run").c_str(), c->source.c_str(), plan::engine_fit_name(*c).c_str());
+  else
+    std::printf("Predicted vs measured, %s (GPU runs: dlperf's GPU step model, as the note under the table says; docs/plan.md)\n",
+                counted((long long)rows.size(), "training run").c_str());
   // Whose call cost each CPU row took: its record's, or (older records) the one measured now.
   long long from_record = 0, measured_now = 0;
   for (const auto& r : rows)
@@ -597,7 +610,7 @@ void against(const PlanArgs& a, const plan::CpuCeilings& c) {
       parts.push_back(why.size() == 1 && ee.empty() ? reason : fmt::format("{} ({})", reason, counted(n, "run")));
     std::printf("energy: not compared%s: %s\n", ee.empty() ? "" : " for the others", fmt::format("{}", fmt::join(parts, "; ")).c_str());
   }
-  write_plan_json(a, {{"runs", out}, {"ceilings", plan::to_json(c)},
+  write_plan_json(a, {{"runs", out}, {"ceilings", c ? plan::to_json(*c) : nlohmann::json()},
                       {"step_time_error", {{"median", ts.median}, {"worst", ts.worst}}},
                       {"peak_memory_error", {{"median", ms.median}, {"worst", ms.worst}}}});
 }
@@ -695,13 +708,12 @@ void add_plan(CLI::App& app, const Command& self) {
     // since oneDNN sizes some scratchpads by the threads it forks.
     hw::check_threads(a->threads);
     const hw::ScopedThreads threads(a->threads);
+    if (!a->against.empty()) return against(*a, threads.count());  // measures the ceilings where a record needs them
     const plan::CpuCeilings ceilings = plan::host_ceilings(threads.count());
     if (!a->transformer.empty())
       plan_transformer(*a, ceilings);
-    else if (a->against.empty())
-      plan_one(*a, ceilings);
     else
-      against(*a, ceilings);
+      plan_one(*a, ceilings);
   });
 }
 

@@ -132,6 +132,13 @@ double recorded_call_us(const json& summary) {
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
                                              std::vector<Skipped>& skipped, double cpu_watts,
                                              std::map<std::string, int>* others) {
+  const CeilingsAt at = [&](int threads) { return threads == c.threads || threads <= 0 ? c : host_ceilings(threads); };
+  return compare_with_records(files, c.threads, at, skipped, cpu_watts, others);
+}
+
+std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, int default_threads, const CeilingsAt& ceilings_at,
+                                             std::vector<Skipped>& skipped, double cpu_watts,
+                                             std::map<std::string, int>* others) {
   std::vector<Comparison> out;
   std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
   const json here = hw::to_json(hw::cpu_info());
@@ -268,14 +275,14 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
     if (!cfg.value("flush_denormals", true)) cmp.run += " kept denormals";
     cmp.run += tag;
     // With the ceilings of the threads it trained on: a --threads 1 run has half the cores' peak.
-    const int threads = cfg.value("threads_used", json()).is_number_integer() ? cfg["threads_used"].get<int>() : c.threads;
+    const int threads = cfg.value("threads_used", json()).is_number_integer() ? cfg["threads_used"].get<int>() : default_threads;
     if (threads > hw::usable_cpus()) {
       skipped.push_back({file, fmt::format("trained on {}, more than the {} this process may use here, so its ceilings cannot be "
                                            "measured here", counted(threads, "thread"), counted(hw::usable_cpus(), "CPU"))});
       return;
     }
     const int workers = cfg.value("workers", 0);
-    CpuCeilings at = threads == c.threads || threads <= 0 ? c : host_ceilings(threads);
+    CpuCeilings at = ceilings_at(threads <= 0 ? default_threads : threads);
     // The engine call's cost the run trained under, where its record measured it (since
     // 2026-11-24): on a VM it moves with where the vCPUs are placed, and a tiny model's step with
     // it, so the cost measured now would blame the model for the machine's change.

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -65,6 +66,15 @@ std::string other_dlperf_output(const nlohmann::json& j);
 /// kind instead of each getting a notice. `cpu_watts` > 0 predicts energy as watts x predicted
 /// training time.
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
+                                             std::vector<Skipped>& skipped, double cpu_watts = 0,
+                                             std::map<std::string, int>* others = nullptr);
+
+/// This CPU's ceilings at a thread count, asked for only when a CPU record is to be predicted.
+using CeilingsAt = std::function<CpuCeilings(int threads)>;
+/// The same, measuring the ceilings only when a CPU record needs them (at `threads` where the
+/// record does not say): without a machine profile that takes seconds, which a mistyped path or a
+/// folder of GPU runs should not wait for.
+std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, int threads, const CeilingsAt& ceilings_at,
                                              std::vector<Skipped>& skipped, double cpu_watts = 0,
                                              std::map<std::string, int>* others = nullptr);
 
