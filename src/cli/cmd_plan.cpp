@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include "backend/cpu/layouts.h"
 #include "backend/cuda/layout.h"
@@ -142,8 +143,12 @@ nlohmann::json print_gpu_passes(const plan::JobSpec& job, const plan::Device& d,
   return out;
 }
 
+// This CPU's ceilings for its `cpu` target, asked for only where that target is planned: measured
+// (seconds without a machine profile), they would hold up a plan for GPUs alone.
+using CpuCeilingsFn = std::function<plan::CpuCeilings()>;
+
 // The targets table (with --layers, each GPU target's passes after it); returns its rows for --json.
-nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const plan::CpuCeilings& c) {
+nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const CpuCeilingsFn& c) {
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const double pue = a.pue > 0 ? a.pue : cat.pue;
   const double grid = grid_intensity(a, cat);
@@ -156,7 +161,7 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   nlohmann::json rows = nlohmann::json::array();
   std::vector<std::pair<plan::Device, double>> gpus;  // the GPU targets that run the job, and their compute time a step
   for (const auto& id : ids) {
-    const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
+    const plan::Device d = id == "cpu" ? plan::host_device(c(), a.cpu_watts) : cat.find(id);
     const plan::TargetEstimate e = plan::estimate(job, d, grid, pue);
     rows.push_back(to_json(e));
     if (d.kind == "gpu" && e.unsupported.empty()) gpus.emplace_back(d, e.compute_s);
@@ -196,13 +201,13 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
 // Weak scaling (the per-device batch stays, the global batch grows with the devices) and strong
 // scaling (the global batch stays and is split), data-parallel 1, 2, 4, ... up to --scaling N on
 // the first target. `rebuild(per_device_batch)` gives the job at another per-device batch.
-nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const plan::CpuCeilings& c,
+nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const CpuCeilingsFn& c,
                              const std::function<plan::JobSpec(int64_t, nn::Graph&)>& rebuild) {
   if (a.scaling <= 1) return nullptr;
   nlohmann::json rows = nlohmann::json::array();
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const std::string id = a.targets.empty() ? (base.transformer ? "h100-sxm" : "cpu") : a.targets.front();
-  const plan::Device d = id == "cpu" ? plan::host_device(c, a.cpu_watts) : cat.find(id);
+  const plan::Device d = id == "cpu" ? plan::host_device(c(), a.cpu_watts) : cat.find(id);
   report::Table t({"data-parallel", "weak: step", "weak: samples/s", "weak: efficiency", "strong: per-device batch", "strong: step",
                    "strong: speed-up", "strong: efficiency"});
   const int64_t per_device = base.transformer ? base.global_batch / base.layout.dp : base.graph->batch();
@@ -248,7 +253,7 @@ void write_plan_json(const PlanArgs& a, const nlohmann::json& plan) {
   if (!a.json_out.empty()) write_file_atomically(a.json_out, plan.dump(2) + "\n", "pick a writable --json path");
 }
 
-void plan_transformer(const PlanArgs& a, const plan::CpuCeilings& c) {
+void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
   const plan::TransformerSpec t = plan::transformer(a.transformer);
   const double n = plan::transformer_params(t);
   const double per_token = plan::transformer_train_flops_per_token(t);
@@ -347,20 +352,21 @@ void print_cpu_plan(const PlanArgs& a, const plan::CpuCeilings& c, const plan::M
               c.l3_gbps, c.dram_gbps, format_seconds(c.call_overhead_s).c_str(), c.source.c_str());
 }
 
-void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
-  // This CPU's section is dlperf's CPU engine: fp32, or bf16 where the CPU has AVX512-BF16 (as
-  // `dlperf train` would run it); --precision applies to the targets below in any case.
-  const bool cpu_bf16 = a.precision == "bf16" && cpu::has_bf16_kernels();
-  const std::string cpu_precision = cpu_bf16 ? "bf16" : "fp32";
-  plan::CpuCeilings c = plan::with_precision(fp32_ceilings, cpu_precision);
-  c.loader_workers = a.workers;
-  c.augment = a.augment;
+void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
   nn::OptimizerConfig opt;
   opt.name = a.optimizer;
   check(a.dataset >= a.batch, fmt::format("--batch-size {} is larger than --dataset-size {}", a.batch, a.dataset),
         "lower --batch-size, or give the training set's real size with --dataset-size");
   const nn::ModelSpec spec = nn::load_model(a.model);
   const nn::Graph g = nn::build_graph(spec, parse_chw(a.input), a.classes, a.batch);
+  // This CPU's section is dlperf's CPU engine: fp32, or bf16 where the CPU has AVX512-BF16 (as
+  // `dlperf train` would run it); --precision applies to the targets below in any case. Its
+  // ceilings are measured once the flags and the model have passed their checks.
+  const bool cpu_bf16 = a.precision == "bf16" && cpu::has_bf16_kernels();
+  const std::string cpu_precision = cpu_bf16 ? "bf16" : "fp32";
+  plan::CpuCeilings c = plan::with_precision(fp32_ceilings(), cpu_precision);
+  c.loader_workers = a.workers;
+  c.augment = a.augment;
   // A job the CPU engine cannot run (a tensor too big for oneDNN to index) still gets its
   // FLOPs and the targets below: a GPU may take it.
   std::string cpu_refuses;
@@ -449,8 +455,9 @@ void plan_one(const PlanArgs& a, const plan::CpuCeilings& fp32_ceilings) {
     for (const char* key : {"memory_bytes", "step", "images_per_s", "epoch_s", "job_s"}) out[key] = nullptr;
     out["cpu_cannot_run"] = cpu_refuses;
   }
-  out["targets"] = print_targets(job, a, c);
-  out["scaling"] = print_scaling(job, a, c, [&](int64_t per_device, nn::Graph& holder) {
+  const CpuCeilingsFn this_cpu = [&] { return c; };
+  out["targets"] = print_targets(job, a, this_cpu);
+  out["scaling"] = print_scaling(job, a, this_cpu, [&](int64_t per_device, nn::Graph& holder) {
     holder = nn::build_graph(spec, parse_chw(a.input), a.classes, per_device);
     plan::JobSpec j = job;
     j.graph = &holder;
@@ -709,7 +716,11 @@ void add_plan(CLI::App& app, const Command& self) {
     hw::check_threads(a->threads);
     const hw::ScopedThreads threads(a->threads);
     if (!a->against.empty()) return against(*a, threads.count());  // measures the ceilings where a record needs them
-    const plan::CpuCeilings ceilings = plan::host_ceilings(threads.count());
+    std::optional<plan::CpuCeilings> measured;  // at first use (seconds without a machine profile)
+    const CpuCeilingsFn ceilings = [&] {
+      if (!measured) measured = plan::host_ceilings(threads.count());
+      return *measured;
+    };
     if (!a->transformer.empty())
       plan_transformer(*a, ceilings);
     else
