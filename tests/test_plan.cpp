@@ -31,6 +31,14 @@ namespace {
 
 using nlohmann::json;
 
+// The record of a quick run of `small` on synthetic data, trained into `dir`: the --against
+// tests edit its fields into the runs they compare.
+json small_run_record(const TempDir& dir) {
+  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  return train::train(c).record;
+}
+
 TEST(PlanTransformer, Gpt3And2ParameterCountsMatchTheFormulas) {
   // GPT-3 175B: 96 x (12 h^2 + 13 h) + 50257 h + 2048 h + 2 h with h = 12288.
   EXPECT_DOUBLE_EQ(plan::transformer_params(plan::transformer("gpt3-175b")), 174604259328.0);
@@ -949,10 +957,7 @@ TEST(PlanCatalog, AnEntryDlperfDoesNotReadIsRefused) {
 // entry, dlperf's GPU step on it); a GPU the catalog lacks is skipped with the reason.
 TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
   TempDir dir;
-  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
-  c.runs_dir = dir.path.string();
-  const auto r = train::train(c);
-  nlohmann::json rec = r.record;
+  nlohmann::json rec = small_run_record(dir);
   rec["config"]["device_used"] = "cuda:0";
   rec["config"]["precision"] = "bf16";
   rec["device"] = {{"name", "NVIDIA H100 80GB HBM3"}};
@@ -986,9 +991,7 @@ TEST(PlanAgainst, GpuRecordsUseTheirGpusDatasheet) {
 // GPU runs alone, must not wait for them.
 TEST(PlanAgainst, MeasuresTheCeilingsOnlyForACpuRecord) {
   TempDir dir;
-  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
-  c.runs_dir = dir.path.string();
-  nlohmann::json rec = train::train(c).record;
+  nlohmann::json rec = small_run_record(dir);
   std::ofstream(dir.path / "cpu.json") << rec.dump();
   rec["config"]["device_used"] = "cuda:0";
   rec["device"] = {{"name", "NVIDIA H100 80GB HBM3"}};
@@ -1014,9 +1017,7 @@ TEST(PlanAgainst, MeasuresTheCeilingsOnlyForACpuRecord) {
 // RAPL's counters, which move every millisecond or so, are compared as they are.
 TEST(PlanAgainst, GpuEnergyIsComparedOnlyWhereNvmlsUpdatesPinItDown) {
   TempDir dir;
-  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
-  c.runs_dir = dir.path.string();
-  nlohmann::json rec = train::train(c).record;
+  nlohmann::json rec = small_run_record(dir);
   rec["config"]["device_used"] = "cuda:0";
   rec["device"] = {{"name", "NVIDIA H100 80GB HBM3"}};
   rec["energy_source"] = "NVML board energy counter (the whole GPU board), which moved every 100 ms";
@@ -1177,9 +1178,7 @@ TEST(PlanAgainst, ProfileRecordsAreMeasuredByTheirRecordedSteps) {
 // short name.
 TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
   TempDir dir;
-  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
-  c.runs_dir = dir.path.string();
-  nlohmann::json rec = train::train(c).record;
+  nlohmann::json rec = small_run_record(dir);
   std::ofstream(dir.path / "a.json") << rec.dump();
   rec["config"]["lr"] = 0.4;
   std::ofstream(dir.path / "b.json") << rec.dump();
@@ -1227,9 +1226,7 @@ TEST(PlanAgainst, RunsOfOneNameAreToldApartByWhatDiffers) {
 // CPU (VMs name Zen 3, 4 and 5 all "AMD EPYC") is skipped rather than compared with this one's.
 TEST(PlanAgainst, ARunIsPlannedOnTheCpuAndThreadsItTrainedOn) {
   TempDir dir;
-  train::TrainConfig c = quiet_run("small", "synthetic:1x28x28:256", 64, 1, "cpu");
-  c.runs_dir = dir.path.string();
-  nlohmann::json rec = train::train(c).record;
+  nlohmann::json rec = small_run_record(dir);
   int n = 0;
   auto compare = [&](const nlohmann::json& r, const plan::CpuCeilings& ceilings, std::vector<plan::Skipped>& skipped) {
     const std::string path = (dir.path / fmt::format("r{}.json", n++)).string();
