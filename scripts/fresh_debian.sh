@@ -5,8 +5,9 @@
 #   scripts/test.sh     (apt-get installs, builds, runs ctest; arguments go to ctest)
 #   scripts/run.sh      (the quick lab)
 # A package setup.sh forgets to install, or a test that assumes a CUDA toolkit, fails here; the
-# first run (2026-11-28) found such a test. About 35 minutes on 2 cores: 1 to make the chroot,
-# 3 for the packages, 7 to build, 20 for ctest, 3 for the lab.
+# first run (2026-11-28) found such a test. On 2 cores: 1 minute to make the chroot, then 20 for
+# the build, ctest and the lab once the chroot has the packages (the first run, which installed
+# them while another build shared the cores, took 32 minutes for test.sh alone).
 #
 #   scripts/fresh_debian.sh [CTEST_ARGS...]
 # The chroot stays in /tmp/dlperf-fresh-bookworm (rm -rf it for a truly fresh start: packages
