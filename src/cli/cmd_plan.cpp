@@ -493,13 +493,9 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
 void against(const PlanArgs& a, int threads) {
   std::vector<plan::Skipped> skipped;
   std::map<std::string, int> others;  // runs/*.json also matches the bench results, profile tables, ...
-  std::map<int, plan::CpuCeilings> measured;  // each thread count's once, and only for a CPU record
-  const plan::CeilingsAt ceilings_at = [&](int t) {
-    auto it = measured.find(t);
-    if (it == measured.end()) it = measured.emplace(t, plan::host_ceilings(t)).first;
-    return it->second;
-  };
-  const auto rows = plan::compare_with_records(a.against, threads, ceilings_at, skipped, a.cpu_watts, &others);
+  // host_ceilings measures each thread count's once a process (where no machine profile has them).
+  const auto rows = plan::compare_with_records(a.against, threads, [](int t) { return plan::host_ceilings(t); }, skipped,
+                                               a.cpu_watts, &others);
   // One line per reason: a lab's 13 records from another machine are one line, not 13 of 300 characters.
   std::vector<std::pair<std::string, std::vector<std::string>>> by_why;
   for (const auto& s : skipped) {
@@ -540,9 +536,9 @@ void against(const PlanArgs& a, int threads) {
                    {"call_from_record", r.call_from_record}, {"on_gpu", r.on_gpu},
                    {"conv_workspace_from_record", r.conv_workspace_from_record}});
   }
-  // The CPU rows' ceilings as measured for them (those of the process's threads where measured);
-  // GPU runs alone measure none.
-  const plan::CpuCeilings* c = measured.empty() ? nullptr : measured.count(threads) ? &measured[threads] : &measured.begin()->second;
+  // This CPU's ceilings where a CPU run was predicted; GPU runs alone measure none.
+  const bool any_cpu = std::any_of(rows.begin(), rows.end(), [](const plan::Comparison& r) { return !r.on_gpu; });
+  const std::optional<plan::CpuCeilings> c = any_cpu ? std::optional(plan::host_ceilings(threads)) : std::nullopt;
   if (c)
     std::printf("Predicted vs measured, %s (ceilings: %s; engine efficiencies: %s, docs/plan.md)\n",
                 counted((long long)rows.size(), "training run").c_str(), c->source.c_str(), plan::engine_fit_name(*c).c_str());
@@ -716,11 +712,8 @@ void add_plan(CLI::App& app, const Command& self) {
     hw::check_threads(a->threads);
     const hw::ScopedThreads threads(a->threads);
     if (!a->against.empty()) return against(*a, threads.count());  // measures the ceilings where a record needs them
-    std::optional<plan::CpuCeilings> measured;  // at first use (seconds without a machine profile)
-    const CpuCeilingsFn ceilings = [&] {
-      if (!measured) measured = plan::host_ceilings(threads.count());
-      return *measured;
-    };
+    // Measured at first use (seconds without a machine profile), then kept by host_ceilings.
+    const CpuCeilingsFn ceilings = [&] { return plan::host_ceilings(threads.count()); };
     if (!a->transformer.empty())
       plan_transformer(*a, ceilings);
     else
