@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite under AddressSanitizer and UndefinedBehaviorSanitizer. On 2 cores it now
-# takes hours, not the 16 min it took at a third of today's tests: on 2026-11-28, with other work
+# takes well over an hour, not the 16 min it took when the suite was smaller: on 2026-11-28, with other work
 # sharing the cores, the build took 20 min, the first 173 tests 45 (a plan test measuring the
 # ceilings under ASan, 100-250 s) and the 60 emulated CUDA tests 29 (build-asan/tests/dlperf_emu_tests
 # alone). Pass ctest a filter to run part of it. Use before landing changes to memory handling; it has
