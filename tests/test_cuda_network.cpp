@@ -1,4 +1,4 @@
-// dlperf's GPU executor (src/backend/cuda/network.cpp) against the CPU engine: training steps,
+// dlperf's GPU executor (src/backend/cuda/network*.cpp) against the CPU engine: training steps,
 // mixed precision, snapshots across layouts, graphed steps against eager ones, the planner's byte
 // count. Built twice (cuda_kernel_util.h): on a GPU in dlperf_tests (suite Cuda), and in
 // dlperf_emu_tests (suite CudaEmu), where the executor runs on the CPU around the emulated

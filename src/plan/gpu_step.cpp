@@ -25,7 +25,7 @@ ops::PassCost pass_cost(const nn::Graph& g, int n, Pass p, bool gpu, cuda::Layou
   if (gpu && p == Pass::backward_data && conv_adds_to_input_gradient_on_gpu(g, size_t(n), gpu_layout))
     c.bytes += double(numel(node.in_dims[0])) * elem_bytes[size_t(n)];
   // The cost model counts a flatten as the view it is on the CPU; a GPU flatten that is not one
-  // transposes the maps (backend/cuda/network.cpp): 12.5 us a pass for `large` at batch 1024 in
+  // transposes the maps (backend/cuda/network_step.cpp): 12.5 us a pass for `large` at batch 1024 in
   // bf16 on an H100 (2026-11-28), which the profile's table had at 0 bytes.
   if (gpu && node.kind == ops::OpKind::flatten && !view_on_gpu(g, size_t(n), gpu_layout) &&
       (p == Pass::forward || (p == Pass::backward_data && node.needs_dx)))

@@ -1,5 +1,5 @@
 // dlperf's GPU training step, predicted pass by pass: the kernels its GPU executor runs
-// (backend/cuda/network.cpp), each costed as `dlperf profile` costs its rows, on a roofline whose
+// (backend/cuda/network_step.cpp), each costed as `dlperf profile` costs its rows, on a roofline whose
 // shares of the datasheet peaks and whose fill time per kernel were fitted to the per-op tables
 // `dlperf profile` measured on an H100 (GpuEngineModel says which, and how).
 //
@@ -79,7 +79,7 @@ struct GpuPass {
 /// activations stored in `layout` (--layout: auto, nchw, nhwc): every layer that is not a view
 /// forward and backward (a convolution's and a linear layer's backward as its backward-data and
 /// backward-weight passes), the gradient sums, the loss and the optimizer. It walks the backward
-/// as Network::backward does (backend/cuda/network.cpp, which a planner without CUDA cannot call);
+/// as Network::backward does (backend/cuda/network_step.cpp, which a planner without CUDA cannot call);
 /// CudaEmu.ThePlannersPassesAreTheProfilesRows keeps the two in step.
 std::vector<GpuPass> gpu_step_passes(const nn::Graph& g, const std::string& precision, const std::string& layout = "auto");
 

@@ -1,4 +1,4 @@
-// The CUDA runtime calls dlperf's GPU executor makes (src/backend/cuda/network.cpp, runtime.cpp,
+// The CUDA runtime calls dlperf's GPU executor makes (src/backend/cuda/network*.cpp, runtime.cpp,
 // the device allocator), answered on the CPU, so the executor runs in dlperf_emu_tests around
 // the emulated kernels (cuda_emu.h) and CPU stand-ins for cuDNN and cuBLASLt (conv_emu.cpp,
 // gemm_emu.cpp). These definitions take the place of libcudart's for this test program.
