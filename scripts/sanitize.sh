@@ -3,8 +3,10 @@
 # takes well over an hour, not the 16 min it took when the suite was smaller: on 2026-11-28, with other work
 # sharing the cores, the build took 20 min, the first 173 tests 45 (a plan test measuring the
 # ceilings under ASan, 100-250 s) and the 60 emulated CUDA tests 29 (build-asan/tests/dlperf_emu_tests
-# alone). Pass ctest a filter to run part of it. Use before landing changes to memory handling; it has
-# found a use-after-free that the normal suite passed over. Arguments go to ctest, for example
+# alone); on 2026-11-29, alone on the cores, the rest (the CLI's, and 50 GPU tests that skip)
+# 41 min: about two hours in all. Pass ctest a filter to run part of it. Use before landing
+# changes to memory handling; it has found a use-after-free that the normal suite passed over.
+# Arguments go to ctest, for example
 #   scripts/sanitize.sh -R 'Train|Plan'
 # UBSan stops a test at its first finding, so a finding fails the test instead of scrolling by.
 #
