@@ -358,7 +358,7 @@ TEST(PlanMemory, ByLayerRowsAddUpAndHoldTheirOwnBuffers) {
       EXPECT_EQ(rows[i][MemCategory::activations], block(elems) + 2 * block(4 * elems)) << n.name;
       EXPECT_EQ(rows[i].total(), rows[i][MemCategory::activations]) << n.name;
     }
-    if (plan::relu_fused_into_batchnorm(g, i)) {
+    if (plan::relu_fused_on_cpu(g, i)) {
       EXPECT_EQ(rows[i].total(), 0) << n.name;
     }
     if (!n.params.empty()) {
@@ -817,7 +817,7 @@ TEST(PlanStepTime, Bf16OnTheCpuMovesHalfTheBytesAndCountsItsConversions) {
       const nn::Node& n = g.nodes[i];
       if (n.kind == ops::OpKind::dropout) {
         EXPECT_GT(bf16.layers[i].forward_s, fp32.layers[i].forward_s) << n.name;
-      } else if (n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear && !plan::relu_fused_into_batchnorm(g, i)) {
+      } else if (n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear && !plan::relu_fused_on_cpu(g, i)) {
         EXPECT_LT(bf16.layers[i].forward_s, fp32.layers[i].forward_s) << n.name;
         EXPECT_LT(bf16.layers[i].backward_s, fp32.layers[i].backward_s) << n.name;
       }

@@ -466,7 +466,7 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
   });
   if (a.layers && !cpu_refuses.empty()) std::printf("\nNo per-layer plan: it is this CPU's, and dlperf's CPU engine cannot run the job.\n");
   if (a.layers && cpu_refuses.empty()) {
-    // Memory: what each layer's buffers hold (a fused relu's are its batchnorm's).
+    // Memory: what each layer's buffers hold (a fused relu's are its batchnorm's or add's).
     const std::vector<plan::MemoryEstimate> by_layer = plan::engine_memory_by_layer(g, opt, a.workers, cpu_precision);
     check(by_layer.size() == p.layers.size() + 1, "plan: the time and memory models disagree on the layers");
     report::Table t({"layer", "op", "fwd ms", "bwd ms", "fwd bound", "memory", "of peak"});

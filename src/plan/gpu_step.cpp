@@ -10,7 +10,7 @@ std::vector<int> nodes_run_by(const nn::Graph& g, int n, bool gpu) {
   std::vector<int> out = {n};
   for (size_t i = size_t(n) + 1; i < g.nodes.size(); ++i)
     if (g.nodes[i].inputs[0] == n &&
-        (relu_fused_into_batchnorm(g, i) || (gpu && (relu_fused_into_linear(g, i) || relu_fused_into_add(g, i)))))
+        (relu_fused_into_batchnorm(g, i) || relu_fused_into_add(g, i) || (gpu && relu_fused_into_linear(g, i))))
       out.push_back(int(i));
   return out;
 }

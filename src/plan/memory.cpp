@@ -29,6 +29,8 @@ bool relu_fused_into_add(const nn::Graph& g, size_t i) {
          g.consumers(n.inputs[0]).size() == 1;
 }
 
+bool relu_fused_on_cpu(const nn::Graph& g, size_t i) { return relu_fused_into_batchnorm(g, i) || relu_fused_into_add(g, i); }
+
 bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored) {
   const nn::Node& n = g.nodes[i];
   if (n.kind != ops::OpKind::flatten || !cuda::stored_differently(stored, n.in_dims[0])) return false;

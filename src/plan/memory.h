@@ -87,11 +87,14 @@ bool relu_fused_into_batchnorm(const nn::Graph& g, size_t i);
 /// epilogue or its bias add, and its backward in the bias gradient's pass): a relu whose only
 /// input is a linear that feeds nothing else. The CPU engine runs such a relu on its own.
 bool relu_fused_into_linear(const nn::Graph& g, size_t i);
-/// Whether the GPU executor runs relu node i inside the residual add before it (one pass adds and
+/// Whether both engines run relu node i inside the residual add before it (one pass adds and
 /// clamps, and the add's backward applies the relu's mask as it hands the gradient to both
-/// inputs): a relu whose only input is an add that feeds nothing else. The CPU engine runs such a
-/// relu on its own.
+/// inputs): a relu whose only input is an add that feeds nothing else.
 bool relu_fused_into_add(const nn::Graph& g, size_t i);
+/// Whether the CPU engine runs relu node i inside the layer before it, a batchnorm or a residual
+/// add (relu_fused_into_batchnorm, relu_fused_into_add): such a relu runs no pass and holds no
+/// buffer of its own; it shares the layer's output and gradient.
+bool relu_fused_on_cpu(const nn::Graph& g, size_t i);
 
 /// Whether the GPU executor's flatten node i, of maps NHWC stores differently from NCHW, is a view
 /// all the same: when its one reader is a linear layer, whose weight columns are then kept in the

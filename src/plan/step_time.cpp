@@ -364,7 +364,7 @@ std::vector<size_t> inputs_summing_gradients(const nn::Graph& g, size_t i) {
   // flatten that is a view (backend/cpu/network.cpp skips both); nor does one whose input is the
   // model's. (The memory model counts the same sums' temporaries on the engine's values:
   // backend/cpu/layouts.cpp.)
-  auto writes_gradients = [&](size_t r) { return !relu_fused_into_batchnorm(g, r) && !flatten_is_a_view_on_cpu(g, r); };
+  auto writes_gradients = [&](size_t r) { return !relu_fused_on_cpu(g, r) && !flatten_is_a_view_on_cpu(g, r); };
   std::vector<size_t> out;
   if (!writes_gradients(i) || !g.nodes[i].needs_dx) return out;
   for (size_t k = 0; k < g.nodes[i].inputs.size(); ++k) {
@@ -383,7 +383,7 @@ double step_footprint_bytes(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   const std::vector<double> value = engine_element_bytes(g, precision).value;
   double bytes = 4 * double(numel(g.input));
   for (size_t i = 0; i < g.nodes.size(); ++i)
-    if (!relu_fused_into_batchnorm(g, i) && !flatten_is_a_view_on_cpu(g, i))  // these share their input's buffers
+    if (!relu_fused_on_cpu(g, i) && !flatten_is_a_view_on_cpu(g, i))  // these share their input's buffers
       bytes += 2 * value[i] * double(numel(g.nodes[i].out_dims));
   return bytes + 4 * double(g.param_count()) * (2 + optimizer_states(opt));
 }
@@ -459,7 +459,11 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
   double forward_dram = 0, backward_dram = 0;
   for (size_t k = 0; k < n.inputs.size(); ++k)
     if (written_past_the_caches(g, n.inputs[k], c)) forward_dram += 4 * double(numel(n.in_dims[k]));
-  for (int r : g.consumers(int(i))) {  // a batchnorm's or Winograd conv's input gradient: stored as its output
+  // The layer whose output this one writes: its own, or that of the relu fused into it.
+  int last = int(i);
+  for (int r : g.consumers(int(i)))
+    if (relu_fused_on_cpu(g, size_t(r))) last = r;
+  for (int r : g.consumers(last)) {  // a batchnorm's or Winograd conv's input gradient: stored as its output
     const nn::Node& reader = g.nodes[size_t(r)];
     const bool stores_dx = reader.kind == ops::OpKind::batchnorm2d || (reader.kind == ops::OpKind::conv2d && reader.needs_dx);
     if (stores_dx && written_past_the_caches(g, r, c)) backward_dram = 4 * double(numel(n.out_dims));
@@ -534,12 +538,19 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       lt.backward_s += memory_pass(cost.backward_data.bytes, 1 / m.batchnorm_passes, backward_dram);
       break;
     case ops::OpKind::relu:
-      if (relu_fused_into_batchnorm(g, i)) {  // inside the batchnorm: no pass of its own
+      if (relu_fused_on_cpu(g, i)) {  // inside the batchnorm or add: no pass of its own
         lt.forward_s = lt.backward_s = 0;
         break;
       }
       lt.forward_s += memory_pass(cost.forward.bytes, 1, forward_dram);
       lt.backward_s += memory_pass(cost.backward_data.bytes, 1, backward_dram);
+      break;
+    case ops::OpKind::add:
+      // One pass each way (backend/cpu/eltwise.cpp): forward reads both inputs and writes their
+      // sum, clamped where the relu after it runs inside; backward reads the output's gradient
+      // (and then the output, for the relu's mask) and writes both inputs' gradients.
+      lt.forward_s += memory_pass(cost.forward.bytes, 1, forward_dram);
+      lt.backward_s += memory_pass(cost.backward_data.bytes + (last != int(i) ? in_bytes * in : 0), 1, backward_dram);
       break;
     case ops::OpKind::maxpool2d: {
       const bool two_by_two = ops::pools_2x2_stride_2(n.attrs);

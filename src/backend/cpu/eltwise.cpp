@@ -1,8 +1,13 @@
-// relu, residual add and flatten work in whatever layout and data type (fp32 or bf16) they get;
-// dropout is own code for fp32 (a bf16 network converts around it).
+// relu, residual add (with the relu after it fused in where it is the add's only reader) and
+// flatten work in whatever layout and data type (fp32 or bf16) they get; dropout is own code for
+// fp32 (a bf16 network converts around it).
 #include <omp.h>
 
+#include <bit>
+#include <type_traits>
+
 #include "backend/cpu/ops.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "hw/cpu_info.h"
 
@@ -47,24 +52,99 @@ class Relu final : public Op {
   Prim fwd_, bwd_;
 };
 
+// The residual add is own code, one pass each way, in whatever layout its inputs share (a blocked
+// one's padding stays zero: its inputs' and gradients' is). Where the relu after it is fused in
+// (OpOptions::fuse_relu, plan::relu_fused_into_add), forward clamps the sum and backward masks the
+// gradient by the output, so the relu needs no pass or buffers of its own. Not oneDNN's: its
+// binary add with a relu post-op (2.6, Debian 12's) crashes on AVX-512 CPUs for nChw8c tensors
+// whose channels are not a multiple of 16 (the layout a conv with few channels gives), and the
+// gradient, handed to both inputs, is a pass with two outputs, which no primitive has (a relu
+// backward and a copy move five tensors' bytes where this moves four).
+
+// bf16 is the top half of an fp32; rounded to nearest even, NaN kept a (quiet) NaN.
+inline float from_bf16(uint16_t v) { return std::bit_cast<float>(uint32_t(v) << 16); }
+inline uint16_t to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+template <class T, bool Relu>
+void add_inputs(const T* __restrict a, const T* __restrict b, T* __restrict y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n > hw::kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      const float sum = a[i] + b[i];
+      y[i] = Relu && sum < 0.f ? 0.f : sum;
+    } else {
+      const float sum = from_bf16(a[i]) + from_bf16(b[i]);
+      y[i] = to_bf16(Relu && sum < 0.f ? 0.f : sum);
+    }
+  }
+}
+
+// dy, masked where the output is not positive if `out` is given, to both inputs' gradients (a
+// bf16 is positive iff its bits as int16 are: sign clear and not all zero).
+template <class T>
+void hand_gradient_to_both(const T* __restrict out, const T* __restrict dy, T* __restrict dx0, T* __restrict dx1,
+                           int64_t n) {
+  auto positive = [](T v) {
+    if constexpr (std::is_same_v<T, float>) return v > 0.f;
+    else return int16_t(v) > 0;
+  };
+#pragma omp parallel for schedule(static) if (n > hw::kParallelMinElements)
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = out == nullptr || positive(out[i]) ? dy[i] : T(0);
+    dx0[i] = g;
+    if (dx1 != nullptr) dx1[i] = g;
+  }
+}
+
 class Add final : public Op {
  public:
-  explicit Add(const md& src) : src_(src) { fwd_ = Prim::of<binary>(add_pass(src)); }
+  Add(const md& src, bool fuse_relu) : src_(src), fuse_relu_(fuse_relu) {
+    check(src.data_type() == dt::f32 || src.data_type() == dt::bf16, "add: fp32 or bf16 values only");
+  }
   md input_md(int) const override { return src_; }
   md output_md() const override { return src_; }
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
-    run(fwd_, {{DNNL_ARG_SRC_0, in[0]}, {DNNL_ARG_SRC_1, in[1]}, {DNNL_ARG_DST, out}});
+    const auto scope = profile::Scope::launch(profile::Phase::forward);  // filed as a primitive's pass is
+    if (src_.data_type() == dt::f32) {
+      auto add = fuse_relu_ ? add_inputs<float, true> : add_inputs<float, false>;
+      add(as<float>(in[0]), as<float>(in[1]), as<float>(out), elements());
+    } else {
+      auto add = fuse_relu_ ? add_inputs<uint16_t, true> : add_inputs<uint16_t, false>;
+      add(as<uint16_t>(in[0]), as<uint16_t>(in[1]), as<uint16_t>(out), elements());
+    }
   }
-  void backward(const std::vector<memory>&, const memory&, const memory& diff_out,
+  void backward(const std::vector<memory>&, const memory& out, const memory& diff_out,
                 const std::vector<memory>& diff_in) override {
-    // d(a+b)/da = d(a+b)/db = 1: the gradient passes to both inputs unchanged.
+    // d(a+b)/da = d(a+b)/db = 1: the gradient passes to both inputs unchanged (through the relu's mask).
+    std::vector<memory> to;
     for (const memory& d : diff_in)
-      if (d) reorder(diff_out, d);
+      if (d) to.push_back(d);
+    check(!to.empty() && to.size() <= 2, "add: one or two inputs' gradients to write");
+    const auto scope = profile::Scope::launch(profile::Phase::backward_data);
+    const bool two = to.size() == 2;
+    if (src_.data_type() == dt::f32) {
+      hand_gradient_to_both(fuse_relu_ ? as<float>(out) : nullptr, as<float>(diff_out), as<float>(to[0]),
+                            two ? as<float>(to[1]) : nullptr, elements());
+    } else {
+      hand_gradient_to_both(fuse_relu_ ? as<uint16_t>(out) : nullptr, as<uint16_t>(diff_out), as<uint16_t>(to[0]),
+                            two ? as<uint16_t>(to[1]) : nullptr, elements());
+    }
   }
 
  private:
+  // The element count of the buffer, padding included; every tensor the add touches has its layout.
+  int64_t elements() const { return int64_t(src_.get_size() / (src_.data_type() == dt::f32 ? 4 : 2)); }
+  template <class T>
+  T* as(const memory& m) const {
+    check(m.get_desc() == src_, "add: a tensor in another layout than the add's");
+    return static_cast<T*>(m.get_data_handle());
+  }
   md src_;
-  Prim fwd_;
+  bool fuse_relu_;
 };
 
 uint64_t g_dropout_step = 0;
@@ -149,8 +229,8 @@ Footprint relu_footprint(const md& src) {
   const Relu::Passes p(src);
   return {{src}, src, {}, {}, std::max(p.fwd.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size())};
 }
-Footprint add_footprint(const md& src) {
-  return {{src, src}, src, {}, {}, add_pass(src).scratchpad_desc().get_size()};
+Footprint add_footprint(const md& src, bool) {
+  return {{src, src}, src, {}, {}, 0};
 }
 Footprint dropout_footprint(const md& src) {
   const md f32 = with_type(src, dt::f32);
@@ -159,7 +239,7 @@ Footprint dropout_footprint(const md& src) {
 Footprint flatten_footprint(const md& src, const Dims& x) { return {{src}, Flatten(src, x).output_md(), {}, {}, 0}; }
 
 std::unique_ptr<Op> make_relu(const md& src) { return std::make_unique<Relu>(src); }
-std::unique_ptr<Op> make_add(const md& src) { return std::make_unique<Add>(src); }
+std::unique_ptr<Op> make_add(const md& src, bool fuse_relu) { return std::make_unique<Add>(src, fuse_relu); }
 std::unique_ptr<Op> make_dropout(const ops::OpAttrs& a, const md& src, uint64_t seed) {
   return std::make_unique<Dropout>(a, src, seed);
 }

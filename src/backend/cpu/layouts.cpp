@@ -36,7 +36,7 @@ EngineBuffers walk(const nn::Graph& g, const std::string& precision, std::vector
   for (size_t i = 0; i < g.nodes.size(); ++i) {
     const nn::Node& n = g.nodes[i];
     node = int(i);
-    if (plan::relu_fused_into_batchnorm(g, i)) {  // runs inside the batchnorm, on its output
+    if (plan::relu_fused_on_cpu(g, i)) {  // runs inside the batchnorm or add, on its output
       value_of[i] = value_of[size_t(n.inputs[0])];
       continue;
     }
@@ -50,8 +50,7 @@ EngineBuffers walk(const nn::Graph& g, const std::string& precision, std::vector
     }
     if (given != nullptr) (*given)[i] = in;
     const std::vector<int> readers = g.consumers(int(i));
-    const bool fuse_relu =
-        n.kind == OpKind::batchnorm2d && readers.size() == 1 && plan::relu_fused_into_batchnorm(g, size_t(readers[0]));
+    const bool fuse_relu = readers.size() == 1 && plan::relu_fused_on_cpu(g, size_t(readers[0]));
     check_indexable(n);
     Footprint f;
     try {

@@ -50,9 +50,9 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
     Step& s = steps_[i];
     s.node = int(i);
     s.name = n.name;
-    // A relu whose only input is a batchnorm that feeds nothing else runs inside it (the rule
-    // the GPU executor, the profiler and the memory planner share).
-    if (fuse && plan::relu_fused_into_batchnorm(graph_, i) && steps_[size_t(n.inputs[0])].op) {
+    // A relu whose only input is a batchnorm or a residual add that feeds nothing else runs
+    // inside it (the rule the GPU executor, the profiler and the memory planner share).
+    if (fuse && plan::relu_fused_on_cpu(graph_, i) && steps_[size_t(n.inputs[0])].op) {
       s.fused_away = true;
       value_of_[i] = value_of_[size_t(n.inputs[0])];
       steps_[size_t(n.inputs[0])].name += "+" + n.name;
@@ -74,8 +74,7 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
       continue;
     }
     const std::vector<int> readers = graph_.consumers(int(i));
-    const bool fuse_relu = fuse && n.kind == OpKind::batchnorm2d && readers.size() == 1 &&
-                           plan::relu_fused_into_batchnorm(graph_, size_t(readers[0]));
+    const bool fuse_relu = fuse && readers.size() == 1 && plan::relu_fused_on_cpu(graph_, size_t(readers[0]));
     check_indexable(n);
     try {
       s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name,

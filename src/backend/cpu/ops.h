@@ -17,7 +17,7 @@ namespace dlperf::cpu {
 
 /// How make_op builds an op, beyond its shapes.
 struct OpOptions {
-  bool fuse_relu = false;  ///< batchnorm2d only: the relu after it runs inside it
+  bool fuse_relu = false;  ///< batchnorm2d and add only: the relu after it runs inside it
   uint64_t seed = 0;       ///< drives dropout's masks
   bool need_dx = true;     ///< false: the op may skip its input's gradient (the first layer: nothing needs the data's)
   Compute compute = Compute::fp32;  ///< what conv2d and linear compute from and write (common.h)
@@ -49,8 +49,8 @@ Footprint footprint(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<m
 /// kernels training runs (oneDNN picks another one for a plain input).
 std::vector<std::vector<md>> given_input_layouts(const nn::Graph& g, const std::string& precision);
 
-/// oneDNN's element-wise sum of two `m`-laid-out tensors into a third: the residual add's forward
-/// pass, and how the network sums a value's gradients from several readers.
+/// oneDNN's element-wise sum of two `m`-laid-out tensors into a third: how the network sums a
+/// value's gradients from several readers.
 dnnl::binary::primitive_desc add_pass(const md& m);
 
 /// Who runs max pooling on nChw16c blocks, AVX-512 CPUs' activation layout: dlperf's own code or
