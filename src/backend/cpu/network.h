@@ -29,7 +29,9 @@ struct NodeTime {
 class Network {
  public:
   /// `seed` drives parameter init and dropout masks; `precision` is "fp32" or "bf16" (or, in
-  /// tests, "f32-copies": see Compute).
+  /// tests, "f32-copies": see Compute). `fuse`: a relu runs inside the batchnorm or residual add
+  /// before it where plan::relu_fused_on_cpu says so (false runs every relu on its own; the
+  /// memory planner, layouts.cpp, counts the fused network's buffers).
   Network(const nn::Graph& graph, uint64_t seed, bool fuse = true, const std::string& precision = "fp32");
   ~Network();
 
