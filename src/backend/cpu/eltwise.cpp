@@ -109,33 +109,34 @@ class Add final : public Op {
   md output_md() const override { return src_; }
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
     const auto scope = profile::Scope::launch(profile::Phase::forward);  // filed as a primitive's pass is
-    if (src_.data_type() == dt::f32) {
-      auto add = fuse_relu_ ? add_inputs<float, true> : add_inputs<float, false>;
-      add(as<float>(in[0]), as<float>(in[1]), as<float>(out), elements());
-    } else {
-      auto add = fuse_relu_ ? add_inputs<uint16_t, true> : add_inputs<uint16_t, false>;
-      add(as<uint16_t>(in[0]), as<uint16_t>(in[1]), as<uint16_t>(out), elements());
-    }
+    if (src_.data_type() == dt::f32) add_as<float>(in[0], in[1], out);
+    else add_as<uint16_t>(in[0], in[1], out);
   }
   void backward(const std::vector<memory>&, const memory& out, const memory& diff_out,
                 const std::vector<memory>& diff_in) override {
     // d(a+b)/da = d(a+b)/db = 1: the gradient passes to both inputs unchanged (through the relu's mask).
-    std::vector<memory> to;
+    const memory* to[2] = {nullptr, nullptr};
+    int n = 0;
     for (const memory& d : diff_in)
-      if (d) to.push_back(d);
-    check(!to.empty() && to.size() <= 2, "add: one or two inputs' gradients to write");
+      if (d) {
+        check(n < 2, "add: at most two inputs' gradients to write");
+        to[n++] = &d;
+      }
+    check(n > 0, "add: no input's gradient to write");
     const auto scope = profile::Scope::launch(profile::Phase::backward_data);
-    const bool two = to.size() == 2;
-    if (src_.data_type() == dt::f32) {
-      hand_gradient_to_both(fuse_relu_ ? as<float>(out) : nullptr, as<float>(diff_out), as<float>(to[0]),
-                            two ? as<float>(to[1]) : nullptr, elements());
-    } else {
-      hand_gradient_to_both(fuse_relu_ ? as<uint16_t>(out) : nullptr, as<uint16_t>(diff_out), as<uint16_t>(to[0]),
-                            two ? as<uint16_t>(to[1]) : nullptr, elements());
-    }
+    if (src_.data_type() == dt::f32) hand_back_as<float>(out, diff_out, to);
+    else hand_back_as<uint16_t>(out, diff_out, to);
   }
 
  private:
+  template <class T>
+  void add_as(const memory& a, const memory& b, const memory& y) const {
+    (fuse_relu_ ? add_inputs<T, true> : add_inputs<T, false>)(as<T>(a), as<T>(b), as<T>(y), elements());
+  }
+  template <class T>
+  void hand_back_as(const memory& out, const memory& dy, const memory* const (&to)[2]) const {
+    hand_gradient_to_both(fuse_relu_ ? as<T>(out) : nullptr, as<T>(dy), as<T>(*to[0]), to[1] ? as<T>(*to[1]) : nullptr, elements());
+  }
   // The element count of the buffer, padding included; every tensor the add touches has its layout.
   int64_t elements() const { return int64_t(src_.get_size() / (src_.data_type() == dt::f32 ? 4 : 2)); }
   template <class T>
@@ -229,7 +230,7 @@ Footprint relu_footprint(const md& src) {
   const Relu::Passes p(src);
   return {{src}, src, {}, {}, std::max(p.fwd.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size())};
 }
-Footprint add_footprint(const md& src, bool) {
+Footprint add_footprint(const md& src) {
   return {{src, src}, src, {}, {}, 0};
 }
 Footprint dropout_footprint(const md& src) {

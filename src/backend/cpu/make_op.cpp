@@ -20,7 +20,7 @@ std::unique_ptr<Op> make_linear(const ops::OpAttrs& a, const Dims& x, const std:
 Footprint conv2d_footprint(const ops::OpAttrs& a, const md& producer, const Dims& x, const OpOptions& o);
 Footprint batchnorm_footprint(const md& src, const Dims& x, bool fuse_relu);
 Footprint relu_footprint(const md& src);
-Footprint add_footprint(const md& src, bool fuse_relu);
+Footprint add_footprint(const md& src);
 Footprint dropout_footprint(const md& src);
 Footprint flatten_footprint(const md& src, const Dims& x);
 Footprint pool_footprint(ops::OpKind kind, const ops::OpAttrs& a, const md& src, const Dims& x);
@@ -58,7 +58,7 @@ Footprint footprint(ops::OpKind kind, const ops::OpAttrs& a, const std::vector<m
     case OpKind::global_avgpool: return pool_footprint(kind, a, in[0], dims[0]);
     case OpKind::linear: return linear_footprint(a, dims[0], o);
     case OpKind::flatten: return flatten_footprint(in[0], dims[0]);
-    case OpKind::add: return add_footprint(in[0], o.fuse_relu);
+    case OpKind::add: return add_footprint(in[0]);  // the same with its relu fused in
     case OpKind::dropout: return dropout_footprint(in[0]);
     case OpKind::softmax_cross_entropy: break;
   }
