@@ -408,6 +408,15 @@ TEST(Cli, PlanAgainstRunRecordsNamesTheWorstRun) {
   ASSERT_EQ(p.exit_code, 0) << p.err;
   EXPECT_NE(p.out.find("a dlperf profile run: its energy covers a few steps, not an epoch (1 run)"), std::string::npos) << p.out;
   EXPECT_NE(p.out.find(" (3 runs)"), std::string::npos) << p.out;
+  // A folder stands for its .json files (the profile's trace left out unread), as the glob did.
+  const Outcome f = run_dlperf(dir, "plan --against runs");
+  ASSERT_EQ(f.exit_code, 0) << f.err;
+  EXPECT_NE(f.out.find("Predicted vs measured, 4 training runs"), std::string::npos) << f.out;
+  EXPECT_EQ(f.err.find("trace"), std::string::npos) << f.err;
+  std::filesystem::create_directory(dir.path / "empty");
+  const Outcome e = run_dlperf(dir, "plan --against empty");
+  EXPECT_NE(e.exit_code, 0);
+  EXPECT_NE(e.err.find("skipped empty: a folder with no .json files in it"), std::string::npos) << e.err;
 }
 
 // A partial last batch that is a tenth of the training set or more is said (training skips it);

@@ -136,9 +136,43 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
   return compare_with_records(files, c.threads, at, skipped, cpu_watts, others);
 }
 
-std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, int default_threads, const CeilingsAt& ceilings_at,
+namespace {
+
+// The files --against names, with each folder in its place replaced by the .json files in it
+// (`--against runs` as `--against runs/*.json`), sorted; a profile's Chrome traces are left out
+// by name (they can be hundreds of MB to parse only to be told apart). A folder without run
+// records is skipped and says so.
+std::vector<std::string> with_folders_listed(const std::vector<std::string>& files, std::vector<Skipped>& skipped) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> out;
+  for (const std::string& file : files) {
+    std::error_code ec;
+    if (!fs::is_directory(file, ec)) {
+      out.push_back(file);
+      continue;
+    }
+    std::vector<std::string> inside;
+    for (const auto& e : fs::directory_iterator(file, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file(ec) && e.path().extension() == ".json" && !name.ends_with(".trace.json")) inside.push_back(e.path().string());
+    }
+    if (ec) {
+      skipped.push_back({file, fmt::format("a folder that cannot be listed ({})", ec.message())});
+      continue;
+    }
+    if (inside.empty()) skipped.push_back({file, "a folder with no .json files in it"});
+    std::sort(inside.begin(), inside.end());
+    out.insert(out.end(), inside.begin(), inside.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Comparison> compare_with_records(const std::vector<std::string>& given, int default_threads, const CeilingsAt& ceilings_at,
                                              std::vector<Skipped>& skipped, double cpu_watts,
                                              std::map<std::string, int>* others) {
+  const std::vector<std::string> files = with_folders_listed(given, skipped);
   std::vector<Comparison> out;
   std::optional<Catalog> catalog;  // read at the first GPU record; find() returns references into it
   const json here = hw::to_json(hw::cpu_info());
