@@ -1365,6 +1365,38 @@ TEST(PlanAgainst, ARunIsPlannedWithTheConvolutionsItRan) {
   EXPECT_EQ((cpu::winograd_choice().on ? winograd : direct).predicted_peak, as_ran.predicted_peak);
 }
 
+// A residual model's run is planned with the relu after its add as it ran: inside the add where
+// its record says so, apart in records from before the engine fused it (no
+// cpu_step.add_relu_fused), which a run under ScopedReluAfterAddApart makes; memory to the byte
+// both ways.
+TEST(PlanAgainst, ARunIsPlannedWithTheReluAfterItsResidualAddAsItRan) {
+  TempDir dir;
+  const std::string model = (dir.path / "residual.json").string();
+  std::ofstream(model) << residual_cnn().dump();
+  train::TrainConfig c = quiet_run(model, "synthetic:3x16x16:64", 16, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  auto record_of = [](const train::TrainResult& run) { return nlohmann::json::parse(std::ifstream(run.record_path)); };
+  nlohmann::json fused = record_of(train::train(c));
+  nlohmann::json apart;
+  {
+    const plan::ScopedReluAfterAddApart as_before;
+    apart = record_of(train::train(c));
+  }
+  EXPECT_EQ(fused.value(nlohmann::json::json_pointer("/cpu_step/add_relu_fused"), false), true) << fused["cpu_step"].dump();
+  EXPECT_FALSE(apart["cpu_step"].contains("add_relu_fused")) << apart["cpu_step"].dump();
+  // The relu apart holds an output and a gradient of its own.
+  EXPECT_GT(apart["summary"]["peak_bytes"].get<double>(), fused["summary"]["peak_bytes"].get<double>());
+  // At one call's cost, which each run measured on its own.
+  apart["summary"]["engine_call_us"] = fused["summary"]["engine_call_us"];
+  RecordPlanner compare{dir.path};
+  const plan::Comparison f = compare(fused), a = compare(apart);
+  EXPECT_EQ(f.predicted_peak, f.measured_peak);
+  EXPECT_EQ(a.predicted_peak, a.measured_peak);
+  EXPECT_GT(a.predicted_step_s, f.predicted_step_s);  // a pass more each way
+  // The scope ends with the comparison: the next record is planned fused again.
+  EXPECT_EQ(compare(fused).predicted_peak, f.predicted_peak);
+}
+
 TEST(PlanAgainst, SummaryIsTheMedianAndWorstOfAbsoluteErrors) {
   const auto s = plan::summarize({0.1, -0.3, 0.05, -0.02});
   EXPECT_DOUBLE_EQ(s.median, 0.075);

@@ -70,7 +70,9 @@ std::string missing_field(const json& r) {
       {"/config/augment", [](const json& v) { return v.is_boolean(); }},
       {"/device", [](const json& v) { return v.is_object() && v.value("name", json("")).is_string(); }},
       {"/config/pin_memory", [](const json& v) { return v.is_boolean(); }},
-      {"/data/test_images", [](const json& v) { return v.is_number() && v.get<double>() >= 0; }}};
+      {"/data/test_images", [](const json& v) { return v.is_number() && v.get<double>() >= 0; }},
+      {"/cpu_step/winograd_on", [](const json& v) { return v.is_boolean(); }},
+      {"/cpu_step/add_relu_fused", [](const json& v) { return v.is_boolean(); }}};
   for (const auto& [pointer, ok] : typed) {
     const json::json_pointer p(pointer);
     if (r.contains(p) && !ok(r[p])) return pointer;
@@ -333,6 +335,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& giv
     const bool winograd = r.value(json::json_pointer("/cpu_step/winograd_on"), false);
     at.winograd = winograd;
     const cpu::ScopedWinograd as_run(winograd ? cpu::WinogradUse::where_it_pays : cpu::WinogradUse::off);
+    // A residual add's relu: inside the add where its record says so (since 2026-11-29), on its
+    // own in older records, which its memory and passes follow.
+    std::optional<ScopedReluAfterAddApart> relu_apart;
+    if (!r.value(json::json_pointer("/cpu_step/add_relu_fused"), false)) relu_apart.emplace();
     cmp.threads = std::max(threads, 0);
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
     // oneDNN sizes some scratchpads by the threads it will fork: laid out on the run's.

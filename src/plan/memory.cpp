@@ -29,7 +29,16 @@ bool relu_fused_into_add(const nn::Graph& g, size_t i) {
          g.consumers(n.inputs[0]).size() == 1;
 }
 
-bool relu_fused_on_cpu(const nn::Graph& g, size_t i) { return relu_fused_into_batchnorm(g, i) || relu_fused_into_add(g, i); }
+namespace {
+bool relu_after_add_apart = false;  // ScopedReluAfterAddApart's
+}  // namespace
+
+bool relu_fused_on_cpu(const nn::Graph& g, size_t i) {
+  return relu_fused_into_batchnorm(g, i) || (!relu_after_add_apart && relu_fused_into_add(g, i));
+}
+
+ScopedReluAfterAddApart::ScopedReluAfterAddApart() { relu_after_add_apart = true; }
+ScopedReluAfterAddApart::~ScopedReluAfterAddApart() { relu_after_add_apart = false; }
 
 bool flatten_folds_into_linear(const nn::Graph& g, size_t i, cuda::Layout stored) {
   const nn::Node& n = g.nodes[i];

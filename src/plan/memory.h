@@ -95,6 +95,16 @@ bool relu_fused_into_add(const nn::Graph& g, size_t i);
 /// add (relu_fused_into_batchnorm, relu_fused_into_add): such a relu runs no pass and holds no
 /// buffer of its own; it shares the layer's output and gradient.
 bool relu_fused_on_cpu(const nn::Graph& g, size_t i);
+/// For its scope, relu_fused_on_cpu leaves the relu after a residual add on its own, as the CPU
+/// engine ran it before 2026-11-29: `plan --against` plans the runs recorded then (their records
+/// lack cpu_step.add_relu_fused) as they ran, their memory and step time. Not nested.
+class ScopedReluAfterAddApart {
+ public:
+  ScopedReluAfterAddApart();
+  ~ScopedReluAfterAddApart();
+  ScopedReluAfterAddApart(const ScopedReluAfterAddApart&) = delete;
+  ScopedReluAfterAddApart& operator=(const ScopedReluAfterAddApart&) = delete;
+};
 
 /// Whether the GPU executor's flatten node i, of maps NHWC stores differently from NCHW, is a view
 /// all the same: when its one reader is a linear layer, whose weight columns are then kept in the

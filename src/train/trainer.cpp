@@ -479,6 +479,10 @@ struct Run {
       r["cpu_step"]["winograd_on"] = cpu::winograd_choice().on;  // what plan --against reads
       r["cpu_step"]["winograd_layers"] = net.winograd_layers();
     }
+    // Where a relu ran inside the residual add before it (since 2026-11-29): plan --against plans
+    // a residual model's record without this as the engine ran it before, the relu apart.
+    for (size_t i = 0; i < graph.nodes.size(); ++i)
+      if (plan::relu_fused_into_add(graph, i) && plan::relu_fused_on_cpu(graph, i)) r["cpu_step"]["add_relu_fused"] = true;
     return r;
   }
 };
