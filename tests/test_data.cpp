@@ -184,6 +184,20 @@ TEST(Idx, DamagedFilesGiveOneClearError) {
   EXPECT_NE(error_of([&] { data::load_data("/no/such/dir"); }).find("no such directory"), std::string::npos);
 }
 
+// A folder with no dataset says what it should hold, and names a folder inside that holds one
+// (CIFAR-10's archive unpacks into cifar-10-batches-bin/).
+TEST(Data, AFolderWithoutADatasetSaysWhatItShouldHold) {
+  TempDir t;
+  const std::string empty = error_of([&] { data::load_data(t.path.string()); });
+  EXPECT_NE(empty.find("no dataset in this folder: neither IDX files"), std::string::npos) << empty;
+  EXPECT_NE(empty.find("point --data at the folder that holds them"), std::string::npos) << empty;
+  std::filesystem::create_directory(t.path / "cifar-10-batches-bin");
+  write(t.path / "cifar-10-batches-bin" / "data_batch_1.bin", std::vector<uint8_t>(3073, 1));
+  const std::string parent = error_of([&] { data::load_data(t.path.string()); });
+  EXPECT_NE(parent.find("the folder cifar-10-batches-bin holds one: --data " + (t.path / "cifar-10-batches-bin").string()),
+            std::string::npos) << parent;
+}
+
 TEST(Cifar, ReadsBatchesAndRejectsDamage) {
   TempDir t;
   auto record = [](uint8_t label) {

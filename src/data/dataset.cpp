@@ -55,6 +55,24 @@ std::string classes_without_images(const Dataset& d) {
   return out;
 }
 
+// A --data folder holding neither dataset kind: say what it should hold, and name a folder
+// inside it that does (CIFAR-10's archive unpacks into cifar-10-batches-bin/, and a
+// downloaded MNIST often lands in a raw/ folder).
+[[noreturn]] void no_dataset_in(const fs::path& dir) {
+  std::string inside;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory(ec) && (fs::exists(e.path() / "data_batch_1.bin", ec) || !find_file(e.path(), "train-images-idx3-ubyte").empty())) {
+      inside = e.path().string();
+      break;
+    }
+  throw Error(fmt::format("--data {}: no dataset in this folder: neither IDX files (train-images-idx3-ubyte[.gz] and its "
+                          "labels, t10k-images and labels) nor CIFAR-10's binary batches (data_batch_1..5.bin, test_batch.bin)",
+                          dir.string()),
+              inside.empty() ? "point --data at the folder that holds them, or use fashion-mnist or synthetic"
+                             : fmt::format("the folder {} holds one: --data {}", dir_name(inside), inside));
+}
+
 DataPair load_idx_dir(const fs::path& dir, const std::string& name, bool flip_ok) {
   DataPair p;
   const std::string names[4] = {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
@@ -151,6 +169,7 @@ DataPair load_data(const std::string& spec) {
   check(fs::is_directory(dir), fmt::format("--data {}: no such directory", spec),
         "use fashion-mnist, synthetic[:CxHxW[:N]], or a directory with IDX or CIFAR-10 files");
   if (fs::exists(dir / "data_batch_1.bin")) return load_cifar_dir(dir);
+  if (find_file(dir, "train-images-idx3-ubyte").empty()) no_dataset_in(dir);
   const std::string dir_base = dir_name(dir);
   const std::string name = dir_base.find("fashion") != std::string::npos ? "fashion-mnist" : dir_base;
   // Digits change meaning when mirrored; clothes and most other images do not.
