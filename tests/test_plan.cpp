@@ -1295,7 +1295,7 @@ TEST(PlanAgainst, ARunIsPlannedOnTheCpuAndThreadsItTrainedOn) {
 struct RecordPlanner {
   std::filesystem::path dir;
   int written = 0;
-  std::map<int, plan::CpuCeilings> ceilings;
+  std::map<int, plan::CpuCeilings> ceilings = {};  // measured once per thread count
   plan::Comparison operator()(const nlohmann::json& r) {
     const std::string path = (dir / fmt::format("r{}.json", written++)).string();
     std::ofstream(path) << r.dump();
