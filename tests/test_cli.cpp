@@ -416,7 +416,11 @@ TEST(Cli, PlanAgainstRunRecordsNamesTheWorstRun) {
   std::filesystem::create_directory(dir.path / "empty");
   const Outcome e = run_dlperf(dir, "plan --against empty");
   EXPECT_NE(e.exit_code, 0);
-  EXPECT_NE(e.err.find("skipped empty: a folder with no .json files in it"), std::string::npos) << e.err;
+  EXPECT_NE(e.err.find("skipped empty: a folder with no .json files in or below it"), std::string::npos) << e.err;
+  // and a folder above it, as a lab's report folder holds its records in runs/
+  const Outcome above = run_dlperf(dir, "plan --against .");
+  ASSERT_EQ(above.exit_code, 0) << above.err;
+  EXPECT_NE(above.out.find("Predicted vs measured, 4 training runs"), std::string::npos) << above.out;
 }
 
 // A partial last batch that is a tenth of the training set or more is said (training skips it);

@@ -509,7 +509,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--dataset-size", a->dataset, "training images per epoch (default: the one the model is made for, else this)")->capture_default_str()->check(at_least(1));
   c->add_option("--epochs,-e", a->epochs, "epochs")->capture_default_str()->check(at_least(1));
   auto* layers = c->add_flag("--layers", a->layers, "per-layer predicted times and memory");
-  auto* against_opt = c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json, or a folder of them: runs)");
+  auto* against_opt = c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json, or folders holding them: runs, reports/lab)");
   c->add_option("--json", a->json_out, "also write the plan (with --against: the comparison) as JSON here");
   auto* transformer = c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");
   c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)")->check(at_least(1))->needs(transformer);

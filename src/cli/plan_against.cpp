@@ -47,7 +47,7 @@ void print_against(const std::vector<std::string>& files, int threads, double cp
   check(!rows.empty(),
         skipped.empty() ? "none of the files given to --against is a training run record"
                         : "none of the files given to --against could be compared (the lines above say why)",
-        "pass run records of 'dlperf train' or 'dlperf lab' made on this machine, for example runs/*.json, or a folder of them: runs or reports/lab/runs");
+        "pass run records of 'dlperf train' or 'dlperf lab' made on this machine, for example runs/*.json, or a folder holding them: runs or reports/lab");
   report::Table t({"run", "step ms pred", "step ms meas", "time err", "peak MB pred", "peak MB meas", "mem err", "call us"});
   std::vector<double> te, me;
   nlohmann::json out = nlohmann::json::array();

@@ -140,10 +140,11 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& fil
 
 namespace {
 
-// The files --against names, with each folder in its place replaced by the .json files in it
-// (`--against runs` as `--against runs/*.json`), sorted; a profile's Chrome traces are left out
-// by name (they can be hundreds of MB to parse only to be told apart). A folder without run
-// records is skipped and says so.
+// The files --against names, with each folder in its place replaced by the .json files in and
+// below it, sorted: `--against runs` as `--against runs/*.json`, and a lab's report folder
+// (reports/lab) with the records in its runs/. A profile's Chrome traces are left out by name
+// (they can be hundreds of MB to parse only to be told apart). A folder without any is skipped
+// and says so.
 std::vector<std::string> with_folders_listed(const std::vector<std::string>& files, std::vector<Skipped>& skipped) {
   namespace fs = std::filesystem;
   std::vector<std::string> out;
@@ -154,7 +155,7 @@ std::vector<std::string> with_folders_listed(const std::vector<std::string>& fil
       continue;
     }
     std::vector<std::string> inside;
-    for (const auto& e : fs::directory_iterator(file, ec)) {
+    for (const auto& e : fs::recursive_directory_iterator(file, fs::directory_options::skip_permission_denied, ec)) {
       const std::string name = e.path().filename().string();
       if (e.is_regular_file(ec) && e.path().extension() == ".json" && !name.ends_with(".trace.json")) inside.push_back(e.path().string());
     }
@@ -162,7 +163,7 @@ std::vector<std::string> with_folders_listed(const std::vector<std::string>& fil
       skipped.push_back({file, fmt::format("a folder that cannot be listed ({})", ec.message())});
       continue;
     }
-    if (inside.empty()) skipped.push_back({file, "a folder with no .json files in it"});
+    if (inside.empty()) skipped.push_back({file, "a folder with no .json files in or below it"});
     std::sort(inside.begin(), inside.end());
     out.insert(out.end(), inside.begin(), inside.end());
   }

@@ -64,7 +64,7 @@ std::string other_dlperf_output(const nlohmann::json& j);
 /// and skipped where it ran on another CPU than this one. With `others`, dlperf's other outputs
 /// (bench results, profile tables, traces: runs/*.json matches them all) are counted there by
 /// kind instead of each getting a notice. `cpu_watts` > 0 predicts energy as watts x predicted
-/// training time. A folder in `files` stands for the .json files in it, traces left out.
+/// training time. A folder in `files` stands for the .json files in and below it, traces left out.
 std::vector<Comparison> compare_with_records(const std::vector<std::string>& files, const CpuCeilings& c,
                                              std::vector<Skipped>& skipped, double cpu_watts = 0,
                                              std::map<std::string, int>* others = nullptr);
