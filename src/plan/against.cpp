@@ -155,9 +155,14 @@ std::vector<std::string> with_folders_listed(const std::vector<std::string>& fil
       continue;
     }
     std::vector<std::string> inside;
-    for (const auto& e : fs::recursive_directory_iterator(file, fs::directory_options::skip_permission_denied, ec)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file(ec) && e.path().extension() == ".json" && !name.ends_with(".trace.json")) inside.push_back(e.path().string());
+    try {  // the walk's later steps throw where they fail
+      for (const auto& e : fs::recursive_directory_iterator(file, fs::directory_options::skip_permission_denied, ec)) {
+        const std::string name = e.path().filename().string();
+        std::error_code entry;  // an entry that cannot be read (a dangling link) is left out, not the folder
+        if (e.is_regular_file(entry) && e.path().extension() == ".json" && !name.ends_with(".trace.json")) inside.push_back(e.path().string());
+      }
+    } catch (const fs::filesystem_error& e) {
+      ec = e.code();
     }
     if (ec) {
       skipped.push_back({file, fmt::format("a folder that cannot be listed ({})", ec.message())});
