@@ -1121,15 +1121,17 @@ TEST(PlanAgainst, AFieldOfTheWrongTypeSkipsTheRecordNamingTheField) {
       dir, "small", good,
       {{"/config/precision", 5}, {"/config/workers", "two"}, {"/config/optimizer", nullptr}, {"/device", "H100"},
        {"/energy_source", false}, {"/config/augment", -1}, {"/config/workers", -3}, {"/data/train_images", 0},
-       {"/data/train_images", 63}, {"/epochs/0/train_s", 0}});
+       {"/data/train_images", 63}, {"/epochs/0/train_s", 0}, {"/config/flush_denormals", "no"}, {"/config/graphs", 1},
+       {"/config/small_conv", false}});
   std::ofstream(dir.path / "good.json") << good.dump();
   files.push_back((dir.path / "good.json").string());
   std::vector<plan::Skipped> skipped;
   const auto cmp = plan::compare_with_records(files, plan::host_ceilings(1), skipped);
   EXPECT_EQ(cmp.size(), 1u);
-  ASSERT_EQ(skipped.size(), 10u);
+  ASSERT_EQ(skipped.size(), 13u);
   for (const std::string field : {"/config/precision", "/config/workers", "/config/optimizer", "/device", "/energy_source",
-                                  "/config/augment", "/data/train_images", "/epochs/-1/train_s"})
+                                  "/config/augment", "/data/train_images", "/epochs/-1/train_s", "/config/flush_denormals",
+                                  "/config/graphs", "/config/small_conv"})
     EXPECT_TRUE(std::any_of(skipped.begin(), skipped.end(), [&](const plan::Skipped& s) {
       return s.why.find("a damaged run record: " + field + " is missing or not what dlperf wrote") != std::string::npos;
     })) << field;

@@ -70,6 +70,9 @@ std::string missing_field(const json& r) {
       {"/config/augment", [](const json& v) { return v.is_boolean(); }},
       {"/device", [](const json& v) { return v.is_object() && v.value("name", json("")).is_string(); }},
       {"/config/pin_memory", [](const json& v) { return v.is_boolean(); }},
+      {"/config/graphs", [](const json& v) { return v.is_boolean(); }},
+      {"/config/flush_denormals", [](const json& v) { return v.is_boolean(); }},
+      {"/config/small_conv", is_string},
       {"/data/test_images", [](const json& v) { return v.is_number() && v.get<double>() >= 0; }},
       {"/cpu_step/winograd_on", [](const json& v) { return v.is_boolean(); }},
       {"/cpu_step/add_relu_fused", [](const json& v) { return v.is_boolean(); }}};
