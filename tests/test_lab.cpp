@@ -224,7 +224,7 @@ TEST(Lab, RedrawRefusesWhatIsNotALab) {
   std::ofstream(dir.path / "lab.json") << "{\"command\": \"train\"}";
   EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("is not a dlperf lab's lab.json"), std::string::npos);
   std::ofstream(dir.path / "lab.json") << "{\"command\": \"lab\", \"experiments\": [], \"data\": 3}";
-  EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("lab.json is damaged: type must be string, but is number"),
+  EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("lab.json is damaged: data: type must be string, but is number"),
             std::string::npos)
       << error_of([&] { lab::redraw_report(dir.path.string(), true); });
 }

@@ -358,7 +358,7 @@ TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
            {"/config/data", 5, "its config.data is not a name"},
            {"/tensors/0/count", "nan", "its tensors is not a list of names and counts"},
            {"/tensors/1/count", uint64_t(1) << 62, "its header counts more values than its"},
-           {"/history/0/train_acc", nlohmann::json::object(), "has a damaged header: its history's epoch 1 reads 'type must be number, but is object'"},
+           {"/history/0/train_acc", nlohmann::json::object(), "has a damaged header: its history's epoch 1 reads 'train_acc: type must be number, but is object'"},
            {"/history", 3, "its history is not a list of the finished epochs"}}) {
     nlohmann::json h = header;
     h[nlohmann::json::json_pointer(pointer)] = value;

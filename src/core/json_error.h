@@ -20,4 +20,24 @@ namespace dlperf {
 ///   they take (naming them) and keep this for what their checks miss.
 std::string json_error_text(const nlohmann::json::exception& e);
 
+/// Reads `j[key]` into `out`; a value of another type is said with its key ("train_s: type must
+/// be number, but is boolean"), which nlohmann's own message leaves out (above). A missing key
+/// throws as j.at(key) does: "key 'train_s' not found".
+template <class T>
+void read_field(const nlohmann::json& j, const char* key, T& out) {
+  const nlohmann::json& v = j.at(key);
+  try {
+    out = v.get<T>();
+  } catch (const nlohmann::json::type_error& e) {
+    throw nlohmann::json::type_error::create(e.id, std::string(key) + ": " + json_error_text(e), nullptr);
+  }
+}
+/// The same, returned: `const auto lr = field<double>(j, "lr")`.
+template <class T>
+T field(const nlohmann::json& j, const char* key) {
+  T out{};
+  read_field(j, key, out);
+  return out;
+}
+
 }  // namespace dlperf

@@ -295,19 +295,19 @@ void redraw_report(const std::string& out, bool quiet) {
     const json j = json::parse(text.str());
     check(j.is_object() && j.value("command", "") == "lab" && j.contains("experiments") && j["experiments"].is_array(),
           fmt::format("{} is not a dlperf lab's lab.json", path.string()), hint);
-    cfg.data = j.at("data").get<std::string>();
-    cfg.full = j.at("mode") == "full";
+    read_field(j, "data", cfg.data);
+    cfg.full = field<std::string>(j, "mode") == "full";
     if (j.contains("settings")) {
       const json& s = j["settings"];
-      cfg.base_model = s.at("model").get<std::string>();
-      cfg.base_batch = s.at("batch").get<int64_t>();
-      cfg.base_lr = s.at("lr").get<double>();
+      read_field(s, "model", cfg.base_model);
+      read_field(s, "batch", cfg.base_batch);
+      read_field(s, "lr", cfg.base_lr);
     } else {
       totals.settings_known = false;
     }
     machine = j.at("machine");
-    totals.created = j.at("created").get<std::string>();
-    totals.seconds = j.at("seconds").get<double>();
+    read_field(j, "created", totals.created);
+    read_field(j, "seconds", totals.seconds);
     totals.reused_runs = j.value("reused_runs", size_t(0));
     Noise& n = totals.noise;
     n.pct = j.value("noise_pct", 0.0), n.start_pct = j.value("noise_start_pct", 0.0);
@@ -322,18 +322,18 @@ void redraw_report(const std::string& out, bool quiet) {
                     planned.value("finished_measured_seconds", 0.0)};
     for (const json& je : j["experiments"]) {
       Experiment e;
-      e.name = je.at("name").get<std::string>();
-      e.title = je.at("title").get<std::string>();
-      e.question = je.at("question").get<std::string>();
-      e.rows = je.at("rows").get<std::vector<json>>();
-      e.observations = je.at("observations").get<std::vector<std::string>>();
+      read_field(je, "name", e.name);
+      read_field(je, "title", e.title);
+      read_field(je, "question", e.question);
+      read_field(je, "rows", e.rows);
+      read_field(je, "observations", e.observations);
       e.noise_pct = n.pct;
       const std::vector<Column> now = columns_of(e.name);
       for (const json& c : je.at("columns")) {
-        const std::string key = c.at("key").get<std::string>();
+        const std::string key = field<std::string>(c, "key");
         int decimals = 2;
         if (c.contains("decimals")) {
-          decimals = c["decimals"].get<int>();
+          read_field(c, "decimals", decimals);
           check(decimals >= kOwnDigits && decimals <= 12,
                 fmt::format("{} is damaged: its {} column {} has {} decimals", path.string(), e.name, key, decimals), hint);
         } else if (auto it = std::find_if(now.begin(), now.end(), [&](const Column& col) { return col.key == key; }); it != now.end()) {
@@ -345,7 +345,7 @@ void redraw_report(const std::string& out, bool quiet) {
               break;
             }
         }
-        e.columns.push_back({key, c.at("header").get<std::string>(), decimals});
+        e.columns.push_back({key, field<std::string>(c, "header"), decimals});
       }
       for (const json& r : e.rows)  // the fields the tables and plots read of every row
         check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),

@@ -290,18 +290,18 @@ json measured_row(const json& rec) {
   const json& s = rec.at("summary");
   double train_s = 0, eval_s = 0, compute_s = 0;
   for (const auto& e : rec.at("epochs")) {
-    train_s += e.at("train_s").get<double>();
-    eval_s += e.at("eval_s").get<double>();
-    compute_s += e.at("compute_s").get<double>();
+    train_s += field<double>(e, "train_s");
+    eval_s += field<double>(e, "eval_s");
+    compute_s += field<double>(e, "compute_s");
   }
   const double epochs = double(rec.at("epochs").size());
-  const double batch = rec.at("config").at("batch_size");
-  const double steps = std::floor(rec.at("data").at("train_images").get<double>() / batch) * epochs;
+  const double batch = field<double>(rec.at("config"), "batch_size");
+  const double steps = std::floor(field<double>(rec.at("data"), "train_images") / batch) * epochs;
   const json& m = rec.at("model");
   // Other work on the CPUs while it trained (hw::HostLoad): a row that shared them reads slow.
   const hw::HostLoad load = hw::host_load_from_json(s.value("host_load", json()));
   const std::string busy = hw::busy_note(load);
-  const double flops_per_image = m.at("forward_flops_per_image").get<double>() + m.at("backward_flops_per_image").get<double>();
+  const double flops_per_image = field<double>(m, "forward_flops_per_image") + field<double>(m, "backward_flops_per_image");
   const double call_us = plan::recorded_call_us(s);
   return {{"status", "measured"},
           {"note", busy.empty() ? "" : "CPUs shared: " + busy},
@@ -310,25 +310,25 @@ json measured_row(const json& rec) {
           {"epoch_s", (train_s + eval_s) / epochs},
           {"total_s", train_s + eval_s},
           {"train_s", train_s},
-          {"images_per_s", s.at("images_per_s").get<double>()},
+          {"images_per_s", field<double>(s, "images_per_s")},
           {"step_ms", 1e3 * train_s / std::max(steps, 1.0)},
           {"mflops_per_step", flops_per_image * batch / 1e6},
           // The kernels of the GPU's captured step (none counted on the CPU, or on eager GPU steps).
           {"kernels_per_step", rec.value(json::json_pointer("/gpu_step/graph_nodes/kernels"), json())},
-          {"peak_mb", s.at("peak_bytes").get<double>() / 1e6},
-          {"test_acc", 100 * s.at("final_test_acc").get<double>()},
+          {"peak_mb", field<double>(s, "peak_bytes") / 1e6},
+          {"test_acc", 100 * field<double>(s, "final_test_acc")},
           {"loss_scale_skips", s.contains("loss_scale_skips") ? s.at("loss_scale_skips") : json()},
-          {"data_wait_pct", 100 * s.at("data_wait_share").get<double>()},
+          {"data_wait_pct", 100 * field<double>(s, "data_wait_share")},
           {"idle_pct", 100 * (1 - compute_s / train_s)},
-          {"parameters_m", m.at("parameters").get<double>() / 1e6},
+          {"parameters_m", field<double>(m, "parameters") / 1e6},
           {"mflops_per_image", flops_per_image / 1e6},
-          {"achieved_gflops", flops_per_image * s.at("images_per_s").get<double>() / 1e9},
+          {"achieved_gflops", flops_per_image * field<double>(s, "images_per_s") / 1e9},
           // The convolutions that ran as Winograd, whose multiplies the FLOPs above overcount.
           {"winograd_layers", rec.value(json::json_pointer("/cpu_step/winograd_layers"), json::array())},
           {"epochs", rec.at("epochs").size()},
-          {"train_images", rec.at("data").at("train_images").get<int64_t>()},
-          {"test_images", rec.at("data").at("test_images").get<int64_t>()},
-          {"classes", rec.at("data").at("classes").get<int64_t>()},
+          {"train_images", field<int64_t>(rec.at("data"), "train_images")},
+          {"test_images", field<int64_t>(rec.at("data"), "test_images")},
+          {"classes", field<int64_t>(rec.at("data"), "classes")},
           {"workers", rec.at("config").value("workers", json())},  // the loader's threads (device's observations read it)
           {"call_us", call_us > 0 ? json(call_us) : json()},  // null where its record measured none
           {"record", rec.value("record_path", "")}};

@@ -20,6 +20,7 @@
 #include "bench/ops_bench.h"
 #include "core/error.h"
 #include "core/files.h"
+#include "core/json_error.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "data/dataset.h"
@@ -95,18 +96,18 @@ json to_json(const EpochStats& e) {
 
 EpochStats epoch_from_json(const json& j) {
   EpochStats e;
-  e.epoch = j.at("epoch");
-  e.train_s = j.at("train_s");
-  e.eval_s = j.at("eval_s");
-  e.images_per_s = j.at("images_per_s");
-  e.data_wait_s = j.at("data_wait_s");
-  e.compute_s = j.at("compute_s");
-  e.train_loss = j.at("train_loss");
-  e.train_acc = j.at("train_acc");
+  read_field(j, "epoch", e.epoch);
+  read_field(j, "train_s", e.train_s);
+  read_field(j, "eval_s", e.eval_s);
+  read_field(j, "images_per_s", e.images_per_s);
+  read_field(j, "data_wait_s", e.data_wait_s);
+  read_field(j, "compute_s", e.compute_s);
+  read_field(j, "train_loss", e.train_loss);
+  read_field(j, "train_acc", e.train_acc);
   e.evaluated = !j.at("test_acc").is_null();
-  if (e.evaluated) e.test_loss = j.at("test_loss"), e.test_acc = j.at("test_acc");
-  e.lr = j.at("lr");
-  e.peak_bytes = j.at("peak_bytes");
+  if (e.evaluated) read_field(j, "test_loss", e.test_loss), read_field(j, "test_acc", e.test_acc);
+  read_field(j, "lr", e.lr);
+  read_field(j, "peak_bytes", e.peak_bytes);
   e.energy_j = j.value("energy_j", json()).is_number() ? j["energy_j"].get<double>() : -1;
   if (const json range = j.value("energy_j_range", json()); range.is_array() && range.size() == 2 && range[0].is_number() && range[1].is_number())
     e.energy_low_j = range[0], e.energy_high_j = range[1];
