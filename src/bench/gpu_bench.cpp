@@ -395,8 +395,11 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
         cuda::Precision p;
         bool nhwc;
       };
-      for (const auto& [p, nhwc] : {Config{cuda::Precision::fp32, false}, Config{cuda::Precision::tf32, false},
-                                    Config{cuda::Precision::bf16, true}, Config{cuda::Precision::bf16, false}}) {
+      for (const Config& config : {Config{cuda::Precision::fp32, false}, Config{cuda::Precision::tf32, false},
+                                   Config{cuda::Precision::bf16, true}, Config{cuda::Precision::bf16, false}}) {
+        // Copies, not a structured binding: lambdas below capture them, which Clang before 16 refuses.
+        const cuda::Precision p = config.p;
+        const bool nhwc = config.nhwc;
         if (!cuda::supported(p, info.cc_major, info.cc_minor)) continue;
         const std::string layout = nhwc ? "nhwc" : "nchw";
         try {
@@ -442,41 +445,41 @@ std::vector<ConvPoint> conv(int device, const std::vector<std::string>& models, 
             ok(cudaMemcpy(yh.data(), dy_out.p, yh.size(), cudaMemcpyDeviceToHost), "cudaMemcpy");
             auto xi = [&](int64_t n, int64_t ch, int64_t y, int64_t xx) {
               return size_t(nhwc ? ((n * s.h + y) * s.w + xx) * s.c + ch : ((n * s.c + ch) * s.h + y) * s.w + xx);
-          };
-          auto wi = [&](int64_t k, int64_t ch, int64_t r, int64_t q) {
-            return size_t(nhwc ? ((k * s.r + r) * s.r + q) * s.c + ch : ((k * s.c + ch) * s.r + r) * s.r + q);
-          };
-          auto yi = [&](int64_t n, int64_t k, int64_t y, int64_t xx) {
-            return size_t(nhwc ? ((n * oh + y) * ow + xx) * s.k + k : ((n * s.k + k) * oh + y) * ow + xx);
-          };
-          Rng pick(11);
-          for (int smp = 0; smp < 16; ++smp) {
-            const int64_t n = int64_t(pick.below(uint64_t(s.n))), k = int64_t(pick.below(uint64_t(s.k)));
-            const int64_t y = int64_t(pick.below(uint64_t(oh))), xx = int64_t(pick.below(uint64_t(ow)));
-            double ref = 0, scale = 0;
-            for (int64_t ch = 0; ch < s.c; ++ch)
-              for (int64_t r = 0; r < s.r; ++r)
-                for (int64_t q = 0; q < s.r; ++q) {
-                  const int64_t iy = y * s.stride - s.pad + r, ix = xx * s.stride - s.pad + q;
-                  if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
-                  const double v = double(qx.values[xi(n, ch, iy, ix)]) * double(qw.values[wi(k, ch, r, q)]);
-                  ref += v, scale += std::fabs(v);
-                }
-            float got = 0;
-            const unsigned char* src = &yh[yi(n, k, y, xx) * e];
-            if (p == cuda::Precision::bf16) {
-              __nv_bfloat16 h;
-              std::memcpy(&h, src, 2);
-              got = __bfloat162float(h);
-            } else {
-              std::memcpy(&got, src, 4);
+            };
+            auto wi = [&](int64_t k, int64_t ch, int64_t r, int64_t q) {
+              return size_t(nhwc ? ((k * s.r + r) * s.r + q) * s.c + ch : ((k * s.c + ch) * s.r + r) * s.r + q);
+            };
+            auto yi = [&](int64_t n, int64_t k, int64_t y, int64_t xx) {
+              return size_t(nhwc ? ((n * oh + y) * ow + xx) * s.k + k : ((n * s.k + k) * oh + y) * ow + xx);
+            };
+            Rng pick(11);
+            for (int smp = 0; smp < 16; ++smp) {
+              const int64_t n = int64_t(pick.below(uint64_t(s.n))), k = int64_t(pick.below(uint64_t(s.k)));
+              const int64_t y = int64_t(pick.below(uint64_t(oh))), xx = int64_t(pick.below(uint64_t(ow)));
+              double ref = 0, scale = 0;
+              for (int64_t ch = 0; ch < s.c; ++ch)
+                for (int64_t r = 0; r < s.r; ++r)
+                  for (int64_t q = 0; q < s.r; ++q) {
+                    const int64_t iy = y * s.stride - s.pad + r, ix = xx * s.stride - s.pad + q;
+                    if (iy < 0 || iy >= s.h || ix < 0 || ix >= s.w) continue;
+                    const double v = double(qx.values[xi(n, ch, iy, ix)]) * double(qw.values[wi(k, ch, r, q)]);
+                    ref += v, scale += std::fabs(v);
+                  }
+              float got = 0;
+              const unsigned char* src = &yh[yi(n, k, y, xx) * e];
+              if (p == cuda::Precision::bf16) {
+                __nv_bfloat16 h;
+                std::memcpy(&h, src, 2);
+                got = __bfloat162float(h);
+              } else {
+                std::memcpy(&got, src, 4);
+              }
+              pt.max_rel_error = std::max(pt.max_rel_error, std::fabs(double(got) - ref) / std::max(scale, 1e-30));
             }
-            pt.max_rel_error = std::max(pt.max_rel_error, std::fabs(double(got) - ref) / std::max(scale, 1e-30));
-          }
-          // bf16 writes its output in bf16: 8 significant bits.
-          const double tol = p == cuda::Precision::bf16 ? 1e-2 : tolerance(p);
-          check(pt.max_rel_error < tol, fmt::format("{} conv {} of {} in {} gave wrong results (relative error {:.2g})", pt.algorithms,
-                                                    node.name, model, pt.precision, pt.max_rel_error));
+            // bf16 writes its output in bf16: 8 significant bits.
+            const double tol = p == cuda::Precision::bf16 ? 1e-2 : tolerance(p);
+            check(pt.max_rel_error < tol, fmt::format("{} conv {} of {} in {} gave wrong results (relative error {:.2g})", pt.algorithms,
+                                                      node.name, model, pt.precision, pt.max_rel_error));
           };
           c.forward(xs[0]->p, dw_in.p, dy_out.p, t.stream);
           validate(pt);
