@@ -60,12 +60,17 @@ std::string classes_without_images(const Dataset& d) {
 // downloaded MNIST often lands in a raw/ folder).
 [[noreturn]] void no_dataset_in(const fs::path& dir) {
   std::string inside;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory(ec) && (fs::exists(e.path() / "data_batch_1.bin", ec) || !find_file(e.path(), "train-images-idx3-ubyte").empty())) {
-      inside = e.path().string();
-      break;
+  try {  // only for the hint: a folder that cannot be walked gets the message without it
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+      std::error_code entry;  // an unreadable entry (a dangling link) is passed over
+      if (e.is_directory(entry) && (fs::exists(e.path() / "data_batch_1.bin", entry) || !find_file(e.path(), "train-images-idx3-ubyte").empty())) {
+        inside = e.path().string();
+        break;
+      }
     }
+  } catch (const fs::filesystem_error&) {
+  }
   throw Error(fmt::format("--data {}: no dataset in this folder: neither IDX files (train-images-idx3-ubyte[.gz] and its "
                           "labels, t10k-images and labels) nor CIFAR-10's binary batches (data_batch_1..5.bin, test_batch.bin)",
                           dir.string()),
