@@ -22,6 +22,7 @@
 #include "bench/machine_profile.h"
 #include "bench/ops_bench.h"
 #include "bench/roofline.h"
+#include "cli/bench_args.h"
 #include "plan/catalog.h"
 #include "plan/step_time.h"
 #include "report/plot.h"
@@ -39,36 +40,6 @@
 
 namespace dlperf::cli {
 
-namespace {
-
-struct BenchArgs {
-  std::vector<std::string> what = {"all"};  ///< the benchmarks asked for ("bench gemm conv")
-  bench::Options opt;
-  /// Whether any of `names` was asked for.
-  bool asked(const std::vector<std::string>& names) const {
-    return std::any_of(what.begin(), what.end(), [&](const std::string& w) { return std::find(names.begin(), names.end(), w) != names.end(); });
-  }
-  std::string what_text() const { return fmt::format("{}", fmt::join(what, " ")); }
-  std::string json_path;
-  std::string models = "small,medium,large,resnet18";
-  bool models_given = false;  ///< --models named: --quick times them instead of medium alone
-  std::string input = "3x32x32";
-  int64_t batch = 64;
-  std::string model = "medium";  ///< roofline
-  std::string data = "fashion-mnist";
-  int64_t steps = 30;
-  int ranks = 2;  ///< allreduce
-  std::vector<int> workers;  ///< loader; empty: data::worker_counts of the cores
-  int gpu = 0;    ///< the GPU benchmarks
-  std::string device = "auto";     ///< roofline
-  std::string precision = "fp32";  ///< roofline on a GPU
-  std::vector<std::string> failures;  ///< benchmarks that failed, said again at the end (non-zero exit)
-};
-
-// Runs one benchmark that is new to the machine it may run on (the GPU ones, the CPU's bf16); a
-// failure (a library refusing, wrong results) is printed and recorded in the JSON and
-// `a.failures`, and the other benchmarks still run and are written: on a first run on a new GPU
-// or CPU, one refusing part must not lose the rest.
 nlohmann::json guarded(BenchArgs& a, const std::string& what, const std::function<nlohmann::json()>& run) {
   try {
     return run();
@@ -79,16 +50,11 @@ nlohmann::json guarded(BenchArgs& a, const std::string& what, const std::functio
   }
 }
 
-// The points of a GPU benchmark that failed, under its table, and into `a.failures`.
-template <class Point>
-void say_failed_points(BenchArgs& a, const std::string& what, const std::vector<Point>& pts,
-                       const std::function<std::string(const Point&)>& label) {
-  for (const auto& p : pts)
-    if (!p.failed.empty()) {
-      std::printf("  %s failed: %s\n", label(p).c_str(), p.failed.c_str());
-      a.failures.push_back(what + " " + label(p) + ": " + p.failed);
-    }
+std::vector<std::string> conv_models(const BenchArgs& a) {
+  return a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split_commas(a.models);
 }
+
+namespace {
 
 // All-reduce over MPI ranks on this machine: runs dlperf-allreduce (built beside dlperf when MPI
 // is installed) under mpirun and reads the JSON it prints; null when Ctrl-C cut it short.
@@ -184,11 +150,6 @@ nlohmann::json run_roofline(const BenchArgs& a) {
   return {{"device", r.device}, {"processor", r.processor}, {"peak_gflops", peak}, {"peaks", peaks},
           {"bandwidth_gbps", r.bandwidth_gbps}, {"level_bytes", r.level_bytes}, {"ceilings_source", r.ceilings_source},
           {"points", points}, {"files", files}, {"note", r.note.empty() ? nlohmann::json() : nlohmann::json(r.note)}};
-}
-
-// The models whose convolutions conv times: --models, or medium alone with --quick unless --models was named.
-std::vector<std::string> conv_models(const BenchArgs& a) {
-  return a.opt.quick && !a.models_given ? std::vector<std::string>{"medium"} : split_commas(a.models);
 }
 
 nlohmann::json run_gemm(const bench::Options& o, double peak) {
@@ -375,143 +336,6 @@ nlohmann::json run_loader(const BenchArgs& a) {
           {"batch", a.batch},      {"flips", t.flip_ok}, {"points", pts}};
 }
 
-// What `bench copy|launch|gpu-memory` measures, as its skipped or failed line names it.
-const char* gpu_bench_title(const std::string& what) {
-  return what == "copy" ? "Host-device copies" : what == "launch" ? "GPU launch latency" : "GPU memory bandwidth";
-}
-
-// GPU benchmarks: host<->device copies, launch latency, device-memory bandwidth. Without a GPU
-// (or the CUDA backend) they say why and record nothing.
-nlohmann::json run_gpu(const std::string& what, const BenchArgs& a) {
-  if (!bench::gpu::available()) {
-    std::printf("\n%s: skipped: %s\n", gpu_bench_title(what), bench::gpu::why_not().c_str());
-    return {{"skipped", bench::gpu::why_not()}};
-  }
-  const int device = a.gpu;
-  const int repeats = a.opt.quick ? 5 : 20;
-  if (what == "copy") {
-    const auto pts = bench::gpu::copies(device, a.opt.quick ? 16e6 : 256e6, repeats);
-    std::printf("\nHost<->device copies on GPU %d (median GB/s, min-max; CUDA events):\n", device);
-    report::Table t({"size", "h2d pinned", "h2d pageable", "d2h pinned", "d2h pageable"});
-    for (size_t i = 0; i + 3 < pts.size(); i += 4) {
-      auto cell = [](const bench::gpu::CopyPoint& p) { return fmt::format("{:.1f} [{:.1f}-{:.1f}]", p.median_gbps, p.min_gbps, p.max_gbps); };
-      // order per size: pinned h2d, pinned d2h, pageable h2d, pageable d2h
-      t.add({format_binary_bytes(pts[i].bytes), cell(pts[i]), cell(pts[i + 2]), cell(pts[i + 1]), cell(pts[i + 3])});
-    }
-    t.print();
-    return bench::gpu::to_json(pts);
-  }
-  if (what == "launch") {
-    const auto l = bench::gpu::launch_latency(device, 1000, repeats);
-    std::printf("\nKernel launch on GPU %d (empty kernels, median): %.2f us each back to back, %.2f us from a CUDA graph, "
-                "%.2f us launch + synchronize\n", device, l.plain_us, l.graph_us, l.sync_us);
-    std::printf("A timing event recorded after each kernel in the graph: %.2f us a kernel, so %+.2f us an event\n", l.graph_event_us,
-                l.graph_event_us - l.graph_us);
-    std::printf("A stamp of the GPU's clock (a one-thread kernel) after each kernel in the graph: %.2f us a kernel, so %+.2f us a "
-                "stamp (what dlperf profile pays per span boundary of a graphed step); the clock ticks every %.0f ns\n",
-                l.graph_stamp_us, l.graph_stamp_us - l.graph_us, l.clock_tick_ns);
-    return bench::gpu::to_json(l);
-  }
-  const auto bw = bench::gpu::device_bandwidth(device, a.opt.quick ? 256e6 : 1e9, repeats);
-  const auto info = cuda::gpu_info(device);
-  // The datasheet's bandwidth where the catalog knows the GPU, beside the clock-and-bus figure.
-  double sheet = 0;
-  std::string sheet_id = plan::catalog_id_for_gpu(info.name);
-  const plan::Catalog catalog = plan::load_catalog();
-  if (!sheet_id.empty()) sheet = catalog.find(sheet_id).bandwidth_gbps;
-  std::printf("\nDevice memory bandwidth on GPU %d, %s (median GB/s; %% of the %.0f GB/s the clock and bus imply%s):\n", device,
-              info.name.c_str(), info.peak_bandwidth_gbps,
-              sheet > 0 ? fmt::format(", and of the datasheet's {:.0f} GB/s ({})", sheet, sheet_id).c_str() : "; no datasheet entry");
-  report::Table t({"kernel", "bytes moved", "GB/s", "spread", "% of clock x bus", "% of datasheet"});
-  for (const auto& b : bw)
-    t.add({b.kernel, format_bytes(b.bytes), fmt::format("{:.0f}", b.median_gbps), fmt::format("{:.0f}-{:.0f}", b.min_gbps, b.max_gbps),
-           info.peak_bandwidth_gbps > 0 ? fmt::format("{:.0f}%", 100 * b.median_gbps / info.peak_bandwidth_gbps) : "-",
-           sheet > 0 ? fmt::format("{:.0f}%", 100 * b.median_gbps / sheet) : "-"});
-  t.print();
-  return {{"points", bench::gpu::to_json(bw)},
-          {"clock_bus_gbps", info.peak_bandwidth_gbps},
-          {"datasheet_gbps", sheet > 0 ? nlohmann::json(sheet) : nlohmann::json()},
-          {"catalog_id", sheet_id}};
-}
-
-// cuBLASLt GEMM per precision on the GPU, beside the datasheet's peak where the catalog knows it.
-nlohmann::json run_gpu_gemm(BenchArgs& a) {
-  if (!bench::gpu::available()) {
-    std::printf("\nGPU GEMM: skipped: %s\n", bench::gpu::why_not().c_str());
-    return {{"skipped", bench::gpu::why_not()}};
-  }
-  const auto info = cuda::gpu_info(a.gpu);
-  const std::string id = plan::catalog_id_for_gpu(info.name);
-  const plan::Catalog cat = plan::load_catalog();
-  const auto pts = bench::gpu::gemm(a.gpu, a.opt.quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{1024, 4096, 8192},
-                                    a.opt.quick ? 5 : 20);
-  std::printf("\nGEMM through cuBLASLt on GPU %d, %s (TFLOP/s, median; inputs rotate over copies spanning 2x the L2):\n", a.gpu,
-              info.name.c_str());
-  report::Table t({"precision", "M=N=K", "TFLOP/s", "spread", "datasheet", "% of datasheet", "max rel. error"});
-  nlohmann::json rows = bench::gpu::to_json(pts);
-  for (size_t i = 0; i < pts.size(); ++i) {
-    const auto& p = pts[i];
-    if (!p.failed.empty()) continue;  // listed under the table
-    const double spec = id.empty() ? 0 : cat.find(id).peak_tflops(p.precision);
-    if (spec > 0) rows[i]["datasheet_tflops"] = spec;
-    t.add({p.precision, std::to_string(p.m), fmt::format("{:.1f}", p.median_tflops), fmt::format("{:.1f}-{:.1f}", p.min_tflops, p.max_tflops),
-           spec > 0 ? fmt::format("{:.1f}", spec) : "-", spec > 0 ? fmt::format("{:.0f}%", 100 * p.median_tflops / spec) : "-",
-           fmt::format("{:.1e}", p.max_rel_error)});
-  }
-  t.print();
-  say_failed_points<bench::gpu::GemmPoint>(a, "GPU GEMM", pts,
-                                           [](const auto& p) { return fmt::format("{} {}x{}x{}", p.precision, p.m, p.n, p.k); });
-  if (id.empty()) std::printf("(no catalog entry for %s: no datasheet column)\n", info.name.c_str());
-  return rows;
-}
-
-// cuDNN convolutions of the presets' layers on the GPU, per precision.
-nlohmann::json run_gpu_conv(BenchArgs& a) {
-  if (!bench::gpu::available()) {
-    std::printf("\nGPU conv: skipped: %s\n", bench::gpu::why_not().c_str());
-    return {{"skipped", bench::gpu::why_not()}};
-  }
-  const Dims chw = parse_chw(a.input);
-  const auto models = conv_models(a);
-  const auto pts = bench::gpu::conv(a.gpu, models, {chw[0], chw[1], chw[2]}, a.batch, a.opt.quick ? 5 : 20);
-  std::printf("\nConvolutions through cuDNN, and dlperf's own kernels where the input has 1 or 3 channels, on GPU %d at batch %lld\n"
-              "on %s (TFLOP/s per pass, median; the input and output gradient rotate over copies spanning 2x the L2; forward\n"
-              "checked at 16 sampled outputs against float64):\n",
-              a.gpu, (long long)a.batch, a.input.c_str());
-  report::Table t({"model", "layer", "precision", "layout", "input", "out", "forward", "bwd data", "bwd filter", "algorithms"});
-  for (const auto& p : pts)
-    if (p.failed.empty())  // failed points are listed under the table
-      t.add({p.model, p.layer, p.precision, p.layout, fmt::format("{}x{}x{}", p.input[1], p.input[2], p.input[3]), std::to_string(p.out_channels),
-             fmt::format("{:.1f}", p.forward_tflops), p.backward_data_tflops > 0 ? fmt::format("{:.1f}", p.backward_data_tflops) : "-",
-             fmt::format("{:.1f}", p.backward_filter_tflops), p.algorithms});
-  t.print();
-  say_failed_points<bench::gpu::ConvPoint>(a, "GPU conv", pts,
-                                           [](const auto& p) { return fmt::format("{} {} {} {}", p.model, p.layer, p.precision, p.layout); });
-  return bench::gpu::to_json(pts);
-}
-
-// f32 all-reduce over NCCL across every visible GPU, as nccl-tests reports it.
-nlohmann::json run_nccl(const BenchArgs& a) {
-  int gpus = 0;
-  std::string why;
-  const auto pts = bench::gpu::nccl_allreduce(a.opt.quick ? 64e6 : 1e9, a.opt.quick ? 5 : 20, gpus, why);
-  if (pts.empty()) {
-    std::printf("\nNCCL all-reduce: skipped: %s\n", why.c_str());
-    return {{"skipped", why}};
-  }
-  std::printf("\nAll-reduce (f32 sum) over NCCL on %d GPU%s (median; nccl-tests' algbw and busbw%s):\n", gpus, gpus == 1 ? "" : "s",
-              gpus == 1 ? "; with one GPU it is a copy, so busbw equals algbw" : "");
-  report::Table t({"size", "time us", "spread us", "algbw GB/s", "busbw GB/s"});
-  nlohmann::json rows = nlohmann::json::array();
-  for (const auto& p : pts) {
-    t.add({format_binary_bytes(p.bytes), fmt::format("{:.1f}", p.time_us), fmt::format("{:.1f}-{:.1f}", p.min_us, p.max_us),
-           fmt::format("{:.2f}", p.algbw_gbps), fmt::format("{:.2f}", p.busbw_gbps)});
-    rows.push_back({{"bytes", p.bytes}, {"time_us_median", p.time_us}, {"time_us_min", p.min_us}, {"time_us_max", p.max_us},
-                    {"algbw_gbps", p.algbw_gbps}, {"busbw_gbps", p.busbw_gbps}, {"gpus", gpus}});
-  }
-  t.print();
-  return rows;
-}
 
 // Timestamped, and never an earlier run's file: 'bench copy' then 'bench launch' can finish
 // within one second.
