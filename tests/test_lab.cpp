@@ -227,6 +227,28 @@ TEST(Lab, RedrawRefusesWhatIsNotALab) {
   EXPECT_NE(error_of([&] { lab::redraw_report(dir.path.string(), true); }).find("lab.json is damaged: data: type must be string, but is number"),
             std::string::npos)
       << error_of([&] { lab::redraw_report(dir.path.string(), true); });
+  // A field the lab may leave out, or one inside another, is named with where it is (found by
+  // damaging every field of a quick lab's lab.json in turn).
+  const json lab = {{"command", "lab"}, {"data", "fashion-mnist"}, {"mode", "quick"}, {"machine", json::object()},
+                    {"created", "2026-11-29 09:00"}, {"seconds", 1.0}, {"experiments", json::array()}};
+  for (const auto& [pointer, value, said] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"/command", 3, "is not a dlperf lab's lab.json"},
+           {"/noise_pct", "x", "damaged: noise_pct: type must be number, but is string"},
+           {"/settings", 3, "damaged: settings: type must be object, but is number"},
+           {"/settings", json{{"model", "medium"}, {"batch", "64"}, {"lr", 0.1}}, "damaged: settings.batch: type must be number, but is string"},
+           {"/planned", json{{"seconds", json::array()}}, "damaged: planned.seconds: type must be number, but is array"},
+           {"/engine_call_us", true, "damaged: engine_call_us: type must be object, but is boolean"},
+           {"/experiments/0", 5, "damaged: experiments[0]: type must be object, but is number"},
+           {"/experiments/0", json{{"name", "batch"}}, "damaged: experiments[0]: key 'title' not found"},
+           {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"rows", json::array()}, {"observations", json::array()},
+                                   {"columns", json::array({json{{"key", "batch"}, {"header", 1}}})}},
+            "damaged: experiments[0].columns[0].header: type must be string, but is number"}}) {
+    json j = lab;
+    j[json::json_pointer(pointer)] = value;
+    std::ofstream(dir.path / "lab.json") << j.dump();
+    const std::string error = error_of([&] { lab::redraw_report(dir.path.string(), true); });
+    EXPECT_NE(error.find(said), std::string::npos) << pointer << ": " << error;
+  }
 }
 
 // The lab's time estimate is the planner's: each run's training steps at the predicted step time,

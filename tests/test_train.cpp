@@ -359,6 +359,8 @@ TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
            {"/tensors/0/count", "nan", "its tensors is not a list of names and counts"},
            {"/tensors/1/count", uint64_t(1) << 62, "its header counts more values than its"},
            {"/history/0/train_acc", nlohmann::json::object(), "has a damaged header: its history's epoch 1 reads 'train_acc: type must be number, but is object'"},
+           {"/history/0/peak_bytes_by_category/activations", true, "epoch 1 reads 'activations: type must be number, but is boolean'"},
+           {"/history/0/peak_bytes_by_category", 7, "epoch 1 reads 'peak_bytes_by_category: type must be object, but is number'"},
            {"/history", 3, "its history is not a list of the finished epochs"}}) {
     nlohmann::json h = header;
     h[nlohmann::json::json_pointer(pointer)] = value;

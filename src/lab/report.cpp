@@ -293,34 +293,35 @@ void redraw_report(const std::string& out, bool quiet) {
   json machine;
   try {
     const json j = json::parse(text.str());
-    check(j.is_object() && j.value("command", "") == "lab" && j.contains("experiments") && j["experiments"].is_array(),
+    check(j.is_object() && j.value("command", json()) == "lab" && j.contains("experiments") && j["experiments"].is_array(),
           fmt::format("{} is not a dlperf lab's lab.json", path.string()), hint);
     read_field(j, "data", cfg.data);
     cfg.full = field<std::string>(j, "mode") == "full";
     if (j.contains("settings")) {
-      const json& s = j["settings"];
-      read_field(s, "model", cfg.base_model);
-      read_field(s, "batch", cfg.base_batch);
-      read_field(s, "lr", cfg.base_lr);
+      const json& s = object_at(j, "settings");
+      within("settings", [&] { read_field(s, "model", cfg.base_model), read_field(s, "batch", cfg.base_batch), read_field(s, "lr", cfg.base_lr); });
     } else {
       totals.settings_known = false;
     }
     machine = j.at("machine");
     read_field(j, "created", totals.created);
     read_field(j, "seconds", totals.seconds);
-    totals.reused_runs = j.value("reused_runs", size_t(0));
+    totals.reused_runs = value_field(j, "reused_runs", size_t(0));
     Noise& n = totals.noise;
-    n.pct = j.value("noise_pct", 0.0), n.start_pct = j.value("noise_start_pct", 0.0);
-    n.end_change_pct = j.value("noise_end_change_pct", 0.0), n.runs = j.value("noise_runs", 0);
-    n.shared_runs = j.value("noise_shared_runs", 0);
-    const json call = j.value("engine_call_us", json::object());
-    n.call_start_us = call.value("start", 0.0), n.call_end_us = call.value("end", 0.0);
-    const json planned = j.value("planned", json::object());
-    totals.planned.runs = planned.value("runs", 0), totals.planned.seconds = planned.value("seconds", 0.0);
-    totals.planned.unpredicted = planned.value("unpredicted_runs", 0);
-    totals.check = {planned.value("finished_runs", 0), totals.planned.runs, planned.value("finished_planned_seconds", 0.0),
-                    planned.value("finished_measured_seconds", 0.0)};
-    for (const json& je : j["experiments"]) {
+    n.pct = value_field(j, "noise_pct", 0.0), n.start_pct = value_field(j, "noise_start_pct", 0.0);
+    n.end_change_pct = value_field(j, "noise_end_change_pct", 0.0), n.runs = value_field(j, "noise_runs", 0);
+    n.shared_runs = value_field(j, "noise_shared_runs", 0);
+    const json call = object_field(j, "engine_call_us");
+    within("engine_call_us", [&] { n.call_start_us = value_field(call, "start", 0.0), n.call_end_us = value_field(call, "end", 0.0); });
+    const json planned = object_field(j, "planned");
+    within("planned", [&] {
+      totals.planned.runs = value_field(planned, "runs", 0), totals.planned.seconds = value_field(planned, "seconds", 0.0);
+      totals.planned.unpredicted = value_field(planned, "unpredicted_runs", 0);
+      totals.check = {value_field(planned, "finished_runs", 0), totals.planned.runs, value_field(planned, "finished_planned_seconds", 0.0),
+                      value_field(planned, "finished_measured_seconds", 0.0)};
+    });
+    for (size_t i = 0; i < j["experiments"].size(); ++i) within(fmt::format("experiments[{}]", i), [&] {
+      const json& je = as_object(j["experiments"][i]);
       Experiment e;
       read_field(je, "name", e.name);
       read_field(je, "title", e.title);
@@ -329,7 +330,10 @@ void redraw_report(const std::string& out, bool quiet) {
       read_field(je, "observations", e.observations);
       e.noise_pct = n.pct;
       const std::vector<Column> now = columns_of(e.name);
-      for (const json& c : je.at("columns")) {
+      const json& columns = je.at("columns");
+      check(columns.is_array(), fmt::format("{} is damaged: its {} experiment's columns are not a list", path.string(), e.name), hint);
+      for (size_t k = 0; k < columns.size(); ++k) within(fmt::format("columns[{}]", k), [&] {
+        const json& c = as_object(columns[k]);
         const std::string key = field<std::string>(c, "key");
         int decimals = 2;
         if (c.contains("decimals")) {
@@ -346,12 +350,12 @@ void redraw_report(const std::string& out, bool quiet) {
             }
         }
         e.columns.push_back({key, field<std::string>(c, "header"), decimals});
-      }
+      });
       for (const json& r : e.rows)  // the fields the tables and plots read of every row
         check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),
               fmt::format("{} is damaged: a row of its {} experiment has no status or note", path.string(), e.name), hint);
       exps.push_back(std::move(e));
-    }
+    });
     write_report(exps, cfg, machine, totals);  // inside: the plots read each row's fields as the lab wrote them
   } catch (const json::exception& e) {
     throw Error(fmt::format("{} is damaged: {}", path.string(), json_error_text(e)), hint);

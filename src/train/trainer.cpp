@@ -112,8 +112,9 @@ EpochStats epoch_from_json(const json& j) {
   if (const json range = j.value("energy_j_range", json()); range.is_array() && range.size() == 2 && range[0].is_number() && range[1].is_number())
     e.energy_low_j = range[0], e.energy_high_j = range[1];
   e.host_load = hw::host_load_from_json(j.value("host_load", json()));
+  const json& by_category = object_at(j, "peak_bytes_by_category");
   for (int i = 0; i < kMemCategories; ++i)
-    e.peak_by_category.push_back(j.at("peak_bytes_by_category").value(std::string(to_string(MemCategory(i))), 0.0));
+    e.peak_by_category.push_back(value_field(by_category, std::string(to_string(MemCategory(i))).c_str(), 0.0));
   return e;
 }
 
