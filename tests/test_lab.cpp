@@ -242,7 +242,11 @@ TEST(Lab, RedrawRefusesWhatIsNotALab) {
            {"/experiments/0", json{{"name", "batch"}}, "damaged: experiments[0]: key 'title' not found"},
            {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"rows", json::array()}, {"observations", json::array()},
                                    {"columns", json::array({json{{"key", "batch"}, {"header", 1}}})}},
-            "damaged: experiments[0].columns[0].header: type must be string, but is number"}}) {
+            "damaged: experiments[0].columns[0].header: type must be string, but is number"},
+           {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"observations", json::array()},
+                                   {"columns", json::array({json{{"key", "batch"}, {"header", "batch"}, {"decimals", 0}}})},
+                                   {"rows", json::array({json{{"status", "measured"}, {"note", ""}, {"batch", "64"}}})}},
+            "damaged: experiments[0].rows[0].batch: type must be number, but is string"}}) {
     json j = lab;
     j[json::json_pointer(pointer)] = value;
     std::ofstream(dir.path / "lab.json") << j.dump();

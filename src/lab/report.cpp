@@ -351,9 +351,23 @@ void redraw_report(const std::string& out, bool quiet) {
         }
         e.columns.push_back({key, field<std::string>(c, "header"), decimals});
       });
-      for (const json& r : e.rows)  // the fields the tables and plots read of every row
+      for (size_t k = 0; k < e.rows.size(); ++k) {  // the fields the tables and plots read of every row
+        const json& r = e.rows[k];
         check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),
               fmt::format("{} is damaged: a row of its {} experiment has no status or note", path.string(), e.name), hint);
+        auto must_be = [&](const std::string& key, bool text) {  // where the row has it: null ("-"), or this type
+          if (const json v = r.value(key, json()); !v.is_null() && (text ? !v.is_string() : !v.is_number()))
+            throw json::type_error::create(
+                302, fmt::format("rows[{}].{}: type must be {}, but is {}", k, key, text ? "string" : "number", v.type_name()), nullptr);
+        };
+        for (const Column& c : e.columns) must_be(c.key, c.decimals == kText);  // text or numbers, as the table prints them
+        // What the observations read beside the columns.
+        for (const char* key : {"epochs", "train_images", "test_images", "host_busy_pct"}) must_be(key, false);
+        for (const char* key : {"record", "run"}) must_be(key, true);
+        if (r.contains("host_shared") && !r["host_shared"].is_boolean())
+          throw json::type_error::create(
+              302, fmt::format("rows[{}].host_shared: type must be boolean, but is {}", k, r["host_shared"].type_name()), nullptr);
+      }
       exps.push_back(std::move(e));
     });
     write_report(exps, cfg, machine, totals);  // inside: the plots read each row's fields as the lab wrote them
