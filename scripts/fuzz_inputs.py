@@ -28,8 +28,10 @@ field set to 0, -1, 2^31 or a random count; and for JSON (the checkpoint's heade
 replaced by another type or an extreme number, a key removed, an array element dropped or doubled.
 Findings are listed with the command and kept with their input under --out; exit 1 if any.
 It found a count field that made the IDX reader allocate 15 GB (fixed in 484a37c). A message that
-quotes the damaged bytes raw (not UTF-8) is a finding too, as is a damaged checkpoint that resumes:
-until 2026-11-28 a changed letter or digit in the header's JSON did.
+quotes the damaged bytes raw (not UTF-8) is a finding too, as is a damaged checkpoint that resumes
+(until 2026-11-28 a changed letter or digit in the header's JSON did), and a value of the wrong
+type refused without its field's name (nlohmann's bare "type must be number, but is string"; the
+last of those, in lab.json's rows and a checkpoint's history, were named on 2026-11-29).
 """
 import argparse
 import collections
@@ -52,6 +54,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 INTERNAL = re.compile(r"json\.exception|\bsto[ildf]\b|std::|basic_string|vector::|bad_alloc|bad_optional|"
                       r"out of memory|terminate called|what\(\)|Assertion|filesystem error")
 CRASH = re.compile(r"AddressSanitizer|LeakSanitizer|runtime error:|Segmentation fault|Aborted")
+
+
+def names_the_field(out):
+    """Whether every wrong-typed JSON value in the message comes with its field, as dlperf's
+    readers say it ("data: type must be string, but is number"; core/json_error.h), not as
+    nlohmann's bare "type must be number, but is string" (after "is damaged: ", say)."""
+    for m in re.finditer(r"type must be|cannot use", out):
+        key = re.search(r"([\w.\[\]]+): $", out[:m.start()])
+        if not key or key.group(1) in ("damaged", "header", "record", "profile", "catalog", "spec"):
+            return False
+    return True
 
 
 def idx_images(n, h, w, rng):
@@ -204,6 +217,8 @@ def verdict(rc, out, must_refuse=False):
         return "raw bytes in the message"
     if rc != 0 and "error" not in out.lower():
         return "no message"
+    if rc != 0 and not names_the_field(out):
+        return "field not named"
     if rc == 0 and must_refuse:
         return "damage read as good"
     return "ok" if rc == 0 else "refused"
