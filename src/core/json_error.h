@@ -51,7 +51,8 @@ T value_field(const nlohmann::json& j, const char* key, const T& fallback) {
 /// but is number"; without it, as within() places it); object_at(j, key) is as_object(j.at(key), key).
 inline const nlohmann::json& as_object(const nlohmann::json& v, const std::string& what = "") {
   if (!v.is_object())
-    throw nlohmann::json::type_error::create(302, (what.empty() ? "" : what + ": ") + "type must be object, but is " + v.type_name(), nullptr);
+    throw nlohmann::json::type_error::create(302, (what.empty() ? "" : what + ": ") + "type must be object, but is " + v.type_name(),
+                                             nullptr);
   return v;
 }
 inline const nlohmann::json& object_at(const nlohmann::json& j, const char* key) { return as_object(j.at(key), key); }

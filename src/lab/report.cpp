@@ -278,6 +278,29 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
   write_file(out / "README.md", md);
 }
 
+namespace {
+
+// A row's cells as a lab writes them, checked before the tables, plots and observations read them:
+// each column's text or number as its table prints it (or null, "-"), and the fields the
+// observations read beside the columns (never null in what a lab writes). A cell of another type is named ("batch: type must be
+// number, but is string"), not left to the reader that trips on it.
+void check_cell_types(const json& row, const std::vector<Column>& columns) {
+  using type = json::value_t;
+  auto must_be = [&](const std::string& key, type t, bool or_null) {
+    if (!row.contains(key)) return;
+    const json& v = row[key];
+    const bool ok = (or_null && v.is_null()) || (t == type::boolean ? v.is_boolean() : t == type::string ? v.is_string() : v.is_number());
+    if (!ok)
+      throw json::type_error::create(302, fmt::format("{}: type must be {}, but is {}", key, json(t).type_name(), v.type_name()), nullptr);
+  };
+  for (const Column& c : columns) must_be(c.key, c.decimals == kText ? type::string : type::number_float, true);  // null: "-"
+  for (const char* key : {"epochs", "train_images", "test_images", "host_busy_pct"}) must_be(key, type::number_float, false);
+  for (const char* key : {"record", "run"}) must_be(key, type::string, false);
+  must_be("host_shared", type::boolean, false);
+}
+
+}  // namespace
+
 void redraw_report(const std::string& out, bool quiet) {
   const fs::path path = fs::path(out) / "lab.json";
   const std::string hint = "point --out at the folder of a finished lab (it holds lab.json and README.md)";
@@ -299,7 +322,9 @@ void redraw_report(const std::string& out, bool quiet) {
     cfg.full = field<std::string>(j, "mode") == "full";
     if (j.contains("settings")) {
       const json& s = object_at(j, "settings");
-      within("settings", [&] { read_field(s, "model", cfg.base_model), read_field(s, "batch", cfg.base_batch), read_field(s, "lr", cfg.base_lr); });
+      within("settings", [&] {
+        read_field(s, "model", cfg.base_model), read_field(s, "batch", cfg.base_batch), read_field(s, "lr", cfg.base_lr);
+      });
     } else {
       totals.settings_known = false;
     }
@@ -355,18 +380,7 @@ void redraw_report(const std::string& out, bool quiet) {
         const json& r = e.rows[k];
         check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),
               fmt::format("{} is damaged: a row of its {} experiment has no status or note", path.string(), e.name), hint);
-        auto must_be = [&](const std::string& key, bool text) {  // where the row has it: null ("-"), or this type
-          if (const json v = r.value(key, json()); !v.is_null() && (text ? !v.is_string() : !v.is_number()))
-            throw json::type_error::create(
-                302, fmt::format("rows[{}].{}: type must be {}, but is {}", k, key, text ? "string" : "number", v.type_name()), nullptr);
-        };
-        for (const Column& c : e.columns) must_be(c.key, c.decimals == kText);  // text or numbers, as the table prints them
-        // What the observations read beside the columns.
-        for (const char* key : {"epochs", "train_images", "test_images", "host_busy_pct"}) must_be(key, false);
-        for (const char* key : {"record", "run"}) must_be(key, true);
-        if (r.contains("host_shared") && !r["host_shared"].is_boolean())
-          throw json::type_error::create(
-              302, fmt::format("rows[{}].host_shared: type must be boolean, but is {}", k, r["host_shared"].type_name()), nullptr);
+        within(fmt::format("rows[{}]", k), [&] { check_cell_types(r, e.columns); });
       }
       exps.push_back(std::move(e));
     });
