@@ -1318,7 +1318,10 @@ TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
   const nlohmann::json& call = rec["summary"]["engine_call_us"];
   ASSERT_TRUE(call["start"].is_number() && call["end"].is_number()) << rec["summary"].dump();
   EXPECT_GT(call["start"].get<double>(), 0);
-  EXPECT_LT(call["start"].get<double>(), 1000);  // a call takes microseconds, not milliseconds
+  // Microseconds: 1-3 on an idle machine, and 2,849 was seen in a chroot's test run while other
+  // builds and 1,000 dlperf processes shared its 2 cores (OpenMP's threads then wait out the
+  // others' time slices), so the bound is a unit check that load cannot fail, not a speed test.
+  EXPECT_LT(call["start"].get<double>(), 1e5);
   RecordPlanner compare{dir.path};
   rec["summary"]["engine_call_us"] = {{"start", 2.0}, {"end", 4.0}};
   const plan::Comparison slow = compare(rec);
