@@ -246,7 +246,11 @@ TEST(Lab, RedrawRefusesWhatIsNotALab) {
            {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"observations", json::array()},
                                    {"columns", json::array({json{{"key", "batch"}, {"header", "batch"}, {"decimals", 0}}})},
                                    {"rows", json::array({json{{"status", "measured"}, {"note", ""}, {"batch", "64"}}})}},
-            "damaged: experiments[0].rows[0].batch: type must be number, but is string"}}) {
+            "damaged: experiments[0].rows[0].batch: type must be number, but is string"},
+           {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"observations", json::array()},
+                                   {"columns", json::array({json{{"key", "batch"}, {"header", "batch"}, {"decimals", 0}}})},
+                                   {"rows", json::array({json{{"status", "missing"}, {"note", "no GPU"}, {"batch", nullptr}}})}},
+            "damaged: experiments[0].rows[0].batch: type must be number, but is null"}}) {
     json j = lab;
     j[json::json_pointer(pointer)] = value;
     std::ofstream(dir.path / "lab.json") << j.dump();

@@ -281,8 +281,8 @@ void write_report(std::vector<Experiment>& exps, const LabConfig& cfg, const jso
 namespace {
 
 // A row's cells as a lab writes them, checked before the tables, plots and observations read them:
-// each column's text or number as its table prints it (or null, "-"), and the fields the
-// observations read beside the columns (never null in what a lab writes). A cell of another type is named ("batch: type must be
+// each column's text or number as its table prints it (or null, "-"), but never null where it
+// says which run the row is, and the fields the observations read beside the columns. A cell of another type is named ("batch: type must be
 // number, but is string"), not left to the reader that trips on it.
 void check_cell_types(const json& row, const std::vector<Column>& columns) {
   using type = json::value_t;
@@ -294,8 +294,10 @@ void check_cell_types(const json& row, const std::vector<Column>& columns) {
       throw json::type_error::create(302, fmt::format("{}: type must be {}, but is {}", key, json(t).type_name(), v.type_name()), nullptr);
   };
   for (const Column& c : columns) must_be(c.key, c.decimals == kText ? type::string : type::number_float, true);  // null: "-"
-  for (const char* key : {"epochs", "train_images", "test_images", "host_busy_pct"}) must_be(key, type::number_float, false);
-  for (const char* key : {"record", "run"}) must_be(key, type::string, false);
+  // The cells that say which run a row is are never null, nor what the observations read beside the columns.
+  for (const char* key : {"batch", "workers", "epochs", "train_images", "test_images", "host_busy_pct"})
+    must_be(key, type::number_float, false);
+  for (const char* key : {"device", "workload", "model", "precision", "lr_rule", "record", "run"}) must_be(key, type::string, false);
   must_be("host_shared", type::boolean, false);
 }
 
