@@ -282,8 +282,9 @@ namespace {
 
 // A row's cells as a lab writes them, checked before the tables, plots and observations read them:
 // each column's text or number as its table prints it (or null, "-"), but never null where it
-// says which run the row is, and the fields the observations read beside the columns. A cell of another type is named ("batch: type must be
-// number, but is string"), not left to the reader that trips on it.
+// says which run the row is, and the fields the observations read beside the columns. A cell of
+// another type is named ("batch: type must be number, but is string"), not left to the reader
+// that trips on it.
 void check_cell_types(const json& row, const std::vector<Column>& columns) {
   using type = json::value_t;
   auto must_be = [&](const std::string& key, type t, bool or_null) {
