@@ -302,6 +302,50 @@ void check_cell_types(const json& row, const std::vector<Column>& columns) {
   must_be("host_shared", type::boolean, false);
 }
 
+// One column of an experiment's table as lab.json keeps it; `file` and `hint` for a refusal.
+Column column_from_json(const json& c, const Experiment& e, const std::string& file, const std::string& hint) {
+  const std::string key = field<std::string>(c, "key");
+  const std::vector<Column> now = columns_of(e.name);
+  int decimals = 2;
+  if (c.contains("decimals")) {
+    read_field(c, "decimals", decimals);
+    check(decimals >= kOwnDigits && decimals <= 12,
+          fmt::format("{} is damaged: its {} column {} has {} decimals", file, e.name, key, decimals), hint);
+  } else if (auto it = std::find_if(now.begin(), now.end(), [&](const Column& col) { return col.key == key; }); it != now.end()) {
+    decimals = it->decimals;  // a lab.json from before its columns kept their decimals: this dlperf's
+  } else {  // nor a column this dlperf has: text where the rows hold text
+    for (const json& r : e.rows)
+      if (const json v = r.value(key, json()); !v.is_null()) {
+        decimals = v.is_string() ? kText : 2;
+        break;
+      }
+  }
+  return {key, field<std::string>(c, "header"), decimals};
+}
+
+// One experiment of lab.json: its text, rows and columns, every row checked (check_cell_types)
+// before the report draws it.
+Experiment experiment_from_json(const json& je, double noise_pct, const std::string& file, const std::string& hint) {
+  Experiment e;
+  read_field(je, "name", e.name);
+  read_field(je, "title", e.title);
+  read_field(je, "question", e.question);
+  read_field(je, "rows", e.rows);
+  read_field(je, "observations", e.observations);
+  e.noise_pct = noise_pct;
+  const json& columns = je.at("columns");
+  check(columns.is_array(), fmt::format("{} is damaged: its {} experiment's columns are not a list", file, e.name), hint);
+  for (size_t k = 0; k < columns.size(); ++k)
+    e.columns.push_back(within(fmt::format("columns[{}]", k), [&] { return column_from_json(as_object(columns[k]), e, file, hint); }));
+  for (size_t k = 0; k < e.rows.size(); ++k) {  // the fields the tables and plots read of every row
+    const json& r = e.rows[k];
+    check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),
+          fmt::format("{} is damaged: a row of its {} experiment has no status or note", file, e.name), hint);
+    within(fmt::format("rows[{}]", k), [&] { check_cell_types(r, e.columns); });
+  }
+  return e;
+}
+
 }  // namespace
 
 void redraw_report(const std::string& out, bool quiet) {
@@ -348,45 +392,9 @@ void redraw_report(const std::string& out, bool quiet) {
       totals.check = {value_field(planned, "finished_runs", 0), totals.planned.runs, value_field(planned, "finished_planned_seconds", 0.0),
                       value_field(planned, "finished_measured_seconds", 0.0)};
     });
-    for (size_t i = 0; i < j["experiments"].size(); ++i) within(fmt::format("experiments[{}]", i), [&] {
-      const json& je = as_object(j["experiments"][i]);
-      Experiment e;
-      read_field(je, "name", e.name);
-      read_field(je, "title", e.title);
-      read_field(je, "question", e.question);
-      read_field(je, "rows", e.rows);
-      read_field(je, "observations", e.observations);
-      e.noise_pct = n.pct;
-      const std::vector<Column> now = columns_of(e.name);
-      const json& columns = je.at("columns");
-      check(columns.is_array(), fmt::format("{} is damaged: its {} experiment's columns are not a list", path.string(), e.name), hint);
-      for (size_t k = 0; k < columns.size(); ++k) within(fmt::format("columns[{}]", k), [&] {
-        const json& c = as_object(columns[k]);
-        const std::string key = field<std::string>(c, "key");
-        int decimals = 2;
-        if (c.contains("decimals")) {
-          read_field(c, "decimals", decimals);
-          check(decimals >= kOwnDigits && decimals <= 12,
-                fmt::format("{} is damaged: its {} column {} has {} decimals", path.string(), e.name, key, decimals), hint);
-        } else if (auto it = std::find_if(now.begin(), now.end(), [&](const Column& col) { return col.key == key; }); it != now.end()) {
-          decimals = it->decimals;  // a lab.json from before its columns kept their decimals: this dlperf's
-        } else {  // nor a column this dlperf has: text where the rows hold text
-          for (const json& r : e.rows)
-            if (const json v = r.value(key, json()); !v.is_null()) {
-              decimals = v.is_string() ? kText : 2;
-              break;
-            }
-        }
-        e.columns.push_back({key, field<std::string>(c, "header"), decimals});
-      });
-      for (size_t k = 0; k < e.rows.size(); ++k) {  // the fields the tables and plots read of every row
-        const json& r = e.rows[k];
-        check(r.is_object() && r.value("status", json()).is_string() && r.value("note", json()).is_string(),
-              fmt::format("{} is damaged: a row of its {} experiment has no status or note", path.string(), e.name), hint);
-        within(fmt::format("rows[{}]", k), [&] { check_cell_types(r, e.columns); });
-      }
-      exps.push_back(std::move(e));
-    });
+    for (size_t i = 0; i < j["experiments"].size(); ++i)
+      exps.push_back(within(fmt::format("experiments[{}]", i),
+                            [&] { return experiment_from_json(as_object(j["experiments"][i]), n.pct, path.string(), hint); }));
     write_report(exps, cfg, machine, totals);  // inside: the plots read each row's fields as the lab wrote them
   } catch (const json::exception& e) {
     throw Error(fmt::format("{} is damaged: {}", path.string(), json_error_text(e)), hint);
