@@ -609,6 +609,19 @@ TEST(Train, ARisingLossSaysTheLearningRateMayBeTooHigh) {
   EXPECT_EQ(train::detail::loss_rise_note(c, {}), "");
 }
 
+// A bf16 run on a CPU whose bf16 dot products are no faster than its fp32 FMAs says, before
+// it starts, that fp32 will train faster (the Intel Xeon VM of 2026-11-28: 0.49x); a CPU with
+// twice fp32's bf16 arithmetic (a Zen 4), or peaks unknown, gets no note.
+TEST(Train, Bf16OnACpuWithoutBf16ArithmeticSaysFp32IsFaster) {
+  const std::string note = train::detail::cpu_bf16_note(161, 330, "measured just now, quickly");
+  EXPECT_NE(note.find("peak at 0.49x its fp32 multiply-adds (161 vs 330 GFLOP/s, measured just now, quickly)"), std::string::npos) << note;
+  EXPECT_NE(note.find("expect it to train slower than fp32 (--precision fp32 for speed)"), std::string::npos) << note;
+  EXPECT_NE(train::detail::cpu_bf16_note(390, 330, "x"), "") << "1.18x: under the 1.2x line";
+  EXPECT_EQ(train::detail::cpu_bf16_note(460, 230, "x"), "") << "a Zen 4's 2.0x";
+  EXPECT_EQ(train::detail::cpu_bf16_note(0, 330, "x"), "") << "no bf16 peak measured";
+  EXPECT_EQ(train::detail::cpu_bf16_note(161, 0, "x"), "");
+}
+
 // A run flushes denormals to zero in its compute threads unless --keep-denormals, says which in
 // its record, and leaves the process as it found it (hw::ScopedDenormals; test_hw.cpp checks
 // the threads).

@@ -133,6 +133,15 @@ std::string loss_rise_note(const TrainConfig& cfg, const std::vector<EpochStats>
   return "";
 }
 
+std::string cpu_bf16_note(double bf16_gflops, double fp32_gflops, const std::string& source) {
+  // The lab's precision observation draws the line at the same 1.2x (lab/observations.cpp).
+  if (!(bf16_gflops > 0 && fp32_gflops > 0) || bf16_gflops >= 1.2 * fp32_gflops) return "";
+  return fmt::format("this CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, {}): bf16 "
+                     "halves the activations' memory here but has no more arithmetic to offer, and its conversions to and from "
+                     "fp32 cost time, so expect it to train slower than fp32 (--precision fp32 for speed)",
+                     bf16_gflops / fp32_gflops, bf16_gflops, fp32_gflops, source);
+}
+
 std::string final_accuracy(const json& summary) {
   const json& acc = summary.at("final_test_acc");
   if (acc.is_null()) return "test accuracy not measured after the last epoch run (dlperf profile stops after its recorded steps)";

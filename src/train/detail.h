@@ -104,6 +104,12 @@ std::string resumed_line(const TrainConfig& cfg, int64_t epochs_done, const nloh
 /// at batch 16 and lr 0.1: 0.86 in epoch 1, 2.21 in epoch 2), which a learning rate too high for
 /// the batch size does; with the lr to try. Empty where the loss never rose so.
 std::string loss_rise_note(const TrainConfig& cfg, const std::vector<EpochStats>& epochs);
+/// A note for a bf16 run on a CPU whose bf16 dot products peak under 1.2x its fp32 FMAs
+/// (`bf16_gflops` against `fp32_gflops`, measured; `source` says by what): there bf16 halves
+/// the activations' bytes but has no more arithmetic to offer, and its conversions cost, so it
+/// trains slower than fp32 (an Intel Xeon VM: 0.49x, medium at batch 64 1.5-2.7x slower). Empty
+/// where bf16's peak is higher (2.0x on a Zen 4) or unknown.
+std::string cpu_bf16_note(double bf16_gflops, double fp32_gflops, const std::string& source);
 /// "final test accuracy 93.10%", or why there is none, from a run record's summary.
 std::string final_accuracy(const nlohmann::json& summary);
 /// The epochs both trainers run from `start_epoch` (`Run`, `GpuRun`): each one's row on the

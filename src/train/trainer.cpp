@@ -219,6 +219,20 @@ void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
               " them, and %% of peak counts only the others)\n");
 }
 
+// cpu_bf16_note for this CPU: from the machine profile's peaks where it holds both ('dlperf bench
+// all'), else from both measured now, quickly (about 0.2 s, paid only by a bf16 run that prints).
+std::string bf16_note_here(int threads) {
+  const bench::Ceilings kept = bench::load_ceilings(hw::cpu_info().model, threads);
+  if (kept.f32_gflops > 0 && kept.bf16_gflops > 0) return cpu_bf16_note(kept.bf16_gflops, kept.f32_gflops, kept.source());
+  bench::Options o;
+  o.quick = true;
+  o.threads = threads;
+  std::string why_not;
+  const bench::FlopsResult bf16 = bench::bf16_peak(o, &why_not);
+  if (bf16.isa.empty()) return "";
+  return cpu_bf16_note(bf16.gflops.max, bench::fma_peak(o).gflops.max, "measured just now, quickly");
+}
+
 }  // namespace
 
 std::string cpu_precision_refusal(const std::string& p) {
@@ -570,6 +584,8 @@ TrainResult train(const TrainConfig& cfg) {
   // Linux overcommits: a run that does not fit is not refused by malloc but killed later.
   if (const double avail = hw::available_memory_bytes(); avail > 0)
     check_fits(nn::load_model(cfg.model), graph, cfg.optimizer, avail, cfg.workers, cfg.precision);
+  if (say && cfg.precision == "bf16")
+    if (std::string note = bf16_note_here(threads); !note.empty()) notes.push_back(std::move(note));
   // A call into the engine's cost just before the epochs and just after (a few ms each: bench's
   // dispatch measurement): the threads' round trip between the cores, which on a VM moves with
   // where its vCPUs are placed, and a small model's step with it. The record keeps both, so
