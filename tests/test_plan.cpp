@@ -927,6 +927,16 @@ TEST(PlanStepTime, CeilingsAreMeasuredWhereBenchHasNotRun) {
   EXPECT_EQ(moved.call_overhead_s, c.call_overhead_s);
   EXPECT_NE(moved.source.find(fmt::format("({:.2f} us; {:.2f} us when the profile was measured", now_us, 2 * now_us)), std::string::npos)
       << moved.source;
+  // A call now over kCallBusyRatio times the profile's is other work holding the cores (8 ms
+  // against 1.9 us while PyTorch trained on both cores): the profile's figure is planned with.
+  const double idle_us = now_us / (2 * plan::kCallBusyRatio);
+  bench::write_machine_profile({{"cpu", cpu.model}, {"threads", 1}, {"f32_gflops", 12.5}, {"call_overhead_us", idle_us},
+                                {"bandwidth_gbps", {{"DRAM", 7.0}}}});
+  const plan::CpuCeilings busy = plan::host_ceilings(1);
+  EXPECT_DOUBLE_EQ(busy.call_overhead_s, idle_us * 1e-6);
+  EXPECT_NE(busy.source.find(fmt::format("a call's cost from the profile ({:.2f} us): measured just now it took {:.2f} us", idle_us, now_us)),
+            std::string::npos)
+      << busy.source;
   // A damaged profile (a field of the wrong type, or not JSON) counts as none, not as an error.
   // So is a rate of 0 or below, which the readers would replace with a fallback without a word.
   for (const std::string& body : {R"({"cpu": ")" + cpu.model + R"(", "threads": 1, "f32_gflops": "abc"})", std::string("{\"cpu\": \"tru"),
