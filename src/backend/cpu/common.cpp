@@ -1,6 +1,12 @@
 #include "backend/cpu/common.h"
 
+#include <omp.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <limits>
 
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
@@ -149,6 +155,50 @@ Param& Op::add_param(std::string name, Dims dims, const md& layout, Init init, i
   p->fan_in = fan_in;
   params_.push_back(std::move(p));
   return *params_.back();
+}
+
+namespace {
+// How many times the scheduler has taken the CPU from each OpenMP thread while it could run
+// (involuntary context switches: another process's time slice), read by each thread itself.
+// Not its CPU time: a thread waiting for work may sleep (OMP_WAIT_POLICY=passive), which is no
+// disturbance, and a process's CPU clock adds the other threads' time only at their ticks.
+std::vector<long> threads_preempted(int threads) {
+  std::vector<long> n(size_t(threads), 0);
+#pragma omp parallel num_threads(threads)
+  {
+    rusage u{};
+    getrusage(RUSAGE_THREAD, &u);
+    n[size_t(omp_get_thread_num())] = u.ru_nivcsw;
+  }
+  return n;
+}
+}  // namespace
+
+std::optional<std::vector<double>> best_undisturbed_times(const std::vector<std::function<void()>>& passes, int need, int most,
+                                                          int* disturbed) {
+  const int threads = omp_get_max_threads();
+  std::vector<double> best(passes.size(), std::numeric_limits<double>::infinity());
+  std::vector<int> clean(passes.size(), 0);
+  int left_out = 0;
+  for (const auto& pass : passes) pass();  // warm-up: first-touch pages, oneDNN's kernels built
+  for (int round = 0; round < most; ++round) {
+    for (size_t i = 0; i < passes.size(); ++i) {
+      const std::vector<long> before = threads_preempted(threads);
+      const auto t0 = std::chrono::steady_clock::now();
+      passes[i]();
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (threads_preempted(threads) == before) {
+        best[i] = std::min(best[i], wall);
+        ++clean[i];
+      } else {
+        ++left_out;
+      }
+    }
+    if (*std::min_element(clean.begin(), clean.end()) >= need) break;
+  }
+  if (disturbed) *disturbed = left_out;
+  if (*std::min_element(clean.begin(), clean.end()) < need) return std::nullopt;
+  return best;
 }
 
 }  // namespace dlperf::cpu

@@ -12,6 +12,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -52,6 +53,18 @@ inline bool makes_copies(Compute c) { return c != Compute::fp32; }
 inline dt copy_type(Compute c) { return c == Compute::bf16 ? dt::bf16 : dt::f32; }
 /// "fp32", "bf16" or "f32-copies"; anything else throws.
 Compute compute_for(const std::string& precision);
+
+/// Times each of `passes` in turn, round after round after a warm-up each, on OpenMP's threads,
+/// and keeps each one's best time among its undisturbed samples: those in which the scheduler
+/// took the CPU from none of the threads (getrusage's involuntary context switches). Another
+/// process's time slice cutting into a sample stalls every thread at the next barrier, and a
+/// best of a few did not see through a steady load: while two busy loops shared the 2-core Xeon VM, the
+/// direct convolution's time over Winograd's read 0.38x to 1.50x in four processes (1.57x idle),
+/// and each process trained with what it read. Stops once every pass has `need` undisturbed
+/// samples, or after `most` rounds; nullopt where one got fewer: the machine was too busy to
+/// compare them. `disturbed` (optional) gets how many samples were left out.
+std::optional<std::vector<double>> best_undisturbed_times(const std::vector<std::function<void()>>& passes, int need, int most,
+                                                          int* disturbed = nullptr);
 
 /// A choice the engine makes once per process, such as which of two kernels timed faster here:
 /// made on the first get() (again on the next if making it threw), then the same; if_made()

@@ -20,7 +20,6 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -441,12 +440,10 @@ class MaxPool final : public Op {
 
 // dlperf's 2x2 max pooling against oneDNN's on nChw16c blocks, forward and backward, on 32
 // images of 32 channels at 28x28 (medium's pool1 at batch 32: 3.2 MB in), with the engine's
-// threads: the best of 5 after a warm-up, each. In buffers of its own, untracked, and no
-// profiler sees it. About 5-20 ms, once per process.
-struct TimedPooling {
-  double own_s = 0, onednn_s = 0;
-};
-TimedPooling time_max_pool_16c() {
+// threads: the best of 5 undisturbed samples each (best_undisturbed_times), alternating. In
+// buffers of its own, untracked, and no profiler sees it. About 5-20 ms, once per process.
+// Returns oneDNN's time over dlperf's, or kTooBusyToTime.
+double time_max_pool_16c() {
   using namespace dnnl;
   const Dims x = {32, 32, 28, 28}, y = {32, 32, 14, 14};
   const md src(to_dnnl(x), dt::f32, tag::nChw16c), dst(to_dnnl(y), dt::f32, tag::nChw16c);
@@ -466,32 +463,24 @@ TimedPooling time_max_pool_16c() {
   PoolGeometry g{28, 28, 14, 14, 2, 2, 0, {}, {}};
   ChannelVectors::of(src, x, g.in);
   ChannelVectors::of(dst, y, g.out);
-  auto best_of_5 = [](auto pass) {
-    pass();
-    double best = std::numeric_limits<double>::infinity();
-    for (int r = 0; r < 5; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      pass();
-      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    return best;
-  };
-  TimedPooling t;
-  t.onednn_s = best_of_5([&] {
+  std::vector<std::function<void()>> passes = {[&] {
     fwd.execute(stream(), {{DNNL_ARG_SRC, in}, {DNNL_ARG_DST, out}, {DNNL_ARG_WORKSPACE, ws}});
     bwd.execute(stream(), {{DNNL_ARG_DIFF_DST, d_out}, {DNNL_ARG_DIFF_SRC, d_in}, {DNNL_ARG_WORKSPACE, ws}});
     stream().wait();
-  });
+  }};
 #ifdef __AVX512F__
   float* ys = static_cast<float*>(out.get_data_handle());
   const float* dys = static_cast<const float*>(d_out.get_data_handle());
   float* dxs = static_cast<float*>(d_in.get_data_handle());
-  t.own_s = best_of_5([&] {
+  passes.push_back([&] {
     each_plane(x[0], g.in.blocks, [&](int64_t n, int64_t b) { max_forward_plane_2x2_16<float>(xs, ys, argmax.data(), g, n, b); });
     each_plane(x[0], g.in.blocks, [&](int64_t n, int64_t b) { max_backward_plane_2x2_16<float>(dys, dxs, argmax.data(), g, n, b); });
   });
+#else
+  return 0;  // no code of its own to time against (choose_max_pool_16c does not ask)
 #endif
-  return t;
+  const auto best = best_undisturbed_times(passes, 5, 20);
+  return best ? (*best)[0] / (*best)[1] : kTooBusyToTime;
 }
 
 std::optional<bool> forced_16c;  // for_tests_run_max_pool_16c
@@ -507,6 +496,9 @@ MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built
   if (asked == "dlperf") return {true, "dlperf's (DLPERF_CPU_MAX_POOL=dlperf)", 0};
   MaxPool16cChoice c;
   c.onednn_over_dlperf = onednn_over_dlperf();
+  if (c.onednn_over_dlperf == kTooBusyToTime)
+    return {false, "oneDNN's (other work held the CPUs while the two max poolings were timed, so neither time could be trusted: an "
+                   "idle machine times them, or DLPERF_CPU_MAX_POOL=dlperf sets dlperf's)", 0};
   // Only where oneDNN's is clearly slower, so that machines where the two are close (the Zens)
   // keep one code from run to run, the one the AVX-512 fits' pooling figures were set on.
   c.own = c.onednn_over_dlperf > 1.25;
@@ -524,10 +516,7 @@ const MaxPool16cChoice& max_pool_16c_choice() {
 #else
     const bool built = false;
 #endif
-    return choose_max_pool_16c(env ? env : "auto", built, [] {
-      const TimedPooling t = time_max_pool_16c();
-      return t.onednn_s / t.own_s;
-    });
+    return choose_max_pool_16c(env ? env : "auto", built, time_max_pool_16c);
   });
 }
 

@@ -21,9 +21,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
-#include <limits>
 #include <optional>
 
 #include "backend/cpu/ops.h"
@@ -76,24 +74,20 @@ struct ConvPassesToTime {
       for (size_t i = 0; i < floats_in(m->get_desc()); ++i) p[i] = float(i % 17) * 0.01f - 0.08f;
     }
   }
-  double seconds() {
-    const auto t0 = std::chrono::steady_clock::now();
+  void run() {
     fwd.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wei}, {DNNL_ARG_DST, dst}});
     bww.execute(stream(), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_DIFF_WEIGHTS, dw}});
     bwd.execute(stream(), {{DNNL_ARG_DIFF_DST, dst}, {DNNL_ARG_WEIGHTS, w_bwd}, {DNNL_ARG_DIFF_SRC, dx}});
     stream().wait();
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
 };
 
-// The direct kernel's time over Winograd's, the best of 9 each, alternating after a warm-up, so
-// that a moment of other work on the machine slows neither alone (about 50 ms on the Xeon).
+// The direct kernel's time over Winograd's, each the best of 9 undisturbed samples, alternating
+// (about 50 ms on the Xeon); kTooBusyToTime where other work left too few undisturbed ones.
 double time_direct_over_winograd() {
   ConvPassesToTime winograd(algorithm::convolution_winograd), direct(algorithm::convolution_direct);
-  winograd.seconds(), direct.seconds();
-  double w = std::numeric_limits<double>::infinity(), d = w;
-  for (int r = 0; r < 9; ++r) w = std::min(w, winograd.seconds()), d = std::min(d, direct.seconds());
-  return d / w;
+  const auto best = best_undisturbed_times({[&] { winograd.run(); }, [&] { direct.run(); }}, 9, 25);
+  return best ? (*best)[1] / (*best)[0] : kTooBusyToTime;
 }
 }  // namespace
 
@@ -115,11 +109,16 @@ WinogradChoice choose_winograd(std::string_view asked, const std::function<doubl
     throw Error(fmt::format("DLPERF_CPU_WINOGRAD={} is not a choice: use auto, on or off (or unset it)", asked));
   WinogradChoice c;
   c.direct_over_winograd = direct_over_winograd();  // 0: oneDNN has no Winograd kernel here
-  if (c.direct_over_winograd == 0) {
+  const bool too_busy = c.direct_over_winograd == kTooBusyToTime;
+  if (too_busy) c.direct_over_winograd = 0;  // not timed
+  if (c.direct_over_winograd == 0 && !too_busy) {
     c.why = "direct only (oneDNN 2.6 has a Winograd kernel for AVX-512 CPUs only)";
   } else if (asked == "on") {
     c.on = true;
     c.why = "Winograd for 3x3 convolutions large enough (DLPERF_CPU_WINOGRAD=on)";
+  } else if (too_busy) {
+    c.why = "direct only (other work held the CPUs while the direct and Winograd kernels were timed, so neither time could "
+            "be trusted: an idle machine times them, or DLPERF_CPU_WINOGRAD=on sets Winograd)";
   } else {
     // Only where clearly faster, so that a machine where the two are close keeps one code from
     // run to run.
