@@ -88,7 +88,8 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   c.l3_bytes = double(cpu.l3_bytes);
   c.isa = cpu.isa;
   c.lanes_f32 = cpu.lanes_f32;
-  c.winograd = cpu::winograd_choice().on;
+  const cpu::WinogradChoice& winograd = cpu::winograd_choice();
+  c.winograd = winograd.on;
   bench::Ceilings measured = bench::load_ceilings(cpu.model, threads);
   c.source = measured.source();
   const bool from_profile = measured.f32_gflops > 0;
@@ -120,6 +121,9 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
     c.source += fmt::format("; a call's cost measured then too ({:.2f} us; it may read high)", call_us);
   }
   c.call_overhead_s = call_us * 1e-6;
+  if (winograd.too_busy && !winograd.on)
+    c.source += "; 3x3 convolutions planned direct, as the engine would run them: other work held the CPUs while it timed "
+                "Winograd against direct (an idle machine times them; DLPERF_CPU_WINOGRAD=on plans Winograd)";
   const json& b = measured.bandwidth_gbps;
   c.l1_gbps = b.value("L1", 0.0);
   c.l2_gbps = b.value("L2", 0.0);

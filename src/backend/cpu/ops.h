@@ -85,6 +85,7 @@ struct WinogradChoice {
   bool on = false;                  ///< convs that winograd_pays run as Winograd
   std::string why;                  ///< "Winograd for 3x3 convolutions large enough (the direct kernel timed 2.20x ...)"
   double direct_over_winograd = 0;  ///< the timed ratio; 0 = not timed, or no Winograd kernel here
+  bool too_busy = false;            ///< other work left too few undisturbed samples to time (kTooBusyToTime)
 };
 /// Made on the first call (about 20 ms of timing), then the same for the process. Throws Error
 /// for a DLPERF_CPU_WINOGRAD that is none of auto, on and off.

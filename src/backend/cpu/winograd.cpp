@@ -109,14 +109,14 @@ WinogradChoice choose_winograd(std::string_view asked, const std::function<doubl
     throw Error(fmt::format("DLPERF_CPU_WINOGRAD={} is not a choice: use auto, on or off (or unset it)", asked));
   WinogradChoice c;
   c.direct_over_winograd = direct_over_winograd();  // 0: oneDNN has no Winograd kernel here
-  const bool too_busy = c.direct_over_winograd == kTooBusyToTime;
-  if (too_busy) c.direct_over_winograd = 0;  // not timed
-  if (c.direct_over_winograd == 0 && !too_busy) {
+  c.too_busy = c.direct_over_winograd == kTooBusyToTime;
+  if (c.too_busy) c.direct_over_winograd = 0;  // not timed
+  if (c.direct_over_winograd == 0 && !c.too_busy) {
     c.why = "direct only (oneDNN 2.6 has a Winograd kernel for AVX-512 CPUs only)";
   } else if (asked == "on") {
     c.on = true;
     c.why = "Winograd for 3x3 convolutions large enough (DLPERF_CPU_WINOGRAD=on)";
-  } else if (too_busy) {
+  } else if (c.too_busy) {
     c.why = "direct only (other work held the CPUs while the direct and Winograd kernels were timed, so neither time could "
             "be trusted: an idle machine times them, or DLPERF_CPU_WINOGRAD=on sets Winograd)";
   } else {
