@@ -47,6 +47,9 @@ struct CpuCeilings {
 inline bool workers_have_own_cores(const CpuCeilings& c) {
   return c.loader_workers > 0 && c.cpus > 0 && c.threads + c.loader_workers <= c.cpus;
 }
+/// How many times the profile's call cost a call measured now may take before host_ceilings reads
+/// it as other work holding the cores rather than the CPUs' placement (1.2 to 2.7 us, idle).
+inline constexpr double kCallBusyRatio = 4;
 /// This CPU's ceilings for `threads`: those `dlperf bench all` measured (runs/machine-profile.json),
 /// else measured on the first call (about two seconds, then kept for the process). The cost of an
 /// engine call is measured now (a few milliseconds): it moves with the CPUs' placement, up to
@@ -55,9 +58,6 @@ inline bool workers_have_own_cores(const CpuCeilings& c) {
 /// "bf16" the compute peak is the VDPBF16PS peak measured with them (the profile's or the one
 /// measured now). Its ratio to fp32's is the CPU's: 2.0x on the Zen 4, 1.84-1.88x on the Zen 5,
 /// 0.49x on an Intel Xeon VM (AMX tiles, where oneDNN uses them, go beyond it).
-/// How many times the profile's call cost a call measured now may take before host_ceilings reads
-/// it as other work holding the cores rather than the CPUs' placement (1.2 to 2.7 us, idle).
-inline constexpr double kCallBusyRatio = 4;
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
 /// The fp32 FMA peak and the bandwidth of each cache level and DRAM that host_ceilings measures
 /// where there is no machine profile (step_time.cpp says how), measured on the first call for

@@ -53,13 +53,13 @@ std::vector<std::vector<md>> given_input_layouts(const nn::Graph& g, const std::
 /// value's gradients from several readers.
 dnnl::binary::primitive_desc add_pass(const md& m);
 
-/// Who runs max pooling on nChw16c blocks, AVX-512 CPUs' activation layout: dlperf's own code or
-/// oneDNN's. Both are timed once per process (pooling.cpp says why: 4-15x apart on an Intel Xeon,
-/// close on the Zens), or DLPERF_CPU_MAX_POOL=dlperf|onednn says. Run records keep `why`.
 /// What the engine's kernel timings (time_direct_over_winograd, time_max_pool_16c) return in
 /// place of a ratio where other work on the CPUs left too few undisturbed samples
 /// (best_undisturbed_times): the choice then keeps the default kernel and says why.
 inline constexpr double kTooBusyToTime = -1;
+/// Who runs max pooling on nChw16c blocks, AVX-512 CPUs' activation layout: dlperf's own code or
+/// oneDNN's. Both are timed once per process (pooling.cpp says why: 4-15x apart on an Intel Xeon,
+/// close on the Zens), or DLPERF_CPU_MAX_POOL=dlperf|onednn says. Run records keep `why`.
 struct MaxPool16cChoice {
   bool own = false;               ///< dlperf's code runs
   std::string why;                ///< "dlperf's (oneDNN's training max pooling timed 4.21x dlperf's here ...)"
