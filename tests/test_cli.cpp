@@ -19,6 +19,7 @@
 #include "backend/cpu/layouts.h"
 #include "bench/cpu_bench.h"
 #include "core/memory.h"
+#include "core/timer.h"
 #include "hw/cpu_info.h"
 #include "plan/step_time.h"
 #include "test_util.h"
@@ -649,6 +650,16 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
                   step["overhead_s"].get<double>(),
               step["step_s"].get<double>(), 1e-12);
   EXPECT_NE(o.out.find(", per-step overhead "), std::string::npos) << o.out;
+  // Where this CPU plans bf16 (AVX512-BF16), it plans fp32 beside it: step and peak memory.
+  ASSERT_EQ(j["fp32_here"].is_object(), j["cpu_precision"] == "bf16") << j["fp32_here"].dump();
+  if (j["fp32_here"].is_object()) {
+    const double fp32_s = j["fp32_here"]["step_s"], bf16_s = step["step_s"];
+    EXPECT_GT(j["fp32_here"]["peak_bytes"].get<double>(), j["memory_bytes"]["total"].get<double>()) << "bf16 activations are half";
+    EXPECT_NE(o.out.find(fmt::format("against fp32      {} a step in fp32: bf16 is planned {:.2f}x {}", format_seconds(fp32_s),
+                                     fp32_s >= bf16_s ? fp32_s / bf16_s : bf16_s / fp32_s, fp32_s >= bf16_s ? "faster" : "slower")),
+              std::string::npos)
+        << o.out;
+  }
   ASSERT_EQ(j["targets"]["rows"].size(), 3u);
   EXPECT_EQ(j["targets"]["rows"][1]["target"], "h100-sxm");
   EXPECT_GT(j["targets"]["rows"][1]["step_s"].get<double>(), 0);
