@@ -56,7 +56,8 @@ Compute compute_for(const std::string& precision);
 
 /// Times each of `passes` in turn, round after round after a warm-up each, on OpenMP's threads,
 /// and keeps each one's best time among its undisturbed samples: those in which the scheduler
-/// took the CPU from none of the threads (getrusage's involuntary context switches). Another
+/// took the CPU from none of the threads (getrusage's involuntary context switches; a VM's
+/// hypervisor giving the vCPU to another guest is not seen there). Another
 /// process's time slice cutting into a sample stalls every thread at the next barrier, and a
 /// best of a few did not see through a steady load: while two busy loops shared the 2-core Xeon VM, the
 /// direct convolution's time over Winograd's read 0.38x to 1.50x in four processes (1.57x idle),
