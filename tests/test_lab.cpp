@@ -238,6 +238,12 @@ TEST(Lab, RedrawRefusesWhatIsNotALab) {
            {"/settings", json{{"model", "medium"}, {"batch", "64"}, {"lr", 0.1}}, "damaged: settings.batch: type must be number, but is string"},
            {"/planned", json{{"seconds", json::array()}}, "damaged: planned.seconds: type must be number, but is array"},
            {"/engine_call_us", true, "damaged: engine_call_us: type must be object, but is boolean"},
+           // found by scripts/fuzz_inputs.py (seed 9129): the machine section's fields went unnamed
+           {"/machine/cpu_winograd", 0.5, "damaged: machine.cpu_winograd: type must be string, but is number"},
+           {"/machine/cpu", json{{"cores", "2"}}, "damaged: machine.cpu.cores: type must be number, but is string"},
+           {"/machine/gpu", json{{"present", true}, {"sm_count", "x"}}, "damaged: machine.gpu.sm_count: type must be number, but is string"},
+           {"/machine/gpu", 1, "damaged: machine.gpu: type must be object, but is number"},
+           {"/machine", "x", "damaged: machine: type must be object, but is string"},
            {"/experiments/0", 5, "damaged: experiments[0]: type must be object, but is number"},
            {"/experiments/0", json{{"name", "batch"}}, "damaged: experiments[0]: key 'title' not found"},
            {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"rows", json::array()}, {"observations", json::array()},

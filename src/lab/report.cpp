@@ -159,27 +159,34 @@ std::string markdown_table(const Experiment& e) {
 
 // "NVIDIA H100 80GB HBM3 (132 SMs, compute capability 9.0, 85.0 GB, driver 13.0, CUDA runtime 13.0)".
 std::string gpu_text(const json& g) {
-  if (!g.value("present", false)) return "none: " + g.value("reason", std::string("?"));
-  return fmt::format("{} ({} SMs, compute capability {}, {:.1f} GB, driver {}, CUDA runtime {})", g.value("name", "?"),
-                     g.value("sm_count", 0), g.value("compute_capability", "?"), g.value("memory_bytes", 0.0) / 1e9,
-                     g.value("driver_version", "?"), g.value("runtime_version", "?"));
+  const std::string unknown = "?";
+  if (!value_field(g, "present", false)) return "none: " + value_field(g, "reason", unknown);
+  return fmt::format("{} ({} SMs, compute capability {}, {:.1f} GB, driver {}, CUDA runtime {})", value_field(g, "name", unknown),
+                     value_field(g, "sm_count", 0), value_field(g, "compute_capability", unknown),
+                     value_field(g, "memory_bytes", 0.0) / 1e9, value_field(g, "driver_version", unknown),
+                     value_field(g, "runtime_version", unknown));
 }
 
+// The report's machine section, from lab.json's `machine`: a field of the wrong type there is
+// named ("machine.cpu.cores: type must be number, but is string"), as everywhere in lab.json.
 std::string machine_text(const json& m) {
-  const json& c = m["cpu"];
-  const std::string pooling = m.contains("cpu_max_pool_nChw16c")
-                                  ? fmt::format("- **CPU max pooling (nChw16c):** {}\n", m["cpu_max_pool_nChw16c"].get<std::string>())
-                                  : "";
-  const std::string winograd = m.contains("cpu_winograd")
-                                   ? fmt::format("- **CPU convolutions:** {}\n", m["cpu_winograd"].get<std::string>())
-                                   : "";
-  return fmt::format(
-      "- **CPU:** {} ({} cores usable, {}, {}, {:.2f} GHz reported)\n- **Memory:** {:.1f} GB\n- **OS:** {}\n"
-      "- **GPU:** {}\n- **Software:** dlperf {} (commit {}), oneDNN {}\n",
-      c.value("model", "?"), c.value("cores", 0), c.value("isa", "?"), c.value("caches", "?"), c.value("ghz", 0.0),
-      c.value("memory_gb", 0.0), m.value("os", "?"),
-      gpu_text(m["gpu"]),
-      m.value("dlperf", "?"), m.value("dlperf_commit", "unknown"), m.value("onednn", "?")) + pooling + winograd;
+  return within("machine", [&] {
+    const std::string unknown = "?";
+    const json c = object_field(as_object(m), "cpu"), g = object_field(m, "gpu");
+    const std::string cpu = within("cpu", [&] {
+      return fmt::format("{} ({} cores usable, {}, {}, {:.2f} GHz reported)\n- **Memory:** {:.1f} GB", value_field(c, "model", unknown),
+                         value_field(c, "cores", 0), value_field(c, "isa", unknown), value_field(c, "caches", unknown),
+                         value_field(c, "ghz", 0.0), value_field(c, "memory_gb", 0.0));
+    });
+    const std::string gpu = within("gpu", [&] { return gpu_text(g); });
+    auto line = [&](const char* key, const char* title) {
+      return m.contains(key) ? fmt::format("- **{}:** {}\n", title, field<std::string>(m, key)) : std::string();
+    };
+    return fmt::format("- **CPU:** {}\n- **OS:** {}\n- **GPU:** {}\n- **Software:** dlperf {} (commit {}), oneDNN {}\n", cpu,
+                       value_field(m, "os", unknown), gpu, value_field(m, "dlperf", unknown),
+                       value_field(m, "dlperf_commit", std::string("unknown")), value_field(m, "onednn", unknown)) +
+           line("cpu_max_pool_nChw16c", "CPU max pooling (nChw16c)") + line("cpu_winograd", "CPU convolutions");
+  });
 }
 
 // "20000 training and 5000 test images, 1 epoch", from the first measured row.
