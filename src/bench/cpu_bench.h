@@ -127,6 +127,10 @@ std::string rerun_note(const std::vector<double>& leads, const std::string& what
 /// bf16 peak through AVX512-BF16's VDPBF16PS (16 lanes x 2 products x 2 FLOPs an instruction),
 /// 12 independent chains, validated exactly. Empty `isa` with `why_not` set where the CPU lacks it.
 FlopsResult bf16_peak(const Options& o, std::string* why_not);
+/// bf16's peak over fp32's under which a CPU has no more bf16 arithmetic to offer, so bf16 saves
+/// memory but not time (the Intel Xeon VM: 0.49x; a Zen 4: 2.0x). The lab's precision
+/// observation, `train --precision bf16`'s note and `plan`'s bf16-against-fp32 line draw it here.
+inline constexpr double kBf16GainsAbove = 1.2;
 
 /// Bandwidth plateau of each memory level: the median triad GB/s of working sets that fit well
 /// inside the level (at most half of it, counting one private L1/L2 per thread) and exceed the

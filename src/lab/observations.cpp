@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "bench/cpu_bench.h"
 #include "core/text.h"
 #include "core/timer.h"
 #include "lab/lab.h"
@@ -409,7 +410,7 @@ std::vector<std::string> precision(const Experiment& e) {
       const double peak = num(r, "ceiling_gflops") / num(*fp32, "ceiling_gflops");
       out.push_back(fmt::format("This CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, measured){}.",
                                 peak, num(r, "ceiling_gflops"), num(*fp32, "ceiling_gflops"),
-                                peak < 1.2 ? ": bf16 has no more arithmetic to offer here, only half the bytes to move, and its conversions "
+                                peak < bench::kBf16GainsAbove ? ": bf16 has no more arithmetic to offer here, only half the bytes to move, and its conversions "
                                              "to and from fp32 to pay"
                                            : ": bf16 gains where compute, not memory, limits the step"));
     }

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "bench/cpu_bench.h"
 #include "core/files.h"
 #include "core/version.h"
 #include "hw/cpu_info.h"
@@ -134,8 +135,7 @@ std::string loss_rise_note(const TrainConfig& cfg, const std::vector<EpochStats>
 }
 
 std::string cpu_bf16_note(double bf16_gflops, double fp32_gflops, const std::string& source) {
-  // The lab's precision observation draws the line at the same 1.2x (lab/observations.cpp).
-  if (!(bf16_gflops > 0 && fp32_gflops > 0) || bf16_gflops >= 1.2 * fp32_gflops) return "";
+  if (!(bf16_gflops > 0 && fp32_gflops > 0) || bf16_gflops >= bench::kBf16GainsAbove * fp32_gflops) return "";
   return fmt::format("this CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, {}): bf16 "
                      "halves the activations' memory here but has no more arithmetic to offer, and its conversions to and from "
                      "fp32 cost time, so expect it to train slower than fp32 (--precision fp32 for speed)",
