@@ -5,12 +5,15 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "nn/graph.h"
 #include "train/trainer.h"
 
 namespace dlperf::cli {
 
 void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
-  c->add_option("--model,-m", cfg->model, "preset (small, medium, large, resnet18, resnet18-imagenet, mlp) or a .json spec")->capture_default_str();
+  // The preset list comes from the registry, so a new preset shows here without an edit.
+  c->add_option("--model,-m", cfg->model, fmt::format("preset ({}) or a .json spec", fmt::join(nn::preset_names(), ", ")))
+      ->capture_default_str();
   c->add_option("--data,-d", cfg->data, "fashion-mnist, synthetic[:CxHxW[:N]], or a directory of IDX / CIFAR-10 files")->capture_default_str();
   c->add_option("--epochs,-e", cfg->epochs, "passes over the training set")->capture_default_str();
   c->add_option("--batch-size,-b", cfg->batch, "images per step")->capture_default_str();
