@@ -720,7 +720,15 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   const nlohmann::json tj = nlohmann::json::parse(slurp(dir.path / "t.json"));
   EXPECT_EQ(tj["transformer"]["layers"], 12);
   EXPECT_EQ(tj["targets"]["rows"].size(), 3u);  // the default a100-80gb, h100-sxm, h200
+  for (const auto& row : tj["targets"]["rows"]) {  // the model FLOPs utilization each row comes to, in its own column
+    EXPECT_GT(row["mfu"].get<double>(), 0) << row.dump();
+    EXPECT_LE(row["mfu"].get<double>(), 1) << row.dump();
+  }
+  EXPECT_TRUE(std::regex_search(t.out, std::regex(R"(scaling eff +MFU +job)"))) << t.out;
+  EXPECT_NE(t.out.find("* MFU: the model's training FLOPs a step"), std::string::npos) << t.out;
   EXPECT_TRUE(tj["scaling"].is_null());
+  // A CNN plan has no MFU column, and null in its JSON rows.
+  EXPECT_EQ(run_dlperf(dir, "plan --model small --targets h100-sxm").out.find("MFU"), std::string::npos);
 }
 
 // A target without a peak for the precision is a row of dashes with the reason below, not the

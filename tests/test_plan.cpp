@@ -191,6 +191,20 @@ TEST(PlanTargets, Gpt3DoesNotFitOneGpuAndThePlanSaysWhatWould) {
   EXPECT_NEAR(f.co2_kg, f.energy_kwh * 0.4, 1e-9 * f.co2_kg);
   EXPECT_GT(f.efficiency, 0);
   EXPECT_LE(f.efficiency, 1);
+  // MFU: the model's FLOPs a step, recomputation not counted, over the step x devices x peak.
+  const double model_flops = plan::transformer_train_flops_per_token(*job.transformer) * 1536 * 2048;
+  EXPECT_NEAR(f.mfu, model_flops / (f.step_s * 8192 * 312e12), 1e-12);
+  // Without communication, bubble or recomputation it is the GEMMs' share of the peak; each of
+  // them lowers it, as they lower a measured MFU.
+  plan::JobSpec one = job;
+  one.layout = plan::Layout{};
+  one.layout.zero = 3;
+  one.global_batch = 8;
+  one.micro_batch = 1;
+  EXPECT_NEAR(plan::estimate(one, c.find("a100-80gb"), 400, 1.1).mfu, one.gemm_share, 1e-12);
+  EXPECT_LT(f.mfu, job.gemm_share);
+  job.layout.checkpointing = "full";
+  EXPECT_LT(plan::estimate(job, c.find("a100-80gb"), 400, 1.1).mfu, f.mfu);
 }
 
 // The cpu target is dlperf's CPU engine: fp32, and bf16 where oneDNN has bf16 kernels (its

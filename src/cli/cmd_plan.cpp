@@ -92,7 +92,7 @@ nlohmann::json to_json(const plan::TargetEstimate& e) {
           {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.what_fits.empty() ? nlohmann::json() : nlohmann::json(e.what_fits)},
           {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s},
           {"allreduce", e.allreduce == "-" ? nlohmann::json() : nlohmann::json(e.allreduce)},
-          {"scaling_efficiency", e.efficiency}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
+          {"scaling_efficiency", e.efficiency}, {"mfu", known(e.mfu)}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
           {"energy_kwh", known(e.energy_kwh)}, {"co2_kg", known(e.co2_kg)}};
 }
 
@@ -155,7 +155,12 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   const double pue = a.pue > 0 ? a.pue : cat.pue;
   const double grid = grid_intensity(a, cat);
   const std::vector<std::string> ids = targets_or_default(a, job.transformer.has_value());
-  report::Table t({"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"});
+  // A Transformer's rows add the model FLOPs utilization its step comes to (the figure LLM
+  // training runs are reported by).
+  const bool mfu = job.transformer.has_value();
+  std::vector<std::string> header = {"target", "devices", "mem/device", "fits", "step", "comm", "scaling eff", "job", "cost", "energy kWh", "CO2 kg"};
+  if (mfu) header.insert(header.begin() + 7, "MFU");
+  report::Table t(header);
   std::vector<std::string> notes;
   // Targets that cannot run the job, grouped by why: every GPU refusing the same convolution is
   // one note, not one 250-character line each.
@@ -168,15 +173,21 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
     rows.push_back(to_json(e));
     if (d.kind == "gpu" && e.unsupported.empty()) gpus.emplace_back(d, e.compute_s);
     if (!e.unsupported.empty()) {
-      t.add({d.id, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"});  // why goes below: in the CO2 column it pushed the others' figures right
+      std::vector<std::string> dashes(header.size(), "-");
+      dashes.front() = d.id;
+      t.add(dashes);  // why goes below: in the CO2 column it pushed the others' figures right
       auto it = std::find_if(unsupported.begin(), unsupported.end(), [&](const auto& u) { return u.first == e.unsupported; });
       if (it == unsupported.end()) it = unsupported.insert(unsupported.end(), {e.unsupported, {}});
       it->second.push_back(d.id);
       continue;
     }
-    t.add({d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity), e.fits ? "yes" : "NO",
-           format_seconds(e.step_s), e.allreduce == "-" ? "-" : format_seconds(e.comm_s) + " " + e.allreduce, fmt::format("{:.0f}%", 100 * e.efficiency), format_seconds(e.job_s), money(e.cost),
-           or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")});
+    std::vector<std::string> row = {d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity),
+                                    e.fits ? "yes" : "NO", format_seconds(e.step_s),
+                                    e.allreduce == "-" ? "-" : format_seconds(e.comm_s) + " " + e.allreduce,
+                                    fmt::format("{:.0f}%", 100 * e.efficiency), format_seconds(e.job_s), money(e.cost),
+                                    or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")};
+    if (mfu) row.insert(row.begin() + 7, fmt::format("{:.0f}%", 100 * e.mfu));
+    t.add(row);
     if (!e.fits) notes.push_back(does_not_fit(job, e));
     if (d.tdp_w <= 0)
       notes.push_back(fmt::format("{}: no power figure, so no energy or CO2 ({})", d.id,
@@ -192,6 +203,10 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
   for (const auto& [why, targets] : unsupported) why_not.push_back(fmt::format("{}: {}", fmt::join(targets, ", "), why));
   notes.insert(notes.begin(), why_not.begin(), why_not.end());
   t.print();
+  if (mfu)  // the one published yardstick a reader can hold the row against (docs/plan.md)
+    notes.push_back("MFU: the model's training FLOPs a step (6N + attention, without recomputation) over the step time and the "
+                    "devices' peak; Megatron-LM reports 41-48% for GPT models of 2B to 462B parameters on up to 6144 H100s: "
+                    "a row above that is likely optimistic by as much");
   for (const auto& n : notes) std::printf("  * %s\n", n.c_str());
   nlohmann::json out = {{"rows", rows}, {"pue", pue}, {"grid_gco2_per_kwh", grid}, {"notes", notes}};
   // With --layers, each GPU target's step pass by pass, as this CPU's is layer by layer.

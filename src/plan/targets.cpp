@@ -199,6 +199,10 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   e.allreduce = l.dp <= 1 ? "-" : ring <= tree ? "ring" : "tree";
   e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
   e.efficiency = e.compute_s / e.step_s;
+  if (job.transformer) {
+    const double model_flops = transformer_train_flops_per_token(*job.transformer) * double(job.global_batch) * double(job.transformer->seq);
+    e.mfu = model_flops / (e.step_s * e.devices * peak);
+  }
   e.fits = e.memory <= e.capacity;
   e.job_s = e.step_s * job.steps;
   const double hours = e.job_s / 3600;

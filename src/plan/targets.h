@@ -44,6 +44,10 @@ struct TargetEstimate {
   double compute_s = 0, comm_s = 0, step_s = 0;
   std::string allreduce;        ///< "ring" or "tree", whichever is faster for these bytes; "-" without data parallelism
   double efficiency = 1;        ///< compute / (compute + communication)
+  /// Transformer: model FLOPs utilization, the standard figure of LLM training runs: the model's
+  /// training FLOPs a step (6N + attention, no recomputation) over the step time x the devices'
+  /// peak. What the plan's assumptions add up to, to set beside what a framework reports. -1: a CNN.
+  double mfu = -1;
   double job_s = 0, cost = -1, energy_kwh = -1, co2_kg = -1;
 };
 
