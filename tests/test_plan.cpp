@@ -138,6 +138,50 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
             std::string::npos);
 }
 
+// Collectives inside a node plan with the all-reduce bus bandwidth NCCL was measured at there
+// (the catalog's allreduce_busbw_gbps), not NVLink's both-directions figure; tensor parallelism
+// all-reduces the micro-batch's activations twice forward and twice backward a layer (three
+// times each way with full checkpointing), in every micro-step of the pipeline's schedule.
+TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
+  const plan::Catalog c = plan::load_catalog();
+  const plan::Device& h100 = c.find("h100-sxm");
+  EXPECT_EQ(h100.allreduce_busbw_gbps, 480);
+  EXPECT_EQ(h100.node_busbw_gbps(), 480);
+  EXPECT_EQ(c.find("b200").node_busbw_gbps(), c.find("b200").interconnect_gbps);  // not measured: the quoted figure
+  const plan::TransformerSpec t = plan::transformer("gpt3-175b");
+  plan::JobSpec job;
+  job.transformer = t;
+  job.global_batch = 1536;
+  job.micro_batch = 1;
+  job.precision = "bf16";
+  job.optimizer = "adamw";
+  job.layout.dp = 64;
+  job.layout.tp = 8;
+  job.layout.pp = 16;
+  job.layout.zero = 1;
+  const plan::TargetEstimate e = plan::estimate(job, h100, 400, 1.1);
+  const double bytes = 2048.0 * 12288 * 2, micro_steps = 1536 / 64, bubble = 15 / micro_steps;
+  const double one = std::min(plan::ring_allreduce_s(bytes, 8, 480, job.alpha_s), plan::tree_allreduce_s(bytes, 8, 480, job.alpha_s));
+  EXPECT_NEAR(e.tp_comm_s, one * 4 * (96 / 16) * micro_steps * (1 + bubble), 1e-12);
+  EXPECT_GT(e.comm_s, e.tp_comm_s);  // and the data-parallel all-reduce, over the network (8192 devices)
+  EXPECT_NEAR(e.step_s, e.compute_s + e.comm_s, 1e-12);
+  job.layout.checkpointing = "full";
+  EXPECT_NEAR(plan::estimate(job, h100, 400, 1.1).tp_comm_s, 1.5 * e.tp_comm_s, 1e-12);
+  job.layout.checkpointing = "none";
+  job.layout.tp = 1;
+  job.layout.pp = 96;
+  EXPECT_EQ(plan::estimate(job, h100, 400, 1.1).tp_comm_s, 0);
+  // Data parallelism inside one node: the gradients' all-reduce at the measured bus bandwidth.
+  plan::JobSpec small = job;
+  small.transformer = plan::transformer("gpt2-small");
+  small.layout = plan::Layout{};
+  small.layout.dp = 4;
+  small.global_batch = 8;
+  const double grads = plan::transformer_params(*small.transformer) * plan::state_bytes_per_param("bf16", "adamw").gradients;
+  EXPECT_NEAR(plan::estimate(small, h100, 400, 1.1).comm_s,
+              std::min(plan::ring_allreduce_s(grads, 4, 480, job.alpha_s), plan::tree_allreduce_s(grads, 4, 480, job.alpha_s)), 1e-12);
+}
+
 // CPU datasheets for dlperf bench's % of spec: found from the model name the OS reports, peaks
 // scaled to the cores used, a user's catalog entry ahead of the built-in ones.
 TEST(PlanCatalog, CpuDatasheetsMatchTheOsModelNames) {

@@ -90,10 +90,20 @@ nlohmann::json to_json(const plan::TargetEstimate& e) {
   if (!e.unsupported.empty()) return {{"target", e.id}, {"unsupported", e.unsupported}};
   return {{"target", e.id},         {"devices", e.devices},           {"memory_bytes_per_device", e.memory},
           {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.what_fits.empty() ? nlohmann::json() : nlohmann::json(e.what_fits)},
-          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s},
+          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s}, {"tp_comm_s", e.tp_comm_s},
           {"allreduce", e.allreduce == "-" ? nlohmann::json() : nlohmann::json(e.allreduce)},
           {"scaling_efficiency", e.efficiency}, {"mfu", known(e.mfu)}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
           {"energy_kwh", known(e.energy_kwh)}, {"co2_kg", known(e.co2_kg)}};
+}
+
+// The comm column: the step's communication, the data-parallel all-reduce's algorithm, and the
+// share of it tensor parallelism's all-reduces take ("1.4 s ring (tp 1.2 s)").
+std::string comm_text(const plan::TargetEstimate& e) {
+  if (e.comm_s <= 0) return "-";
+  std::string s = format_seconds(e.comm_s);
+  if (e.allreduce != "-") s += " " + e.allreduce;
+  if (e.tp_comm_s > 0) s += e.tp_comm_s < e.comm_s ? fmt::format(" (tp {})", format_seconds(e.tp_comm_s)) : " tp";
+  return s;
 }
 
 // Why a target does not fit, and the first change the planner found that makes it fit.
@@ -183,7 +193,7 @@ nlohmann::json print_targets(const plan::JobSpec& job, const PlanArgs& a, const 
     }
     std::vector<std::string> row = {d.id, fmt::format("{:.0f}", e.devices), format_bytes(e.memory) + " / " + format_bytes(e.capacity),
                                     e.fits ? "yes" : "NO", format_seconds(e.step_s),
-                                    e.allreduce == "-" ? "-" : format_seconds(e.comm_s) + " " + e.allreduce,
+                                    comm_text(e),
                                     fmt::format("{:.0f}%", 100 * e.efficiency), format_seconds(e.job_s), money(e.cost),
                                     or_dash(e.energy_kwh, "{:.3g}"), or_dash(e.co2_kg, "{:.3g}")};
     if (mfu) row.insert(row.begin() + 7, fmt::format("{:.0f}%", 100 * e.mfu));

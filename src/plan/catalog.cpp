@@ -103,7 +103,8 @@ Catalog parse_catalog(const json& j, const std::string& source) {
   for (size_t i = 0; i < devices.size(); ++i) {
     const EntryReader r = entry(devices[i], source, "device", i);
     const json& d = devices[i];
-    r.only({"id", "name", "kind", "tflops", "memory_gb", "bandwidth_gbps", "tdp_w", "interconnect_gbps", "price_per_hour", "sources"});
+    r.only({"id", "name", "kind", "tflops", "memory_gb", "bandwidth_gbps", "tdp_w", "interconnect_gbps", "allreduce_busbw_gbps", "price_per_hour",
+             "sources"});
     Device x;
     x.id = r.required_text("id");
     x.name = r.text("name", x.id);
@@ -120,6 +121,7 @@ Catalog parse_catalog(const json& j, const std::string& source) {
     x.bandwidth_gbps = r.required_number("bandwidth_gbps");
     x.tdp_w = r.number("tdp_w", 0);
     x.interconnect_gbps = r.number("interconnect_gbps", 0);
+    x.allreduce_busbw_gbps = r.number("allreduce_busbw_gbps", 0);
     x.price_per_hour = r.number("price_per_hour", -1);
     x.sources = d.value("sources", json::object());
     if (!x.sources.is_object()) r.fail("sources", "an object (\"specs\", \"price\": where the figures come from)");

@@ -16,8 +16,13 @@ struct Device {
   std::map<std::string, double> tflops;  ///< by precision; absent = unsupported
   double memory_gb = 0, bandwidth_gbps = 0;
   double tdp_w = 0;             ///< 0 = unknown
-  double interconnect_gbps = 0;
+  double interconnect_gbps = 0;  ///< as the vendor quotes it (NVLink: both directions together)
+  /// What NCCL's all-reduce reaches among 8 of them in one node, as nccl-tests' bus bandwidth
+  /// (its time is 2(n-1)/n x bytes / busbw); 0 = not measured: interconnect_gbps is taken.
+  double allreduce_busbw_gbps = 0;
   double price_per_hour = -1;   ///< < 0 = unknown
+  /// The bus bandwidth a collective inside one node plans with.
+  double node_busbw_gbps() const { return allreduce_busbw_gbps > 0 ? allreduce_busbw_gbps : interconnect_gbps; }
   nlohmann::json sources;
   /// Peak TFLOP/s for `precision`, or 0 when unsupported.
   double peak_tflops(const std::string& precision) const;

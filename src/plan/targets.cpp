@@ -147,6 +147,15 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   }
   const StateBytes sb = state_bytes_per_param(job.precision, job.optimizer);
   const double dtype = (job.precision == "bf16" || job.precision == "fp16") ? 2 : 4;
+  // A collective among n devices: inside a node over its interconnect at the all-reduce bus
+  // bandwidth measured there (catalog), across nodes over the network. NCCL picks ring or tree
+  // by size; so does the plan: whichever the alpha-beta model says is faster.
+  const auto allreduce = [&](double bytes, double n, bool in_one_node) {
+    const double link = in_one_node && d.interconnect_gbps > 0 ? d.node_busbw_gbps()
+                                                               : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
+    const double ring = ring_allreduce_s(bytes, n, link, job.alpha_s), tree = tree_allreduce_s(bytes, n, link, job.alpha_s);
+    return std::pair{std::min(ring, tree), ring <= tree ? "ring" : "tree"};
+  };
   double grad_bytes = 0;
   if (job.transformer) {
     const TransformerSpec& t = *job.transformer;
@@ -157,6 +166,17 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     const double micro_steps = std::max(1.0, double(job.global_batch) / double(l.dp * job.micro_batch));
     const double bubble = double(l.pp - 1) / micro_steps;  // 1F1B pipeline bubble
     e.compute_s = flops / (peak * job.gemm_share) * (1 + bubble);
+    // Tensor parallelism (Megatron's): each layer's attention and MLP blocks end in an all-reduce
+    // of the micro-batch's activations over the tp devices, two forward and two backward, and two
+    // more where full checkpointing reruns the forward (Narayanan et al. 2021; sequence
+    // parallelism makes each a reduce-scatter and an all-gather of the same bytes). They sit in
+    // every micro-step's critical path, the bubble's included, and are not overlapped.
+    if (l.tp > 1) {
+      const double bytes = double(t.seq) * double(job.micro_batch) * double(t.hidden) * dtype;
+      const double per_layer = l.checkpointing == "full" ? 6 : 4;
+      const double layers_per_stage = double(t.layers) / double(l.pp);
+      e.tp_comm_s = allreduce(bytes, double(l.tp), l.tp <= job.node_size).first * per_layer * layers_per_stage * micro_steps * (1 + bubble);
+    }
     grad_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.gradients;
   } else {
     const nn::Graph& g = *job.graph;
@@ -188,15 +208,11 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     }
     grad_bytes = double(g.param_count()) * sb.gradients;
   }
-  // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic),
-  // inside a node over the interconnect, across nodes over the network.
-  const double link = e.devices <= job.node_size && d.interconnect_gbps > 0 ? d.interconnect_gbps
-                                                                            : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
-  // NCCL picks ring or tree by size; so does the plan: whichever the alpha-beta model says is faster.
-  const double bytes = grad_bytes * (l.zero >= 3 ? 1.5 : 1);
-  const double ring = ring_allreduce_s(bytes, double(l.dp), link, job.alpha_s), tree = tree_allreduce_s(bytes, double(l.dp), link, job.alpha_s);
-  e.comm_s = std::min(ring, tree);
-  e.allreduce = l.dp <= 1 ? "-" : ring <= tree ? "ring" : "tree";
+  // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic), inside
+  // a node where all the job's devices are in one, else over the network.
+  const auto [dp_s, algorithm] = allreduce(grad_bytes * (l.zero >= 3 ? 1.5 : 1), double(l.dp), e.devices <= job.node_size);
+  e.comm_s = (l.dp <= 1 ? 0.0 : dp_s) + e.tp_comm_s;
+  e.allreduce = l.dp <= 1 ? "-" : algorithm;
   e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
   e.efficiency = e.compute_s / e.step_s;
   if (job.transformer) {

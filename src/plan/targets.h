@@ -41,7 +41,8 @@ struct TargetEstimate {
   double memory = 0, capacity = 0;  ///< bytes per device
   bool fits = false;
   std::string what_fits;        ///< when it does not fit: the first change that makes it fit; empty when none does
-  double compute_s = 0, comm_s = 0, step_s = 0;
+  double compute_s = 0, comm_s = 0, step_s = 0;  ///< comm_s: the data-parallel all-reduce and tp_comm_s
+  double tp_comm_s = 0;         ///< Transformer: tensor parallelism's all-reduces a step
   std::string allreduce;        ///< "ring" or "tree", whichever is faster for these bytes; "-" without data parallelism
   double efficiency = 1;        ///< compute / (compute + communication)
   /// Transformer: model FLOPs utilization, the standard figure of LLM training runs: the model's
