@@ -128,6 +128,10 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
   EXPECT_NE(refused({{"tflops", {{"fp32", "fast"}}}}).find("device 'mine' tflops: 'fp32' must be a number"), std::string::npos);
   EXPECT_NE(refused({{"tflops", {{"fp32", -1}}}}).find("'fp32' must be a peak above 0"), std::string::npos);
   EXPECT_NE(refused({{"sources", "me"}}).find("'sources' must be an object"), std::string::npos);
+  EXPECT_EQ(refused({{"interconnect_gbps", 64}, {"allreduce_busbw_gbps", 48}}), "");
+  EXPECT_NE(refused({{"allreduce_busbw_gbps", 0}}).find("'allreduce_busbw_gbps' must be a bandwidth above 0"), std::string::npos);
+  EXPECT_NE(refused({{"interconnect_gbps", -64}}).find("'interconnect_gbps' must be a bandwidth above 0"), std::string::npos);
+  EXPECT_NE(refused({{"allreduce_busbw_gbps", "480"}}).find("'allreduce_busbw_gbps' must be a number"), std::string::npos);
   // A misspelt key is named with the one it was likely meant to be, not skipped.
   EXPECT_NE(refused({{"price_per_hr", 1.5}}).find("device 'mine': unknown key 'price_per_hr' (did you mean 'price_per_hour'?)"),
             std::string::npos) << refused({{"price_per_hr", 1.5}});

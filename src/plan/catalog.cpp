@@ -122,6 +122,9 @@ Catalog parse_catalog(const json& j, const std::string& source) {
     x.tdp_w = r.number("tdp_w", 0);
     x.interconnect_gbps = r.number("interconnect_gbps", 0);
     x.allreduce_busbw_gbps = r.number("allreduce_busbw_gbps", 0);
+    // A bandwidth of 0 or less would be read as none and the next figure planned with unsaid.
+    for (const char* key : {"interconnect_gbps", "allreduce_busbw_gbps"})
+      if (r.number(key, 1) <= 0) r.fail(key, "a bandwidth above 0, or null where it is not published");
     x.price_per_hour = r.number("price_per_hour", -1);
     x.sources = d.value("sources", json::object());
     if (!x.sources.is_object()) r.fail("sources", "an object (\"specs\", \"price\": where the figures come from)");
