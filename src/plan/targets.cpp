@@ -156,13 +156,13 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     const double ring = ring_allreduce_s(bytes, n, link, job.alpha_s), tree = tree_allreduce_s(bytes, n, link, job.alpha_s);
     return std::pair{std::min(ring, tree), ring <= tree ? "ring" : "tree"};
   };
-  double grad_bytes = 0;
+  double grad_bytes = 0, model_flops = 0;  // model_flops: a Transformer's a step, recomputation not counted
   if (job.transformer) {
     const TransformerSpec& t = *job.transformer;
     const DeviceMemory m = transformer_memory(t, job.micro_batch, job.precision, job.optimizer, l);
     e.memory = m.total();
-    const double tokens = double(job.global_batch) * double(t.seq);
-    const double flops = transformer_train_flops_per_token(t) * tokens * (1 + recompute_overhead(t, l.checkpointing)) / e.devices;
+    model_flops = transformer_train_flops_per_token(t) * double(job.global_batch) * double(t.seq);
+    const double flops = model_flops * (1 + recompute_overhead(t, l.checkpointing)) / e.devices;
     const double micro_steps = std::max(1.0, double(job.global_batch) / double(l.dp * job.micro_batch));
     const double bubble = double(l.pp - 1) / micro_steps;  // 1F1B pipeline bubble
     e.compute_s = flops / (peak * job.gemm_share) * (1 + bubble);
@@ -215,10 +215,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   e.allreduce = l.dp <= 1 ? "-" : algorithm;
   e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
   e.efficiency = e.compute_s / e.step_s;
-  if (job.transformer) {
-    const double model_flops = transformer_train_flops_per_token(*job.transformer) * double(job.global_batch) * double(job.transformer->seq);
-    e.mfu = model_flops / (e.step_s * e.devices * peak);
-  }
+  if (job.transformer) e.mfu = model_flops / (e.step_s * e.devices * peak);
   e.fits = e.memory <= e.capacity;
   e.job_s = e.step_s * job.steps;
   const double hours = e.job_s / 3600;
