@@ -117,6 +117,10 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer 0,768,12,1024,50257", "LAYERS, HIDDEN, HEADS, SEQ and VOCAB must each be at least 1"},
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
+      {"plan --virtual-stages 2", "--virtual-stages requires --transformer"},
+      {"plan --transformer gpt2-small --virtual-stages 2", "--virtual-stages 2 interleaves pipeline stages, and there is no pipeline (--pp 1)"},
+      {"plan --transformer gpt2-small --pp 4 --virtual-stages 2", "--pp 4 x --virtual-stages 2 = 8 chunks do not divide the 12 layers"},
+      {"plan --transformer gpt2-small --pp 2 --virtual-stages 0", "--virtual-stages: must be at least 1, not 0"},
       {"plan --against damaged-record.json --model large", "--model does not apply with --against: each run record is planned with"},  // was ignored
       {"plan --against damaged-record.json --no-augment", "--augment does not apply with --against"},
       {"plan --against damaged-record.json --threads 1", "--threads does not apply with --against"},
@@ -729,6 +733,43 @@ TEST(Cli, PlanWritesItsPlanAsJson) {
   EXPECT_TRUE(tj["scaling"].is_null());
   // A CNN plan has no MFU column, and null in its JSON rows.
   EXPECT_EQ(run_dlperf(dir, "plan --model small --targets h100-sxm").out.find("MFU"), std::string::npos);
+}
+
+// A pipelined Transformer's plan says how long its pipeline idles and what would cut that; with
+// --virtual-stages it plans Megatron's interleaved schedule, and the JSON has both.
+TEST(Cli, PlanSaysHowLongThePipelineIdles) {
+  TempDir dir;
+  const std::string job = "plan --transformer gpt3-175b --precision bf16 --optimizer adamw --dp 64 --tp 8 --pp 16 --zero 1 --targets h100-sxm";
+  const Outcome o = run_dlperf(dir, job + " --batch-size 1536 --json p.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_NE(o.out.find("micro-batch 1 (24 a step)\npipeline idle  62% of the busy time: (pp - 1) / micro-batches = 15 / 24\n"
+                       "  * --virtual-stages V (Megatron's interleaved 1F1B: each device's 6 layers in V chunks) divides it by V where "
+                       "micro-batches are a multiple of pp, for V = 2, 3, 6;\n    it holds 1.47x the activations at V = 2\n"),
+            std::string::npos)
+      << o.out;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(ring \(tp [0-9.]+ ms, pp [0-9.]+ ms\))"))) << o.out;
+  const nlohmann::json p = nlohmann::json::parse(slurp(dir.path / "p.json"));
+  EXPECT_EQ(p["layout"]["virtual_stages"], 1);
+  EXPECT_EQ(p["layout"]["micro_batches"], 24);
+  EXPECT_DOUBLE_EQ(p["layout"]["pipeline_bubble"].get<double>(), 15.0 / 24);
+  EXPECT_GT(p["targets"]["rows"][0]["pp_comm_s"].get<double>(), 0);
+  const Outcome v = run_dlperf(dir, job + " --batch-size 3072 --virtual-stages 3 --json v.json");
+  ASSERT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_NE(v.out.find("pipeline 16 (interleaved: 3 chunks a device), ZeRO 1, checkpointing none, micro-batch 1 (48 a step)\n"
+                       "pipeline idle  10% of the busy time: (pp - 1) / (virtual stages x micro-batches) = 15 / 144\n"),
+            std::string::npos)
+      << v.out;
+  const nlohmann::json vj = nlohmann::json::parse(slurp(dir.path / "v.json"));
+  EXPECT_EQ(vj["layout"]["virtual_stages"], 3);
+  EXPECT_GT(vj["targets"]["rows"][0]["mfu"].get<double>(), p["targets"]["rows"][0]["mfu"].get<double>());
+  // Too few micro-batches to fill the stages: said, with what would fill them.
+  const Outcome few = run_dlperf(dir, "plan --transformer gpt3-175b --batch-size 8 --tp 8 --pp 16 --virtual-stages 3 --targets h100-sxm");
+  ASSERT_EQ(few.exit_code, 0) << few.err;
+  EXPECT_NE(few.out.find("pipeline idle  129% of the busy time: (pp - 1 + (virtual stages - 1) x (pp - micro-batches mod pp)) / "
+                         "(virtual stages x micro-batches) = (15 + 2 x 8) / 24\n"
+                         "  * 8 micro-batches a step cannot fill 16 stages: a larger --batch-size gives each step 16 or more\n"),
+            std::string::npos)
+      << few.out;
 }
 
 // A target without a peak for the precision is a row of dashes with the reason below, not the

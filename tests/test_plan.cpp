@@ -64,14 +64,14 @@ TEST(PlanTransformer, Gpt3TrainingFlopsAndBytesPerParameterAreTheStandardOnes) {
   EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "sgd").total(), 12);
   // Model states: 16 x 174.6e9 = 2.79 TB on one device; ZeRO-3 over 64 shards all of it.
   plan::Layout l;
-  auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
   EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 16 * n);
   l.dp = 64;
   l.zero = 3;
-  m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
   EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 16 * n / 64);
   l.zero = 1;  // only the optimizer's 12 bytes are sharded
-  m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
   EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 4 * n + 12 * n / 64);
 }
 
@@ -81,12 +81,84 @@ TEST(PlanTransformer, ActivationsFollowKorthikanti) {
   l.tp = 8;
   const double sbh = 2048.0 * 1 * 12288;
   // No recomputation: s b h (34 + 5 a s / h) / t per layer, 16-bit.
-  auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
   EXPECT_DOUBLE_EQ(m.activations, 96 * sbh * (34 + 5.0 * 96 * 2048 / 12288) / 8);
   l.checkpointing = "selective";
-  m = plan::transformer_memory(t, 1, "bf16", "adamw", l);
+  m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
   EXPECT_DOUBLE_EQ(m.activations, 96 * sbh * 34 / 8);
-  EXPECT_NE(error_of([&] { l.tp = 7; plan::transformer_memory(t, 1, "bf16", "adamw", l); }).find("does not divide"), std::string::npos);
+  EXPECT_NE(error_of([&] { l.tp = 7; plan::transformer_memory(t, 1, "bf16", "adamw", l, 1); }).find("does not divide"), std::string::npos);
+}
+
+// The pipeline's idle time against a list-scheduling simulation of the forward passes (backward
+// mirrors them): each device runs its (chunk, micro-batch) slots in Megatron's order (groups of pp
+// micro-batches, chunk by chunk), each slot once the previous virtual stage has passed it on.
+double simulated_bubble(int64_t pp, int64_t vp, int64_t m) {
+  std::vector<std::pair<int64_t, int64_t>> order;  // (chunk, micro-batch)
+  for (int64_t g = 0; g < m; g += pp)
+    for (int64_t c = 0; c < vp; ++c)
+      for (int64_t j = g; j < std::min(g + pp, m); ++j) order.emplace_back(c, j);
+  std::map<std::pair<int64_t, int64_t>, double> done;  // (micro-batch, virtual stage) -> finish
+  std::vector<double> free(size_t(pp), 0.0);
+  std::vector<size_t> next(size_t(pp), 0);
+  const double slot = 1.0 / double(vp);
+  for (size_t left = order.size() * size_t(pp); left > 0;)
+    for (int64_t d = 0; d < pp; ++d) {
+      if (next[size_t(d)] == order.size()) continue;
+      const auto [c, j] = order[next[size_t(d)]];
+      const int64_t stage = c * pp + d;
+      double ready = 0;
+      if (stage > 0) {
+        auto it = done.find({j, stage - 1});
+        if (it == done.end()) continue;
+        ready = it->second;
+      }
+      free[size_t(d)] = done[{j, stage}] = std::max(free[size_t(d)], ready) + slot;
+      ++next[size_t(d)];
+      --left;
+    }
+  double end = 0;
+  for (const auto& [key, t] : done) end = std::max(end, t);
+  return end / double(m) - 1;  // a device is busy m units of its time
+}
+
+TEST(PlanTransformer, ThePipelineIdlesAsItsScheduleMakesIt) {
+  plan::Layout l;
+  EXPECT_EQ(plan::pipeline_bubble(l, 8), 0);
+  l.pp = 16;
+  EXPECT_DOUBLE_EQ(plan::pipeline_bubble(l, 24), 15.0 / 24);  // 1F1B: (pp - 1) / m
+  EXPECT_DOUBLE_EQ(plan::pipeline_bubble(l, 8), 15.0 / 8);
+  l.vp = 3;
+  EXPECT_DOUBLE_EQ(plan::pipeline_bubble(l, 48), 15.0 / 144);  // interleaved: divided by vp
+  EXPECT_DOUBLE_EQ(plan::pipeline_bubble(l, 24), (15.0 + 2 * 8) / 72);  // a last group of 8 idles 8 slots a chunk change
+  for (int64_t pp : {2, 4, 16})
+    for (int64_t vp : {1, 2, 3})
+      for (int64_t m : {1, 3, 4, 8, 16, 24, 48}) {
+        SCOPED_TRACE(fmt::format("pp {} vp {} m {}", pp, vp, m));
+        l.pp = pp;
+        l.vp = vp;
+        EXPECT_NEAR(plan::pipeline_bubble(l, double(m)), simulated_bubble(pp, vp, m), 1e-9);
+      }
+}
+
+TEST(PlanTransformer, ActivationsInFlightFollowMegatronsSchedule) {
+  const auto t = plan::transformer("gpt3-175b");
+  plan::Layout l;
+  l.tp = 8;
+  const double one = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1).activations;
+  EXPECT_EQ(plan::activations_in_flight(l, 1), 1);
+  l.pp = 16;  // 1F1B: pp micro-batches of L/pp layers, or all m < pp of them
+  EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 24).activations, one);
+  EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 8).activations, one * 8 / 16);
+  l.vp = 2;  // interleaved: Megatron-LM's 1 + (pp - 1)/(pp vp), at most m/pp
+  EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 32).activations, one * (1 + 15.0 / 32));
+  EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 16).activations, one);
+  EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 8).activations, one * 8 / 16);
+  l.vp = 4;  // 16 x 4 chunks do not divide 96 layers
+  EXPECT_NE(error_of([&] { plan::transformer_memory(t, 1, "bf16", "adamw", l, 64); }).find("64 chunks do not divide the 96 layers"),
+            std::string::npos);
+  l.pp = 1;
+  l.vp = 2;
+  EXPECT_NE(error_of([&] { plan::transformer_memory(t, 1, "bf16", "adamw", l, 64); }).find("there is no pipeline"), std::string::npos);
 }
 
 TEST(PlanComm, RingAndTreeAllReduceFollowTheAlphaBetaModel) {
@@ -184,6 +256,53 @@ TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
   const double grads = plan::transformer_params(*small.transformer) * plan::state_bytes_per_param("bf16", "adamw").gradients;
   EXPECT_NEAR(plan::estimate(small, h100, 400, 1.1).comm_s,
               std::min(plan::ring_allreduce_s(grads, 4, 480, job.alpha_s), plan::tree_allreduce_s(grads, 4, 480, job.alpha_s)), 1e-12);
+}
+
+// The pipeline's sends between stages: a micro-batch's activations forward and their gradients
+// back, a tp-th of the tensor from each tp rank, once per chunk a device holds, in every
+// micro-step of the schedule; over the network when the job spans nodes, else over NVLink at
+// NCCL's measured bus bandwidth. Interleaving divides the compute's idle share.
+TEST(PlanTargets, PipelineSendsAndInterleavingArePlanned) {
+  const plan::Catalog c = plan::load_catalog();
+  const plan::Device& h100 = c.find("h100-sxm");
+  plan::JobSpec job;
+  job.transformer = plan::transformer("gpt3-175b");
+  job.global_batch = 64 * 48;
+  job.micro_batch = 1;
+  job.precision = "bf16";
+  job.optimizer = "adamw";
+  job.layout.dp = 64;
+  job.layout.tp = 8;
+  job.layout.pp = 16;
+  job.layout.zero = 1;
+  const plan::TargetEstimate plain = plan::estimate(job, h100, 400, 1.1);
+  const double m = 48, bytes = 2048.0 * 12288 * 2 / 8;
+  const double send = bytes / (job.network_gbps * 1e9) + job.alpha_s;
+  EXPECT_NEAR(plain.pp_comm_s, 2 * send * m * (1 + 15 / m), 1e-12);
+  // The rest of the step's communication is the gradients' all-reduce over the 64 replicas.
+  const double grads = plan::transformer_params(*job.transformer) / (8 * 16) * 2;
+  EXPECT_NEAR(plain.comm_s - plain.tp_comm_s - plain.pp_comm_s,
+              std::min(plan::ring_allreduce_s(grads, 64, job.network_gbps, job.alpha_s),
+                       plan::tree_allreduce_s(grads, 64, job.network_gbps, job.alpha_s)),
+              1e-9);
+  job.layout.vp = 3;
+  const plan::TargetEstimate interleaved = plan::estimate(job, h100, 400, 1.1);
+  EXPECT_NEAR(interleaved.compute_s / plain.compute_s, (1 + 15 / (3 * m)) / (1 + 15 / m), 1e-12);
+  EXPECT_NEAR(interleaved.pp_comm_s, 2 * 3 * send * m * (1 + 15 / (3 * m)), 1e-12);
+  EXPECT_GT(interleaved.memory, plain.memory);  // 1 + 15/48 times the activations
+  EXPECT_GT(interleaved.mfu, plain.mfu);
+  // Inside one node (gpt2-small on 2 x 4 devices): NVLink at the measured bus bandwidth.
+  plan::JobSpec small;
+  small.transformer = plan::transformer("gpt2-small");
+  small.global_batch = 16;
+  small.precision = "bf16";
+  small.optimizer = "adamw";
+  small.layout.tp = 2;
+  small.layout.pp = 4;
+  const double small_send = 1024.0 * 768 * 2 / 2 / (480 * 1e9) + small.alpha_s;
+  EXPECT_NEAR(plan::estimate(small, h100, 400, 1.1).pp_comm_s, 2 * small_send * 16 * (1 + 3.0 / 16), 1e-15);
+  small.layout.pp = 1;
+  EXPECT_EQ(plan::estimate(small, h100, 400, 1.1).pp_comm_s, 0);
 }
 
 // CPU datasheets for dlperf bench's % of spec: found from the model name the OS reports, peaks

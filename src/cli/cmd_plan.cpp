@@ -1,6 +1,7 @@
 // dlperf plan: predict a training run's FLOPs, memory and time from the op cost model before it
 // runs, or (--against, plan_against.cpp) predict recorded runs and show the prediction's error.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -90,20 +91,26 @@ nlohmann::json to_json(const plan::TargetEstimate& e) {
   if (!e.unsupported.empty()) return {{"target", e.id}, {"unsupported", e.unsupported}};
   return {{"target", e.id},         {"devices", e.devices},           {"memory_bytes_per_device", e.memory},
           {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.what_fits.empty() ? nlohmann::json() : nlohmann::json(e.what_fits)},
-          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s}, {"tp_comm_s", e.tp_comm_s},
+          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s}, {"tp_comm_s", e.tp_comm_s}, {"pp_comm_s", e.pp_comm_s},
           {"allreduce", e.allreduce == "-" ? nlohmann::json() : nlohmann::json(e.allreduce)},
           {"scaling_efficiency", e.efficiency}, {"mfu", known(e.mfu)}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
           {"energy_kwh", known(e.energy_kwh)}, {"co2_kg", known(e.co2_kg)}};
 }
 
 // The comm column: the step's communication, the data-parallel all-reduce's algorithm, and the
-// share of it tensor parallelism's all-reduces take ("1.4 s ring (tp 1.2 s)").
+// shares of it that tensor parallelism's all-reduces and the pipeline's sends take ("1.4 s ring
+// (tp 1.2 s, pp 40 ms)"); a step whose only communication is one of those names it ("12 ms tp").
 std::string comm_text(const plan::TargetEstimate& e) {
   if (e.comm_s <= 0) return "-";
   std::string s = format_seconds(e.comm_s);
   if (e.allreduce != "-") s += " " + e.allreduce;
-  if (e.tp_comm_s > 0) s += e.tp_comm_s < e.comm_s ? fmt::format(" (tp {})", format_seconds(e.tp_comm_s)) : " tp";
-  return s;
+  std::vector<std::string> shares;
+  for (const auto& [name, t] : {std::pair{"tp", e.tp_comm_s}, std::pair{"pp", e.pp_comm_s}}) {
+    if (t <= 0) continue;
+    if (t >= e.comm_s) return s + " " + name;  // all of it
+    shares.push_back(fmt::format("{} {}", name, format_seconds(t)));
+  }
+  return shares.empty() ? s : fmt::format("{} ({})", s, fmt::join(shares, ", "));
 }
 
 // Why a target does not fit, and the first change the planner found that makes it fit.
@@ -280,6 +287,45 @@ void write_plan_json(const PlanArgs& a, const nlohmann::json& plan) {
   if (!a.json_out.empty()) write_file_atomically(a.json_out, plan.dump(2) + "\n", "pick a writable --json path");
 }
 
+// How long the pipeline idles in a step (1F1B's bubble, plan/transformer.h), and what would cut
+// it: more micro-batches where they cannot fill the stages, a multiple of pp of them where
+// interleaving leaves a partial group, else --virtual-stages where it idles a tenth or more
+// (each V that splits a device's layers into V chunks).
+void print_pipeline_idle(const plan::TransformerSpec& t, const plan::Layout& l, int64_t m, int64_t micro_batch) {
+  const double idle = plan::pipeline_bubble(l, double(m));
+  const auto pp = (long long)l.pp, vp = (long long)l.vp, gap = (long long)(m % l.pp == 0 ? 0 : l.pp - m % l.pp);
+  const std::string formula = vp == 1 ? fmt::format("(pp - 1) / micro-batches = {} / {}", pp - 1, m)
+                              : gap == 0 ? fmt::format("(pp - 1) / (virtual stages x micro-batches) = {} / {}", pp - 1, vp * m)
+                                         : fmt::format("(pp - 1 + (virtual stages - 1) x (pp - micro-batches mod pp)) / "
+                                                       "(virtual stages x micro-batches) = ({} + {} x {}) / {}",
+                                                       pp - 1, vp - 1, gap, vp * m);
+  std::printf("pipeline idle  %.0f%% of the busy time: %s\n", 100 * idle, formula.c_str());
+  const char* smaller = micro_batch > 1 ? " or a smaller --micro-batch" : "";
+  if (m < l.pp) {
+    std::printf("  * %lld micro-batches a step cannot fill %lld stages: a larger --batch-size%s gives each step %lld or more\n",
+                (long long)m, pp, smaller, pp);
+    return;
+  }
+  if (vp > 1 && gap > 0) {
+    std::printf("  * interleaving takes micro-batches in groups of pp, and the last group of %lld leaves stages idle: a --batch-size%s "
+                "that makes a multiple of %lld micro-batches idles less\n",
+                (long long)(m % l.pp), smaller, pp);
+    return;
+  }
+  if (vp > 1 || idle < 0.1) return;
+  std::vector<int64_t> v;
+  for (int64_t k = 2; k <= t.layers / l.pp; ++k)
+    if ((t.layers / l.pp) % k == 0) v.push_back(k);
+  if (v.empty()) return;
+  plan::Layout two = l;
+  two.vp = v.front();
+  const double more = plan::activations_in_flight(two, double(m)) / plan::activations_in_flight(l, double(m));
+  std::printf("  * --virtual-stages V (Megatron's interleaved 1F1B: each device's %lld layers in V chunks) divides it by V%s, for V = %s;\n"
+              "    it holds %.2fx the activations at V = %lld\n",
+              (long long)(t.layers / l.pp), m % l.pp == 0 ? "" : " where micro-batches are a multiple of pp",
+              fmt::format("{}", fmt::join(v, ", ")).c_str(), more, (long long)v.front());
+}
+
 void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
   const plan::TransformerSpec t = plan::transformer(a.transformer);
   const double n = plan::transformer_params(t);
@@ -295,7 +341,8 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
                     "batch must be a multiple of {}", a.batch, a.layout.dp, a.micro_batch, split),
         fmt::format("use --batch-size {}", (a.batch / split + 1) * split));
   // Checks the layout (--tp divides the heads, ...) before anything prints.
-  const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout);
+  const int64_t micro_batches = a.batch / split;  // a pipeline's in each step
+  const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout, double(micro_batches));
   std::printf("dlperf plan: Transformer %s (%lld layers, hidden %lld, %lld heads, sequence %lld, vocabulary %lld)\n\n", t.name.c_str(),
               (long long)t.layers, (long long)t.hidden, (long long)t.heads, (long long)t.seq, (long long)t.vocab);
   std::printf("parameters          %.4g\n", n);
@@ -315,9 +362,11 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
   mt.add({"workspace (logits)", format_bytes(m.workspace)});
   mt.separator();
   mt.add({"total", format_bytes(m.total())});
-  std::printf("\nlayout: data %lld x tensor %lld x pipeline %lld, ZeRO %d, checkpointing %s, micro-batch %lld\n",
-              (long long)a.layout.dp, (long long)a.layout.tp, (long long)a.layout.pp, a.layout.zero, a.layout.checkpointing.c_str(),
-              (long long)a.micro_batch);
+  const std::string interleaved = a.layout.vp > 1 ? fmt::format(" (interleaved: {} chunks a device)", a.layout.vp) : "";
+  std::printf("\nlayout: data %lld x tensor %lld x pipeline %lld%s, ZeRO %d, checkpointing %s, micro-batch %lld (%lld a step)\n",
+              (long long)a.layout.dp, (long long)a.layout.tp, (long long)a.layout.pp, interleaved.c_str(), a.layout.zero,
+              a.layout.checkpointing.c_str(), (long long)a.micro_batch, (long long)micro_batches);
+  if (a.layout.pp > 1) print_pipeline_idle(t, a.layout, micro_batches, a.micro_batch);
   mt.print();
   plan::JobSpec job;
   job.transformer = t;
@@ -338,8 +387,9 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
       {"tokens", tokens},
       {"global_batch", a.batch},
       {"job_flops", job_flops},
-      {"layout", {{"dp", a.layout.dp}, {"tp", a.layout.tp}, {"pp", a.layout.pp}, {"zero", a.layout.zero},
-                  {"checkpointing", a.layout.checkpointing}, {"micro_batch", a.micro_batch}}},
+      {"layout", {{"dp", a.layout.dp}, {"tp", a.layout.tp}, {"pp", a.layout.pp}, {"virtual_stages", a.layout.vp}, {"zero", a.layout.zero},
+                  {"checkpointing", a.layout.checkpointing}, {"micro_batch", a.micro_batch}, {"micro_batches", micro_batches},
+                  {"pipeline_bubble", plan::pipeline_bubble(a.layout, double(micro_batches))}}},
       {"memory_bytes_per_device", {{"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer_state", m.optimizer},
                                    {"activations", m.activations}, {"workspace", m.workspace}, {"total", m.total()}}}};
   out["targets"] = print_targets(job, a, c);
@@ -563,6 +613,9 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--dp", a->layout.dp, "Transformer: data-parallel degree")->capture_default_str()->check(at_least(1))->needs(transformer);
   c->add_option("--tp", a->layout.tp, "Transformer: tensor-parallel degree")->capture_default_str()->check(at_least(1))->needs(transformer);
   c->add_option("--pp", a->layout.pp, "Transformer: pipeline-parallel degree")->capture_default_str()->check(at_least(1))->needs(transformer);
+  c->add_option("--virtual-stages", a->layout.vp,
+                "Transformer: model chunks per pipeline device, Megatron's interleaved 1F1B (divides the pipeline's idle time by it)")
+      ->capture_default_str()->check(at_least(1))->needs(transformer);
   c->add_option("--zero", a->layout.zero, "Transformer: ZeRO stage 0-3")->capture_default_str()->check(CLI::Range(0, 3))->needs(transformer);
   c->add_option("--checkpointing", a->layout.checkpointing, "Transformer: activation checkpointing: none | selective | full")
       ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}))->needs(transformer);

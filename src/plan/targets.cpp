@@ -57,7 +57,8 @@ double cnn_step_s(const nn::Graph& g, double peak_flops, double bw, double dtype
 constexpr double kAssumedConvWorkspace = 64e6;
 
 double memory_of(const JobSpec& job, const Device& d) {
-  if (job.transformer) return transformer_memory(*job.transformer, job.micro_batch, job.precision, job.optimizer, job.layout).total();
+  if (job.transformer)
+    return transformer_memory(*job.transformer, job.micro_batch, job.precision, job.optimizer, job.layout, micro_batches(job)).total();
   const nn::Graph& g = *job.graph;
   nn::OptimizerConfig opt;
   opt.name = job.optimizer;
@@ -108,6 +109,10 @@ std::string what_would_fit(const JobSpec& job, const Device& d) {
 
 }  // namespace
 
+double micro_batches(const JobSpec& job) {
+  return std::max(1.0, double(job.global_batch) / double(job.layout.dp * job.micro_batch));
+}
+
 double peak_flops(const Device& d, const std::string& precision) {
   const double peak = d.peak_tflops(precision) * 1e12;
   return peak == 0 && precision == "tf32" && d.id != "cpu" ? d.peak_tflops("fp32") * 1e12 : peak;
@@ -147,24 +152,28 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   }
   const StateBytes sb = state_bytes_per_param(job.precision, job.optimizer);
   const double dtype = (job.precision == "bf16" || job.precision == "fp16") ? 2 : 4;
-  // A collective among n devices: inside a node over its interconnect at the all-reduce bus
-  // bandwidth measured there (catalog), across nodes over the network. NCCL picks ring or tree
-  // by size; so does the plan: whichever the alpha-beta model says is faster.
+  // Inside a node, devices talk over its interconnect at the all-reduce bus bandwidth NCCL was
+  // measured at there (catalog; nccl-tests defines bus bandwidth so that it reads as one link's),
+  // across nodes over the network.
+  const auto link_gbps = [&](bool in_one_node) {
+    return in_one_node && d.interconnect_gbps > 0 ? d.node_busbw_gbps() : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
+  };
+  // A collective among n devices. NCCL picks ring or tree by size; so does the plan: whichever
+  // the alpha-beta model says is faster.
   const auto allreduce = [&](double bytes, double n, bool in_one_node) {
-    const double link = in_one_node && d.interconnect_gbps > 0 ? d.node_busbw_gbps()
-                                                               : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
+    const double link = link_gbps(in_one_node);
     const double ring = ring_allreduce_s(bytes, n, link, job.alpha_s), tree = tree_allreduce_s(bytes, n, link, job.alpha_s);
     return std::pair{std::min(ring, tree), ring <= tree ? "ring" : "tree"};
   };
   double grad_bytes = 0, model_flops = 0;  // model_flops: a Transformer's a step, recomputation not counted
   if (job.transformer) {
     const TransformerSpec& t = *job.transformer;
-    const DeviceMemory m = transformer_memory(t, job.micro_batch, job.precision, job.optimizer, l);
+    const double micro_steps = micro_batches(job);
+    const DeviceMemory m = transformer_memory(t, job.micro_batch, job.precision, job.optimizer, l, micro_steps);
     e.memory = m.total();
     model_flops = transformer_train_flops_per_token(t) * double(job.global_batch) * double(t.seq);
     const double flops = model_flops * (1 + recompute_overhead(t, l.checkpointing)) / e.devices;
-    const double micro_steps = std::max(1.0, double(job.global_batch) / double(l.dp * job.micro_batch));
-    const double bubble = double(l.pp - 1) / micro_steps;  // 1F1B pipeline bubble
+    const double bubble = pipeline_bubble(l, micro_steps);  // 1F1B's, interleaved or not
     e.compute_s = flops / (peak * job.gemm_share) * (1 + bubble);
     // Tensor parallelism (Megatron's): each layer's attention and MLP blocks end in an all-reduce
     // of the micro-batch's activations over the tp devices, two forward and two backward, and two
@@ -176,6 +185,18 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       const double per_layer = l.checkpointing == "full" ? 6 : 4;
       const double layers_per_stage = double(t.layers) / double(l.pp);
       e.tp_comm_s = allreduce(bytes, double(l.tp), l.tp <= job.node_size).first * per_layer * layers_per_stage * micro_steps * (1 + bubble);
+    }
+    // Pipeline parallelism: each micro-batch's activations go to the next stage and their
+    // gradients come back, once per chunk a device holds (vp), a tp-th of the tensor from each tp
+    // rank (Megatron scatters it over them). Megatron's 1F1B waits for these sends (only the
+    // interleaved schedule can overlap them, --overlap-p2p-communication): every micro-step's
+    // critical path, the bubble's included. Pipeline neighbours are tp x dp ranks apart in
+    // Megatron's rank order (tp innermost, pp outermost), so a job over more than one node sends
+    // over the network.
+    if (l.pp > 1) {
+      const double bytes = double(t.seq) * double(job.micro_batch) * double(t.hidden) * dtype / double(l.tp);
+      const double send_s = bytes / (link_gbps(e.devices <= job.node_size) * 1e9) + job.alpha_s;
+      e.pp_comm_s = 2 * double(l.vp) * send_s * micro_steps * (1 + bubble);
     }
     grad_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.gradients;
   } else {
@@ -211,7 +232,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic), inside
   // a node where all the job's devices are in one, else over the network.
   const auto [dp_s, algorithm] = allreduce(grad_bytes * (l.zero >= 3 ? 1.5 : 1), double(l.dp), e.devices <= job.node_size);
-  e.comm_s = (l.dp <= 1 ? 0.0 : dp_s) + e.tp_comm_s;
+  e.comm_s = (l.dp <= 1 ? 0.0 : dp_s) + e.tp_comm_s + e.pp_comm_s;
   e.allreduce = l.dp <= 1 ? "-" : algorithm;
   e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
   e.efficiency = e.compute_s / e.step_s;

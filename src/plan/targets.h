@@ -41,8 +41,9 @@ struct TargetEstimate {
   double memory = 0, capacity = 0;  ///< bytes per device
   bool fits = false;
   std::string what_fits;        ///< when it does not fit: the first change that makes it fit; empty when none does
-  double compute_s = 0, comm_s = 0, step_s = 0;  ///< comm_s: the data-parallel all-reduce and tp_comm_s
+  double compute_s = 0, comm_s = 0, step_s = 0;  ///< comm_s: the data-parallel all-reduce, tp_comm_s and pp_comm_s
   double tp_comm_s = 0;         ///< Transformer: tensor parallelism's all-reduces a step
+  double pp_comm_s = 0;         ///< Transformer: pipeline parallelism's sends between stages a step
   std::string allreduce;        ///< "ring" or "tree", whichever is faster for these bytes; "-" without data parallelism
   double efficiency = 1;        ///< compute / (compute + communication)
   /// Transformer: model FLOPs utilization, the standard figure of LLM training runs: the model's
@@ -74,6 +75,9 @@ struct GpuPassOn {
 /// (plan/gpu_step.h), in the precision its kernels run, at `d`'s peak and bandwidth. The targets
 /// table's compute time for `d` is their sum.
 std::vector<GpuPassOn> gpu_passes_on(const JobSpec& job, const Device& d);
+
+/// A Transformer job's micro-batches a pipeline in each step: global batch / (dp x micro-batch), at least 1.
+double micro_batches(const JobSpec& job);
 
 /// `host` is this machine's CPU as a target (id "cpu"), measured ceilings when present.
 TargetEstimate estimate(const JobSpec& job, const Device& d, double grid_g_per_kwh, double pue);

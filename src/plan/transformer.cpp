@@ -73,12 +73,41 @@ StateBytes state_bytes_per_param(const std::string& precision, const std::string
   return b;
 }
 
+// Each device runs vp chunks of a micro-batch, a slot of t/vp each; chunk c on device d is
+// virtual stage c pp + d. Megatron's interleaved schedule takes the micro-batches in groups of pp
+// (its microbatch_group_size_per_vp_stage), each group through chunk 0, then chunk 1, and so on.
+// The devices fill and drain once: pp - 1 idle slots against vp m busy ones (Narayanan et al.
+// 2021). A last group of r < pp micro-batches comes back to device 0 for its next chunk pp slots
+// after it left, while device 0 had r slots of work: pp - r more idle slots at each of the vp - 1
+// changes of chunk. Forward passes shown; backward mirrors them. A list-scheduling simulation of
+// these dependencies gives the same figures (PlanTransformer.ThePipelineIdlesAsItsScheduleMakesIt).
+double pipeline_bubble(const Layout& l, double micro_batches) {
+  const int64_t m = std::max<int64_t>(1, int64_t(micro_batches));
+  const int64_t gap = m % l.pp == 0 ? 0 : l.pp - m % l.pp;
+  return double(l.pp - 1 + (l.vp - 1) * gap) / double(l.vp * m);
+}
+
+// Megatron's 1F1B warms up with pp - 1 - rank forwards (interleaved: 2 (pp - 1 - rank) + (vp - 1) pp
+// chunk forwards) before its first backward, so device 0 holds pp micro-batches of its L/pp layers
+// at the peak (interleaved: (vp + 1) pp - 1 chunks of L/(pp vp) layers), and never more than
+// all m micro-batches of its layers.
+double activations_in_flight(const Layout& l, double micro_batches) {
+  const double pp = double(l.pp), vp = double(l.vp);
+  const double warm = l.vp > 1 ? 1 + (pp - 1) / (pp * vp) : 1.0;
+  return l.pp > 1 ? std::min(warm, micro_batches / pp) : 1.0;
+}
+
 DeviceMemory transformer_memory(const TransformerSpec& t, int64_t micro_batch, const std::string& precision,
-                                const std::string& optimizer, const Layout& l) {
-  check(l.dp >= 1 && l.tp >= 1 && l.pp >= 1, "parallel degrees must be at least 1");
+                                const std::string& optimizer, const Layout& l, double micro_batches) {
+  check(l.dp >= 1 && l.tp >= 1 && l.pp >= 1 && l.vp >= 1, "parallel degrees must be at least 1");
+  check(l.vp == 1 || l.pp > 1, fmt::format("--virtual-stages {} interleaves pipeline stages, and there is no pipeline (--pp 1)", l.vp),
+        "add --pp (2 or more), or drop --virtual-stages");
   check(l.zero >= 0 && l.zero <= 3, "--zero must be 0, 1, 2 or 3");
   check(t.heads % l.tp == 0, fmt::format("--tp {} does not divide the {} attention heads", l.tp, t.heads));
   check(t.layers % l.pp == 0, fmt::format("--pp {} does not divide the {} layers", l.pp, t.layers));
+  check(t.layers % (l.pp * l.vp) == 0,
+        fmt::format("--pp {} x --virtual-stages {} = {} chunks do not divide the {} layers", l.pp, l.vp, l.pp * l.vp, t.layers),
+        "pick --virtual-stages so that pp x virtual stages divides the layers");
   const StateBytes b = state_bytes_per_param(precision, optimizer);
   const double params = transformer_params(t) / double(l.tp * l.pp);  // model parallelism splits the weights
   const double dp = double(l.dp);
@@ -95,8 +124,8 @@ DeviceMemory transformer_memory(const TransformerSpec& t, int64_t micro_batch, c
   else if (l.checkpointing == "full") per_layer = 2 * s * bsz * h / tp;
   else check(l.checkpointing == "none", fmt::format("--checkpointing {} is not none, selective or full", l.checkpointing));
   const double scale = (precision == "fp32" || precision == "tf32") ? 2 : 1;
-  // With 1F1B pipelining the first stage holds pp micro-batches of its L/pp layers: L layers' worth.
-  m.activations = per_layer * double(t.layers) * scale;
+  // The first pipeline stage holds the most micro-batches (transformer.h).
+  m.activations = per_layer * double(t.layers) * scale * activations_in_flight(l, micro_batches);
   // With full recomputation one layer's activations are rebuilt at a time during backward.
   if (l.checkpointing == "full") m.activations += s * bsz * h * (34 + 5 * a * s / h) / tp * scale;
   // The logits of the last stage in fp32 (softmax and its gradient), split over tp.
