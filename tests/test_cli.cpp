@@ -62,7 +62,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
   std::ofstream(dir.path / "damaged-record.json") << R"({"command": "train", "summary": {}, "config": {"batch_size": "x"}})";
   std::vector<BadInput> cases = {
       {"train --batch-size 0", "--batch-size must be between 1 and 65536"},
-      {"train --epochs 0", "--epochs must be at least 1"},
+      {"train --epochs 0", "--epochs must be between 1 and 1000000, not 0"},
+      {"profile --epochs 9223372036854775807", "--epochs must be between 1 and 1000000"},  // epochs x steps wrapped negative
       {"train --lr -1", "--lr must be a positive number"},
       {"train --momentum 1.5", "--momentum must be in [0, 1)"},
       {"train --weight-decay -1", "--weight-decay must be a finite number, 0 or more, not -1"},
@@ -77,7 +78,7 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"profile --optimizer adamw --no-nesterov", "--no-nesterov is SGD's"},
       {"train --crop-pad 0", "--crop-pad sets the random crop of --augment, and this run is not augmented"},
       {"train --data synthetic:1x8x8:100 --augment --crop-pad 0", "asks for horizontal flips only, and dlperf does not flip synthetic"},
-      {"train --augment --crop-pad 9", "--crop-pad: Value 9 not in range 0 to 8"},
+      {"train --augment --crop-pad 9", "--crop-pad: must be between 0 and 8, not 9"},
       {"train --schedule cosine --warmup-epochs 3 --epochs 2", "--warmup-epochs 3 is longer than the run (2 epochs)"},
       {"bench flops --threads 100000", "--threads 100000 is not between 0 (all) and the"},
       {"lab --redraw --epochs 2 batch", "--redraw runs nothing, so --epochs and the experiments named would be ignored"},
@@ -101,8 +102,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --model medium --region mars", "no grid carbon intensity for region 'mars'"},
       {"plan --model medium --batch-size 100000", "--batch-size 100000 is larger than --dataset-size 60000"},
       {"plan --epochs 0", "--epochs: must be at least 1, not 0"},
-      {"plan --pue 0.5", "--pue: must be at least 1, not 0.5"},
-      {"plan --grid-intensity -1", "--grid-intensity: must be at least 0, not -1"},
+      {"plan --pue 0.5", "--pue: must be between 1 and 10, not 0.5"},
+      {"plan --grid-intensity -1", "--grid-intensity: must be between 0 and 5000, not -1"},
       {"plan --tp 2", "--tp requires --transformer"},
       // Flags that would be ignored (they were): a CNN run's with a Transformer, the CPU's watts without the cpu target.
       {"plan --transformer gpt2-small --model large", "--model describes a CNN training run, and --transformer plans a Transformer\n"},
@@ -118,8 +119,15 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
       {"plan --virtual-stages 2", "--virtual-stages requires --transformer"},
+      {"plan --transformer gpt2-small --tokens inf", "--tokens: must be between 1 and 1e+18, not inf"},  // planned a job of inf years
+      {"plan --pue 1e308", "--pue: must be between 1 and 10, not 1e308"},  // energy of inf kWh
+      {"plan --transformer gpt2-small --zero 7", "--zero: must be between 0 and 3, not 7"},
       {"plan --transformer gpt2-small --virtual-stages 2", "--virtual-stages 2 interleaves pipeline stages, and there is no pipeline (--pp 1)"},
-      {"plan --transformer gpt2-small --pp 4 --virtual-stages 2", "--pp 4 x --virtual-stages 2 = 8 chunks do not divide the 12 layers"},
+      {"plan --transformer gpt2-small --pp 4 --virtual-stages 2", "--virtual-stages 2 does not divide the 3 layers each of the --pp 4 devices holds"},
+      // pp x virtual stages and dp x micro-batch overflowed int64 (the second to 0: a crash on % 0)
+      {"plan --transformer gpt2-small --pp 2 --virtual-stages 9223372036854775807", "--virtual-stages 9223372036854775807 does not divide the 6 layers"},
+      {"plan --transformer gpt2-small --dp 4611686018427387904 --micro-batch 4",
+       "--batch-size 64 is smaller than --dp 4611686018427387904 replicas x --micro-batch 4: each replica takes whole micro-batches"},
       {"plan --transformer gpt2-small --pp 2 --virtual-stages 0", "--virtual-stages: must be at least 1, not 0"},
       {"plan --against damaged-record.json --model large", "--model does not apply with --against: each run record is planned with"},  // was ignored
       {"plan --against damaged-record.json --no-augment", "--augment does not apply with --against"},
@@ -162,8 +170,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"bench memory --quick --json /proc/dlperf-test.json", "--json /proc/dlperf-test.json: cannot write to /proc"},
       {"bench all --quick --models small,nosuch", "model 'nosuch' is neither a preset"},  // before a minute of other benchmarks
       {"bench conv --input 3x2x2", "does not fit a 1x1 input"},
-      {"bench allreduce --ranks 1", "--ranks: Value 1 not in range 2 to 256"},
-      {"bench roofline --steps 0", "--steps: Value 0 not in range 3 to 100000"},
+      {"bench allreduce --ranks 1", "--ranks: must be between 2 and 256, not 1"},
+      {"bench roofline --steps 0", "--steps: must be between 3 and 100000, not 0"},
       {"bench gemm --shape 1x1x1", "hint: 'dlperf bench --help' lists its flags"},
       {"--foo", "hint: 'dlperf help' lists the commands"},
       // A flag a command lacks: the first one, as given, and the flag meant (CLI11 listed them

@@ -154,7 +154,7 @@ TEST(PlanTransformer, ActivationsInFlightFollowMegatronsSchedule) {
   EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 16).activations, one);
   EXPECT_DOUBLE_EQ(plan::transformer_memory(t, 1, "bf16", "adamw", l, 8).activations, one * 8 / 16);
   l.vp = 4;  // 16 x 4 chunks do not divide 96 layers
-  EXPECT_NE(error_of([&] { plan::transformer_memory(t, 1, "bf16", "adamw", l, 64); }).find("64 chunks do not divide the 96 layers"),
+  EXPECT_NE(error_of([&] { plan::transformer_memory(t, 1, "bf16", "adamw", l, 64); }).find("--virtual-stages 4 does not divide the 6 layers"),
             std::string::npos);
   l.pp = 1;
   l.vp = 2;

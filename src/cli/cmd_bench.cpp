@@ -353,19 +353,19 @@ void add_bench(CLI::App& app, const Command& self) {
       ->capture_default_str()
       ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "loader", "roofline", "allreduce", "all"}));
   c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str()->check(at_least(0));
-  c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str()->check(CLI::Range(2, 256));
+  c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str()->check(between(2, 256));
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
   c->add_option("--data,-d", args->data, "roofline: the data it trains on; loader: the data it loads")->capture_default_str();
   c->add_option("--workers,-j", args->workers, "loader: the worker counts to time (default: 0, 1, 2 on two cores; 0, 2, 4, 8 "
-                "up to the cores on more)")->check(CLI::Range(0, data::kMaxWorkers));
-  c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str()->check(CLI::Range(3, 100000));
+                "up to the cores on more)")->check(between(0, data::kMaxWorkers));
+  c->add_option("--steps", args->steps, "roofline: training steps timed")->capture_default_str()->check(between(3, 100000));
   c->add_option("--device", args->device, "roofline: auto (a GPU when there is one), cpu, cuda, cuda:N")->capture_default_str();
   c->add_option("--precision", args->precision, "roofline: fp32, tf32, bf16, fp16 on a GPU; fp32, and bf16 with AVX512-BF16, on a CPU")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16", "fp16"}))
       ->capture_default_str();
   c->add_option("--models", args->models, "conv: the presets (or .json specs) whose conv layers to time (--quick: medium)")->capture_default_str();
   c->add_option("--input", args->input, "conv: input shape CxHxW")->capture_default_str();
-  c->add_option("--batch-size,-b", args->batch, "conv, roofline, loader: batch size")->capture_default_str()->check(CLI::Range(1, 4096));
+  c->add_option("--batch-size,-b", args->batch, "conv, roofline, loader: batch size")->capture_default_str()->check(between(1, 4096));
   c->add_flag("--quick", args->opt.quick, "fewer sizes and repeats: seconds instead of about a minute");
   c->add_option("--threads", args->opt.threads, "threads (0 = all cores)")->capture_default_str();
   c->add_option("--json", args->json_path, "where the results go (default runs/<time>-bench.json)");

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <optional>
 
 #include "backend/cpu/layouts.h"
@@ -294,11 +295,12 @@ void write_plan_json(const PlanArgs& a, const nlohmann::json& plan) {
 void print_pipeline_idle(const plan::TransformerSpec& t, const plan::Layout& l, int64_t m, int64_t micro_batch) {
   const double idle = plan::pipeline_bubble(l, double(m));
   const auto pp = (long long)l.pp, vp = (long long)l.vp, gap = (long long)(m % l.pp == 0 ? 0 : l.pp - m % l.pp);
+  const double slots = double(vp) * double(m);  // vp x m, which a batch near 2^63 would overflow
   const std::string formula = vp == 1 ? fmt::format("(pp - 1) / micro-batches = {} / {}", pp - 1, m)
-                              : gap == 0 ? fmt::format("(pp - 1) / (virtual stages x micro-batches) = {} / {}", pp - 1, vp * m)
+                              : gap == 0 ? fmt::format("(pp - 1) / (virtual stages x micro-batches) = {} / {:.0f}", pp - 1, slots)
                                          : fmt::format("(pp - 1 + (virtual stages - 1) x (pp - micro-batches mod pp)) / "
-                                                       "(virtual stages x micro-batches) = ({} + {} x {}) / {}",
-                                                       pp - 1, vp - 1, gap, vp * m);
+                                                       "(virtual stages x micro-batches) = ({} + {} x {}) / {:.0f}",
+                                                       pp - 1, vp - 1, gap, slots);
   std::printf("pipeline idle  %.0f%% of the busy time: %s\n", 100 * idle, formula.c_str());
   const char* smaller = micro_batch > 1 ? " or a smaller --micro-batch" : "";
   if (m < l.pp) {
@@ -335,6 +337,11 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
   const plan::StateBytes sb = plan::state_bytes_per_param(a.precision, a.optimizer);
   // Each of the dp replicas takes whole micro-batches of the global batch, as Megatron and
   // DeepSpeed require; 3 sequences over 4 devices would be planned as if each got 0.75.
+  // dp x micro-batch past what int64 holds is past any batch: said before the product overflows.
+  check(a.layout.dp <= std::numeric_limits<int64_t>::max() / a.micro_batch,
+        fmt::format("--batch-size {} is smaller than --dp {} replicas x --micro-batch {}: each replica takes whole micro-batches",
+                    a.batch, a.layout.dp, a.micro_batch),
+        "lower --dp or --micro-batch");
   const int64_t split = a.layout.dp * a.micro_batch;
   check(a.batch % split == 0,
         fmt::format("--batch-size {} does not split into --dp {} replicas of whole micro-batches of {} (--micro-batch): the global "
@@ -596,7 +603,7 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--classes", a->classes, "output classes (default: the model's own, else this)")->capture_default_str()->check(at_least(1));
   c->add_option("--batch-size,-b", a->batch, "images per step")->capture_default_str()->check(at_least(1));
   c->add_option("--optimizer", a->optimizer, "sgd | adamw")->capture_default_str()->check(CLI::IsMember({"sgd", "adamw"}));
-  c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(CLI::Range(0, data::kMaxWorkers));
+  c->add_option("--workers,-j", a->workers, "data-loader threads")->capture_default_str()->check(between(0, data::kMaxWorkers));
   c->add_option("--threads", a->threads, "this CPU's compute threads, as train takes them (0 = all cores)")->capture_default_str();
   c->add_flag("--augment,!--no-augment", a->augment, "random crops and flips, as train --augment: slower batches")->capture_default_str();
   c->add_option("--dataset-size", a->dataset, "training images per epoch (default: the one the model is made for, else this)")->capture_default_str()->check(at_least(1));
@@ -605,7 +612,10 @@ void add_plan(CLI::App& app, const Command& self) {
   auto* against_opt = c->add_option("--against", a->against, "run records to predict and compare with (runs/*.json, or folders holding them: runs, reports/lab)");
   c->add_option("--json", a->json_out, "also write the plan (with --against: the comparison) as JSON here");
   auto* transformer = c->add_option("--transformer", a->transformer, "plan a GPT-style Transformer instead: gpt2-small ... gpt3-175b, or L,H,A,S,V");
-  c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)")->check(at_least(1))->needs(transformer);
+  // Upper bounds far past any real job, so that no product of them (FLOPs, hours, dollars, grams)
+  // overflows to inf: 1e18 tokens is 60,000x the largest published training sets (15e12); a
+  // PUE of 10, 5000 gCO2e/kWh (lignite emits about 1100) and 100 kW a CPU are past any facility.
+  c->add_option("--tokens", a->tokens, "Transformer: training tokens (default 20 per parameter)")->check(between(1, 1e18))->needs(transformer);
   c->add_option("--micro-batch", a->micro_batch, "Transformer: sequences per device per micro-step")
       ->capture_default_str()->check(at_least(1))->needs(transformer);
   c->add_option("--precision", a->precision, "fp32 | tf32 | bf16 | fp16 (mixed precision keeps fp32 master weights)")
@@ -616,17 +626,17 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--virtual-stages", a->layout.vp,
                 "Transformer: model chunks per pipeline device, Megatron's interleaved 1F1B (divides the pipeline's idle time by it)")
       ->capture_default_str()->check(at_least(1))->needs(transformer);
-  c->add_option("--zero", a->layout.zero, "Transformer: ZeRO stage 0-3")->capture_default_str()->check(CLI::Range(0, 3))->needs(transformer);
+  c->add_option("--zero", a->layout.zero, "Transformer: ZeRO stage 0-3")->capture_default_str()->check(between(0, 3))->needs(transformer);
   c->add_option("--checkpointing", a->layout.checkpointing, "Transformer: activation checkpointing: none | selective | full")
       ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}))->needs(transformer);
   auto* targets = c->add_option("--targets", a->targets, "hardware targets: cpu (this machine) and catalog ids (t4, v100, a100-40gb, a100-80gb, h100-sxm, h100-pcie, h200, b200, rtx-4090, l4, l40s, tpu-v4, tpu-v5e)")
       ->delimiter(',');
   auto* region = c->add_option("--region", a->region, "grid region for CO2 (world, us, eu, fr, de, gb, no, se, ca, cn, in)")->capture_default_str();
-  auto* grid = c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region")->check(at_least(0))->excludes(region);
-  auto* pue = c->add_option("--pue", a->pue, "power usage effectiveness, 1 or more (default: the catalog's 1.1)")->check(at_least(1));
-  c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target")->check(at_least(1));
+  auto* grid = c->add_option("--grid-intensity", a->grid, "gCO2e per kWh, instead of --region")->check(between(0, 5000))->excludes(region);
+  auto* pue = c->add_option("--pue", a->pue, "power usage effectiveness, 1 or more (default: the catalog's 1.1)")->check(between(1, 10));
+  c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target")->check(between(1, 1e5));
   auto* scaling = c->add_option("--scaling", a->scaling, "also print weak and strong data-parallel scaling up to N devices on the first target")
-      ->check(CLI::Range(2, 65536));
+      ->check(between(2, 65536));
   transformer->excludes(layers);
   // --against predicts the runs its records describe, on this machine: no targets, no scaling.
   for (auto* o : {transformer, layers, targets, region, grid, pue, scaling}) against_opt->excludes(o);

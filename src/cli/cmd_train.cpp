@@ -29,7 +29,7 @@ void add_train_flags(CLI::App* c, train::TrainConfig* cfg) {
   c->add_option("--label-smoothing", cfg->label_smoothing, "cross-entropy label smoothing")->capture_default_str();
   c->add_flag("--augment,!--no-augment", cfg->augment, "random crop (--crop-pad px padding) and, where the data allows, horizontal flip; pays off in runs longer than 5 epochs");
   c->add_option("--crop-pad", cfg->crop_pad, "with --augment: pixels of zero padding the random crop shifts within (0 = horizontal flips only)")
-      ->capture_default_str()->check(CLI::Range(int64_t{0}, int64_t{8}));
+      ->capture_default_str()->check(between(0, 8));
   c->add_option("--workers,-j", cfg->workers, "data-loader threads (0 = load in the training thread)")->capture_default_str();
   c->add_option("--threads", cfg->threads, "compute threads (0 = all cores)")->capture_default_str();
   c->add_flag("!--keep-denormals", cfg->flush_denormals,

@@ -110,7 +110,7 @@ std::string what_would_fit(const JobSpec& job, const Device& d) {
 }  // namespace
 
 double micro_batches(const JobSpec& job) {
-  return std::max(1.0, double(job.global_batch) / double(job.layout.dp * job.micro_batch));
+  return std::max(1.0, double(job.global_batch) / (double(job.layout.dp) * double(job.micro_batch)));
 }
 
 double peak_flops(const Device& d, const std::string& precision) {
@@ -135,7 +135,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   e.id = d.id;
   e.name = d.name;
   const Layout& l = job.layout;
-  e.devices = double(l.dp * l.tp * l.pp);
+  e.devices = double(l.dp) * double(l.tp) * double(l.pp);  // in doubles: --dp is bounded only by the batch
   e.capacity = d.memory_gb * 1e9;
   // tf32 runs on fp32 data where the hardware has no tf32 mode (dlperf's CPU engine trains fp32,
   // and bf16 where oneDNN has bf16 kernels).

@@ -84,7 +84,7 @@ StateBytes state_bytes_per_param(const std::string& precision, const std::string
 double pipeline_bubble(const Layout& l, double micro_batches) {
   const int64_t m = std::max<int64_t>(1, int64_t(micro_batches));
   const int64_t gap = m % l.pp == 0 ? 0 : l.pp - m % l.pp;
-  return double(l.pp - 1 + (l.vp - 1) * gap) / double(l.vp * m);
+  return (double(l.pp - 1) + double(l.vp - 1) * double(gap)) / (double(l.vp) * double(m));
 }
 
 // Megatron's 1F1B warms up with pp - 1 - rank forwards (interleaved: 2 (pp - 1 - rank) + (vp - 1) pp
@@ -105,8 +105,9 @@ DeviceMemory transformer_memory(const TransformerSpec& t, int64_t micro_batch, c
   check(l.zero >= 0 && l.zero <= 3, "--zero must be 0, 1, 2 or 3");
   check(t.heads % l.tp == 0, fmt::format("--tp {} does not divide the {} attention heads", l.tp, t.heads));
   check(t.layers % l.pp == 0, fmt::format("--pp {} does not divide the {} layers", l.pp, t.layers));
-  check(t.layers % (l.pp * l.vp) == 0,
-        fmt::format("--pp {} x --virtual-stages {} = {} chunks do not divide the {} layers", l.pp, l.vp, l.pp * l.vp, t.layers),
+  // Divided, not multiplied: pp x vp can overflow for a --virtual-stages no model has.
+  check((t.layers / l.pp) % l.vp == 0,
+        fmt::format("--virtual-stages {} does not divide the {} layers each of the --pp {} devices holds", l.vp, t.layers / l.pp, l.pp),
         "pick --virtual-stages so that pp x virtual stages divides the layers");
   const StateBytes b = state_bytes_per_param(precision, optimizer);
   const double params = transformer_params(t) / double(l.tp * l.pp);  // model parallelism splits the weights

@@ -267,7 +267,9 @@ void check_fits(const nn::ModelSpec& spec, const nn::Graph& g, const nn::Optimiz
 namespace {
 
 void validate(const TrainConfig& cfg) {
-  check(cfg.epochs >= 1, "--epochs must be at least 1");
+  // A million epochs is past any real run, and keeps epochs x steps (the schedule's length, the
+  // profile's window) within int64: 2^63 - 1 of them wrapped the step count negative.
+  check(cfg.epochs >= 1 && cfg.epochs <= kMaxEpochs, fmt::format("--epochs must be between 1 and {}, not {}", kMaxEpochs, cfg.epochs));
   check(cfg.batch >= 1 && cfg.batch <= kMaxBatch, fmt::format("--batch-size must be between 1 and {}", kMaxBatch));
   // Each says the value it was given: "--lr must be a positive number, not nan".
   auto given = [](double v) { return fmt::format(", not {:g}", v); };

@@ -18,6 +18,8 @@ namespace dlperf::train {
 
 /// The largest --batch-size a run takes (train, profile, and each of the lab's runs).
 constexpr int64_t kMaxBatch = 65536;
+/// The most --epochs a run takes (validate() says why).
+constexpr int64_t kMaxEpochs = 1000000;
 
 struct TrainConfig {
   std::string model = "medium";
