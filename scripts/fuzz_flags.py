@@ -14,9 +14,10 @@ fuzzed without editing this file. The commands, each on a small job so a case ta
     plan-transformer  plan --transformer SIZE --targets a100-80gb,h100-sxm (sizes: L,H,A,S,V)
     train             train on 64 synthetic 1x8x8 images, one epoch
     profile           profile on the same, a few steps
+    lab               lab workers on the same, one worker
 
 Flags that set how much work a run does (epochs, images, steps) take small or invalid values
-only in train and profile: a valid huge one is a long run, not a fault. Findings are listed with
+only in train, profile and lab: a valid huge one is a long run, not a fault. Findings are listed with
 their command; exit 1 if any. Its first runs (2026-11-29) found --tokens inf and 1e308, --pue 1e308
 planned as jobs of inf years or inf kWh, and --epochs 2^63 - 1 wrapping a run's step count
 negative; the int64 overflows of --dp x --micro-batch (to 0: a crash on % 0) and --pp x
@@ -25,6 +26,7 @@ are among its cases.
 """
 import argparse
 import collections
+import itertools
 import os
 import random
 import re
@@ -39,7 +41,7 @@ EXTREMES = ["0", "-1", "1", "2", "3", "7", "0.5", "-0.5", "1e-300", "2147483647"
             "9007199254740993", "4611686018427387904", "9223372036854775807", "9223372036854775808",
             "1e308", "-1e308", "inf", "-inf", "nan", "abc", ""]
 SMALL = ["0", "-1", "1", "2", "abc", "", "9223372036854775808", "nan"]  # for the flags that set how much work a run does
-WORK = {"--epochs", "-e", "--train-limit", "--test-limit", "--skip", "--steps", "--profile-skip", "--profile-steps",
+WORK = {"--epochs", "-e", "--train-limit", "--test-limit", "--max-workers", "--batches", "--skip", "--steps", "--profile-skip", "--profile-steps",
         "--eval-every", "--every", "--profile-every", "--warmup-epochs", "--step-epochs", "--workers", "-j", "--threads",
         "--seed", "--scaling"}
 SHAPES = ["1x1x1", "1x28x28", "3x32x32", "0x28x28", "1x0x28", "1x-1x28", "1x2147483648x1", "65536x65536x65536",
@@ -66,7 +68,7 @@ def main():
     ap.add_argument("--dlperf", default=os.path.join(ROOT, "build", "dlperf"))
     ap.add_argument("--cases", type=int, default=80, help="cases per command")
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--only", default="", help="comma-separated commands (plan-cnn, plan-transformer, train, profile)")
+    ap.add_argument("--only", default="", help="comma-separated commands (plan-cnn, plan-transformer, train, profile, lab)")
     ap.add_argument("--timeout", type=float, default=60, help="seconds before a run counts as a hang")
     ap.add_argument("--messages", action="store_true", help="also list the distinct refusals, to read them as a user would")
     args = ap.parse_args()
@@ -79,6 +81,7 @@ def main():
     rc, text = run([dlperf, "bench", "all", "--quick", "--threads", "1"], work, 600)
     if rc != 0:
         sys.exit(f"fuzz_flags: measuring the machine failed:\n{text}")
+    labs = itertools.count()  # a report folder a lab: one that holds a lab is refused without --resume
     tiny = ["-d", "synthetic:1x8x8:64", "-m", "mlp", "-b", "16", "--test-limit", "32", "--no-progress", "--runs-dir", ""]
     commands = {
         "plan-cnn": (lambda: ["plan", "-m", rng.choice(["logreg", "small", "medium", "resnet18"]),
@@ -87,6 +90,8 @@ def main():
                                       "--targets", "a100-80gb,h100-sxm"], "plan", {"--transformer": SIZES}),
         "train": (lambda: ["train", *tiny, "-e", "1"], "train", {}),
         "profile": (lambda: ["profile", *tiny, "--skip", "1", "--steps", "2"], "profile", {}),
+        "lab": (lambda: ["lab", "workers", "-d", "synthetic:1x8x8:64", "-m", "mlp", "-b", "16", "--max-workers", "1", "--test-limit", "32",
+                         "--no-progress", "-o", f"lab{next(labs)}"], "lab", {}),
     }
     only = set(filter(None, args.only.split(",")))
     if only - commands.keys():
@@ -106,7 +111,7 @@ def main():
             for flag in rng.sample(choices, min(len(choices), rng.choice([1, 1, 2, 3]))):
                 if flag in texts:
                     value = rng.choice(texts[flag])
-                elif name in ("train", "profile") and flag in WORK:
+                elif name in ("train", "profile", "lab") and flag in WORK:
                     value = rng.choice(SMALL)
                 else:
                     value = rng.choice(EXTREMES)

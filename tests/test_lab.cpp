@@ -619,7 +619,7 @@ TEST(Lab, TheNoiseLineSaysTheDifferenceRowsMustExceed) {
 // Rows say when their run shared the CPUs with other work, and the report says how many did: a
 // run counted once, however many experiments show it.
 TEST(Lab, SharedCpusAreSaidRowByRowAndOverTheLab) {
-  json calm = {{"status", "measured"}, {"note", ""}, {"host_busy_pct", 1.5}, {"record", "runs/a.json"}};
+  json calm = {{"status", "measured"}, {"note", ""}, {"host_busy_pct", 1.5}, {"total_s", 30.0}, {"record", "runs/a.json"}};
   lab::Experiment batch, model;
   batch.rows = {calm, calm};
   batch.rows[1]["record"] = "runs/b.json";
@@ -627,8 +627,20 @@ TEST(Lab, SharedCpusAreSaidRowByRowAndOverTheLab) {
   model.rows = {calm, json{{"status", "missing"}, {"note", "no GPU"}}};
   EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
             "no run shared the CPUs with other work: other processes and the hypervisor took at most 4% of their time during any run");
+  // A run under a second spans too few of the kernel's 10 ms ticks: one stray tick read as 100%.
+  json blip = calm;
+  blip["record"] = "runs/blip.json";
+  blip["total_s"] = 0.02;
+  blip["host_busy_pct"] = 100.0;
+  lab::Experiment quick;
+  quick.rows = {blip};
+  EXPECT_EQ(lab::shared_cpus_sentence({quick}),
+            "every run took under a second, too short for the kernel's 10 ms clock to tell whether other work shared the CPUs");
+  EXPECT_EQ(lab::shared_cpus_sentence({batch, model, quick}),
+            "no run shared the CPUs with other work: other processes and the hypervisor took at most 4% of their time during any run "
+            "of a second or more (shorter ones are too short to tell)");
   model.rows.push_back({{"status", "measured"}, {"note", "CPUs shared: other processes used 37% of the 2 CPUs' time"},
-                        {"host_busy_pct", 37.2}, {"host_shared", true}, {"record", "runs/c.json"}});
+                        {"host_busy_pct", 37.2}, {"host_shared", true}, {"total_s", 30.0}, {"record", "runs/c.json"}});
   EXPECT_EQ(lab::shared_cpus_sentence({batch, model}),
             "1 of 3 runs shared the CPUs with other work (up to 37% of their time; those rows' notes say so), so they read slow");
   EXPECT_EQ(lab::row_note(model.rows[2]), "CPUs shared: other processes used 37% of the 2 CPUs' time");

@@ -30,7 +30,7 @@ void add_lab(CLI::App& app, const Command& self) {
       ->capture_default_str()->check(at_least(1));
   c->add_option("--models", cfg->models, "the model experiment's models")->delimiter(',')->capture_default_str();
   c->add_option("--batches", cfg->batches, "the batch experiment's batch sizes")->delimiter(',')->capture_default_str()->check(at_least(1));
-  c->add_option("--epochs,-e", cfg->epochs, "epochs per run (default: 1 with --quick, 5 with --full)")->check(at_least(1));
+  c->add_option("--epochs,-e", cfg->epochs, "epochs per run (default: 1 with --quick, 5 with --full)")->check(between(1, double(train::kMaxEpochs)));
   c->add_option("--train-limit", cfg->train_limit, "training images per run, 0 for all (default: 20000 with --quick, all with --full)")->check(at_least(0));
   c->add_option("--test-limit", cfg->test_limit, "test images per run, 0 for all (default: 5000 with --quick, all with --full)")->check(at_least(0));
   c->add_option("--max-workers", cfg->max_workers, "the most loader workers the workers experiment tries (default: the core count)")->check(at_least(1));

@@ -80,7 +80,7 @@ HostLoad host_load(const CpuTimes& begin, const CpuTimes& end) {
   return h;
 }
 
-bool HostLoad::busy() const { return known && seconds >= 1.0 && others_share + steal_share >= kBusyShare; }
+bool HostLoad::busy() const { return known && seconds >= kLeastJudgedSeconds && others_share + steal_share >= kBusyShare; }
 
 HostLoad combined(const std::vector<HostLoad>& windows) {
   HostLoad all;

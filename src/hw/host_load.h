@@ -48,6 +48,8 @@ struct HostLoad {
   bool busy() const;
 };
 inline constexpr double kBusyShare = 0.10;
+/// The shortest window busy() judges: the kernel counts CPU time in ticks of 10 ms.
+inline constexpr double kLeastJudgedSeconds = 1.0;
 HostLoad host_load(const CpuTimes& begin, const CpuTimes& end);
 /// Windows one after another (a run's epochs) as one: their seconds added, shares weighted by them.
 HostLoad combined(const std::vector<HostLoad>& windows);
