@@ -218,16 +218,11 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
 // (the catalog's allreduce_busbw_gbps), not NVLink's both-directions figure; tensor parallelism
 // all-reduces the micro-batch's activations twice forward and twice backward a layer (three
 // times each way with full checkpointing), in every micro-step of the pipeline's schedule.
-TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
-  const plan::Catalog c = plan::load_catalog();
-  const plan::Device& h100 = c.find("h100-sxm");
-  EXPECT_EQ(h100.allreduce_busbw_gbps, 480);
-  EXPECT_EQ(h100.node_busbw_gbps(), 480);
-  EXPECT_EQ(c.find("b200").node_busbw_gbps(), c.find("b200").interconnect_gbps);  // not measured: the quoted figure
-  const plan::TransformerSpec t = plan::transformer("gpt3-175b");
+// README's GPT-3 example: 175B in bf16 with AdamW over 64 x 8 x 16 devices, micro-batch 1, ZeRO-1.
+plan::JobSpec gpt3_on_8192_devices(int64_t global_batch) {
   plan::JobSpec job;
-  job.transformer = t;
-  job.global_batch = 1536;
+  job.transformer = plan::transformer("gpt3-175b");
+  job.global_batch = global_batch;
   job.micro_batch = 1;
   job.precision = "bf16";
   job.optimizer = "adamw";
@@ -235,6 +230,16 @@ TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
   job.layout.tp = 8;
   job.layout.pp = 16;
   job.layout.zero = 1;
+  return job;
+}
+
+TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
+  const plan::Catalog c = plan::load_catalog();
+  const plan::Device& h100 = c.find("h100-sxm");
+  EXPECT_EQ(h100.allreduce_busbw_gbps, 480);
+  EXPECT_EQ(h100.node_busbw_gbps(), 480);
+  EXPECT_EQ(c.find("b200").node_busbw_gbps(), c.find("b200").interconnect_gbps);  // not measured: the quoted figure
+  plan::JobSpec job = gpt3_on_8192_devices(1536);
   const plan::TargetEstimate e = plan::estimate(job, h100, 400, 1.1);
   const double bytes = 2048.0 * 12288 * 2, micro_steps = 1536 / 64, bubble = 15 / micro_steps;
   const double one = std::min(plan::ring_allreduce_s(bytes, 8, 480, job.alpha_s), plan::tree_allreduce_s(bytes, 8, 480, job.alpha_s));
@@ -265,16 +270,7 @@ TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
 TEST(PlanTargets, PipelineSendsAndInterleavingArePlanned) {
   const plan::Catalog c = plan::load_catalog();
   const plan::Device& h100 = c.find("h100-sxm");
-  plan::JobSpec job;
-  job.transformer = plan::transformer("gpt3-175b");
-  job.global_batch = 64 * 48;
-  job.micro_batch = 1;
-  job.precision = "bf16";
-  job.optimizer = "adamw";
-  job.layout.dp = 64;
-  job.layout.tp = 8;
-  job.layout.pp = 16;
-  job.layout.zero = 1;
+  plan::JobSpec job = gpt3_on_8192_devices(64 * 48);
   const plan::TargetEstimate plain = plan::estimate(job, h100, 400, 1.1);
   const double m = 48, bytes = 2048.0 * 12288 * 2 / 8;
   const double send = bytes / (job.network_gbps * 1e9) + job.alpha_s;
