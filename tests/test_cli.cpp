@@ -119,6 +119,10 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer gpt2-small --batch-size 6 --dp 4", "the global batch must be a multiple of 4"},
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
       {"plan --virtual-stages 2", "--virtual-stages requires --transformer"},
+      {"plan --devices 8", "--devices requires --transformer"},
+      {"plan --transformer gpt2-small --devices 8 --dp 8", "--dp follows from --devices and the other degrees: the search sets it"},
+      {"plan --transformer gpt3-175b --devices 8", "none of the 1782 layouts of 8 h100-sxm fits: the leanest needs"},
+      {"plan --transformer gpt2-small --devices 8 --targets cpu", "--devices searches the layouts of GPUs or TPUs, and the first target is this CPU"},
       {"plan --transformer gpt2-small --tokens inf", "--tokens: must be between 1 and 1e+18, not inf"},  // planned a job of inf years
       {"plan --pue 1e308", "--pue: must be between 1 and 10, not 1e308"},  // energy of inf kWh
       {"plan --transformer gpt2-small --zero 7", "--zero: must be between 0 and 3, not 7"},
@@ -778,6 +782,28 @@ TEST(Cli, PlanSaysHowLongThePipelineIdles) {
                          "  * 8 micro-batches a step cannot fill 16 stages: a larger --batch-size gives each step 16 or more\n"),
             std::string::npos)
       << few.out;
+}
+
+// --devices N searches the layouts of N devices, prints the fastest that fit, and plans the first.
+TEST(Cli, PlanFindsTheFastestLayoutOfTheDevices) {
+  TempDir dir;
+  const Outcome o = run_dlperf(dir, "plan --transformer gpt2-small --batch-size 64 --precision bf16 --optimizer adamw --devices 8 "
+                                    "--targets h100-sxm,a100-80gb --json p.json");
+  ASSERT_EQ(o.exit_code, 0) << o.err;
+  EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(Layouts of 8 h100-sxm devices, fastest first \(\d+ of the \d+ tried fit; the plan takes the first\):)")))
+      << o.out;
+  EXPECT_NE(o.out.find("\nlayout: data 8 x tensor 1 x pipeline 1, ZeRO 0, checkpointing none, micro-batch 8 (1 a step)\n"), std::string::npos)
+      << o.out;
+  const nlohmann::json p = nlohmann::json::parse(slurp(dir.path / "p.json"));
+  EXPECT_EQ(p["layouts"]["target"], "h100-sxm");
+  EXPECT_EQ(p["layouts"]["rows"][0]["dp"], 8);
+  EXPECT_EQ(p["layout"]["dp"], 8);  // the plan is the first row's
+  EXPECT_DOUBLE_EQ(p["layouts"]["rows"][0]["estimate"]["step_s"].get<double>(), p["targets"]["rows"][0]["step_s"].get<double>());
+  EXPECT_EQ(p["targets"]["rows"].size(), 2u);  // and every target is planned at it
+  // The degrees given stay.
+  const Outcome kept = run_dlperf(dir, "plan --transformer gpt2-small --batch-size 64 --devices 8 --tp 2 --checkpointing full");
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_NE(kept.out.find("\nlayout: data 4 x tensor 2 x pipeline 1, ZeRO 0, checkpointing full"), std::string::npos) << kept.out;
 }
 
 // A target without a peak for the precision is a row of dashes with the reason below, not the

@@ -20,6 +20,7 @@
 #include "plan/against.h"
 #include "plan/catalog.h"
 #include "plan/gpu_step.h"
+#include "plan/layout_search.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
 #include "plan/targets.h"
@@ -299,6 +300,56 @@ TEST(PlanTargets, PipelineSendsAndInterleavingArePlanned) {
   EXPECT_NEAR(plan::estimate(small, h100, 400, 1.1).pp_comm_s, 2 * small_send * 16 * (1 + 3.0 / 16), 1e-15);
   small.layout.pp = 1;
   EXPECT_EQ(plan::estimate(small, h100, 400, 1.1).pp_comm_s, 0);
+}
+
+// The layout search plans every layout it lists as estimate() plans it, keeps only those within
+// kSearchMemoryShare of a device, lists them fastest first, keeps the degrees it is given, and
+// finds pure data parallelism fastest for a model that fits one GPU (no tp all-reduces, no bubble).
+TEST(PlanLayouts, TheSearchListsTheLayoutsThatFitFastestFirst) {
+  const plan::Catalog c = plan::load_catalog();
+  const plan::Device& h100 = c.find("h100-sxm");
+  plan::JobSpec job;
+  job.transformer = plan::transformer("gpt2-small");
+  job.global_batch = 64;
+  job.precision = "bf16";
+  job.optimizer = "adamw";
+  const plan::LayoutSearch s = plan::search_layouts(job, h100, 8, {}, 400, 1.1);
+  ASSERT_FALSE(s.fitting.empty());
+  EXPECT_GE(s.tried, int64_t(s.fitting.size()));
+  const plan::LayoutChoice& best = s.fitting.front();
+  EXPECT_EQ(best.layout.dp, 8);
+  EXPECT_EQ(best.layout.tp, 1);
+  EXPECT_EQ(best.layout.pp, 1);
+  EXPECT_EQ(best.layout.zero, 0);  // at the same step, the simpler layout
+  EXPECT_EQ(best.layout.checkpointing, "none");
+  for (size_t i = 0; i < s.fitting.size(); ++i) {
+    const plan::LayoutChoice& choice = s.fitting[i];
+    plan::JobSpec j = job;
+    j.layout = choice.layout;
+    j.micro_batch = choice.micro_batch;
+    EXPECT_EQ(choice.layout.dp * choice.layout.tp * choice.layout.pp, 8);
+    EXPECT_EQ(j.global_batch % (choice.layout.dp * choice.micro_batch), 0);
+    EXPECT_DOUBLE_EQ(choice.estimate.step_s, plan::estimate(j, h100, 400, 1.1).step_s);
+    EXPECT_LE(choice.estimate.memory, plan::kSearchMemoryShare * 80e9);
+    if (i > 0) {
+      EXPECT_LE(s.fitting[i - 1].estimate.step_s, choice.estimate.step_s * (1 + 1e-9));
+    }
+  }
+  // The degrees it is given stay; none it can try is an error, not an empty table.
+  plan::LayoutFixed fixed;
+  fixed.tp = 2;
+  fixed.checkpointing = "full";
+  for (const plan::LayoutChoice& choice : plan::search_layouts(job, h100, 8, fixed, 400, 1.1).fitting) {
+    EXPECT_EQ(choice.layout.tp, 2);
+    EXPECT_EQ(choice.layout.checkpointing, "full");
+  }
+  fixed.tp = 3;  // divides the 12 heads, not the 8 devices
+  EXPECT_NE(error_of([&] { plan::search_layouts(job, h100, 8, fixed, 400, 1.1); }).find("no layout of 8 devices to try"), std::string::npos);
+  // GPT-3 175B on 8 H100s: its states alone are past any layout of them.
+  job.transformer = plan::transformer("gpt3-175b");
+  const plan::LayoutSearch none = plan::search_layouts(job, h100, 8, {}, 400, 1.1);
+  EXPECT_TRUE(none.fitting.empty());
+  EXPECT_GT(none.least_memory, 80e9);
 }
 
 // CPU datasheets for dlperf bench's % of spec: found from the model name the OS reports, peaks

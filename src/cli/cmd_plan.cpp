@@ -26,6 +26,7 @@
 #include "hw/cpu_info.h"
 #include "plan/against.h"
 #include "plan/gpu_step.h"
+#include "plan/layout_search.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
 #include "plan/targets.h"
@@ -62,6 +63,8 @@ struct PlanArgs {
   double pue = 0, grid = -1, cpu_watts = 0;
   std::string catalog;
   int64_t scaling = 0;
+  int64_t devices = 0;       ///< Transformer: search the layouts of this many devices (0: plan --dp/--tp/--pp as given)
+  plan::LayoutFixed fixed;   ///< with devices: the degrees the user set, which the search keeps
 };
 
 // $12.50, $4,108,252; past a trillion dollars, $1.05e+13 (a plan of an absurd job stays readable);
@@ -122,6 +125,9 @@ std::string does_not_fit(const plan::JobSpec& job, const plan::TargetEstimate& e
                      "raise --tp or --pp",
                      e.id, job.layout.tp, job.layout.pp);
 }
+
+// The target a search or scaling table is planned on: the first of --targets, else an H100.
+std::string first_target(const PlanArgs& a) { return a.targets.empty() ? "h100-sxm" : a.targets.front(); }
 
 // The targets planned when --targets is not given: this CPU for a CNN, the large GPUs for a Transformer.
 std::vector<std::string> targets_or_default(const PlanArgs& a, bool transformer) {
@@ -241,7 +247,7 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
   if (a.scaling <= 1) return nullptr;
   nlohmann::json rows = nlohmann::json::array();
   const plan::Catalog cat = plan::load_catalog(a.catalog);
-  const std::string id = a.targets.empty() ? (base.transformer ? "h100-sxm" : "cpu") : a.targets.front();
+  const std::string id = !a.targets.empty() || base.transformer ? first_target(a) : "cpu";
   const plan::Device d = id == "cpu" ? plan::host_device(c(), a.cpu_watts) : cat.find(id);
   report::Table t({"data-parallel", "weak: step", "weak: samples/s", "weak: efficiency", "strong: per-device batch", "strong: step",
                    "strong: speed-up", "strong: efficiency"});
@@ -328,8 +334,65 @@ void print_pipeline_idle(const plan::TransformerSpec& t, const plan::Layout& l, 
               fmt::format("{}", fmt::join(v, ", ")).c_str(), more, (long long)v.front());
 }
 
-void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
+// The layout search's findings: the table printed above the plan's layout, and its JSON.
+struct ChosenLayout {
+  std::string text;
+  nlohmann::json json;
+};
+
+// --devices N: every layout of N devices of the first target, planned; the fastest that fit, in a
+// table (`shown` of them), and the plan's layout and micro-batch set to the fastest.
+ChosenLayout choose_layout(PlanArgs& a, const plan::TransformerSpec& t, size_t shown = 8) {
+  const plan::Catalog cat = plan::load_catalog(a.catalog);
+  const std::string id = first_target(a);
+  check(id != "cpu", "--devices searches the layouts of GPUs or TPUs, and the first target is this CPU", "put a GPU first in --targets");
+  const plan::Device d = cat.find(id);
+  plan::JobSpec job;
+  job.transformer = t;
+  job.global_batch = a.batch;
+  job.precision = a.precision;
+  job.optimizer = a.optimizer;
+  const plan::LayoutSearch s = plan::search_layouts(job, d, a.devices, a.fixed, grid_intensity(a, cat), a.pue > 0 ? a.pue : cat.pue);
+  check(!s.fitting.empty(),
+        fmt::format("none of the {} layouts of {} {} fits: the leanest needs {} a device, and the search fills {:.0f}% of its {}", s.tried,
+                    a.devices, id, format_bytes(s.least_memory), 100 * plan::kSearchMemoryShare, format_bytes(d.memory_gb * 1e9)),
+        "use more --devices, or put a GPU with more memory first in --targets");
+  const plan::LayoutChoice& best = s.fitting.front();
+  a.layout = best.layout;
+  a.micro_batch = best.micro_batch;
+  report::Table table({"#", "dp", "tp", "pp", "vp", "micro-batch", "ZeRO", "checkpointing", "mem/device", "step", "pipeline idle", "comm", "MFU"});
+  nlohmann::json rows = nlohmann::json::array();
+  for (size_t i = 0; i < s.fitting.size(); ++i) {
+    const plan::LayoutChoice& c = s.fitting[i];
+    const plan::Layout& l = c.layout;
+    const double idle = plan::pipeline_bubble(l, plan::micro_batches([&] {
+      plan::JobSpec j = job;
+      j.layout = l;
+      j.micro_batch = c.micro_batch;
+      return j;
+    }()));
+    if (i < shown)
+      table.add({fmt::format("{}", i + 1), fmt::format("{}", l.dp), fmt::format("{}", l.tp), fmt::format("{}", l.pp), fmt::format("{}", l.vp),
+                 fmt::format("{}", c.micro_batch), fmt::format("{}", l.zero), l.checkpointing, format_bytes(c.estimate.memory),
+                 format_seconds(c.estimate.step_s), fmt::format("{:.0f}%", 100 * idle), comm_text(c.estimate),
+                 fmt::format("{:.0f}%", 100 * c.estimate.mfu)});
+    if (i < shown)
+      rows.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.vp}, {"micro_batch", c.micro_batch}, {"zero", l.zero},
+                      {"checkpointing", l.checkpointing}, {"pipeline_bubble", idle}, {"estimate", to_json(c.estimate)}});
+  }
+  const std::string note = fmt::format(
+      "  * within {:.0f}% of each device's {} (the rest for the CUDA context, NCCL's buffers and fragmentation); steps a few percent "
+      "apart are alike to this model: choose among them by what else matters\n",
+      100 * plan::kSearchMemoryShare, format_bytes(d.memory_gb * 1e9));
+  return {fmt::format("\nLayouts of {} {} devices, fastest first ({} of the {} tried fit; the plan takes the first):\n{}{}", a.devices, id,
+                      s.fitting.size(), s.tried, table.str(), note),
+          {{"target", id}, {"devices", a.devices}, {"tried", s.tried}, {"fitting", s.fitting.size()}, {"rows", rows}}};
+}
+
+void plan_transformer(const PlanArgs& given, const CpuCeilingsFn& c) {
+  PlanArgs a = given;  // --devices sets its layout
   const plan::TransformerSpec t = plan::transformer(a.transformer);
+  const ChosenLayout chosen = a.devices > 0 ? choose_layout(a, t) : ChosenLayout{};
   const double n = plan::transformer_params(t);
   const double per_token = plan::transformer_train_flops_per_token(t);
   const double tokens = a.tokens > 0 ? a.tokens : 20 * n;  // Chinchilla's 20 tokens a parameter
@@ -343,10 +406,11 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
                     a.batch, a.layout.dp, a.micro_batch),
         "lower --dp or --micro-batch");
   const int64_t split = a.layout.dp * a.micro_batch;
-  check(a.batch % split == 0,
-        fmt::format("--batch-size {} does not split into --dp {} replicas of whole micro-batches of {} (--micro-batch): the global "
-                    "batch must be a multiple of {}", a.batch, a.layout.dp, a.micro_batch, split),
-        fmt::format("use --batch-size {}", (a.batch / split + 1) * split));
+  if (a.batch % split != 0)  // the hint's next multiple is formed only here: near 2^63 it overflows
+    throw Error(fmt::format("--batch-size {} does not split into --dp {} replicas of whole micro-batches of {} (--micro-batch): the "
+                            "global batch must be a multiple of {}", a.batch, a.layout.dp, a.micro_batch, split),
+                a.batch <= std::numeric_limits<int64_t>::max() - split ? fmt::format("use --batch-size {}", (a.batch / split + 1) * split)
+                                                                       : "lower --dp or --micro-batch");
   // Checks the layout (--tp divides the heads, ...) before anything prints.
   const int64_t micro_batches = a.batch / split;  // a pipeline's in each step
   const plan::DeviceMemory m = plan::transformer_memory(t, a.micro_batch, a.precision, a.optimizer, a.layout, double(micro_batches));
@@ -369,6 +433,7 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
   mt.add({"workspace (logits)", format_bytes(m.workspace)});
   mt.separator();
   mt.add({"total", format_bytes(m.total())});
+  std::printf("%s", chosen.text.c_str());
   const std::string interleaved = a.layout.vp > 1 ? fmt::format(" (interleaved: {} chunks a device)", a.layout.vp) : "";
   std::printf("\nlayout: data %lld x tensor %lld x pipeline %lld%s, ZeRO %d, checkpointing %s, micro-batch %lld (%lld a step)\n",
               (long long)a.layout.dp, (long long)a.layout.tp, (long long)a.layout.pp, interleaved.c_str(), a.layout.zero,
@@ -399,6 +464,7 @@ void plan_transformer(const PlanArgs& a, const CpuCeilingsFn& c) {
                   {"pipeline_bubble", plan::pipeline_bubble(a.layout, double(micro_batches))}}},
       {"memory_bytes_per_device", {{"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer_state", m.optimizer},
                                    {"activations", m.activations}, {"workspace", m.workspace}, {"total", m.total()}}}};
+  if (a.devices > 0) out["layouts"] = chosen.json;
   out["targets"] = print_targets(job, a, c);
   out["scaling"] = print_scaling(job, a, c, [&](int64_t per_device, nn::Graph&) {
     plan::JobSpec j = job;
@@ -626,6 +692,10 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--virtual-stages", a->layout.vp,
                 "Transformer: model chunks per pipeline device, Megatron's interleaved 1F1B (divides the pipeline's idle time by it)")
       ->capture_default_str()->check(at_least(1))->needs(transformer);
+  c->add_option("--devices", a->devices,
+                                "Transformer: plan the fastest layout of this many devices of the first target (--tp, --pp, --virtual-stages, "
+                                "--micro-batch, --zero and --checkpointing, where given, are kept)")
+                      ->check(between(1, 1 << 20))->needs(transformer);
   c->add_option("--zero", a->layout.zero, "Transformer: ZeRO stage 0-3")->capture_default_str()->check(between(0, 3))->needs(transformer);
   c->add_option("--checkpointing", a->layout.checkpointing, "Transformer: activation checkpointing: none | selective | full")
       ->capture_default_str()->check(CLI::IsMember({"none", "selective", "full"}))->needs(transformer);
@@ -657,6 +727,17 @@ void add_plan(CLI::App& app, const Command& self) {
       for (const char* flag : {"--model", "--input", "--classes", "--workers", "--threads", "--augment", "--dataset-size", "--epochs"})
         check(c->count(flag) == 0, fmt::format("{} describes a CNN training run, and --transformer plans a Transformer", flag),
               fmt::format("drop {}; a Transformer's job is set by --tokens, --batch-size and --micro-batch", flag));
+    // --devices searches the layouts: --dp follows from the devices and the degrees it is given.
+    if (a->devices > 0) {
+      check(c->count("--dp") == 0, "--dp follows from --devices and the other degrees: the search sets it",
+            "drop --dp, or drop --devices to plan the layout given");
+      a->fixed.tp = c->count("--tp") > 0 ? a->layout.tp : 0;
+      a->fixed.pp = c->count("--pp") > 0 ? a->layout.pp : 0;
+      a->fixed.vp = c->count("--virtual-stages") > 0 ? a->layout.vp : 0;
+      a->fixed.micro_batch = c->count("--micro-batch") > 0 ? a->micro_batch : 0;
+      a->fixed.zero = c->count("--zero") > 0 ? a->layout.zero : -1;
+      a->fixed.checkpointing = c->count("--checkpointing") > 0 ? a->layout.checkpointing : "";
+    }
     // --cpu-watts prices the cpu target's energy (and the records' with --against).
     if (a->against.empty() && c->count("--cpu-watts") > 0) {
       const std::vector<std::string> ids = targets_or_default(*a, !a->transformer.empty());
