@@ -362,23 +362,16 @@ ChosenLayout choose_layout(PlanArgs& a, const plan::TransformerSpec& t, size_t s
   a.micro_batch = best.micro_batch;
   report::Table table({"#", "dp", "tp", "pp", "vp", "micro-batch", "ZeRO", "checkpointing", "mem/device", "step", "pipeline idle", "comm", "MFU"});
   nlohmann::json rows = nlohmann::json::array();
-  for (size_t i = 0; i < s.fitting.size(); ++i) {
+  for (size_t i = 0; i < std::min(shown, s.fitting.size()); ++i) {
     const plan::LayoutChoice& c = s.fitting[i];
     const plan::Layout& l = c.layout;
-    const double idle = plan::pipeline_bubble(l, plan::micro_batches([&] {
-      plan::JobSpec j = job;
-      j.layout = l;
-      j.micro_batch = c.micro_batch;
-      return j;
-    }()));
-    if (i < shown)
-      table.add({fmt::format("{}", i + 1), fmt::format("{}", l.dp), fmt::format("{}", l.tp), fmt::format("{}", l.pp), fmt::format("{}", l.vp),
-                 fmt::format("{}", c.micro_batch), fmt::format("{}", l.zero), l.checkpointing, format_bytes(c.estimate.memory),
-                 format_seconds(c.estimate.step_s), fmt::format("{:.0f}%", 100 * idle), comm_text(c.estimate),
-                 fmt::format("{:.0f}%", 100 * c.estimate.mfu)});
-    if (i < shown)
-      rows.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.vp}, {"micro_batch", c.micro_batch}, {"zero", l.zero},
-                      {"checkpointing", l.checkpointing}, {"pipeline_bubble", idle}, {"estimate", to_json(c.estimate)}});
+    const double idle = plan::pipeline_bubble(l, double(a.batch) / double(l.dp * c.micro_batch));
+    table.add({fmt::format("{}", i + 1), fmt::format("{}", l.dp), fmt::format("{}", l.tp), fmt::format("{}", l.pp), fmt::format("{}", l.vp),
+               fmt::format("{}", c.micro_batch), fmt::format("{}", l.zero), l.checkpointing, format_bytes(c.estimate.memory),
+               format_seconds(c.estimate.step_s), fmt::format("{:.0f}%", 100 * idle), comm_text(c.estimate),
+               fmt::format("{:.0f}%", 100 * c.estimate.mfu)});
+    rows.push_back({{"dp", l.dp}, {"tp", l.tp}, {"pp", l.pp}, {"virtual_stages", l.vp}, {"micro_batch", c.micro_batch}, {"zero", l.zero},
+                    {"checkpointing", l.checkpointing}, {"pipeline_bubble", idle}, {"estimate", to_json(c.estimate)}});
   }
   const std::string note = fmt::format(
       "  * within {:.0f}% of each device's {} (the rest for the CUDA context, NCCL's buffers and fragmentation); steps a few percent "
