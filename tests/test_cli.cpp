@@ -211,6 +211,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
     cases.push_back({"train --no-graphs", "--no-graphs turns off CUDA graphs, and this run is on the CPU"});
     cases.push_back({"train --pin-memory off", "--pin-memory off changes how batches reach a GPU"});
     cases.push_back({"train --small-conv cudnn", "--small-conv cudnn picks who runs a GPU's convolutions of few channels"});
+  } else {  // a GPU that is not there: one message before any benchmark, not each one's cudaSetDevice failure
+    cases.push_back({"bench launch --gpu 99", "--gpu 99: this machine has "});
   }
   for (const auto& c : cases) {
     SCOPED_TRACE("dlperf " + c.args);

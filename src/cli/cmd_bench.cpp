@@ -390,6 +390,11 @@ void add_bench(CLI::App& app, const Command& self) {
       check(c->count(flag) == 0 || args->asked(whats),
             fmt::format("{} is for 'dlperf bench {}', not 'dlperf bench {}'", flag, fmt::join(whats, "|"), args->what_text()),
             fmt::format("drop {}, or run one of the benchmarks it is for", flag));
+    // A GPU that is not there: said before any benchmark runs, not as each GPU benchmark's
+    // cudaSetDevice failure. (Without a GPU the GPU benchmarks say they are skipped, and why.)
+    if (const int gpus = cuda::device_count(); gpus > 0)
+      check(args->gpu < gpus, fmt::format("--gpu {}: this machine has {} GPU{}, numbered from 0", args->gpu, gpus, gpus == 1 ? "" : "s"),
+            fmt::format("use --gpu 0{}", gpus > 1 ? fmt::format(" to {}", gpus - 1) : ""));
     args->models_given = c->count("--models") > 0;
     if (!args->json_path.empty()) check_file_path(args->json_path, "--json");
     // Checked before any benchmark runs, not after the last one: the default results file, the
