@@ -12,7 +12,7 @@ The numeric flags come from each command's --help (INT, UINT and FLOAT options),
 fuzzed without editing this file. The commands, each on a small job so a case takes seconds:
 
     plan-cnn          plan -m MODEL --targets cpu,h100-sxm,tpu-v4 (shapes: --input)
-    plan-transformer  plan --transformer SIZE --targets a100-80gb,h100-sxm (sizes: L,H,A,S,V)
+    plan-transformer  plan --transformer SIZE --targets a100-80gb,h100-sxm, tpu-v4 first or t4 (sizes: L,H,A,S,V)
     train             train on 64 synthetic 1x8x8 images, one epoch
     profile           profile on the same, a few steps
     lab               lab workers on the same, one worker
@@ -89,8 +89,8 @@ def main():
     commands = {
         "plan-cnn": (lambda: ["plan", "-m", rng.choice(["logreg", "small", "medium", "resnet18"]),
                               "--targets", "cpu,h100-sxm,tpu-v4"], "plan", {"--input": SHAPES}),
-        "plan-transformer": (lambda: ["plan", "--transformer", rng.choice(["gpt2-small", "gpt3-175b"]),
-                                      "--targets", "a100-80gb,h100-sxm"], "plan", {"--transformer": SIZES}),
+        "plan-transformer": (lambda: ["plan", "--transformer", rng.choice(["gpt2-small", "gpt3-175b"]), "--targets",
+                                      rng.choice(["a100-80gb,h100-sxm", "tpu-v4,h100-sxm", "t4"])], "plan", {"--transformer": SIZES}),
         "train": (lambda: ["train", *tiny, "-e", "1"], "train", {}),
         "profile": (lambda: ["profile", *tiny, "--skip", "1", "--steps", "2"], "profile", {}),
         "lab": (lambda: ["lab", "workers", "-d", "synthetic:1x8x8:64", "-m", "mlp", "-b", "16", "--max-workers", "1", "--test-limit", "32",

@@ -120,6 +120,8 @@ TEST(Cli, BadInputGetsOneClearMessageAndANonZeroExit) {
       {"plan --transformer gpt2-small --batch-size 8 --dp 4 --micro-batch 4", "the global batch must be a multiple of 16"},
       {"plan --virtual-stages 2", "--virtual-stages requires --transformer"},
       {"plan --devices 8", "--devices requires --transformer"},
+      // listed every layout at 0 us and -100% MFU
+      {"plan --transformer gpt2-small --devices 8 --targets tpu-v4", "tpu-v4 cannot run this job: no fp32 peak in the catalog (it lists bf16)"},
       {"plan --transformer gpt2-small --devices 8 --dp 8", "--dp follows from --devices and the other degrees: the search sets it"},
       {"plan --transformer gpt3-175b --devices 8", "none of the 1782 layouts of 8 h100-sxm fits: the leanest needs"},
       {"plan --transformer gpt2-small --devices 8 --targets cpu", "--devices searches the layouts of GPUs or TPUs, and the first target is this CPU"},

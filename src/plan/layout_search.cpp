@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <tuple>
+#include <utility>
 
 #include "core/error.h"
 
@@ -64,7 +65,11 @@ LayoutSearch search_layouts(const JobSpec& job, const Device& d, int64_t devices
               const double bytes = transformer_memory(t, mb, j.precision, j.optimizer, j.layout, micro_batches(j)).total();
               out.least_memory = std::min(out.least_memory, bytes);
               if (bytes > kSearchMemoryShare * d.memory_gb * 1e9) continue;
-              out.fitting.push_back({j.layout, mb, estimate(j, d, grid, pue)});
+              TargetEstimate e = estimate(j, d, grid, pue);
+              // Not a layout's fault (a precision the device lacks): every layout would say the same.
+              check(e.unsupported.empty(), fmt::format("{} cannot run this job: {}", d.id, e.unsupported),
+                    "pick a --precision it has, or put another target first in --targets");
+              out.fitting.push_back({j.layout, mb, std::move(e)});
             }
           }
         }
