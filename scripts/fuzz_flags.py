@@ -51,6 +51,10 @@ SIZES = ["1,1,1,1,1", "2,64,2,8,100", "12,768,12,1024,50257", "96,12288,96,2048,
          "12,768,0,1024,50257", "12,2147483648,2,1024,50257", "9223372036854775807,1,1,1,1", "12,768,12,1024",
          "1,1,1,9223372036854775807,1", "128,25600,160,2048,51200", "a,b,c,d,e"]
 NONFINITE = re.compile(r"(?<![\w-])-?(nan|inf)(?![\w-])", re.IGNORECASE)
+# In a plan (no --against, whose error columns are signed): a share below zero or a step of no
+# time is a target planned from nothing (plan --devices once listed every layout of a target
+# without the job's precision at 0.00 us and -100% MFU).
+IMPOSSIBLE_IN_PLAN = re.compile(r"(?<![\w.+-])-\d+(\.\d+)?%|\s0\.00 us\s")
 
 
 def numeric_flags(dlperf, command):
@@ -126,6 +130,8 @@ def main():
             v = verdict(rc, out)
             if v == "ok" and NONFINITE.search(out):
                 v = "a figure that is not a number"
+            elif v == "ok" and command == "plan" and IMPOSSIBLE_IN_PLAN.search(out):
+                v = "an impossible figure"
             tally[name][v] += 1
             for line in out.splitlines():
                 if line.startswith("dlperf: error"):

@@ -288,6 +288,12 @@ TEST(PlanTargets, PipelineSendsAndInterleavingArePlanned) {
   EXPECT_NEAR(interleaved.pp_comm_s, 2 * 3 * send * m * (1 + 15 / (3 * m)), 1e-12);
   EXPECT_GT(interleaved.memory, plain.memory);  // 1 + 15/48 times the activations
   EXPECT_GT(interleaved.mfu, plain.mfu);
+  // A toy Transformer's step is its kernels' launches, not the 0.00 us its FLOPs take.
+  plan::JobSpec toy = job;
+  toy.transformer = plan::transformer("2,8,1,4,10");
+  toy.layout = plan::Layout{};
+  toy.global_batch = 4;
+  EXPECT_DOUBLE_EQ(plan::estimate(toy, h100, 400, 1.1).compute_s, 4 * 2 * 30 * toy.launch_s);
   // Inside one node (gpt2-small on 2 x 4 devices): NVLink at the measured bus bandwidth.
   plan::JobSpec small;
   small.transformer = plan::transformer("gpt2-small");

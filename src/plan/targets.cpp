@@ -175,6 +175,13 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     const double flops = model_flops * (1 + recompute_overhead(t, l.checkpointing)) / e.devices;
     const double bubble = pipeline_bubble(l, micro_steps);  // 1F1B's, interleaved or not
     e.compute_s = flops / (peak * job.gemm_share) * (1 + bubble);
+    // And at least its kernels' launches, launch_s each: counted from Megatron's GPT layer, about
+    // 10 forward (two layernorms; the QKV, attention-output, fc1 and fc2 GEMMs; attention; the
+    // bias-gelu; two bias-dropout-adds) and twice that backward, a layer a micro-step. It binds
+    // only at toy sizes (a 1-layer model of hidden 1 planned a step of 0.00 us): GPT-2 small's
+    // layer at micro-batch 8 is 0.6 ms of GEMMs on an H100 against 0.15 ms of launches.
+    constexpr double kKernelsPerLayer = 30;
+    e.compute_s = std::max(e.compute_s, micro_steps * (1 + bubble) * double(t.layers) / double(l.pp) * kKernelsPerLayer * job.launch_s);
     // Tensor parallelism (Megatron's): each layer's attention and MLP blocks end in an all-reduce
     // of the micro-batch's activations over the tp devices, two forward and two backward, and two
     // more where full checkpointing reruns the forward (Narayanan et al. 2021; sequence
