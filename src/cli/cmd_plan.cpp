@@ -321,9 +321,8 @@ void print_pipeline_idle(const plan::TransformerSpec& t, const plan::Layout& l, 
     return;
   }
   if (vp > 1 || idle < 0.1) return;
-  std::vector<int64_t> v;
-  for (int64_t k = 2; k <= t.layers / l.pp; ++k)
-    if ((t.layers / l.pp) % k == 0) v.push_back(k);
+  std::vector<int64_t> v = plan::divisors(t.layers / l.pp, t.layers / l.pp);
+  v.erase(v.begin());  // 1 chunk is no interleaving
   if (v.empty()) return;
   plan::Layout two = l;
   two.vp = v.front();

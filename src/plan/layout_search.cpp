@@ -12,14 +12,14 @@
 
 namespace dlperf::plan {
 
-namespace {
-
 std::vector<int64_t> divisors(int64_t n, int64_t at_most) {
   std::vector<int64_t> out;
   for (int64_t k = 1; k <= std::min(n, at_most); ++k)
     if (n % k == 0) out.push_back(k);
   return out;
 }
+
+namespace {
 
 // The user's value where they set one, else the candidates.
 std::vector<int64_t> or_fixed(int64_t fixed, std::vector<int64_t> candidates) {

@@ -36,6 +36,9 @@ struct LayoutSearch {
   double least_memory = 0;            ///< bytes a device of the layout that needs the fewest (what would have to fit)
 };
 
+/// n's divisors from 1 up to at_most, smallest first (the degrees and chunk counts a layout may take).
+std::vector<int64_t> divisors(int64_t n, int64_t at_most);
+
 /// Each layout of `job` (its Transformer, global batch, precision, optimizer; its own layout is
 /// ignored) over exactly `devices` devices of `d` that fits in kSearchMemoryShare of its memory: tp a divisor of the heads and at most the node
 /// size, pp a divisor of the layers, dp the rest, dividing the global batch with a power-of-two
