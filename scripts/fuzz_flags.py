@@ -91,10 +91,13 @@ def main():
     labs = itertools.count()  # a report folder a lab: one that holds a lab is refused without --resume
     tiny = ["-d", "synthetic:1x8x8:64", "-m", "mlp", "-b", "16", "--test-limit", "32", "--no-progress", "--runs-dir", ""]
     commands = {
+        # Some plans with data parallelism overlapped (--grad-overlap: its bucket schedule).
         "plan-cnn": (lambda: ["plan", "-m", rng.choice(["logreg", "small", "medium", "resnet18"]),
-                              "--targets", "cpu,h100-sxm,tpu-v4"], "plan", {"--input": SHAPES}),
+                              "--targets", "cpu,h100-sxm,tpu-v4",
+                              *rng.choice([[], ["--scaling", "16", "--grad-overlap", rng.choice(["on", "off"])]])], "plan", {"--input": SHAPES}),
         "plan-transformer": (lambda: ["plan", "--transformer", rng.choice(["gpt2-small", "gpt3-175b"]), "--targets",
-                                      rng.choice(["a100-80gb,h100-sxm", "tpu-v4,h100-sxm", "t4"])], "plan", {"--transformer": SIZES}),
+                                      rng.choice(["a100-80gb,h100-sxm", "tpu-v4,h100-sxm", "t4"]),
+                                      *rng.choice([[], ["--dp", "2", "--grad-overlap", "on"]])], "plan", {"--transformer": SIZES}),
         "train": (lambda: ["train", *tiny, "-e", "1"], "train", {}),
         "profile": (lambda: ["profile", *tiny, "--skip", "1", "--steps", "2"], "profile", {}),
         "lab": (lambda: ["lab", "workers", "-d", "synthetic:1x8x8:64", "-m", "mlp", "-b", "16", "--max-workers", "1", "--test-limit", "32",

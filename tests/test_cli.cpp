@@ -810,6 +810,48 @@ TEST(Cli, PlanFindsTheFastestLayoutOfTheDevices) {
   EXPECT_NE(kept.out.find("\nlayout: data 4 x tensor 2 x pipeline 1, ZeRO 0, checkpointing full"), std::string::npos) << kept.out;
 }
 
+// --grad-overlap: a CNN's scaling overlaps its all-reduce as PyTorch DDP does unless told not to;
+// a Transformer's only when asked, as Megatron-LM; the comm column says how much is hidden; a plan
+// without data parallelism refuses the flag rather than ignore it.
+TEST(Cli, PlanOverlapsTheGradientsAllReduceAsTheFrameworksDo) {
+  TempDir dir;
+  const Outcome cnn = run_dlperf(dir, "plan --model resnet18-imagenet --batch-size 64 --targets h100-sxm --scaling 16 --json on.json");
+  ASSERT_EQ(cnn.exit_code, 0) << cnn.err;
+  EXPECT_NE(cnn.out.find("(data parallel; the gradients all-reduced in buckets during the backward pass"), std::string::npos) << cnn.out;
+  const Outcome off = run_dlperf(dir, "plan --model resnet18-imagenet --batch-size 64 --targets h100-sxm --scaling 16 --grad-overlap off --json off.json");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_NE(off.out.find("not overlapped (--grad-overlap on overlaps them)"), std::string::npos) << off.out;
+  const auto weak_s = [&](const char* file) {
+    return nlohmann::json::parse(slurp(dir.path / file))["scaling"]["rows"][4]["weak"]["step_s"].get<double>();  // 16 devices
+  };
+  EXPECT_LT(weak_s("on.json"), weak_s("off.json"));
+  // The weak-scaling comm column says how much of it the backward pass hides.
+  const nlohmann::json weak16 = nlohmann::json::parse(slurp(dir.path / "on.json"))["scaling"]["rows"][4]["weak"];
+  EXPECT_GT(weak16["comm_hidden_s"].get<double>(), 0);
+  EXPECT_TRUE(std::regex_search(cnn.out, std::regex("\n16 +" + format_seconds(weak16["step_s"].get<double>()) + " +" +
+                                                     format_seconds(weak16["comm_s"].get<double>()) + " (ring|tree) \\(" +
+                                                     format_seconds(weak16["comm_hidden_s"].get<double>()) + " hidden\\) ")))
+      << cnn.out;
+
+  const std::string gpt = "plan --transformer gpt2-small --batch-size 64 --precision bf16 --optimizer adamw --dp 4 --targets h100-sxm";
+  const Outcome megatron = run_dlperf(dir, gpt + " --json t.json");
+  ASSERT_EQ(megatron.exit_code, 0) << megatron.err;
+  EXPECT_EQ(nlohmann::json::parse(slurp(dir.path / "t.json"))["targets"]["rows"][0]["comm_hidden_s"], 0.0);
+  const Outcome overlapped = run_dlperf(dir, gpt + " --grad-overlap on --json t.json");
+  ASSERT_EQ(overlapped.exit_code, 0) << overlapped.err;
+  const nlohmann::json row = nlohmann::json::parse(slurp(dir.path / "t.json"))["targets"]["rows"][0];
+  EXPECT_GT(row["comm_hidden_s"].get<double>(), 0);
+  EXPECT_GT(row["gradient_buckets"].get<int>(), 1);
+  EXPECT_NE(overlapped.out.find(format_seconds(row["comm_hidden_s"].get<double>()) + " hidden)"), std::string::npos) << overlapped.out;
+
+  const Outcome alone = run_dlperf(dir, "plan --model small --grad-overlap on");
+  EXPECT_NE(alone.exit_code, 0);
+  EXPECT_NE(alone.err.find("--grad-overlap changes how data parallelism's all-reduce runs, and this plan has no data parallelism"),
+            std::string::npos)
+      << alone.err;
+  EXPECT_NE(alone.err.find("add --scaling N"), std::string::npos) << alone.err;
+}
+
 // A target without a peak for the precision is a row of dashes with the reason below, not the
 // reason in the CO2 column (which pushed every other row's CO2 figure 30 columns right).
 TEST(Cli, PlanSaysBelowTheTableWhyATargetHasNoRow) {

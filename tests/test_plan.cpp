@@ -20,6 +20,7 @@
 #include "plan/against.h"
 #include "plan/catalog.h"
 #include "plan/gpu_step.h"
+#include "plan/grad_overlap.h"
 #include "plan/layout_search.h"
 #include "plan/memory.h"
 #include "plan/step_time.h"
@@ -220,6 +221,43 @@ TEST(PlanCatalog, EveryDeviceHasSourcesAndTheFiguresAreSane) {
 // all-reduces the micro-batch's activations twice forward and twice backward a layer (three
 // times each way with full checkpointing), in every micro-step of the pipeline's schedule.
 // README's GPT-3 example: 175B in bf16 with AdamW over 64 x 8 x 16 devices, micro-batch 1, ZeRO-1.
+// The gradients' all-reduce in buckets during the backward pass, against schedules worked by
+// hand: one bucket waits for the whole backward pass; small buckets hide all but the last
+// bucket's all-reduce where the communication keeps up, and the communication's excess where it
+// does not; DDP's first bucket closes at 1 MiB.
+TEST(PlanOverlap, BucketsGoOutAsTheyFillAndTheStepWaitsForWhatIsLeft) {
+  const auto one_s_per_byte = [](double bytes) { return bytes; };
+  const std::vector<plan::GradientReady> layers = {{1, 1}, {2, 1}, {3, 1}, {4, 1}};  // a byte a second, over 4 s of backward
+  // One bucket holding everything: it goes out when the backward pass ends; nothing is hidden.
+  plan::OverlappedReduction r = plan::overlap_reduction(layers, 4, {100, 100}, one_s_per_byte);
+  EXPECT_EQ(r.buckets, 1);
+  EXPECT_DOUBLE_EQ(r.reduce_s, 4);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 4);
+  // A bucket a layer, each reduced in 0.5 s: the stream keeps up, and only the last one, which
+  // starts as the backward pass ends, is waited for.
+  r = plan::overlap_reduction(layers, 4, {1, 1}, [](double bytes) { return 0.5 * bytes; });
+  EXPECT_EQ(r.buckets, 4);
+  EXPECT_DOUBLE_EQ(r.reduce_s, 2);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 0.5);
+  // Each reduced in 2 s: they queue (1-3, 3-5, 5-7, 7-9), and the step waits 5 s past the
+  // backward's 4 s: what the stream could not do in the time it had.
+  r = plan::overlap_reduction(layers, 4, {1, 1}, [](double bytes) { return 2 * bytes; });
+  EXPECT_DOUBLE_EQ(r.reduce_s, 8);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 5);
+  // Buckets of 2 bytes, the first of 1: {1} at 1 s, {2, 3} at 3 s, {4} left at the end (4 s).
+  r = plan::overlap_reduction(layers, 4, {1, 2}, one_s_per_byte);
+  EXPECT_EQ(r.buckets, 3);
+  EXPECT_DOUBLE_EQ(r.exposed_s, 2);  // 1-2, 3-5, 5-6: 2 s past the backward pass
+  // Each bucket pays its own latency: many small ones take longer in all than one.
+  const auto with_latency = [](double bytes) { return 0.1 + bytes; };
+  EXPECT_GT(plan::overlap_reduction(layers, 4, {1, 1}, with_latency).reduce_s, plan::overlap_reduction(layers, 4, {9, 9}, with_latency).reduce_s);
+  // PyTorch DDP's defaults and Megatron-LM's.
+  EXPECT_EQ(plan::ddp_buckets().first_bytes, 1 << 20);
+  EXPECT_EQ(plan::ddp_buckets().bytes, 25 << 20);
+  EXPECT_EQ(plan::megatron_buckets(8, 4).bytes, 40e6 * 4);
+  EXPECT_EQ(plan::megatron_buckets(128, 2).bytes, 128e6 * 2);
+}
+
 plan::JobSpec gpt3_on_8192_devices(int64_t global_batch) {
   plan::JobSpec job;
   job.transformer = plan::transformer("gpt3-175b");
@@ -262,6 +300,55 @@ TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
   const double grads = plan::transformer_params(*small.transformer) * plan::state_bytes_per_param("bf16", "adamw").gradients;
   EXPECT_NEAR(plan::estimate(small, h100, 400, 1.1).comm_s,
               std::min(plan::ring_allreduce_s(grads, 4, 480, job.alpha_s), plan::tree_allreduce_s(grads, 4, 480, job.alpha_s)), 1e-12);
+}
+
+// Overlapped, a data-parallel step waits for less of its all-reduce than the whole, and at least
+// for its last bucket's; the plan's parts still add up to its step. A CNN's gradients come from
+// its layers' backward passes in the order they run, on every kind of target; a Transformer's
+// from its last micro-batch's backward pass.
+TEST(PlanTargets, TheGradientsAllReduceOverlapsTheBackwardPass) {
+  const plan::Catalog c = plan::load_catalog();
+  const nn::Graph g = nn::build_graph(nn::load_model("resnet18-imagenet"), {3, 224, 224}, 1000, 32);
+  plan::JobSpec cnn;
+  cnn.graph = &g;
+  cnn.global_batch = 32 * 16;
+  cnn.layout.dp = 16;  // two nodes: over the network
+  for (const char* id : {"h100-sxm", "tpu-v4"}) {
+    SCOPED_TRACE(id);
+    const plan::Device& d = c.find(id);
+    cnn.precision = std::string(id) == "tpu-v4" ? "bf16" : "fp32";
+    cnn.overlap_grad_reduce = false;
+    const plan::TargetEstimate off = plan::estimate(cnn, d, 400, 1.1);
+    cnn.overlap_grad_reduce = true;
+    const plan::TargetEstimate on = plan::estimate(cnn, d, 400, 1.1);
+    EXPECT_EQ(off.hidden_comm_s, 0);
+    EXPECT_EQ(off.gradient_buckets, 1);
+    EXPECT_NEAR(off.step_s, off.compute_s + off.comm_s, 1e-12);
+    EXPECT_EQ(on.compute_s, off.compute_s);
+    EXPECT_EQ(on.gradient_buckets, cnn.precision == "fp32" ? 3 : 2);  // 47 MB of fp32 gradients (23 of bf16) in 25 MiB buckets, the first 1 MiB
+    EXPECT_GE(on.dp_comm_s, off.dp_comm_s);  // a latency per bucket
+    EXPECT_GT(on.hidden_comm_s, 0);
+    EXPECT_LT(on.hidden_comm_s, on.dp_comm_s);  // the last bucket goes out as the backward pass ends
+    EXPECT_NEAR(on.step_s, on.compute_s + on.comm_s - on.hidden_comm_s, 1e-12);
+    EXPECT_LT(on.step_s, off.step_s);
+    EXPECT_GT(on.efficiency, off.efficiency);
+  }
+  // Without data parallelism there is nothing to overlap.
+  cnn.layout.dp = 1;
+  cnn.global_batch = 32;
+  EXPECT_EQ(plan::estimate(cnn, c.find("h100-sxm"), 400, 1.1).comm_s, 0);
+  // GPT-3 (Megatron's layout): the 64-way reduction of each device's gradients overlaps only the
+  // last of 24 micro-batches' backward pass, a small part of it.
+  plan::JobSpec gpt = gpt3_on_8192_devices(1536);
+  const plan::TargetEstimate off = plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1);
+  gpt.overlap_grad_reduce = true;
+  const plan::TargetEstimate on = plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1);
+  EXPECT_EQ(on.tp_comm_s, off.tp_comm_s);
+  EXPECT_EQ(on.pp_comm_s, off.pp_comm_s);
+  EXPECT_GT(on.hidden_comm_s, 0);
+  const double micro_step_s = off.compute_s / (1 + 15.0 / 24) / 24;
+  EXPECT_LT(on.hidden_comm_s, micro_step_s * 2 / 3 * (1 + 1e-9));  // at most the last micro-batch's backward pass
+  EXPECT_LT(on.step_s, off.step_s);
 }
 
 // The pipeline's sends between stages: a micro-batch's activations forward and their gradients

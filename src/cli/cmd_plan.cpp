@@ -64,6 +64,7 @@ struct PlanArgs {
   std::string catalog;
   int64_t scaling = 0;
   int64_t devices = 0;       ///< Transformer: search the layouts of this many devices (0: plan --dp/--tp/--pp as given)
+  std::string grad_overlap = "auto";  ///< --grad-overlap: auto | on | off
   plan::LayoutFixed fixed;   ///< with devices: the degrees the user set, which the search keeps
 };
 
@@ -78,6 +79,11 @@ std::string money(double x) {
   for (int i = int(digits.size()) - 3; i > 0; i -= 3) digits.insert(size_t(i), ",");
   return "$" + digits;
 }
+// --grad-overlap: the data-parallel all-reduce in buckets during the backward pass. auto follows
+// what users of each kind of job run: PyTorch DDP, which overlaps, for a CNN; Megatron-LM, whose
+// --overlap-grad-reduce is off unless asked for, for a Transformer.
+bool overlaps_grad_reduce(const PlanArgs& a) { return a.grad_overlap == "on" || (a.grad_overlap == "auto" && a.transformer.empty()); }
+
 std::string or_dash(double x, const char* f) { return x < 0 ? "-" : fmt::format(fmt::runtime(f), x); }
 
 // gCO2e per kWh: --grid-intensity, or the catalog's figure for --region.
@@ -95,15 +101,17 @@ nlohmann::json to_json(const plan::TargetEstimate& e) {
   if (!e.unsupported.empty()) return {{"target", e.id}, {"unsupported", e.unsupported}};
   return {{"target", e.id},         {"devices", e.devices},           {"memory_bytes_per_device", e.memory},
           {"capacity_bytes", e.capacity}, {"fits", e.fits},          {"what_fits", e.what_fits.empty() ? nlohmann::json() : nlohmann::json(e.what_fits)},
-          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s}, {"tp_comm_s", e.tp_comm_s}, {"pp_comm_s", e.pp_comm_s},
+          {"step_s", e.step_s},      {"compute_s", e.compute_s},       {"comm_s", e.comm_s}, {"dp_comm_s", e.dp_comm_s},
+          {"comm_hidden_s", e.hidden_comm_s}, {"gradient_buckets", e.gradient_buckets}, {"tp_comm_s", e.tp_comm_s}, {"pp_comm_s", e.pp_comm_s},
           {"allreduce", e.allreduce == "-" ? nlohmann::json() : nlohmann::json(e.allreduce)},
           {"scaling_efficiency", e.efficiency}, {"mfu", known(e.mfu)}, {"job_s", e.job_s}, {"cost_usd", known(e.cost)},
           {"energy_kwh", known(e.energy_kwh)}, {"co2_kg", known(e.co2_kg)}};
 }
 
-// The comm column: the step's communication, the data-parallel all-reduce's algorithm, and the
-// shares of it that tensor parallelism's all-reduces and the pipeline's sends take ("1.4 s ring
-// (tp 1.2 s, pp 40 ms)"); a step whose only communication is one of those names it ("12 ms tp").
+// The comm column: the step's communication, the data-parallel all-reduce's algorithm, the
+// shares of it that tensor parallelism's all-reduces and the pipeline's sends take, and what of
+// it the backward pass hides ("1.4 s ring (tp 1.2 s, pp 40 ms, 90 ms hidden)"); a step whose only
+// communication is one of those names it ("12 ms tp").
 std::string comm_text(const plan::TargetEstimate& e) {
   if (e.comm_s <= 0) return "-";
   std::string s = format_seconds(e.comm_s);
@@ -114,6 +122,7 @@ std::string comm_text(const plan::TargetEstimate& e) {
     if (t >= e.comm_s) return s + " " + name;  // all of it
     shares.push_back(fmt::format("{} {}", name, format_seconds(t)));
   }
+  if (e.hidden_comm_s > 0) shares.push_back(format_seconds(e.hidden_comm_s) + " hidden");
   return shares.empty() ? s : fmt::format("{} ({})", s, fmt::join(shares, ", "));
 }
 
@@ -249,8 +258,8 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
   const plan::Catalog cat = plan::load_catalog(a.catalog);
   const std::string id = !a.targets.empty() || base.transformer ? first_target(a) : "cpu";
   const plan::Device d = id == "cpu" ? plan::host_device(c(), a.cpu_watts) : cat.find(id);
-  report::Table t({"data-parallel", "weak: step", "weak: samples/s", "weak: efficiency", "strong: per-device batch", "strong: step",
-                   "strong: speed-up", "strong: efficiency"});
+  report::Table t({"data-parallel", "weak: step", "weak: comm", "weak: samples/s", "weak: efficiency", "strong: per-device batch",
+                   "strong: step", "strong: speed-up", "strong: efficiency"});
   const int64_t per_device = base.transformer ? base.global_batch / base.layout.dp : base.graph->batch();
   const int64_t global = per_device * base.layout.dp;
   double t1_weak = 0, t1_strong = 0;
@@ -266,10 +275,15 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
     }
     if (dp == 1) t1_weak = w.step_s;
     const double samples_per_s = double(per_device * dp) / w.step_s, weak_efficiency = t1_weak / w.step_s;
-    std::vector<std::string> row = {std::to_string(dp), format_seconds(w.step_s), fmt::format("{:.0f}", samples_per_s),
+    std::vector<std::string> row = {std::to_string(dp), format_seconds(w.step_s), comm_text(w), fmt::format("{:.0f}", samples_per_s),
                                     fmt::format("{:.0f}%", 100 * weak_efficiency)};
     nlohmann::json r = {{"data_parallel", dp},
-                        {"weak", {{"step_s", w.step_s}, {"samples_per_s", samples_per_s}, {"efficiency", weak_efficiency}}},
+                        {"weak",
+                         {{"step_s", w.step_s},
+                          {"comm_s", w.comm_s},
+                          {"comm_hidden_s", w.hidden_comm_s},
+                          {"samples_per_s", samples_per_s},
+                          {"efficiency", weak_efficiency}}},
                         {"strong", nullptr}};
     if (global % dp == 0) {  // strong scaling splits the global batch evenly, or not at all
       plan::JobSpec strong = rebuild(global / dp, g2);
@@ -280,12 +294,15 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
       const double speed_up = t1_strong / s.step_s;
       row.insert(row.end(), {std::to_string(global / dp), format_seconds(s.step_s), fmt::format("{:.2f}x", speed_up),
                              fmt::format("{:.0f}%", 100 * speed_up / double(dp))});
-      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s}, {"speed_up", speed_up}, {"efficiency", speed_up / double(dp)}};
+      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s},         {"comm_s", s.comm_s},
+                     {"comm_hidden_s", s.hidden_comm_s},      {"speed_up", speed_up}, {"efficiency", speed_up / double(dp)}};
     }
     t.add(row);
     rows.push_back(r);
   }
-  std::printf("\nScaling on %s (data parallel; ring all-reduce of the gradients, no overlap with compute):\n", d.id.c_str());
+  std::printf("\nScaling on %s (data parallel; %s):\n", d.id.c_str(),
+              base.overlap_grad_reduce ? "the gradients all-reduced in buckets during the backward pass, the step waiting for what is left"
+                                       : "the gradients all-reduced after the backward pass, not overlapped (--grad-overlap on overlaps them)");
   t.print();
   return {{"target", d.id}, {"rows", rows}};
 }
@@ -351,6 +368,7 @@ ChosenLayout choose_layout(PlanArgs& a, const plan::TransformerSpec& t, size_t s
   job.global_batch = a.batch;
   job.precision = a.precision;
   job.optimizer = a.optimizer;
+  job.overlap_grad_reduce = overlaps_grad_reduce(a);
   const plan::LayoutSearch s = plan::search_layouts(job, d, a.devices, a.fixed, grid_intensity(a, cat), a.pue > 0 ? a.pue : cat.pue);
   check(!s.fitting.empty(),
         fmt::format("none of the {} layouts of {} {} fits: the leanest needs {} a device, and the search fills {:.0f}% of its {}", s.tried,
@@ -439,6 +457,7 @@ void plan_transformer(const PlanArgs& given, const CpuCeilingsFn& c) {
   job.steps = std::ceil(tokens / tokens_per_step);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
+  job.overlap_grad_reduce = overlaps_grad_reduce(a);
   job.layout = a.layout;
   nlohmann::json out = {
       {"command", "plan"},
@@ -580,6 +599,7 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
   job.steps = steps * double(a.epochs);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
+  job.overlap_grad_reduce = overlaps_grad_reduce(a);
   nlohmann::json memory = nlohmann::json::object();
   for (int i = 0; i < kMemCategories; ++i) memory[std::string(to_string(MemCategory(i)))] = m.bytes[size_t(i)];
   memory["total"] = m.total();
@@ -699,9 +719,13 @@ void add_plan(CLI::App& app, const Command& self) {
   c->add_option("--cpu-watts", a->cpu_watts, "this CPU's power, for energy on the cpu target")->check(between(1, 1e5));
   auto* scaling = c->add_option("--scaling", a->scaling, "also print weak and strong data-parallel scaling up to N devices on the first target")
       ->check(between(2, 65536));
+  auto* grad_overlap = c->add_option("--grad-overlap", a->grad_overlap,
+                                     "data parallelism: all-reduce the gradients in buckets during the backward pass: auto = on for CNNs "
+                                     "(PyTorch DDP's default), off for Transformers (Megatron-LM's; its --overlap-grad-reduce), on, off")
+                           ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
   transformer->excludes(layers);
   // --against predicts the runs its records describe, on this machine: no targets, no scaling.
-  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling}) against_opt->excludes(o);
+  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling, grad_overlap}) against_opt->excludes(o);
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a, c] {
     // Each record is planned as it ran: a flag describing the run would be ignored.
@@ -730,6 +754,11 @@ void add_plan(CLI::App& app, const Command& self) {
       a->fixed.zero = c->count("--zero") > 0 ? a->layout.zero : -1;
       a->fixed.checkpointing = c->count("--checkpointing") > 0 ? a->layout.checkpointing : "";
     }
+    // --grad-overlap shapes data parallelism's communication: a plan without any would ignore it.
+    if (c->count("--grad-overlap") > 0)
+      check(a->scaling > 1 || (!a->transformer.empty() && (a->layout.dp > 1 || a->devices > 0)),
+            "--grad-overlap changes how data parallelism's all-reduce runs, and this plan has no data parallelism",
+            a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp 2 or more, --devices N or --scaling N");
     // --cpu-watts prices the cpu target's energy (and the records' with --against).
     if (a->against.empty() && c->count("--cpu-watts") > 0) {
       const std::vector<std::string> ids = targets_or_default(*a, !a->transformer.empty());

@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
 #include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
+#include "plan/grad_overlap.h"
 #include "plan/memory.h"
 
 namespace dlperf::plan {
@@ -39,17 +41,35 @@ Device host_device(const CpuCeilings& c, double watts) {
 
 namespace {
 
-// A CNN step on a datasheet accelerator that is not a GPU (a TPU): every pass of every layer at
-// the roofline, with the assumed shares of peak, plus a kernel launch each.
-double cnn_step_s(const nn::Graph& g, double peak_flops, double bw, double dtype_bytes, const JobSpec& job) {
+// A CNN pass on a datasheet accelerator that is not a GPU (a TPU): at the roofline, with the
+// assumed shares of peak, plus a kernel launch.
+double datasheet_pass_s(const ops::PassCost& p, double peak_flops, double bw, double dtype_bytes, const JobSpec& job) {
+  if (p.flops == 0 && p.bytes == 0) return 0;
+  return std::max(p.flops / (peak_flops * job.gemm_share), p.bytes * dtype_bytes / 4 / (bw * job.bandwidth_share)) + job.launch_s;
+}
+
+// The backward pass as a timeline: which layer's passes run, in order, and for how long.
+using BackwardPasses = std::vector<std::pair<int, double>>;  // graph node (-1: none), seconds
+
+// When each layer's gradients are done, from the backward pass's start: at the end of its last
+// pass. `bytes_per_param`: a gradient's bytes.
+std::vector<GradientReady> gradients_ready(const nn::Graph& g, const BackwardPasses& passes, double bytes_per_param) {
+  std::vector<double> done(g.nodes.size(), -1);
   double t = 0;
-  for (const auto& n : g.nodes) {
-    const ops::PassCost passes[] = {n.cost.forward, n.cost.backward_data, n.cost.backward_weight};
-    for (const auto& p : passes) {
-      if (p.flops == 0 && p.bytes == 0) continue;
-      t += std::max(p.flops / (peak_flops * job.gemm_share), p.bytes * dtype_bytes / 4 / (bw * job.bandwidth_share)) + job.launch_s;
-    }
+  for (const auto& [node, s] : passes) {
+    t += s;
+    if (node >= 0) done[size_t(node)] = t;
   }
+  std::vector<GradientReady> ready;
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    if (done[i] >= 0 && g.nodes[i].param_count() > 0) ready.push_back({done[i], double(g.nodes[i].param_count()) * bytes_per_param});
+  std::stable_sort(ready.begin(), ready.end(), [](const GradientReady& a, const GradientReady& b) { return a.at_s < b.at_s; });
+  return ready;
+}
+
+double total_s(const BackwardPasses& passes) {
+  double t = 0;
+  for (const auto& p : passes) t += p.second;
   return t;
 }
 
@@ -166,6 +186,11 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     return std::pair{std::min(ring, tree), ring <= tree ? "ring" : "tree"};
   };
   double grad_bytes = 0, model_flops = 0;  // model_flops: a Transformer's a step, recomputation not counted
+  // The data-parallel reduction's overlap with the backward pass (plan/grad_overlap.h): when each
+  // gradient is done, in buckets of which size.
+  std::vector<GradientReady> ready;
+  double backward_s = 0;
+  BucketRule buckets = ddp_buckets();
   if (job.transformer) {
     const TransformerSpec& t = *job.transformer;
     const double micro_steps = micro_batches(job);
@@ -206,6 +231,18 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       e.pp_comm_s = 2 * double(l.vp) * send_s * micro_steps * (1 + bubble);
     }
     grad_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.gradients;
+    // Megatron reduces the gradients during the last micro-batch's backward pass (the others'
+    // only accumulate): its layers finish one after another, evenly, in the backward's share of
+    // a micro-step (2/3 of the model's FLOPs, plus what is recomputed). At most 4096 steps of
+    // that: a size from a typo (10^18 layers) plans in a moment, and a bucket of 40M parameters
+    // fills to within a 4096th of a device's gradients alike.
+    if (job.overlap_grad_reduce && l.dp > 1) {
+      const double r = recompute_overhead(t, l.checkpointing);
+      backward_s = flops / (peak * job.gemm_share) / micro_steps * (2.0 / 3 + r) / (1 + r);
+      const int64_t parts = std::clamp<int64_t>(t.layers / l.pp, 1, 4096);
+      for (int64_t k = 1; k <= parts; ++k) ready.push_back({backward_s * double(k) / double(parts), grad_bytes / double(parts)});
+      buckets = megatron_buckets(double(l.dp), sb.gradients);
+    }
   } else {
     const nn::Graph& g = *job.graph;
     nn::OptimizerConfig opt;
@@ -221,27 +258,64 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       e.unsupported = cannot_run(d.id == "cpu" ? "CPU" : "GPU", x);
       return e;
     }
+    BackwardPasses backward;  // in the order the backward pass runs them
     if (d.id == "cpu") {  // our own engine, byte for byte and with its measured ceilings
       // On the threads the plan runs with (plan --threads; all cores by default).
-      e.compute_s = predict_step(g, opt, with_precision(host_ceilings(omp_get_max_threads()), job.precision)).step_s;
+      const StepPrediction p = predict_step(g, opt, with_precision(host_ceilings(omp_get_max_threads()), job.precision));
+      e.compute_s = p.step_s;
+      for (size_t i = g.nodes.size(); i-- > 0;) backward.emplace_back(int(i), p.layers[i].backward_s);
     } else {
       // dlperf's GPU executor byte for byte, plus an assumed allowance for cuDNN's workspaces.
       e.memory = memory_of(job, d);
       // On a GPU, its kernels pass by pass on the roofline fitted to them (plan/gpu_step.h); on
       // other accelerators, which dlperf's engine does not run on, the datasheet assumptions.
-      if (d.kind == "gpu")
-        for (const GpuPassOn& p : gpu_passes_on(job, d)) e.compute_s += p.time.total();
-      else
-        e.compute_s = cnn_step_s(g, peak, d.bandwidth_gbps * 1e9, dtype, job);
+      if (d.kind == "gpu") {
+        for (const GpuPassOn& p : gpu_passes_on(job, d)) {
+          e.compute_s += p.time.total();
+          // A layer's parameter gradients are done when its backward-weight pass (a batchnorm's
+          // one backward pass) is: its backward-data and gradient sums come after.
+          const bool weights = p.pass.phase == "backward-weight" || p.pass.phase == "backward";
+          if (p.pass.phase != "forward" && p.pass.phase != "loss" && p.pass.phase != "optimizer")
+            backward.emplace_back(weights ? p.pass.node : -1, p.time.total());
+        }
+      } else {
+        const double bw = d.bandwidth_gbps * 1e9;
+        for (const auto& n : g.nodes) e.compute_s += datasheet_pass_s(n.cost.forward, peak, bw, dtype, job);
+        for (size_t i = g.nodes.size(); i-- > 0;) {
+          const ops::OpCost& c = g.nodes[i].cost;
+          backward.emplace_back(int(i), datasheet_pass_s(c.backward_data, peak, bw, dtype, job) +
+                                            datasheet_pass_s(c.backward_weight, peak, bw, dtype, job));
+        }
+        e.compute_s += total_s(backward);
+      }
     }
     grad_bytes = double(g.param_count()) * sb.gradients;
+    ready = gradients_ready(g, backward, sb.gradients);
+    backward_s = total_s(backward);
   }
   // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic), inside
-  // a node where all the job's devices are in one, else over the network.
-  const auto [dp_s, algorithm] = allreduce(grad_bytes * (l.zero >= 3 ? 1.5 : 1), double(l.dp), e.devices <= job.node_size);
-  e.comm_s = (l.dp <= 1 ? 0.0 : dp_s) + e.tp_comm_s + e.pp_comm_s;
-  e.allreduce = l.dp <= 1 ? "-" : algorithm;
-  e.step_s = e.compute_s + e.comm_s;  // no overlap assumed: an upper bound
+  // a node where all the job's devices are in one, else over the network. Overlapped, the
+  // gradients go out in buckets during the backward pass, and the step waits for what is left
+  // when it ends; ZeRO-3's gathers are not overlapped.
+  if (l.dp > 1) {
+    const bool in_one_node = e.devices <= job.node_size;
+    const double gather_bytes = l.zero >= 3 ? 0.5 * grad_bytes : 0;
+    const double gather_s = gather_bytes > 0 ? allreduce(gather_bytes, double(l.dp), in_one_node).first : 0;
+    if (job.overlap_grad_reduce) {
+      const auto reduce = overlap_reduction(ready, backward_s, buckets, [&](double bytes) { return allreduce(bytes, double(l.dp), in_one_node).first; });
+      e.dp_comm_s = reduce.reduce_s + gather_s;
+      e.hidden_comm_s = reduce.reduce_s - reduce.exposed_s;
+      e.gradient_buckets = reduce.buckets;
+      e.allreduce = allreduce(std::min(grad_bytes, buckets.bytes), double(l.dp), in_one_node).second;  // a full bucket's
+    } else {
+      const auto [dp_s, algorithm] = allreduce(grad_bytes + gather_bytes, double(l.dp), in_one_node);
+      e.dp_comm_s = dp_s;
+      e.gradient_buckets = 1;
+      e.allreduce = algorithm;
+    }
+  }
+  e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s;
+  e.step_s = e.compute_s + e.comm_s - e.hidden_comm_s;
   e.efficiency = e.compute_s / e.step_s;
   if (job.transformer) e.mfu = model_flops / (e.step_s * e.devices * peak);
   e.fits = e.memory <= e.capacity;

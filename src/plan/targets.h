@@ -32,6 +32,9 @@ struct JobSpec {
   double network_gbps = 50;    ///< per device between nodes (400 Gb/s NICs)
   double alpha_s = 10e-6;      ///< per message
   int node_size = 8;           ///< devices sharing the interconnect
+  /// Data parallelism: the gradients' all-reduce runs in buckets during the backward pass
+  /// (plan/grad_overlap.h), as PyTorch DDP's does, and Megatron-LM's with --overlap-grad-reduce.
+  bool overlap_grad_reduce = false;
 };
 
 struct TargetEstimate {
@@ -41,11 +44,14 @@ struct TargetEstimate {
   double memory = 0, capacity = 0;  ///< bytes per device
   bool fits = false;
   std::string what_fits;        ///< when it does not fit: the first change that makes it fit; empty when none does
-  double compute_s = 0, comm_s = 0, step_s = 0;  ///< comm_s: the data-parallel all-reduce, tp_comm_s and pp_comm_s
+  double compute_s = 0, comm_s = 0, step_s = 0;  ///< comm_s: dp_comm_s, tp_comm_s and pp_comm_s; step_s = compute_s + comm_s - hidden_comm_s
+  double dp_comm_s = 0;         ///< data parallelism's all-reduce of the gradients (and ZeRO-3's gathers) a step
+  double hidden_comm_s = 0;     ///< of dp_comm_s, what runs during the backward pass (JobSpec::overlap_grad_reduce)
+  int gradient_buckets = 0;     ///< the all-reduces dp_comm_s makes; 0 without data parallelism
   double tp_comm_s = 0;         ///< Transformer: tensor parallelism's all-reduces a step
   double pp_comm_s = 0;         ///< Transformer: pipeline parallelism's sends between stages a step
-  std::string allreduce;        ///< "ring" or "tree", whichever is faster for these bytes; "-" without data parallelism
-  double efficiency = 1;        ///< compute / (compute + communication)
+  std::string allreduce = "-";  ///< "ring" or "tree", whichever is faster for these bytes (overlapped: a full bucket's); "-" without data parallelism
+  double efficiency = 1;        ///< compute / step
   /// Transformer: model FLOPs utilization, the standard figure of LLM training runs: the model's
   /// training FLOPs a step (6N + attention, no recomputation) over the step time x the devices'
   /// peak. What the plan's assumptions add up to, to set beside what a framework reports. -1: a CNN.
