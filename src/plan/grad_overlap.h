@@ -9,8 +9,13 @@
 // that communication starts early); Megatron-LM with --overlap-grad-reduce (off by default there),
 // in buckets of max(40M, 1M x dp) parameters, during the last micro-batch's backward pass.
 //
-// Not modelled: the all-reduce's kernels share the GPU with the backward pass's and slow it
-// somewhat; and the bucket order is the layers' reversed order, as DDP's is after its first step.
+// With ZeRO (Megatron's distributed optimizer) the buckets are reduce-scatters, and the
+// parameters' all-gathers come after the optimizer's step, not overlapped (targets.cpp).
+//
+// Not modelled: the collectives' kernels share the GPU with the backward pass's and slow it
+// somewhat; overlapping the parameters' gathers with the next forward pass (Megatron's
+// --overlap-param-gather, FSDP's prefetching). The bucket order is the order the gradients are
+// done in, as DDP's is from its second step.
 #pragma once
 
 #include <functional>

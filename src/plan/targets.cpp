@@ -296,13 +296,19 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic), inside
   // a node where all the job's devices are in one, else over the network. Overlapped, the
   // gradients go out in buckets during the backward pass, and the step waits for what is left
-  // when it ends; ZeRO-3's gathers are not overlapped.
+  // when it ends. With ZeRO, what goes out is a reduce-scatter (half an all-reduce: each device
+  // keeps its shard), and the parameters are gathered later, not overlapped: after the
+  // optimizer's step (the other half), and with ZeRO-3 once more before the backward pass.
   if (l.dp > 1) {
     const bool in_one_node = e.devices <= job.node_size;
     const double gather_bytes = l.zero >= 3 ? 0.5 * grad_bytes : 0;
-    const double gather_s = gather_bytes > 0 ? allreduce(gather_bytes, double(l.dp), in_one_node).first : 0;
     if (job.overlap_grad_reduce) {
-      const auto reduce = overlap_reduction(ready, backward_s, buckets, [&](double bytes) { return allreduce(bytes, double(l.dp), in_one_node).first; });
+      const double reduced_share = l.zero >= 1 ? 0.5 : 1;  // of an all-reduce, what the buckets do
+      const auto reduce = overlap_reduction(ready, backward_s, buckets, [&](double bytes) {
+        return reduced_share * allreduce(bytes, double(l.dp), in_one_node).first;
+      });
+      const double gather_s = (1 - reduced_share) * allreduce(grad_bytes, double(l.dp), in_one_node).first +
+                              (gather_bytes > 0 ? allreduce(gather_bytes, double(l.dp), in_one_node).first : 0);
       e.dp_comm_s = reduce.reduce_s + gather_s;
       e.hidden_comm_s = reduce.reduce_s - reduce.exposed_s;
       e.gradient_buckets = reduce.buckets;
