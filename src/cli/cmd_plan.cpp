@@ -294,8 +294,8 @@ nlohmann::json print_scaling(const plan::JobSpec& base, const PlanArgs& a, const
       const double speed_up = t1_strong / s.step_s;
       row.insert(row.end(), {std::to_string(global / dp), format_seconds(s.step_s), fmt::format("{:.2f}x", speed_up),
                              fmt::format("{:.0f}%", 100 * speed_up / double(dp))});
-      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s},         {"comm_s", s.comm_s},
-                     {"comm_hidden_s", s.hidden_comm_s},      {"speed_up", speed_up}, {"efficiency", speed_up / double(dp)}};
+      r["strong"] = {{"per_device_batch", global / dp}, {"step_s", s.step_s}, {"comm_s", s.comm_s},
+                     {"comm_hidden_s", s.hidden_comm_s}, {"speed_up", speed_up}, {"efficiency", speed_up / double(dp)}};
     }
     t.add(row);
     rows.push_back(r);
