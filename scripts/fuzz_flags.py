@@ -94,7 +94,7 @@ def main():
         # Some plans with data parallelism overlapped (--grad-overlap: its bucket schedule).
         "plan-cnn": (lambda: ["plan", "-m", rng.choice(["logreg", "small", "medium", "resnet18"]),
                               "--targets", "cpu,h100-sxm,tpu-v4",
-                              *rng.choice([[], ["--scaling", "16", "--grad-overlap", rng.choice(["on", "off"])]])], "plan", {"--input": SHAPES}),
+                              *rng.choice([[], ["--scaling", "16", "--grad-overlap", rng.choice(["on", "off"])], ["--scaling", "8", "--bucket-mb", "2"]])], "plan", {"--input": SHAPES}),
         "plan-transformer": (lambda: ["plan", "--transformer", rng.choice(["gpt2-small", "gpt3-175b"]), "--targets",
                                       rng.choice(["a100-80gb,h100-sxm", "tpu-v4,h100-sxm", "t4"]),
                                       *rng.choice([[], ["--dp", "2", "--grad-overlap", "on"]])], "plan", {"--transformer": SIZES}),

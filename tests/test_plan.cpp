@@ -351,6 +351,13 @@ TEST(PlanTargets, TheGradientsAllReduceOverlapsTheBackwardPass) {
   // ZeRO-1: the buckets are reduce-scatters, half the traffic; the parameters' gathers after the
   // optimizer's step, the other half, are not hidden.
   EXPECT_LE(on.hidden_comm_s, on.dp_comm_s / 2);
+  // Buckets of the user's size. A device's 6 layers hold 2.7 GB of bf16 gradients, in weight
+  // matrices of 38 to 152 MB: 1 MiB buckets take one matrix each, 4 a layer; 1 GiB buckets close
+  // at the third layer's fc1 and the sixth's fc2, and the rest goes out as the backward pass ends.
+  gpt.bucket_bytes = 1 << 20;
+  EXPECT_EQ(plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1).gradient_buckets, 24);
+  gpt.bucket_bytes = 1 << 30;
+  EXPECT_EQ(plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1).gradient_buckets, 3);
   EXPECT_LT(on.step_s, off.step_s);
 }
 

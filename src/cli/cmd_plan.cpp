@@ -65,6 +65,7 @@ struct PlanArgs {
   int64_t scaling = 0;
   int64_t devices = 0;       ///< Transformer: search the layouts of this many devices (0: plan --dp/--tp/--pp as given)
   std::string grad_overlap = "auto";  ///< --grad-overlap: auto | on | off
+  double bucket_mb = 0;               ///< --bucket-mb: 0 = the framework's
   plan::LayoutFixed fixed;   ///< with devices: the degrees the user set, which the search keeps
 };
 
@@ -83,6 +84,12 @@ std::string money(double x) {
 // what users of each kind of job run: PyTorch DDP, which overlaps, for a CNN; Megatron-LM, whose
 // --overlap-grad-reduce is off unless asked for, for a Transformer.
 bool overlaps_grad_reduce(const PlanArgs& a) { return a.grad_overlap == "on" || (a.grad_overlap == "auto" && a.transformer.empty()); }
+
+// A job's data-parallel settings from the flags: whether the all-reduce overlaps, in which buckets.
+void set_grad_overlap(plan::JobSpec& job, const PlanArgs& a) {
+  job.overlap_grad_reduce = overlaps_grad_reduce(a);
+  job.bucket_bytes = a.bucket_mb * 1024 * 1024;  // MiB, as DDP's bucket_cap_mb
+}
 
 std::string or_dash(double x, const char* f) { return x < 0 ? "-" : fmt::format(fmt::runtime(f), x); }
 
@@ -368,7 +375,7 @@ ChosenLayout choose_layout(PlanArgs& a, const plan::TransformerSpec& t, size_t s
   job.global_batch = a.batch;
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  job.overlap_grad_reduce = overlaps_grad_reduce(a);
+  set_grad_overlap(job, a);
   const plan::LayoutSearch s = plan::search_layouts(job, d, a.devices, a.fixed, grid_intensity(a, cat), a.pue > 0 ? a.pue : cat.pue);
   check(!s.fitting.empty(),
         fmt::format("none of the {} layouts of {} {} fits: the leanest needs {} a device, and the search fills {:.0f}% of its {}", s.tried,
@@ -457,7 +464,7 @@ void plan_transformer(const PlanArgs& given, const CpuCeilingsFn& c) {
   job.steps = std::ceil(tokens / tokens_per_step);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  job.overlap_grad_reduce = overlaps_grad_reduce(a);
+  set_grad_overlap(job, a);
   job.layout = a.layout;
   nlohmann::json out = {
       {"command", "plan"},
@@ -599,7 +606,7 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
   job.steps = steps * double(a.epochs);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  job.overlap_grad_reduce = overlaps_grad_reduce(a);
+  set_grad_overlap(job, a);
   nlohmann::json memory = nlohmann::json::object();
   for (int i = 0; i < kMemCategories; ++i) memory[std::string(to_string(MemCategory(i)))] = m.bytes[size_t(i)];
   memory["total"] = m.total();
@@ -723,9 +730,13 @@ void add_plan(CLI::App& app, const Command& self) {
                                      "data parallelism: all-reduce the gradients in buckets during the backward pass: auto = on for CNNs "
                                      "(PyTorch DDP's default), off for Transformers (Megatron-LM's; its --overlap-grad-reduce), on, off")
                            ->capture_default_str()->check(CLI::IsMember({"auto", "on", "off"}));
+  auto* bucket_mb = c->add_option("--bucket-mb", a->bucket_mb,
+                                  "with the all-reduce overlapped: each bucket's MiB, as DDP's bucket_cap_mb (default: DDP's 25 for a CNN, "
+                                  "after a first of 1; Megatron-LM's max(40M, 1M x dp) parameters for a Transformer)")
+                        ->check(between(0.001, 1e6));
   transformer->excludes(layers);
   // --against predicts the runs its records describe, on this machine: no targets, no scaling.
-  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling, grad_overlap}) against_opt->excludes(o);
+  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling, grad_overlap, bucket_mb}) against_opt->excludes(o);
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a, c] {
     // Each record is planned as it ran: a flag describing the run would be ignored.
@@ -754,11 +765,18 @@ void add_plan(CLI::App& app, const Command& self) {
       a->fixed.zero = c->count("--zero") > 0 ? a->layout.zero : -1;
       a->fixed.checkpointing = c->count("--checkpointing") > 0 ? a->layout.checkpointing : "";
     }
-    // --grad-overlap shapes data parallelism's communication: a plan without any would ignore it.
-    if (c->count("--grad-overlap") > 0)
-      check(a->scaling > 1 || (!a->transformer.empty() && (a->layout.dp > 1 || a->devices > 0)),
-            "--grad-overlap changes how data parallelism's all-reduce runs, and this plan has no data parallelism",
-            a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp 2 or more, --devices N or --scaling N");
+    // --grad-overlap and --bucket-mb shape data parallelism's communication: a plan without any
+    // would ignore them, as one that does not overlap would ignore the buckets.
+    for (const char* flag : {"--grad-overlap", "--bucket-mb"})
+      if (c->count(flag) > 0)
+        check(a->scaling > 1 || (!a->transformer.empty() && (a->layout.dp > 1 || a->devices > 0)),
+              fmt::format("{} changes how data parallelism's all-reduce runs, and this plan has no data parallelism", flag),
+              a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp 2 or more, --devices N or --scaling N");
+    if (c->count("--bucket-mb") > 0)
+      check(overlaps_grad_reduce(*a),
+            fmt::format("--bucket-mb sizes the buckets of an all-reduce overlapped with the backward pass, and {}",
+                        a->grad_overlap == "off" ? "--grad-overlap is off" : "a Transformer's is not overlapped unless asked"),
+            "add --grad-overlap on, or drop --bucket-mb");
     // --cpu-watts prices the cpu target's energy (and the records' with --against).
     if (a->against.empty() && c->count("--cpu-watts") > 0) {
       const std::vector<std::string> ids = targets_or_default(*a, !a->transformer.empty());

@@ -232,15 +232,22 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     }
     grad_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.gradients;
     // Megatron reduces the gradients during the last micro-batch's backward pass (the others'
-    // only accumulate): its layers finish one after another, evenly, in the backward's share of
-    // a micro-step (2/3 of the model's FLOPs, plus what is recomputed). At most 4096 steps of
-    // that: a size from a typo (10^18 layers) plans in a moment, and a bucket of 40M parameters
-    // fills to within a 4096th of a device's gradients alike.
+    // only accumulate), in the backward's share of a micro-step (2/3 of the model's FLOPs, plus
+    // what is recomputed). Its layers finish one after another, each its four weight matrices in
+    // the order backward reaches them, fc2, fc1, the attention's projection and QKV (4, 4, 1 and 3
+    // of its 12 h^2 weights), in time with their GEMMs; the embeddings, biases and norms are
+    // spread over them. At most 1024 layers of that: a size from a typo (10^18 layers) plans in a
+    // moment, and buckets fill to within a 4096th of a device's gradients alike.
     if (job.overlap_grad_reduce && l.dp > 1) {
       const double r = recompute_overhead(t, l.checkpointing);
       backward_s = flops / (peak * job.gemm_share) / micro_steps * (2.0 / 3 + r) / (1 + r);
-      const int64_t parts = std::clamp<int64_t>(t.layers / l.pp, 1, 4096);
-      for (int64_t k = 1; k <= parts; ++k) ready.push_back({backward_s * double(k) / double(parts), grad_bytes / double(parts)});
+      const int64_t layers = std::clamp<int64_t>(t.layers / l.pp, 1, 1024);
+      double done = 0;
+      for (int64_t k = 0; k < layers; ++k)
+        for (const double twelfths : {4.0, 4.0, 1.0, 3.0}) {
+          done += twelfths / 12 / double(layers);
+          ready.push_back({backward_s * done, grad_bytes * twelfths / 12 / double(layers)});
+        }
       buckets = megatron_buckets(double(l.dp), sb.gradients);
     }
   } else {
@@ -299,6 +306,10 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   // when it ends. With ZeRO, what goes out is a reduce-scatter (half an all-reduce: each device
   // keeps its shard), and the parameters are gathered later, not overlapped: after the
   // optimizer's step (the other half), and with ZeRO-3 once more before the backward pass.
+  if (job.bucket_bytes > 0) {  // the user's bucket size; DDP keeps its first of 1 MiB, or less
+    buckets.bytes = job.bucket_bytes;
+    buckets.first_bytes = job.transformer ? job.bucket_bytes : std::min(buckets.first_bytes, job.bucket_bytes);
+  }
   if (l.dp > 1) {
     const bool in_one_node = e.devices <= job.node_size;
     const double gather_bytes = l.zero >= 3 ? 0.5 * grad_bytes : 0;

@@ -35,6 +35,7 @@ struct JobSpec {
   /// Data parallelism: the gradients' all-reduce runs in buckets during the backward pass
   /// (plan/grad_overlap.h), as PyTorch DDP's does, and Megatron-LM's with --overlap-grad-reduce.
   bool overlap_grad_reduce = false;
+  double bucket_bytes = 0;  ///< overlapped: each bucket's size; 0 = the framework's (ddp_buckets, megatron_buckets)
 };
 
 struct TargetEstimate {
