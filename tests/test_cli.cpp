@@ -868,6 +868,41 @@ TEST(Cli, PlanOverlapsTheGradientsAllReduceAsTheFrameworksDo) {
   EXPECT_NE(alone.err.find("add --scaling N"), std::string::npos) << alone.err;
 }
 
+// --nic-gbits and --node-size: a slower network slows the steps that cross nodes and no other;
+// tensor parallelism over smaller nodes goes over the network; a plan of one device refuses both.
+TEST(Cli, PlanTakesTheClustersNetworkAndNodes) {
+  TempDir dir;
+  const std::string scaling = "plan --model small --targets h100-sxm --scaling 16 --json p.json";
+  const auto weak_steps = [&](const std::string& flags) {
+    const Outcome o = run_dlperf(dir, scaling + flags);
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    const nlohmann::json plan = nlohmann::json::parse(slurp(dir.path / "p.json"));
+    std::vector<double> steps;
+    for (const auto& row : plan["scaling"]["rows"]) steps.push_back(row["weak"]["step_s"]);
+    return steps;  // 1, 2, 4, 8, 16 devices
+  };
+  const std::vector<double> ndr = weak_steps(""), slow = weak_steps(" --nic-gbits 25");
+  ASSERT_EQ(slow.size(), 5u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_DOUBLE_EQ(slow[i], ndr[i]) << "inside a node of 8";
+  EXPECT_GT(slow[4], ndr[4]);
+  const std::vector<double> small_nodes = weak_steps(" --node-size 4");
+  EXPECT_DOUBLE_EQ(small_nodes[2], ndr[2]);
+  EXPECT_GT(small_nodes[3], ndr[3]);  // 8 devices are two nodes of 4
+
+  const std::string gpt = "plan --transformer gpt2-small --batch-size 64 --precision bf16 --tp 4 --targets h100-sxm --json t.json";
+  const auto tp_comm_s = [&](const std::string& flags) {
+    EXPECT_EQ(run_dlperf(dir, gpt + flags).exit_code, 0);
+    return nlohmann::json::parse(slurp(dir.path / "t.json"))["targets"]["rows"][0]["tp_comm_s"].get<double>();
+  };
+  EXPECT_GT(tp_comm_s(" --node-size 2"), 2 * tp_comm_s(""));  // NVLink's 480 GB/s against the network's 50
+
+  for (const char* flag : {"--nic-gbits 100", "--node-size 4"}) {
+    const Outcome one = run_dlperf(dir, std::string("plan --model small ") + flag);
+    EXPECT_NE(one.exit_code, 0) << flag;
+    EXPECT_NE(one.err.find("describes how a job's devices are connected, and this plan is of one device"), std::string::npos) << one.err;
+  }
+}
+
 // A target without a peak for the precision is a row of dashes with the reason below, not the
 // reason in the CO2 column (which pushed every other row's CO2 figure 30 columns right).
 TEST(Cli, PlanSaysBelowTheTableWhyATargetHasNoRow) {

@@ -233,6 +233,7 @@ TEST(PlanOverlap, BucketsGoOutAsTheyFillAndTheStepWaitsForWhatIsLeft) {
   EXPECT_EQ(r.buckets, 1);
   EXPECT_DOUBLE_EQ(r.reduce_s, 4);
   EXPECT_DOUBLE_EQ(r.exposed_s, 4);
+  EXPECT_EQ(r.hidden_s, 0);  // exactly: a console line says "0.00 us hidden" otherwise
   // A bucket a layer, each reduced in 0.5 s: the stream keeps up, and only the last one, which
   // starts as the backward pass ends, is waited for.
   r = plan::overlap_reduction(layers, 4, {1, 1}, [](double bytes) { return 0.5 * bytes; });

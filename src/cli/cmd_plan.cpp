@@ -66,6 +66,8 @@ struct PlanArgs {
   int64_t devices = 0;       ///< Transformer: search the layouts of this many devices (0: plan --dp/--tp/--pp as given)
   std::string grad_overlap = "auto";  ///< --grad-overlap: auto | on | off
   double bucket_mb = 0;               ///< --bucket-mb: 0 = the framework's
+  double nic_gbits = 400;             ///< --nic-gbits: each device's link to other nodes
+  int node_size = 8;                  ///< --node-size: devices a node's interconnect joins
   plan::LayoutFixed fixed;   ///< with devices: the degrees the user set, which the search keeps
 };
 
@@ -85,8 +87,11 @@ std::string money(double x) {
 // --overlap-grad-reduce is off unless asked for, for a Transformer.
 bool overlaps_grad_reduce(const PlanArgs& a) { return a.grad_overlap == "on" || (a.grad_overlap == "auto" && a.transformer.empty()); }
 
-// A job's data-parallel settings from the flags: whether the all-reduce overlaps, in which buckets.
-void set_grad_overlap(plan::JobSpec& job, const PlanArgs& a) {
+// A job's cluster from the flags: its nodes and network, and whether the data-parallel
+// all-reduce overlaps the backward pass, in which buckets.
+void set_cluster(plan::JobSpec& job, const PlanArgs& a) {
+  job.node_size = a.node_size;
+  job.network_gbps = a.nic_gbits / 8;
   job.overlap_grad_reduce = overlaps_grad_reduce(a);
   job.bucket_bytes = a.bucket_mb * 1024 * 1024;  // MiB, as DDP's bucket_cap_mb
 }
@@ -375,7 +380,7 @@ ChosenLayout choose_layout(PlanArgs& a, const plan::TransformerSpec& t, size_t s
   job.global_batch = a.batch;
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  set_grad_overlap(job, a);
+  set_cluster(job, a);
   const plan::LayoutSearch s = plan::search_layouts(job, d, a.devices, a.fixed, grid_intensity(a, cat), a.pue > 0 ? a.pue : cat.pue);
   check(!s.fitting.empty(),
         fmt::format("none of the {} layouts of {} {} fits: the leanest needs {} a device, and the search fills {:.0f}% of its {}", s.tried,
@@ -464,7 +469,7 @@ void plan_transformer(const PlanArgs& given, const CpuCeilingsFn& c) {
   job.steps = std::ceil(tokens / tokens_per_step);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  set_grad_overlap(job, a);
+  set_cluster(job, a);
   job.layout = a.layout;
   nlohmann::json out = {
       {"command", "plan"},
@@ -606,7 +611,7 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
   job.steps = steps * double(a.epochs);
   job.precision = a.precision;
   job.optimizer = a.optimizer;
-  set_grad_overlap(job, a);
+  set_cluster(job, a);
   nlohmann::json memory = nlohmann::json::object();
   for (int i = 0; i < kMemCategories; ++i) memory[std::string(to_string(MemCategory(i)))] = m.bytes[size_t(i)];
   memory["total"] = m.total();
@@ -736,7 +741,12 @@ void add_plan(CLI::App& app, const Command& self) {
                         ->check(between(0.001, 1e6));
   transformer->excludes(layers);
   // --against predicts the runs its records describe, on this machine: no targets, no scaling.
-  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling, grad_overlap, bucket_mb}) against_opt->excludes(o);
+  auto* nic = c->add_option("--nic-gbits", a->nic_gbits,
+                            "each device's network link to other nodes, in Gb/s as NICs are sold (400: 50 GB/s; InfiniBand NDR)")
+                  ->capture_default_str()->check(between(1, 1e5));
+  auto* node = c->add_option("--node-size", a->node_size, "devices per node, joined by its interconnect (NVLink); beyond it, the network")
+                   ->capture_default_str()->check(between(1, 1024));
+  for (auto* o : {transformer, layers, targets, region, grid, pue, scaling, grad_overlap, bucket_mb, nic, node}) against_opt->excludes(o);
   c->add_option("--catalog", a->catalog, "a JSON file of extra or replacement hardware entries (docs/plan.md)");
   c->callback([a, c] {
     // Each record is planned as it ran: a flag describing the run would be ignored.
@@ -772,6 +782,13 @@ void add_plan(CLI::App& app, const Command& self) {
         check(a->scaling > 1 || (!a->transformer.empty() && (a->layout.dp > 1 || a->devices > 0)),
               fmt::format("{} changes how data parallelism's all-reduce runs, and this plan has no data parallelism", flag),
               a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp 2 or more, --devices N or --scaling N");
+    // --nic-gbits and --node-size place a job's devices: a plan of one device would ignore them.
+    for (const char* flag : {"--nic-gbits", "--node-size"})
+      if (c->count(flag) > 0)
+        check(a->scaling > 1 ||
+                  (!a->transformer.empty() && (a->layout.dp > 1 || a->layout.tp > 1 || a->layout.pp > 1 || a->devices > 0)),
+              fmt::format("{} describes how a job's devices are connected, and this plan is of one device", flag),
+              a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp, --tp or --pp, --devices N or --scaling N");
     if (c->count("--bucket-mb") > 0)
       check(overlaps_grad_reduce(*a),
             fmt::format("--bucket-mb sizes the buckets of an all-reduce overlapped with the backward pass, and {}",

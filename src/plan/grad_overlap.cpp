@@ -20,8 +20,9 @@ OverlappedReduction overlap_reduction(const std::vector<GradientReady>& ready, d
   double stream_free_s = 0;  // when the communication stream finishes what it was given
   double filled = 0;
   const auto send = [&](double at_s) {  // the bucket so far goes out, at_s into the backward pass
-    const double t = reduce_s(filled);
-    stream_free_s = std::max(stream_free_s, at_s) + t;
+    const double t = reduce_s(filled), start = std::max(stream_free_s, at_s);
+    stream_free_s = start + t;
+    r.hidden_s += std::clamp(backward_s - start, 0.0, t);  // summed, not subtracted: exactly 0 where nothing is hidden
     r.reduce_s += t;
     ++r.buckets;
     filled = 0;
@@ -31,7 +32,7 @@ OverlappedReduction overlap_reduction(const std::vector<GradientReady>& ready, d
     if (filled >= (r.buckets == 0 ? rule.first_bytes : rule.bytes)) send(std::min(g.at_s, backward_s));
   }
   if (filled > 0) send(backward_s);
-  r.exposed_s = std::max(0.0, stream_free_s - backward_s);
+  r.exposed_s = r.reduce_s - r.hidden_s;
   return r;
 }
 

@@ -42,6 +42,7 @@ BucketRule megatron_buckets(double dp, double gradient_bytes_per_param);
 struct OverlappedReduction {
   int buckets = 0;
   double reduce_s = 0;   ///< all buckets' all-reduces, end to end (each pays its own latency)
+  double hidden_s = 0;   ///< what of it runs before the backward pass ends
   double exposed_s = 0;  ///< what of it runs on after the backward pass ends: the step waits for it
 };
 

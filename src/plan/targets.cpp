@@ -321,7 +321,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       const double gather_s = (1 - reduced_share) * allreduce(grad_bytes, double(l.dp), in_one_node).first +
                               (gather_bytes > 0 ? allreduce(gather_bytes, double(l.dp), in_one_node).first : 0);
       e.dp_comm_s = reduce.reduce_s + gather_s;
-      e.hidden_comm_s = reduce.reduce_s - reduce.exposed_s;
+      e.hidden_comm_s = reduce.hidden_s;
       e.gradient_buckets = reduce.buckets;
       e.allreduce = allreduce(std::min(grad_bytes, buckets.bytes), double(l.dp), in_one_node).second;  // a full bucket's
     } else {
