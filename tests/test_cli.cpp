@@ -896,6 +896,15 @@ TEST(Cli, PlanTakesTheClustersNetworkAndNodes) {
   };
   EXPECT_GT(tp_comm_s(" --node-size 2"), 2 * tp_comm_s(""));  // NVLink's 480 GB/s against the network's 50
 
+  // This CPU, which has no interconnect, is a node of its own on the network (its link was a
+  // fixed 1 GB/s whatever the network).
+  const auto cpu_pair_s = [&](const std::string& flags) {
+    EXPECT_EQ(run_dlperf(dir, "plan --model small --scaling 2 --grad-overlap off --json c.json" + flags).exit_code, 0);
+    // One ring all-reduce over 2: the bytes over the link, plus 2 messages' 10 us latency.
+    return nlohmann::json::parse(slurp(dir.path / "c.json"))["scaling"]["rows"][1]["weak"]["comm_s"].get<double>() - 20e-6;
+  };
+  EXPECT_NEAR(cpu_pair_s(" --nic-gbits 10") / cpu_pair_s(" --nic-gbits 400"), 40, 1e-6);
+
   for (const char* flag : {"--nic-gbits 100", "--node-size 4"}) {
     const Outcome one = run_dlperf(dir, std::string("plan --model small ") + flag);
     EXPECT_NE(one.exit_code, 0) << flag;

@@ -174,9 +174,11 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
   const double dtype = (job.precision == "bf16" || job.precision == "fp16") ? 2 : 4;
   // Inside a node, devices talk over its interconnect at the all-reduce bus bandwidth NCCL was
   // measured at there (catalog; nccl-tests defines bus bandwidth so that it reads as one link's),
-  // across nodes over the network.
+  // across nodes over the network, no faster than a device's own link (a T4's PCIe). A machine
+  // without an interconnect (this CPU) is a node of its own, on the network.
   const auto link_gbps = [&](bool in_one_node) {
-    return in_one_node && d.interconnect_gbps > 0 ? d.node_busbw_gbps() : std::min(job.network_gbps, std::max(d.interconnect_gbps, 1.0));
+    if (d.interconnect_gbps <= 0) return job.network_gbps;
+    return in_one_node ? d.node_busbw_gbps() : std::min(job.network_gbps, d.interconnect_gbps);
   };
   // A collective among n devices. NCCL picks ring or tree by size; so does the plan: whichever
   // the alpha-beta model says is faster.
