@@ -59,22 +59,25 @@ TEST(PlanTransformer, Gpt3TrainingFlopsAndBytesPerParameterAreTheStandardOnes) {
   EXPECT_NEAR(6 * n * 300e9 / 3.14e23, 1.0, 0.005);
   // Per token: 6N plus 12 L S h for attention scores (Kaplan et al.): 96 x 2048 x 12288 x 12.
   EXPECT_DOUBLE_EQ(plan::transformer_train_flops_per_token(t), 6 * n + 12.0 * 96 * 2048 * 12288);
-  // Mixed-precision Adam: 2 + 2 + 12 = 16 bytes a parameter (ZeRO's K = 12); fp32 Adam 4+4+8.
-  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "adamw").total(), 16);
+  // Mixed-precision Adam: fp16 2 + 2 + 12 = 16 bytes a parameter (ZeRO's K = 12); bf16 keeps
+  // fp32 gradients, 2 + 4 + 12 = 18, as Megatron-LM's theoretical_memory_usage.py counts them
+  // (and 6 + 12 / dp with its distributed optimizer, ZeRO-1); fp32 Adam 4 + 4 + 8.
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("fp16", "adamw").total(), 16);
   EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("fp16", "adamw").optimizer, 12);
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "adamw").total(), 18);
   EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("fp32", "adamw").total(), 16);
-  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "sgd").total(), 12);
-  // Model states: 16 x 174.6e9 = 2.79 TB on one device; ZeRO-3 over 64 shards all of it.
+  EXPECT_DOUBLE_EQ(plan::state_bytes_per_param("bf16", "sgd").total(), 14);
+  // Model states: 18 x 174.6e9 = 3.14 TB on one device; ZeRO-3 over 64 shards all of it.
   plan::Layout l;
   auto m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
-  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 16 * n);
+  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 18 * n);
   l.dp = 64;
   l.zero = 3;
   m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
-  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 16 * n / 64);
-  l.zero = 1;  // only the optimizer's 12 bytes are sharded
+  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 18 * n / 64);
+  l.zero = 1;  // only the optimizer's 12 bytes are sharded: Megatron's 6 + 12 / dp
   m = plan::transformer_memory(t, 1, "bf16", "adamw", l, 1);
-  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 4 * n + 12 * n / 64);
+  EXPECT_DOUBLE_EQ(m.parameters + m.gradients + m.optimizer, 6 * n + 12 * n / 64);
 }
 
 TEST(PlanTransformer, ActivationsFollowKorthikanti) {
@@ -326,7 +329,7 @@ TEST(PlanTargets, TheGradientsAllReduceOverlapsTheBackwardPass) {
     EXPECT_EQ(off.gradient_buckets, 1);
     EXPECT_NEAR(off.step_s, off.compute_s + off.comm_s, 1e-12);
     EXPECT_EQ(on.compute_s, off.compute_s);
-    EXPECT_EQ(on.gradient_buckets, cnn.precision == "fp32" ? 3 : 2);  // 47 MB of fp32 gradients (23 of bf16) in 25 MiB buckets, the first 1 MiB
+    EXPECT_EQ(on.gradient_buckets, 3);  // 47 MB of gradients, fp32 in every precision, in 25 MiB buckets, the first 1 MiB
     EXPECT_GE(on.dp_comm_s, off.dp_comm_s);  // a latency per bucket
     EXPECT_GT(on.hidden_comm_s, 0);
     EXPECT_LT(on.hidden_comm_s, on.dp_comm_s);  // the last bucket goes out as the backward pass ends
@@ -352,13 +355,14 @@ TEST(PlanTargets, TheGradientsAllReduceOverlapsTheBackwardPass) {
   // ZeRO-1: the buckets are reduce-scatters, half the traffic; the parameters' gathers after the
   // optimizer's step, the other half, are not hidden.
   EXPECT_LE(on.hidden_comm_s, on.dp_comm_s / 2);
-  // Buckets of the user's size. A device's 6 layers hold 2.7 GB of bf16 gradients, in weight
-  // matrices of 38 to 152 MB: 1 MiB buckets take one matrix each, 4 a layer; 1 GiB buckets close
-  // at the third layer's fc1 and the sixth's fc2, and the rest goes out as the backward pass ends.
+  // Buckets of the user's size. A device's 6 layers hold 5.5 GB of fp32 gradients, in weight
+  // matrices of 76 to 304 MB: 1 MiB buckets take one matrix each, 4 a layer; 1 GiB buckets close
+  // four times as they fill (at the second layer's fc2, the third's fc1, the fourth's QKV and the
+  // sixth's fc2), and the rest goes out as the backward pass ends.
   gpt.bucket_bytes = 1 << 20;
   EXPECT_EQ(plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1).gradient_buckets, 24);
   gpt.bucket_bytes = 1 << 30;
-  EXPECT_EQ(plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1).gradient_buckets, 3);
+  EXPECT_EQ(plan::estimate(gpt, c.find("h100-sxm"), 400, 1.1).gradient_buckets, 5);
   EXPECT_LT(on.step_s, off.step_s);
 }
 
@@ -374,8 +378,9 @@ TEST(PlanTargets, PipelineSendsAndInterleavingArePlanned) {
   const double m = 48, bytes = 2048.0 * 12288 * 2 / 8;
   const double send = bytes / (job.network_gbps * 1e9) + job.alpha_s;
   EXPECT_NEAR(plain.pp_comm_s, 2 * send * m * (1 + 15 / m), 1e-12);
-  // The rest of the step's communication is the gradients' all-reduce over the 64 replicas.
-  const double grads = plan::transformer_params(*job.transformer) / (8 * 16) * 2;
+  // The rest of the step's communication is the gradients' all-reduce over the 64 replicas, in
+  // fp32 for a bf16 run as Megatron-LM does it.
+  const double grads = plan::transformer_params(*job.transformer) / (8 * 16) * 4;
   EXPECT_NEAR(plain.comm_s - plain.tp_comm_s - plain.pp_comm_s,
               std::min(plan::ring_allreduce_s(grads, 64, job.network_gbps, job.alpha_s),
                        plan::tree_allreduce_s(grads, 64, job.network_gbps, job.alpha_s)),

@@ -298,8 +298,12 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
         e.compute_s += total_s(backward);
       }
     }
-    grad_bytes = double(g.param_count()) * sb.gradients;
-    ready = gradients_ready(g, backward, sb.gradients);
+    // A CNN's gradients are fp32 in every precision: mixed precision computes in bf16 or fp16
+    // but keeps fp32 parameters, so their gradients (PyTorch's autocast, which DDP all-reduces
+    // as they are; dlperf's engine, plan/memory.cpp).
+    constexpr double kCnnGradientBytes = 4;
+    grad_bytes = double(g.param_count()) * kCnnGradientBytes;
+    ready = gradients_ready(g, backward, kCnnGradientBytes);
     backward_s = total_s(backward);
   }
   // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic), inside

@@ -67,7 +67,12 @@ StateBytes state_bytes_per_param(const std::string& precision, const std::string
   const double states = optimizer == "adamw" ? 2 : 1;  // Adam m and v; SGD momentum
   StateBytes b;
   b.weights = mixed ? 2 : 4;
-  b.gradients = mixed ? 2 : 4;
+  // bf16's 8-bit mantissa loses small gradients summed over micro-batches and replicas, so
+  // Megatron-LM accumulates and all-reduces bf16 runs' gradients in fp32 (arguments.py: "bfloat16
+  // requires gradient accumulation and all-reduce to be done in fp32"), as DeepSpeed's bf16
+  // optimizer does; fp16 runs keep fp16 gradients. Megatron's own theoretical_memory_usage.py
+  // counts 18 bytes a parameter for bf16 Adam: 2 + 4 + 12. (The ZeRO paper's 16 is fp16's.)
+  b.gradients = precision == "fp16" ? 2 : 4;
   // Mixed precision keeps an fp32 master copy with the fp32 optimizer states (ZeRO's K = 12 for Adam).
   b.optimizer = 4 * states + (mixed ? 4 : 0);
   return b;

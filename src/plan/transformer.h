@@ -41,7 +41,8 @@ struct StateBytes {
   double total() const { return weights + gradients + optimizer; }
 };
 /// `precision` fp32|tf32|bf16|fp16 (mixed precision keeps fp32 master weights in the
-/// optimizer's share); `optimizer` adamw|sgd (momentum).
+/// optimizer's share; bf16 fp32 gradients, as Megatron-LM; fp16 fp16 ones); `optimizer` adamw|sgd
+/// (momentum).
 StateBytes state_bytes_per_param(const std::string& precision, const std::string& optimizer);
 
 /// Per-device bytes of a Transformer training step at `micro_batch` sequences per device, with
