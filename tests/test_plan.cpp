@@ -292,6 +292,13 @@ TEST(PlanTargets, CommunicationInsideANodeRunsAtNcclsMeasuredBusBandwidth) {
   job.layout.checkpointing = "full";
   EXPECT_NEAR(plan::estimate(job, h100, 400, 1.1).tp_comm_s, 1.5 * e.tp_comm_s, 1e-12);
   job.layout.checkpointing = "none";
+  // tp 6 on nodes of 8: Megatron's second group of ranks, 6-11, spans two nodes, and every step
+  // waits for it: over the network.
+  job.layout.tp = 6;
+  const double network = std::min(plan::ring_allreduce_s(bytes, 6, job.network_gbps, job.alpha_s),
+                                   plan::tree_allreduce_s(bytes, 6, job.network_gbps, job.alpha_s));
+  EXPECT_NEAR(plan::estimate(job, h100, 400, 1.1).tp_comm_s, network * 4 * (96 / 16) * micro_steps * (1 + bubble), 1e-12);
+  job.layout.tp = 8;
   job.layout.tp = 1;
   job.layout.pp = 96;
   EXPECT_EQ(plan::estimate(job, h100, 400, 1.1).tp_comm_s, 0);

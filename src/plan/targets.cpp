@@ -218,7 +218,11 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       const double bytes = double(t.seq) * double(job.micro_batch) * double(t.hidden) * dtype;
       const double per_layer = l.checkpointing == "full" ? 6 : 4;
       const double layers_per_stage = double(t.layers) / double(l.pp);
-      e.tp_comm_s = allreduce(bytes, double(l.tp), l.tp <= job.node_size).first * per_layer * layers_per_stage * micro_steps * (1 + bubble);
+      // Megatron puts tp innermost in its rank order: groups of tp consecutive ranks, each inside
+      // a node only where tp divides the node's devices (tp 6 on nodes of 8 puts ranks 6-11, the
+      // second group, across two nodes, and every step waits for the slowest group).
+      const bool in_one_node = job.node_size % l.tp == 0;
+      e.tp_comm_s = allreduce(bytes, double(l.tp), in_one_node).first * per_layer * layers_per_stage * micro_steps * (1 + bubble);
     }
     // Pipeline parallelism: each micro-batch's activations go to the next stage and their
     // gradients come back, once per chunk a device holds (vp), a tp-th of the tensor from each tp
