@@ -796,7 +796,7 @@ TEST(Cli, PlanFindsTheFastestLayoutOfTheDevices) {
   ASSERT_EQ(o.exit_code, 0) << o.err;
   EXPECT_TRUE(std::regex_search(o.out, std::regex(R"(Layouts of 8 h100-sxm devices, fastest first \(\d+ of the \d+ tried fit; the plan takes the first\):)")))
       << o.out;
-  EXPECT_NE(o.out.find("\nlayout: data 8 x tensor 1 x pipeline 1, ZeRO 0, checkpointing none, micro-batch 8 (1 a step)\n"), std::string::npos)
+  EXPECT_NE(o.out.find("\nlayout: data 8 x tensor 1 x pipeline 1, ZeRO 1, checkpointing none, micro-batch 8 (1 a step)\n"), std::string::npos)
       << o.out;
   const nlohmann::json p = nlohmann::json::parse(slurp(dir.path / "p.json"));
   EXPECT_EQ(p["layouts"]["target"], "h100-sxm");

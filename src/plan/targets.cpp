@@ -188,6 +188,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     return std::pair{std::min(ring, tree), ring <= tree ? "ring" : "tree"};
   };
   double grad_bytes = 0, model_flops = 0;  // model_flops: a Transformer's a step, recomputation not counted
+  double weight_bytes = 0;                 // a device's weights, which ZeRO gathers; 0 for a CNN (never sharded)
   // The data-parallel reduction's overlap with the backward pass (plan/grad_overlap.h): when each
   // gradient is done, in buckets of which size.
   std::vector<GradientReady> ready;
@@ -237,6 +238,7 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
       e.pp_comm_s = 2 * double(l.vp) * send_s * micro_steps * (1 + bubble);
     }
     grad_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.gradients;
+    weight_bytes = transformer_params(t) / double(l.tp * l.pp) * sb.weights;
     // Megatron reduces the gradients during the last micro-batch's backward pass (the others'
     // only accumulate), in the backward's share of a micro-step (2/3 of the model's FLOPs, plus
     // what is recomputed). Its layers finish one after another, each its four weight matrices in
@@ -310,35 +312,34 @@ TargetEstimate estimate(const JobSpec& job, const Device& d, double grid, double
     ready = gradients_ready(g, backward, kCnnGradientBytes);
     backward_s = total_s(backward);
   }
-  // Data-parallel gradient all-reduce (ZeRO-3 also gathers parameters: 1.5x the traffic), inside
-  // a node where all the job's devices are in one, else over the network. Overlapped, the
-  // gradients go out in buckets during the backward pass, and the step waits for what is left
-  // when it ends. With ZeRO, what goes out is a reduce-scatter (half an all-reduce: each device
-  // keeps its shard), and the parameters are gathered later, not overlapped: after the
-  // optimizer's step (the other half), and with ZeRO-3 once more before the backward pass.
+  // Data parallelism's collectives, inside a node where all the job's devices are in one, else
+  // over the network. Without ZeRO, an all-reduce of the gradients. With ZeRO, a reduce-scatter of
+  // them (half an all-reduce: each device keeps its shard) and all-gathers of the weights (half
+  // an all-reduce of their bytes each): after the optimizer's step, and with ZeRO-3 once more
+  // before the backward pass (1.5x the all-reduce's traffic where gradients and weights are
+  // alike; a bf16 run's gradients are fp32, its weights bf16). Overlapped, the gradients go out
+  // in buckets during the backward pass, and the step waits for what is left when it ends; the
+  // gathers are not overlapped.
   if (job.bucket_bytes > 0) {  // the user's bucket size; DDP keeps its first of 1 MiB, or less
     buckets.bytes = job.bucket_bytes;
     buckets.first_bytes = job.transformer ? job.bucket_bytes : std::min(buckets.first_bytes, job.bucket_bytes);
   }
   if (l.dp > 1) {
     const bool in_one_node = e.devices <= job.node_size;
-    const double gather_bytes = l.zero >= 3 ? 0.5 * grad_bytes : 0;
+    const auto all_reduce_s = [&](double bytes) { return allreduce(bytes, double(l.dp), in_one_node).first; };
+    const double reduce_share = l.zero >= 1 ? 0.5 : 1;                 // of an all-reduce of the gradients
+    const double gathers = l.zero >= 3 ? 2 : l.zero >= 1 ? 1 : 0;     // of the weights
+    const double gather_s = gathers * 0.5 * (weight_bytes > 0 ? all_reduce_s(weight_bytes) : 0);
     if (job.overlap_grad_reduce) {
-      const double reduced_share = l.zero >= 1 ? 0.5 : 1;  // of an all-reduce, what the buckets do
-      const auto reduce = overlap_reduction(ready, backward_s, buckets, [&](double bytes) {
-        return reduced_share * allreduce(bytes, double(l.dp), in_one_node).first;
-      });
-      const double gather_s = (1 - reduced_share) * allreduce(grad_bytes, double(l.dp), in_one_node).first +
-                              (gather_bytes > 0 ? allreduce(gather_bytes, double(l.dp), in_one_node).first : 0);
+      const auto reduce = overlap_reduction(ready, backward_s, buckets, [&](double bytes) { return reduce_share * all_reduce_s(bytes); });
       e.dp_comm_s = reduce.reduce_s + gather_s;
       e.hidden_comm_s = reduce.hidden_s;
       e.gradient_buckets = reduce.buckets;
       e.allreduce = allreduce(std::min(grad_bytes, buckets.bytes), double(l.dp), in_one_node).second;  // a full bucket's
     } else {
-      const auto [dp_s, algorithm] = allreduce(grad_bytes + gather_bytes, double(l.dp), in_one_node);
-      e.dp_comm_s = dp_s;
+      e.dp_comm_s = reduce_share * all_reduce_s(grad_bytes) + gather_s;
       e.gradient_buckets = 1;
-      e.allreduce = algorithm;
+      e.allreduce = allreduce(grad_bytes, double(l.dp), in_one_node).second;
     }
   }
   e.comm_s = e.dp_comm_s + e.tp_comm_s + e.pp_comm_s;
