@@ -2,8 +2,8 @@
 // gradients go into buckets in the order the backward pass produces them (last layer first), and
 // each bucket's all-reduce starts as soon as it is full, one after another on a communication
 // stream, while the backward pass goes on. The step waits only for what is still running when
-// the backward pass ends: at least the last bucket's all-reduce, and everything where the
-// communication outlasts the backward pass.
+// the backward pass ends: the last bucket's all-reduce, which starts about then (the first
+// layer's gradients come last), and whatever the communication could not fit in before.
 //
 // PyTorch's DistributedDataParallel does this by default (buckets of 25 MiB, the first 1 MiB so
 // that communication starts early); Megatron-LM with --overlap-grad-reduce (off by default there),
