@@ -777,18 +777,19 @@ void add_plan(CLI::App& app, const Command& self) {
     }
     // --grad-overlap and --bucket-mb shape data parallelism's communication: a plan without any
     // would ignore them, as one that does not overlap would ignore the buckets.
+    // --nic-gbits and --node-size place a job's devices: a plan of one device would ignore them.
+    const bool is_transformer = !a->transformer.empty();
+    const bool data_parallel = a->scaling > 1 || (is_transformer && (a->layout.dp > 1 || a->devices > 0));
+    const bool several_devices = data_parallel || (is_transformer && (a->layout.tp > 1 || a->layout.pp > 1));
+    const char* cnn_hint = "add --scaling N for data-parallel scaling of the CNN";
     for (const char* flag : {"--grad-overlap", "--bucket-mb"})
       if (c->count(flag) > 0)
-        check(a->scaling > 1 || (!a->transformer.empty() && (a->layout.dp > 1 || a->devices > 0)),
-              fmt::format("{} changes how data parallelism's all-reduce runs, and this plan has no data parallelism", flag),
-              a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp 2 or more, --devices N or --scaling N");
-    // --nic-gbits and --node-size place a job's devices: a plan of one device would ignore them.
+        check(data_parallel, fmt::format("{} changes how data parallelism's all-reduce runs, and this plan has no data parallelism", flag),
+              is_transformer ? "add --dp 2 or more, --devices N or --scaling N" : cnn_hint);
     for (const char* flag : {"--nic-gbits", "--node-size"})
       if (c->count(flag) > 0)
-        check(a->scaling > 1 ||
-                  (!a->transformer.empty() && (a->layout.dp > 1 || a->layout.tp > 1 || a->layout.pp > 1 || a->devices > 0)),
-              fmt::format("{} describes how a job's devices are connected, and this plan is of one device", flag),
-              a->transformer.empty() ? "add --scaling N for data-parallel scaling of the CNN" : "add --dp, --tp or --pp, --devices N or --scaling N");
+        check(several_devices, fmt::format("{} describes how a job's devices are connected, and this plan is of one device", flag),
+              is_transformer ? "add --dp, --tp or --pp, --devices N or --scaling N" : cnn_hint);
     if (c->count("--bucket-mb") > 0)
       check(overlaps_grad_reduce(*a),
             fmt::format("--bucket-mb sizes the buckets of an all-reduce overlapped with the backward pass, and {}",
