@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 
+#include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
@@ -182,6 +183,25 @@ TEST(Network, Bf16ResidualCnnTracksTheReferenceGraph) {
   if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
   check_network(residual_cnn(), {3, 12, 12}, 4, "bf16");
   check_network(residual_cnn(), {1, 12, 12}, 3, "bf16");
+}
+
+// On a CPU with AMX the bf16 convolutions take nhwc, where oneDNN runs them on AMX tiles
+// (backend/cpu/conv2d.cpp): with 16- and 32-channel maps the network still tracks the reference
+// graph, and the convolution between 16-channel maps and the hidden linear layer ran there.
+TEST(Network, Bf16ResidualCnnOnAmxTilesTracksTheReferenceGraph) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  json spec = residual_cnn();
+  for (json& layer : spec["layers"])
+    if (layer.value("out_channels", json()) == 8) layer["out_channels"] = 16;
+  check_network(spec, {3, 12, 12}, 4, "bf16");
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec, "test"), {3, 12, 12}, 10, 4);
+  const std::vector<std::string> amx = cpu::Network(g, 1, true, "bf16").amx_layers();
+  if (!cpu::has_amx_kernels()) {
+    EXPECT_TRUE(amx.empty());
+    GTEST_SKIP() << "the network tracked the reference; no AMX here to run it on";
+  }
+  for (const char* layer : {"c1", "fc1"}) EXPECT_NE(std::find(amx.begin(), amx.end(), layer), amx.end()) << layer;
+  EXPECT_TRUE(cpu::Network(g, 1).amx_layers().empty()) << "fp32 runs on the FMA units";
 }
 
 TEST(Network, F32CopiesResidualCnnMatchesReferenceGraph) {

@@ -340,7 +340,8 @@ TEST(PoolTest, MaxPoolTiesGoToTheFirstMax) {
 }
 
 // nChw16c (AVX-512 CPUs) has two max poolings, dlperf's and oneDNN's, and each process runs the
-// one that timed faster (cpu::max_pool_16c_choice): both must match the reference, ties too.
+// one that timed faster (cpu::max_pool_16c_choice): both must match the reference, ties too. The
+// same 16-lane code pools nhwc with whole vectors of 16 channels in bf16 (a bf16 network on AMX).
 TEST(PoolTest, MaxPoolOnBlocksOf16MatchesReferenceInBothCodes) {
   std::vector<bool> codes = {false};
 #ifdef __AVX512F__
@@ -348,7 +349,9 @@ TEST(PoolTest, MaxPoolOnBlocksOf16MatchesReferenceInBothCodes) {
 #endif
   const std::vector<PoolCase> cases = {{OpKind::maxpool2d, {2, 20, 7, 9}, 2, 2, 0, cpu::tag::nChw16c},
                                        {OpKind::maxpool2d, {3, 32, 8, 6}, 2, 2, 0, cpu::tag::nChw16c},
-                                       {OpKind::maxpool2d, {2, 20, 7, 7}, 3, 2, 1, cpu::tag::nChw16c}};
+                                       {OpKind::maxpool2d, {2, 20, 7, 7}, 3, 2, 1, cpu::tag::nChw16c},
+                                       {OpKind::maxpool2d, {2, 32, 7, 9}, 2, 2, 0, cpu::tag::nhwc},
+                                       {OpKind::maxpool2d, {3, 48, 6, 6}, 2, 2, 0, cpu::tag::nhwc}};
   std::vector<cpu::dt> types = {cpu::dt::f32};
   if (hw::cpu_info().avx512_bf16) types.push_back(cpu::dt::bf16);  // between a bf16 network's convolutions
   for (const bool own : codes) {

@@ -47,8 +47,9 @@ struct ConvPoint {
   /// The input layout it read: training's (cpu::given_input_layouts), "nchw" for a first layer,
   /// oneDNN's channel blocks ("nChw16c" on AVX-512, "nChw8c" on AVX2) after it.
   std::string input_layout{};
-  /// How the engine's conv computed: "direct", or "winograd" (cpu::conv_runs_winograd), whose
-  /// passes do fewer multiply-adds than counted, so their GFLOP/s can pass the FMA peak.
+  /// How the engine's conv computed: "direct", "winograd" (cpu::conv_runs_winograd), whose
+  /// passes do fewer multiply-adds than counted, so their GFLOP/s can pass the FMA peak, or "amx"
+  /// (bf16 on AMX tiles, far beyond it).
   std::string algorithm{};
   /// Of the counted multiply-adds, the share on the zero padding, which oneDNN skips
   /// (ops::PassCost::padding_flops): % of peak counts the rest.

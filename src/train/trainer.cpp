@@ -497,6 +497,9 @@ struct Run {
       r["cpu_step"]["winograd_on"] = cpu::winograd_choice().on;  // what plan --against reads
       r["cpu_step"]["winograd_layers"] = net.winograd_layers();
     }
+    // A bf16 run's layers that ran on AMX tiles (since 2026-11-29; plan --against plans a bf16
+    // record without this on the AVX512-BF16 kernels it ran on before).
+    if (cfg.precision == "bf16") r["cpu_step"]["amx_layers"] = net.amx_layers();
     // Where a relu ran inside the residual add before it (since 2026-11-29): plan --against plans
     // a residual model's record without this as the engine ran it before, the relu apart.
     for (size_t i = 0; i < graph.nodes.size(); ++i)

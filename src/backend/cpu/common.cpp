@@ -32,6 +32,13 @@ bool has_bf16_kernels() {
   return (isa & bf16) == bf16;
 }
 
+bool has_amx_kernels() {
+  const auto isa = unsigned(dnnl::get_effective_cpu_isa()), amx = unsigned(dnnl::cpu_isa::avx512_core_amx);
+  return (isa & amx) == amx;
+}
+
+bool on_amx(const dnnl::primitive_desc_base& pd) { return std::strstr(pd.impl_info_str(), "amx") != nullptr; }
+
 memory::dims to_dnnl(const Dims& d) { return memory::dims(d.begin(), d.end()); }
 
 md plain_md(const Dims& d) {

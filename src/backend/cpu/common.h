@@ -158,6 +158,11 @@ void from_plain(const md& layout, const Dims& dims, const float* plain, Mem& m);
 
 /// One op of a network, as the network runs it. Inputs arrive in the layouts the op asked for
 /// (input_md); a null diff_in memory means that gradient is not needed.
+/// Whether oneDNN runs this pass on AMX tiles (Intel's matrix units: "brgconv:avx512_core_amx_bf16",
+/// "brgemm:avx512_core_amx_bf16" and the like), which multiply bf16 at about 14x the AVX-512 FMA
+/// peak on a Xeon with them (docs/benchmarks.md).
+bool on_amx(const dnnl::primitive_desc_base& pd);
+
 class Op {
  public:
   virtual ~Op() = default;
@@ -169,8 +174,9 @@ class Op {
   std::vector<std::unique_ptr<Param>>& params() { return params_; }
   /// Persistent non-learnable state saved in checkpoints (batchnorm running statistics).
   virtual std::vector<std::pair<std::string, Mem*>> buffers() { return {}; }
-  /// Where an op has more than one way to compute, the one it runs ("winograd" for a conv that
-  /// runs so); empty otherwise.
+  /// Where an op has more than one way to compute, the one it runs: "winograd" for a conv that
+  /// runs so, "amx" for a bf16 conv or linear layer whose forward pass oneDNN runs on AMX tiles
+  /// (on_amx); empty otherwise.
   virtual std::string algorithm() const { return {}; }
 
  protected:

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -74,8 +75,9 @@ struct ConvSetup {
     return p;
   }
 
-  // The first candidate (input, output) layout pair whose passes are all fast; else oneDNN's own
-  // choice, even if only a reference kernel.
+  // The first candidate (input, output) layout pair whose passes are all fast; in bf16 the first
+  // whose forward pass runs on AMX tiles, where one does. Else oneDNN's own choice, even if only
+  // a reference kernel.
   ConvPasses search(const md& producer) const {
     const md ax = any_md(x), ay = with_type(any_md(y), out_type);
     auto with = [](const Dims& d, tag t, dt type = dt::f32) { return md(to_dnnl(d), type, t); };
@@ -96,13 +98,17 @@ struct ConvSetup {
     const auto algorithms = winograd ? std::vector{algorithm::convolution_winograd, algorithm::convolution_direct}
                                      : std::vector{algorithm::convolution_direct};
     for (const algorithm alg : algorithms) {
+      std::optional<ConvPasses> first;
       for (const auto& [src, dst] : candidates) {
         try {
           ConvPasses p = passes(src, dst, alg);
-          if (p.fast) return p;
+          if (!p.fast) continue;
+          if (!copies || on_amx(p.fwd)) return p;
+          if (!first) first = p;
         } catch (const dnnl::error&) {
         }
       }
+      if (first) return *first;
     }
     return passes(with_type(ax, low), ay);
   }
@@ -115,7 +121,7 @@ class Conv2d final : public Op {
     const ConvSetup setup(a, x, o);
     const ConvPasses p = setup.search(producer);
     fwd_pd_ = p.fwd;
-    winograd_ = std::strstr(p.fwd.impl_info_str(), "wino") != nullptr;
+    algorithm_ = std::strstr(p.fwd.impl_info_str(), "wino") != nullptr ? "winograd" : on_amx(p.fwd) ? "amx" : "direct";
     fwd_ = Prim::of<convolution_forward>(p.fwd);
     bwd_weights_ = Prim::of<convolution_backward_weights>(p.bww);
     if (need_dx_) bwd_data_ = Prim::of<convolution_backward_data>(p.bwd);
@@ -131,7 +137,7 @@ class Conv2d final : public Op {
 
   md input_md(int) const override { return fwd_pd_.src_desc(); }
   md output_md() const override { return fwd_pd_.dst_desc(); }
-  std::string algorithm() const override { return winograd_ ? "winograd" : "direct"; }
+  std::string algorithm() const override { return algorithm_; }
 
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
     if (!w_fwd_.empty()) reorder(params_[0]->value.mem, w_fwd_.mem);
@@ -162,7 +168,7 @@ class Conv2d final : public Op {
   const Mem& weights() const { return w_fwd_.empty() ? params_[0]->value : w_fwd_; }
 
   bool need_dx_;
-  bool winograd_ = false;  ///< oneDNN took the Winograd kernel (jit_wino_4x3)
+  std::string algorithm_;  ///< "winograd" (oneDNN's jit_wino_4x3), "amx" (direct on AMX tiles) or "direct"
   convolution_forward::primitive_desc fwd_pd_;
   Prim fwd_, bwd_data_, bwd_weights_;
   Mem dw_tmp_, w_bwd_;

@@ -16,6 +16,9 @@ namespace dlperf::cpu {
 /// Whether oneDNN runs bf16 kernels here: the CPU has AVX512-BF16 (or AMX), and
 /// ONEDNN_MAX_CPU_ISA, which caps the instructions oneDNN uses, leaves them on.
 bool has_bf16_kernels();
+/// Whether oneDNN may run bf16 kernels on AMX tiles here: the CPU has AMX-BF16 (Xeons from
+/// Sapphire Rapids on), the kernel lets the process use it, and ONEDNN_MAX_CPU_ISA leaves it on.
+bool has_amx_kernels();
 
 /// Every buffer dlperf's CPU engine allocates to train `g` in `precision` (fp32 or bf16), as
 /// Network's constructor (network.cpp) and the ops' make them: found from oneDNN's descriptors

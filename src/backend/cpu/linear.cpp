@@ -56,6 +56,7 @@ class Linear final : public Op {
   }
   md input_md(int) const override { return fwd_pd_.src_desc(); }
   md output_md() const override { return fwd_pd_.dst_desc(); }
+  std::string algorithm() const override { return on_amx(fwd_pd_) ? "amx" : ""; }
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
     if (!w_low_.empty()) reorder(params_[0]->value.mem, w_low_.mem);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, weights().mem}, {DNNL_ARG_DST, out}};

@@ -225,10 +225,10 @@ std::string Network::step_name(int node) const {
   return steps_[size_t(node)].fused_away ? "" : steps_[size_t(node)].name;
 }
 
-std::vector<std::string> Network::winograd_layers() const {
+std::vector<std::string> Network::layers_running(const std::string& algorithm) const {
   std::vector<std::string> names;
   for (const Step& s : steps_)
-    if (s.op && s.op->algorithm() == "winograd") names.push_back(s.name);
+    if (s.op && s.op->algorithm() == algorithm) names.push_back(s.name);
   return names;
 }
 

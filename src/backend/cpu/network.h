@@ -52,8 +52,12 @@ class Network {
   std::vector<std::pair<std::string, Mem*>> buffers();
   /// The name of the node that runs node i ("bn1+relu1" when fused), empty if fused away.
   std::string step_name(int node) const;
-  /// The convolutions that run as Winograd (cpu::conv_runs_winograd), by name, in graph order.
-  std::vector<std::string> winograd_layers() const;
+  /// The layers whose op runs `algorithm` (Op::algorithm), by name, in graph order.
+  std::vector<std::string> layers_running(const std::string& algorithm) const;
+  /// The convolutions that run as Winograd (cpu::conv_runs_winograd).
+  std::vector<std::string> winograd_layers() const { return layers_running("winograd"); }
+  /// The bf16 convolutions and linear layers whose forward pass runs on AMX tiles (Op::algorithm).
+  std::vector<std::string> amx_layers() const { return layers_running("amx"); }
 
   void set_timing(bool on) { timing_ = on; }
   const std::vector<NodeTime>& node_times() const { return times_; }
