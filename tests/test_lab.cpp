@@ -873,6 +873,12 @@ TEST(Lab, PrecisionObservationsFollowTheData) {
                         "more arithmetic to offer here")) << obs[1];
   c.rows[1]["ceiling_gflops"] = 640.0;  // a Zen 4's
   EXPECT_TRUE(says(lab::observe(c), "peak at 1.94x its fp32 multiply-adds (640 vs 330 GFLOP/s, measured): bf16 gains where compute"));
+  c.rows[1]["ceiling_gflops"] = 5991.0;  // a Xeon's AMX tiles, 2026-11-29, where the run's layers ran on them
+  c.rows[1]["amx_layers"] = {"conv2", "conv3", "fc1"};
+  EXPECT_TRUE(says(lab::observe(c), "This CPU's AMX tiles multiply bf16 at 18.2x its fp32 multiply-adds (5991 vs 330 GFLOP/s, measured), "
+                                    "and conv2, conv3 and fc1 ran there"))
+      << lab::observe(c)[1];
+  c.rows[1].erase("amx_layers");
   c.rows[1]["ceiling_gflops"] = nullptr;  // a report from before the column: no sentence
   EXPECT_FALSE(says(lab::observe(c), "dot products"));
   p.rows[1] = {{"precision", "bf16"}, {"device", "cpu"}, {"status", "missing"}, {"note", "bf16 training needs AVX512-BF16"}};

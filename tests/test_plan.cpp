@@ -833,11 +833,14 @@ TEST(PlanStepTime, BatchnormRereadsItsChunksWhereTheyFitAndStoresToDram) {
     EXPECT_NEAR(p.layers[1].backward_s, x / level(x) + x / cold_level(g) + x / dram + 2 * x / level(k.backward_chunk) + m.call_overhead_s, 1e-12)
         << k.channels << " channels, batch " << k.batch;
   }
-  // In bf16 the batchnorm reads and writes bf16, and stores its output in the cache.
+  // In bf16 the batchnorm reads and writes bf16, and stores its output in the cache; oneDNN's bf16
+  // kernel takes several times what those bytes take (EngineModel::bf16_batchnorm_forward_slowdown).
   const nn::Graph g = nn::build_graph(nn::parse_model_spec(spec(16), "t"), {1, 28, 28}, 10, 64);
   const double x = 2 * double(numel(g.nodes[1].in_dims[0]));
   const auto p = plan::predict_step(g, nn::OptimizerConfig{}, plan::with_precision(c, "bf16"), m);
-  EXPECT_NEAR(p.layers[1].forward_s, x / level(x) + x / level(x) + 2 * x / level(64 * block / 2) + m.call_overhead_s, 1e-12);
+  EXPECT_GT(m.bf16_batchnorm_forward_slowdown, 1);
+  EXPECT_NEAR(p.layers[1].forward_s,
+              m.bf16_batchnorm_forward_slowdown * (x / level(x) + x / level(x) + 2 * x / level(64 * block / 2) + m.call_overhead_s), 1e-12);
 }
 
 // oneDNN's fp32 batchnorm stores its output and its input's gradient past the caches, so the
@@ -1166,6 +1169,10 @@ TEST(PlanStepTime, Bf16OnTheCpuMovesHalfTheBytesAndCountsItsConversions) {
       const nn::Node& n = g.nodes[i];
       if (n.kind == ops::OpKind::dropout) {
         EXPECT_GT(bf16.layers[i].forward_s, fp32.layers[i].forward_s) << n.name;
+      } else if (n.kind == ops::OpKind::batchnorm2d && m.bf16_batchnorm_forward_slowdown > 1) {
+        // oneDNN's bf16 batchnorm, several times slower than its bytes (the AVX-512 fit)
+        EXPECT_GT(bf16.layers[i].forward_s, fp32.layers[i].forward_s) << n.name;
+        EXPECT_GT(bf16.layers[i].backward_s, fp32.layers[i].backward_s) << n.name;
       } else if (n.kind != ops::OpKind::conv2d && n.kind != ops::OpKind::linear && !plan::relu_fused_on_cpu(g, i)) {
         EXPECT_LT(bf16.layers[i].forward_s, fp32.layers[i].forward_s) << n.name;
         EXPECT_LT(bf16.layers[i].backward_s, fp32.layers[i].backward_s) << n.name;
@@ -1179,6 +1186,40 @@ TEST(PlanStepTime, Bf16OnTheCpuMovesHalfTheBytesAndCountsItsConversions) {
     slower.bf16_backward_weight_share /= 2;
     EXPECT_GT(plan::predict_step(g, nn::OptimizerConfig{}, b, slower).step_s, bf16.step_s) << isa;
   }
+}
+
+// On a CPU with AMX the engine runs bf16 convolutions (past a one-channel input) and linear layers
+// on its tiles, and the plan times those passes against the AMX peak (EngineModel::amx_*): with
+// a peak 15x fp32's they come out several times faster than on the AVX512-BF16 dot products.
+// Records from before the engine took AMX's layout plan their convolutions without it.
+TEST(PlanStepTime, Bf16OnAmxTilesPlansItsConvolutionsAgainstTheirPeak) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 450, c.l2_gbps = 240, c.l3_gbps = 55, c.dram_gbps = 24, c.isa = "avx512", c.lanes_f32 = 16;
+  c.l2_bytes = 4e6, c.l3_bytes = 32e6, c.bf16_measured_gflops = 225;
+  const nn::Graph g = nn::build_graph(nn::load_model("medium"), {1, 28, 28}, 10, 64);
+  const plan::CpuCeilings dot_products = plan::with_precision(c, "bf16");
+  plan::CpuCeilings tiles = dot_products;
+  tiles.amx_gflops = 6000;
+  const auto without = plan::predict_step(g, nn::OptimizerConfig{}, dot_products), with = plan::predict_step(g, nn::OptimizerConfig{}, tiles);
+  const size_t conv2 = 4;
+  ASSERT_EQ(g.nodes[conv2].name, "conv2");
+  if (!cpu::has_amx_kernels()) {  // the engine would run nothing there: the plan neither
+    EXPECT_EQ(with.step_s, without.step_s);
+    GTEST_SKIP() << "no AMX here: the plan of a bf16 run is the AVX512-BF16 one";
+  }
+  EXPECT_LT(with.layers[conv2].forward_s, without.layers[conv2].forward_s / 3);
+  EXPECT_LT(with.layers[conv2].backward_s, without.layers[conv2].backward_s / 2);
+  EXPECT_EQ(with.layers[0].forward_s, without.layers[0].forward_s) << "conv1 reads one channel: not on AMX";
+  // Its forward pass: 2 x N x H x W x out x in x 9 FLOPs at 0.48 x K / (K + 64) of the peak (and a
+  // call, and the weights' bf16 copy: a few microseconds).
+  const double flops = 2.0 * 64 * 14 * 14 * 64 * 32 * 9, k = 32 * 9;
+  const plan::EngineModel m = plan::engine_model("avx512", 16);
+  const double compute_s = flops / (6000e9 * m.amx_conv_efficiency[0] * k / (k + m.amx_short_reduction));
+  EXPECT_GT(with.layers[conv2].forward_s, compute_s);
+  EXPECT_LT(with.layers[conv2].forward_s, compute_s + 5e-6);
+  plan::CpuCeilings old_record = tiles;
+  old_record.amx_convolutions = false;
+  EXPECT_EQ(plan::predict_step(g, nn::OptimizerConfig{}, old_record).layers[conv2].forward_s, without.layers[conv2].forward_s);
 }
 
 // Where the engine runs 3x3 convolutions as Winograd (CpuCeilings::winograd), a conv the rule

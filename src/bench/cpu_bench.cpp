@@ -10,6 +10,7 @@
 #include <fstream>
 #include <tuple>
 
+#include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "core/timer.h"
@@ -360,6 +361,85 @@ FlopsResult bf16_peak(const Options& o, std::string* why_not) {
   r.gflops = spread_of(gflops);
   r.per_core_gflops = r.gflops.median / r.threads;
   r.implied_ghz = r.per_core_gflops / (double(cpu.fma_units) * cpu.lanes_f32 * 2 * 2);  // units x lanes x 2 products x 2 FLOPs
+  return r;
+}
+
+namespace {
+// AMX's tile registers as TDPBF16PS uses them: palette 1, each tile 16 rows of 64 bytes (16 fp32
+// sums, or 32 bf16 values, a row). The layout is the ISA's (Intel SDM, LDTILECFG).
+struct alignas(64) TileConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t bytes_per_row[16] = {};
+  uint8_t rows[16] = {};
+};
+
+// Four independent TDPBF16PS chains (tiles 0-3), each instruction 16 x 16 sums of 32 bf16 products
+// from tiles 4-7, which never change. Every product is 2^-10 x 2^-10, so each instruction adds
+// 32 x 2^-20 = 2^-15 to every sum, exactly while the sums stay below 2^9 (iters < 2^24). Returns
+// one sum of each chain's tile, all four: 4 x iters x 2^-15 where nothing was lost. Compiled for
+// AMX whatever the build's -march, and called only where oneDNN may use AMX (the kernel allowed
+// the process its tile state: cpu::has_amx_kernels).
+__attribute__((target("amx-tile,amx-bf16"))) float amx_chains(int64_t iters) {
+  TileConfig cfg;
+  for (int t = 0; t < 8; ++t) cfg.bytes_per_row[t] = 64, cfg.rows[t] = 16;
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t operand[16 * 32];
+  std::fill(std::begin(operand), std::end(operand), uint16_t(0x3a80));  // bf16 2^-10
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int64_t i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float sums[4][16 * 16];
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+  _tile_stored(2, sums[2], 64);
+  _tile_stored(3, sums[3], 64);
+  _tile_release();
+  return sums[0][0] + sums[1][17] + sums[2][100] + sums[3][255];
+}
+}  // namespace
+
+FlopsResult amx_peak(const Options& o, std::string* why_not) {
+  FlopsResult r;
+  const hw::CpuInfo cpu = hw::cpu_info();
+  if (!cpu.amx_bf16) {
+    *why_not = fmt::format("this CPU ({}) has no AMX", cpu.model);
+    return r;
+  }
+  if (!cpu::has_amx_kernels()) {
+    *why_not = "oneDNN does not use AMX here (ONEDNN_MAX_CPU_ISA caps it, or the kernel did not grant the tile state)";
+    return r;
+  }
+  r.isa = "amx-bf16";
+  r.threads = thread_count(o);
+  r.repeats = o.quick ? 5 : 15;
+  const int64_t iters = o.quick ? 250'000 : 1'000'000;  // about 20 and 80 ms at 1024 FLOPs a cycle
+  constexpr double kFlopsPerInstruction = 16 * 16 * 32 * 2;
+  const float expect = float(4.0 * double(iters) / 32768.0);
+  std::vector<double> gflops;
+  for (int rep = -2; rep < r.repeats; ++rep) {
+    std::vector<float> result(size_t(r.threads), 0.f);
+    const double t0 = now_s();
+#pragma omp parallel num_threads(r.threads)
+    result[size_t(omp_get_thread_num())] = amx_chains(iters);
+    const double dt = now_s() - t0;
+    for (float v : result)
+      check(v == expect, fmt::format("AMX benchmark: tiles summed to {} instead of {}", v, expect), "the machine or compiler is faulty");
+    if (rep >= 0) gflops.push_back(double(r.threads) * double(iters) * 4 * kFlopsPerInstruction / dt / 1e9);
+  }
+  r.gflops = spread_of(gflops);
+  r.per_core_gflops = r.gflops.median / r.threads;
+  r.implied_ghz = r.per_core_gflops / 1024;  // TDPBF16PS: 16,384 FLOPs every 16 cycles a core (Sapphire Rapids)
   return r;
 }
 

@@ -127,6 +127,11 @@ std::string rerun_note(const std::vector<double>& leads, const std::string& what
 /// bf16 peak through AVX512-BF16's VDPBF16PS (16 lanes x 2 products x 2 FLOPs an instruction),
 /// 12 independent chains, validated exactly. Empty `isa` with `why_not` set where the CPU lacks it.
 FlopsResult bf16_peak(const Options& o, std::string* why_not);
+/// bf16 peak on AMX tiles (Intel Xeons from Sapphire Rapids on): TDPBF16PS, 16 x 16 sums of 32
+/// bf16 products an instruction, 4 independent chains a thread, validated exactly. oneDNN runs
+/// bf16 convolutions in nhwc and inner products there (backend/cpu/conv2d.cpp). Empty `isa` with
+/// `why_not` set where the CPU has no AMX or oneDNN does not use it.
+FlopsResult amx_peak(const Options& o, std::string* why_not);
 /// bf16's peak over fp32's under which a CPU has no more bf16 arithmetic to offer, so bf16 saves
 /// memory but not time (the Intel Xeon VM: 0.49x; a Zen 4: 2.0x). The lab's precision
 /// observation, `train --precision bf16`'s note and `plan`'s bf16-against-fp32 line draw it here.

@@ -45,9 +45,10 @@ nlohmann::json read_profile() {
   if (p.contains("cpu") &&
       (!p["cpu"].is_string() || !p.value("threads", nlohmann::json()).is_number_integer() ||
        !is_rate(p.value("f32_gflops", nlohmann::json())) || !is_numbers(p.value("bandwidth_gbps", nlohmann::json::object())) ||
-       (p.contains("call_overhead_us") && !is_rate(p["call_overhead_us"])) || (p.contains("bf16_gflops") && !is_rate(p["bf16_gflops"]))))
-    return damaged("its cpu, threads, f32_gflops, bandwidth_gbps, call_overhead_us or bf16_gflops field is missing, of the wrong type, or "
-                   "not above 0");
+       (p.contains("call_overhead_us") && !is_rate(p["call_overhead_us"])) || (p.contains("bf16_gflops") && !is_rate(p["bf16_gflops"])) ||
+       (p.contains("amx_bf16_gflops") && !is_rate(p["amx_bf16_gflops"]))))
+    return damaged("its cpu, threads, f32_gflops, bandwidth_gbps, call_overhead_us, bf16_gflops or amx_bf16_gflops field is missing, of "
+                   "the wrong type, or not above 0");
   if (!p.value("quick", nlohmann::json(false)).is_boolean() || !p.value("cpu_identity", nlohmann::json::object()).is_object())
     return damaged("its quick or cpu_identity field has the wrong type");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
@@ -76,6 +77,7 @@ Ceilings ceilings_in(const nlohmann::json& p, const std::string& cpu_model, int 
   if (p.is_object() && p.value("cpu", "") == cpu_model && p.value("threads", 0) == threads) {
     c.f32_gflops = p.value("f32_gflops", 0.0);
     c.bf16_gflops = p.value("bf16_gflops", 0.0);
+    c.amx_bf16_gflops = p.value("amx_bf16_gflops", 0.0);
     c.bandwidth_gbps = p.value("bandwidth_gbps", nlohmann::json::object());
     c.call_overhead_us = p.value("call_overhead_us", 0.0);
     c.quick = p.value("quick", false);

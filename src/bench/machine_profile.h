@@ -4,7 +4,7 @@
 //
 //   {"cpu": "...", "cpu_identity": {"model": .., "isa": .., "f32_lanes": .., "l1d_bytes": ..}, "threads": 2, "isa": "...", "f32_gflops": 81.2,
 //    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "call_overhead_us": 1.7, "bf16_gflops": 912 (where the CPU has
-//    AVX512-BF16), "quick": false, "source": "dlperf bench all", "host_load": {"others_share": .., "steal_share": ..,
+//    AVX512-BF16), "amx_bf16_gflops": 6200 (where oneDNN runs bf16 on AMX tiles), "quick": false, "source": "dlperf bench all", "host_load": {"others_share": .., "steal_share": ..,
 //    "busy": false, ...} (hw::HostLoad, whose busy_note the ceilings' source() repeats),
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
 //              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
@@ -21,6 +21,7 @@ inline constexpr const char* kMachineProfile = "runs/machine-profile.json";
 struct Ceilings {
   double f32_gflops = 0;         ///< 0 = none measured
   double bf16_gflops = 0;        ///< the AVX512-BF16 dot-product peak (bench::bf16_peak); 0 = none (or no such unit)
+  double amx_bf16_gflops = 0;    ///< the AMX tiles' bf16 peak (bench::amx_peak); 0 = none (or no such unit)
   nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
   double call_overhead_us = 0;   ///< a call into the CPU engine (bench::cpu_dispatch); 0 = none measured
   bool quick = false;            ///< measured by 'dlperf bench all --quick' (fewer sizes and repeats)

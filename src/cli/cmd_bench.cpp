@@ -292,6 +292,24 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
     bj["runs_gflops_median"] = bf16_leads;
     return bj;
   });
+  j["amx"] = guarded(a, "CPU AMX peak", [&]() -> nlohmann::json {
+    std::string why;
+    std::vector<double> amx_leads;
+    const auto b = bench::fastest_run([&] { return bench::amx_peak(o, &why); },
+                                      [&](const bench::FlopsResult& x) { return x.isa.empty() ? 0.0 : 8 * r.gflops.median; }, amx_leads);
+    if (b.isa.empty()) {
+      std::printf("AMX bf16 peak: skipped: %s\n", why.c_str());
+      return {{"skipped", why}};
+    }
+    std::printf("AMX bf16 peak (TDPBF16PS, %s, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.1fx the fp32 FMA peak (oneDNN's bf16 "
+                "convolutions in nhwc and inner products run there)\n",
+                counted(b.threads, "thread").c_str(), b.repeats, b.gflops.median, b.gflops.min, b.gflops.max, b.gflops.median / r.gflops.median);
+    if (const std::string note = bench::rerun_note(amx_leads, "AMX peak"); !note.empty()) std::printf("%s\n", note.c_str());
+    auto aj = bench::to_json(b);
+    aj["dtype"] = "bf16";
+    aj["runs_gflops_median"] = amx_leads;
+    return aj;
+  });
   return j;
 }
 
@@ -481,6 +499,8 @@ void add_bench(CLI::App& app, const Command& self) {
       profile["host_load"] = out["host_load"];
       if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_max"))
         profile["bf16_gflops"] = b["gflops_max"];  // measured, not skipped (no AVX512-BF16) or failed
+      if (const auto& x = out["flops"].value("amx", nlohmann::json()); x.is_object() && x.contains("gflops_max"))
+        profile["amx_bf16_gflops"] = x["gflops_max"];  // likewise (no AMX)
       std::printf("\nbandwidth plateaus (triad):");
       for (const char* level : {"L1", "L2", "L3", "DRAM"})
         if (levels.contains(level)) std::printf(" %s %.0f GB/s", level, levels[level].get<double>());

@@ -600,7 +600,10 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
     std::printf("against fp32      %s a step in fp32: bf16 is planned %s, in %s of memory against %s%s\n", format_seconds(step_s).c_str(),
                 speed >= 1 ? fmt::format("{:.2f}x faster", speed).c_str() : fmt::format("{:.2f}x slower", 1 / speed).c_str(),
                 format_bytes(m.total()).c_str(), format_bytes(bytes).c_str(),
-                c.peak_gflops < bench::kBf16GainsAbove * f.peak_gflops
+                c.amx_gflops > 0
+                    ? fmt::format(" (its convolutions and linear layers on AMX tiles, which peak at {:.1f}x the fp32 multiply-adds)",
+                                  c.amx_gflops / f.peak_gflops).c_str()
+                : c.peak_gflops < bench::kBf16GainsAbove * f.peak_gflops
                     ? fmt::format(" (this CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds)", c.peak_gflops / f.peak_gflops).c_str()
                     : "");
   }

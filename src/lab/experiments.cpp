@@ -254,6 +254,8 @@ Experiment precision(Runner& run, const LabConfig&) {
       const plan::CpuCeilings c = plan::host_ceilings(threads.is_number_integer() && threads.get<int>() > 0 ? threads.get<int>() : omp_get_max_threads(), p);
       // (a machine profile from before bench kept the bf16 peak has none: the plan's twice fp32 is no measurement)
       if (p != "bf16" || c.bf16_measured_gflops > 0) row["ceiling_gflops"] = c.peak_gflops;
+      // A bf16 run whose convolutions or linear layers ran on AMX tiles: their peak is the ceiling.
+      if (p == "bf16" && c.amx_gflops > 0 && !row.value("amx_layers", json::array()).empty()) row["ceiling_gflops"] = c.amx_gflops;
     }
     e.rows.push_back(row);
   }

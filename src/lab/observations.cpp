@@ -409,11 +409,17 @@ std::vector<std::string> precision(const Experiment& e) {
     // Whether the CPU has more bf16 arithmetic than fp32 at all, from the ceilings measured.
     if (r["precision"] == "bf16" && r.value("device", "") == "cpu" && num_or_0(r, "ceiling_gflops") > 0 && num_or_0(*fp32, "ceiling_gflops") > 0) {
       const double peak = num(r, "ceiling_gflops") / num(*fp32, "ceiling_gflops");
-      out.push_back(fmt::format("This CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, measured){}.",
-                                peak, num(r, "ceiling_gflops"), num(*fp32, "ceiling_gflops"),
-                                peak < bench::kBf16GainsAbove ? ": bf16 has no more arithmetic to offer here, only half the bytes to move, and its conversions "
-                                             "to and from fp32 to pay"
-                                           : ": bf16 gains where compute, not memory, limits the step"));
+      if (const auto amx = r.value("amx_layers", std::vector<std::string>{}); !amx.empty()) {
+        out.push_back(fmt::format("This CPU's AMX tiles multiply bf16 at {:.1f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, measured), "
+                                  "and {} ran there: bf16 gains where compute, not memory, limits the step.",
+                                  peak, num(r, "ceiling_gflops"), num(*fp32, "ceiling_gflops"), listed(amx)));
+      } else {
+        out.push_back(fmt::format("This CPU's bf16 dot products peak at {:.2f}x its fp32 multiply-adds ({:.0f} vs {:.0f} GFLOP/s, measured){}.",
+                                  peak, num(r, "ceiling_gflops"), num(*fp32, "ceiling_gflops"),
+                                  peak < bench::kBf16GainsAbove ? ": bf16 has no more arithmetic to offer here, only half the bytes to move, and its "
+                                                                  "conversions to and from fp32 to pay"
+                                                                : ": bf16 gains where compute, not memory, limits the step"));
+      }
     }
     if (r.contains("loss_scale_skips") && r["loss_scale_skips"].is_number())
       out.push_back(r["loss_scale_skips"].get<double>() > 0

@@ -325,6 +325,8 @@ json measured_row(const json& rec) {
           {"achieved_gflops", flops_per_image * field<double>(s, "images_per_s") / 1e9},
           // The convolutions that ran as Winograd, whose multiplies the FLOPs above overcount.
           {"winograd_layers", rec.value(json::json_pointer("/cpu_step/winograd_layers"), json::array())},
+          // A bf16 run's layers that ran on AMX tiles, whose peak is its ceiling.
+          {"amx_layers", rec.value(json::json_pointer("/cpu_step/amx_layers"), json::array())},
           {"epochs", rec.at("epochs").size()},
           {"train_images", field<int64_t>(rec.at("data"), "train_images")},
           {"test_images", field<int64_t>(rec.at("data"), "test_images")},

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
@@ -41,6 +42,21 @@ auto once_per_thread_count(int threads, F measure) {
 // memory sweep is bench --quick's, each point its best round's (bench::kRounds). Measured
 // once per thread count per process, and again later where other work shared the CPUs
 // meanwhile (hw::KeptMeasurements); the source says so while they stand.
+namespace {
+// The AMX tiles' bf16 peak where oneDNN runs bf16 there (about 0.1 s, once per thread count), else
+// 0: 14x the FMA peak on a 2-vCPU Xeon VM (2026-11-29).
+double amx_peak_now(int threads) {
+  if (!cpu::has_amx_kernels()) return 0;
+  return once_per_thread_count(threads, [](int t) {
+    bench::Options o;
+    o.threads = t;
+    o.quick = true;
+    std::string why_not;
+    return bench::amx_peak(o, &why_not).gflops.max;
+  }).value;
+}
+}  // namespace
+
 bench::Ceilings ceilings_measured_now(int threads) {
   const auto kept = once_per_thread_count(threads, [](int t) {
     const hw::CpuInfo cpu = hw::cpu_info();
@@ -59,6 +75,7 @@ bench::Ceilings ceilings_measured_now(int threads) {
       std::string why_not;
       if (const bench::FlopsResult bf16 = bench::bf16_peak(o, &why_not); !bf16.isa.empty()) m.bf16_gflops = bf16.gflops.max;
     }
+    m.amx_bf16_gflops = amx_peak_now(t);
     m.measured_now = true;
     return m;
   });
@@ -99,6 +116,8 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
   }
   c.peak_gflops = measured.f32_gflops;
   c.bf16_measured_gflops = measured.bf16_gflops;
+  // A profile from before AMX was measured has none: then AMX's is measured now (a tenth of a second).
+  c.amx_gflops = measured.amx_bf16_gflops > 0 ? measured.amx_bf16_gflops : amx_peak_now(threads);
   double call_us = call_overhead_now_us(threads);
   if (from_profile) {
     const double kept_us = measured.call_overhead_us;
@@ -155,7 +174,7 @@ CpuCeilings with_precision(CpuCeilings c, const std::string& precision) {
 json to_json(const CpuCeilings& c) {
   return {{"peak_gflops", c.peak_gflops}, {"l1_gbps", c.l1_gbps},     {"l2_gbps", c.l2_gbps},
           {"l3_gbps", c.l3_gbps},         {"dram_gbps", c.dram_gbps}, {"call_overhead_us", c.call_overhead_s * 1e6},
-          {"winograd", c.winograd},       {"source", c.source}};
+          {"winograd", c.winograd},       {"amx_gflops", c.amx_gflops}, {"source", c.source}};
 }
 
 namespace {
@@ -438,6 +457,7 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   m.dropout_ns_per_element = 0.25;
   m.output_block = 16;  // AVX-512's 16 floats, whatever the datapath's width
   m.linear_weight_short_outputs = 9;
+  m.bf16_batchnorm_forward_slowdown = 7, m.bf16_batchnorm_backward_slowdown = 3.6;
   if (lanes_f32 < 16) return m;
   // A full-width AVX-512 datapath (the Zen 5: 16 f32 lanes, twice the Zen 4's FMA rate a cycle)
   // doubles the measured peak, and oneDNN 2.6's convolutions keep up with less of it. `dlperf
@@ -463,6 +483,37 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
 }
 
 namespace {
+
+// Whether node i is a bf16 conv or linear layer the engine runs on AMX tiles.
+bool runs_on_amx(const nn::Graph& g, size_t i, const CpuCeilings& c) {
+  if (c.precision != "bf16" || c.amx_gflops <= 0) return false;
+  const nn::Node& n = g.nodes[i];
+  if (n.kind == ops::OpKind::conv2d) return c.amx_convolutions && cpu::conv_runs_amx(n.attrs, n.in_dims[0]);
+  if (n.kind != ops::OpKind::linear) return false;
+  const int64_t batch = n.in_dims[0][0];
+  return cpu::linear_runs_amx(n.attrs, {batch, numel(n.in_dims[0]) / batch}, i + 1 == g.nodes.size());
+}
+
+// A conv's or linear layer's three passes on AMX tiles (EngineModel::amx_conv_efficiency, fitted
+// by scripts/amx_sweep/fit.py, which plans them the same way).
+void amx_passes(const nn::Node& n, const ops::PassCost& forward, const ops::PassCost& backward_data, const ops::PassCost& backward_weight,
+                double forward_dram, double backward_dram, const CpuCeilings& c, const EngineModel& m, LayerTime& lt) {
+  CpuCeilings amx = c;
+  amx.peak_gflops = c.amx_gflops;
+  const auto& e = n.kind == ops::OpKind::conv2d ? m.amx_conv_efficiency : m.amx_linear_efficiency;
+  const auto [kf, kd, kw] = reductions(n);
+  EngineModel tiles = m;
+  tiles.output_block = 16;  // a tile's 16 fp32 columns
+  auto efficiency = [&](double share, double k, int64_t outputs) {
+    return share * k / (k + m.amx_short_reduction) * output_block_share(outputs, tiles);
+  };
+  const int64_t in = n.in_dims[0][1], out = n.out_dims[1];
+  const PassTime f = pass_time(forward, efficiency(e[0], kf, out), amx, m, forward_dram);
+  lt.forward_s += f.s;
+  lt.bound = f.compute_bound ? "compute" : "memory";
+  if (n.needs_dx) lt.backward_s += pass_time(backward_data, efficiency(e[1], kd, in), amx, m).s;
+  lt.backward_s += pass_time(backward_weight, efficiency(e[2], kw, out), amx, m, backward_dram).s;
+}
 
 // One layer's forward and backward time (graph node i) on the roofline, with the engine's
 // efficiencies and the bf16 conversions around it.
@@ -523,19 +574,23 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
         lt.backward_s += pass_time(as_winograd(cost.backward_weight), w.efficiency, c, m, backward_dram).s;
         break;
       }
-      const double blocks = output_block_share(n.out_dims[1], m);  // forward and backward-weights compute whole blocks
-      const PassTime f = pass_time(forward, blocks * gemm_efficiency(kf, m), c, m, forward_dram, busy);
-      lt.forward_s += f.s;
-      lt.bound = f.compute_bound ? "compute" : "memory";
-      double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
-      if (n.kind == ops::OpKind::linear && m.linear_weight_short_outputs > 0) {
-        const double rows = double(n.out_dims[1]) / blocks;  // the outputs, padded to whole blocks
-        weight_share *= rows / (rows + m.linear_weight_short_outputs);
+      if (runs_on_amx(g, i, c)) {
+        amx_passes(n, forward, backward_data, cost.backward_weight, forward_dram, backward_dram, c, m, lt);
+      } else {
+        const double blocks = output_block_share(n.out_dims[1], m);  // forward and backward-weights compute whole blocks
+        const PassTime f = pass_time(forward, blocks * gemm_efficiency(kf, m), c, m, forward_dram, busy);
+        lt.forward_s += f.s;
+        lt.bound = f.compute_bound ? "compute" : "memory";
+        double weight_share = bf16 ? m.bf16_backward_weight_share : 1;
+        if (n.kind == ops::OpKind::linear && m.linear_weight_short_outputs > 0) {
+          const double rows = double(n.out_dims[1]) / blocks;  // the outputs, padded to whole blocks
+          weight_share *= rows / (rows + m.linear_weight_short_outputs);
+        }
+        if (has_dx) lt.backward_s += pass_time(backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
+        // Backward-weights runs first (backend/cpu/conv2d.cpp, linear.cpp): it reads the gradient from DRAM.
+        lt.backward_s +=
+            pass_time(cost.backward_weight, blocks * weight_share * m.backward_share * gemm_efficiency(kw, m), c, m, backward_dram).s;
       }
-      if (has_dx) lt.backward_s += pass_time(backward_data, m.backward_share * gemm_efficiency(kd, m), c, m).s;
-      // Backward-weights runs first (backend/cpu/conv2d.cpp, linear.cpp): it reads the gradient from DRAM.
-      lt.backward_s +=
-          pass_time(cost.backward_weight, blocks * weight_share * m.backward_share * gemm_efficiency(kw, m), c, m, backward_dram).s;
       if (bf16) {
         lt.forward_s += memory_pass(6 * double(numel(n.params[0].dims)), m.bf16_conversion_efficiency);
         if (elem.value[i] == 4) lt.backward_s += memory_pass(6 * double(numel(n.out_dims)), m.bf16_conversion_efficiency);
@@ -546,8 +601,9 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       if (m.batchnorm_in_chunks) {
         const PassPair t =
             batchnorm_passes_s(n, in_bytes, written_past_the_caches(g, int(i), c), forward_dram, backward_dram, cold_bps, c, m);
-        lt.forward_s += t.forward_s;
-        lt.backward_s += t.backward_s;
+        const bool slow = in_bytes == 2;  // bf16's kernel (EngineModel::bf16_batchnorm_forward_slowdown)
+        lt.forward_s += t.forward_s * (slow ? m.bf16_batchnorm_forward_slowdown : 1);
+        lt.backward_s += t.backward_s * (slow ? m.bf16_batchnorm_backward_slowdown : 1);
         break;
       }
       // As an efficiency, so that the cache level is the one the tensors fit in.

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ struct CpuCeilings {
   /// not measured, when a bf16 run's peak is taken as twice fp32's.
   double bf16_measured_gflops = 0;
   double fp32_peak_gflops = 0;  ///< peak_gflops's fp32 value while it holds bf16's (with_precision goes back by it)
+  /// The AMX tiles' bf16 peak (bench::amx_peak), where oneDNN runs bf16 there (cpu::has_amx_kernels):
+  /// a bf16 conv or linear pass on AMX (EngineModel::amx_conv_efficiency) computes at a share of it. 0 = none.
+  double amx_gflops = 0;
+  /// bf16 convolutions run on AMX where oneDNN has the kernel (cpu::conv_runs_amx), in nhwc; false
+  /// for records from before 2026-11-29 (no cpu_step.amx_layers), whose bf16 convolutions ran in
+  /// nChw16c on the AVX512-BF16 kernels while their linear layers ran on AMX already.
+  bool amx_convolutions = true;
   double l1_gbps = 0, l2_gbps = 0, l3_gbps = 0, dram_gbps = 0;
   double l2_bytes = 0, l3_bytes = 0;   ///< capacity the threads share (L2 per core x cores)
   /// A call into the engine at these threads (bench::cpu_dispatch, measured when host_ceilings
@@ -147,6 +155,12 @@ struct EngineModel {
   /// model input, dropout, the logits' gradient, the weights' copies) stream at this share of
   /// the bandwidth.
   double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
+  /// oneDNN 2.6's bf16 batchnorm (bnorm_jit:avx512_core_bf16, nChw16c and nhwc alike) takes this
+  /// many times what its bytes take in fp32's kernel, forward and backward: `dlperf profile` of
+  /// `medium` at batch 64 beside `plan --layers` on two Intel Xeon VMs, 7.7-8.3x and 3.4-3.7x
+  /// (2026-11-28, without AMX) and 5.6-6.9x and 2.8-4.1x (2026-11-29, AMX). 1: not modelled (the
+  /// AVX2 fit, where no bf16 runs). Not measured on the Zens.
+  double bf16_batchnorm_forward_slowdown = 1, bf16_batchnorm_backward_slowdown = 1;
   /// A conv's or linear layer's forward output and backward input gradient are stored normally,
   /// so each store first reads its line (write-allocate): they move twice their bytes, and a
   /// pass that did not fit a cache level with them may not fit it at all. Only a memory-bound
@@ -176,6 +190,16 @@ struct EngineModel {
   /// (1 thread: measured / planned a median 0.93 for up to 32 outputs; 2 threads 1.22). Not the
   /// convolutions', whose kernels differ and whose figures were fitted without it. 0: not modelled.
   double linear_weight_short_outputs = 0;
+  /// bf16 convolutions and linear layers on AMX tiles (CpuCeilings::amx_gflops, where the engine
+  /// runs them there: cpu::conv_runs_amx, linear_runs_amx): forward, backward-data and
+  /// backward-weights at these shares of the AMX peak x K / (K + amx_short_reduction) x outputs /
+  /// outputs rounded up to 16 (a tile's columns), K the pass's reduction, the outputs
+  /// backward-data's input channels. Fitted on oneDNN's kernels alone over the presets' 3x3 shapes
+  /// at batches 16-256 and 9 linear shapes at 16-1024 (scripts/amx_sweep/, a Xeon VM, 2026-11-29, 1
+  /// and 2 threads): convolutions a median 13-24% off a pass, linear layers 18-50%
+  /// (backward-weights at small batches the worst). One fit, whatever the CPU's other figures.
+  std::array<double, 3> amx_conv_efficiency = {0.48, 0.32, 0.18}, amx_linear_efficiency = {0.25, 0.3, 0.16};
+  double amx_short_reduction = 64;
 };
 
 /// The bytes a training step of `g` in the CPU engine comes back to every step: each value and

@@ -222,6 +222,8 @@ void layer_times(const cpu::Network& net, int threads, json& record, bool say) {
 // cpu_bf16_note for this CPU: from the machine profile's peaks where it holds both ('dlperf bench
 // all'), else from both measured now, quickly (about 0.2 s, paid only by a bf16 run that prints).
 std::string bf16_note_here(int threads) {
+  // With AMX oneDNN runs the bf16 convolutions and linear layers on its tiles, far beyond fp32.
+  if (cpu::has_amx_kernels()) return "";
   const bench::Ceilings kept = bench::load_ceilings(hw::cpu_info().model, threads);
   if (kept.f32_gflops > 0 && kept.bf16_gflops > 0) return cpu_bf16_note(kept.bf16_gflops, kept.f32_gflops, kept.source());
   bench::Options o;

@@ -22,6 +22,7 @@
 #include <cstring>
 #include <optional>
 
+#include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
 
@@ -195,6 +196,13 @@ Footprint conv2d_footprint(const ops::OpAttrs& a, const md& producer, const Dims
   f.scratchpad = std::max(p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size());
   if (o.need_dx) f.scratchpad = std::max(f.scratchpad, p.bwd.scratchpad_desc().get_size());
   return f;
+}
+
+bool conv_runs_amx(const ops::OpAttrs& a, const Dims& x) {
+  if (!has_amx_kernels()) return false;
+  // The search as for a conv fed fp32 (the model input): it tries the bf16 layouts, AMX's first.
+  const ConvSetup setup(a, x, {.compute = Compute::bf16});
+  return on_amx(setup.search(md(to_dnnl(x), dt::f32, tag::nchw)).fwd);
 }
 
 std::unique_ptr<Op> make_conv2d(const ops::OpAttrs& a, const md& producer, const Dims& x,

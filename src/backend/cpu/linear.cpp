@@ -5,6 +5,7 @@
 // loss reads in fp32. The weight and bias gradients and the master weights stay fp32.
 #include <algorithm>
 
+#include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
 
@@ -86,6 +87,10 @@ class Linear final : public Op {
   Mem dy_low_;  ///< an fp32 output's gradient (the logits') converted for the backward passes
 };
 }  // namespace
+
+bool linear_runs_amx(const ops::OpAttrs& a, const Dims& x, bool logits) {
+  return has_amx_kernels() && on_amx(LinearPasses(x, a.out_features, a.bias, Compute::bf16, logits).fwd);
+}
 
 Footprint linear_footprint(const ops::OpAttrs& a, const Dims& x, const OpOptions& o) {
   const LinearPasses p(x, a.out_features, a.bias, o.compute, o.fp32_output);

@@ -121,6 +121,13 @@ class ScopedWinograd {
 /// met. Where oneDNN turns a layout down, the conv falls back to direct (conv2d.cpp).
 bool conv_runs_winograd(const ops::OpAttrs& a, const Dims& x, Compute compute);
 
+/// Whether the engine runs a bf16 conv of input `x` on AMX tiles (its forward pass; the layout
+/// search prefers such a layout, conv2d.cpp), as a run records it (Network::amx_layers). For the
+/// plan, which times such passes against the AMX peak. False without AMX (has_amx_kernels).
+bool conv_runs_amx(const ops::OpAttrs& a, const Dims& x);
+/// The same for a bf16 linear layer of input `x` ([N, features]); `logits`: it writes fp32.
+bool linear_runs_amx(const ops::OpAttrs& a, const Dims& x, bool logits);
+
 /// Dropout's mask for one step is a function of (seed, step, element) only.
 void set_dropout_step(uint64_t step);
 
