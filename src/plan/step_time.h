@@ -65,7 +65,7 @@ inline constexpr double kCallBusyRatio = 4;
 /// cores, and the profile's figure is taken, with the reason in `source`. For
 /// "bf16" the compute peak is the VDPBF16PS peak measured with them (the profile's or the one
 /// measured now). Its ratio to fp32's is the CPU's: 2.0x on the Zen 4, 1.84-1.88x on the Zen 5,
-/// 0.49x on an Intel Xeon VM (AMX tiles, where oneDNN uses them, go beyond it).
+/// 0.49x on an Intel Xeon VM. Where oneDNN uses AMX tiles, their peak is measured too (amx_gflops).
 CpuCeilings host_ceilings(int threads, const std::string& precision = "fp32");
 /// The fp32 FMA peak and the bandwidth of each cache level and DRAM that host_ceilings measures
 /// where there is no machine profile (step_time.cpp says how), measured on the first call for
