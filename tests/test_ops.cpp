@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cpu/batchnorm_bf16.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "hw/cpu_info.h"
@@ -619,6 +620,46 @@ TEST(CpuBf16, OpsBetweenConvolutionsKeepBf16) {
     EXPECT_EQ(d.in_types[0], cpu::dt::f32);
     EXPECT_EQ(d.y_type, cpu::dt::f32);
   }
+}
+
+// bf16 batchnorm over whole vectors of 16 channels (nhwc on AMX CPUs, nChw16c elsewhere) is
+// dlperf's own code (backend/cpu/batchnorm_bf16.h): it matches float64 to bf16's rounding, its
+// relu too, also where the mean lies far from 0 (two passes: no cancellation in the variance).
+TEST(CpuBf16, BatchnormOnWholeVectorsIsOwnCodeAndMatchesTheReference) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  const cpu::dt bf16 = cpu::dt::bf16;
+  const Dims xd = {3, 32, 7, 9};
+  EXPECT_TRUE(cpu::bf16_batchnorm_layout(cpu::md(cpu::to_dnnl(xd), bf16, cpu::tag::nhwc), xd));
+  EXPECT_TRUE(cpu::bf16_batchnorm_layout(cpu::md(cpu::to_dnnl(xd), bf16, cpu::tag::nChw16c), xd));
+  EXPECT_FALSE(cpu::bf16_batchnorm_layout(cpu::md(cpu::to_dnnl(xd), cpu::dt::f32, cpu::tag::nhwc), xd)) << "fp32 is oneDNN's";
+  EXPECT_FALSE(cpu::bf16_batchnorm_layout(cpu::md(cpu::to_dnnl(xd), bf16, cpu::tag::nchw), xd));
+  const Dims odd = {3, 20, 7, 9};
+  EXPECT_FALSE(cpu::bf16_batchnorm_layout(cpu::md(cpu::to_dnnl(odd), bf16, cpu::tag::nhwc), odd)) << "20 channels: no whole vectors";
+  constexpr double kRounded = 1e-2;
+  for (const Dims& d : {xd, Dims{2, 48, 5, 5}})
+    for (cpu::tag layout : {cpu::tag::nhwc, cpu::tag::nChw16c})
+      for (double offset : {0.0, 40.0})
+        for (bool fuse_relu : {false, true}) {
+          SCOPED_TRACE(::testing::Message() << dims_str(d) << (layout == cpu::tag::nhwc ? " nhwc" : " nChw16c") << ", inputs around "
+                                            << offset << (fuse_relu ? ", relu fused" : ""));
+          Vec x = random_vec(size_t(numel(d)), 141, -2, 3);
+          for (double& v : x) v += offset;
+          x = round_to_bf16(x);
+          const Vec dy = round_to_bf16(random_vec(x.size(), 142)), g = random_vec(size_t(d[1]), 143, 0.5, 1.5),
+                    b = random_vec(size_t(d[1]), 144);
+          RunOptions o{.input_layout = layout, .input_type = bf16};
+          o.fuse_relu = fuse_relu;
+          OpAttrs a;
+          const auto r = run_cpu(OpKind::batchnorm2d, a, {d}, {x}, {g, b}, dy, o);
+          Vec mean, var, dx, dg, db, y = ref::batchnorm_forward_train(x, d, g, b, a.eps, mean, var), dy_eff = dy;
+          if (fuse_relu) dy_eff = ref::relu_backward(y, dy), y = ref::relu_forward(y);
+          ref::batchnorm_backward(x, d, g, mean, var, a.eps, dy_eff, dx, dg, db);
+          EXPECT_EQ(r.y_type, bf16);
+          EXPECT_LT(rel_err(r.y, y), kRounded);
+          EXPECT_LT(rel_err(r.dx[0], dx), kRounded);
+          EXPECT_LT(rel_err(r.dparams[0], dg), kRounded);
+          EXPECT_LT(rel_err(r.dparams[1], db), kRounded);
+        }
 }
 
 TEST(CpuF32Copies, ConvAndLinearMatchTheReference) {

@@ -457,7 +457,7 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   m.dropout_ns_per_element = 0.25;
   m.output_block = 16;  // AVX-512's 16 floats, whatever the datapath's width
   m.linear_weight_short_outputs = 9;
-  m.bf16_batchnorm_forward_slowdown = 7, m.bf16_batchnorm_backward_slowdown = 3.6;
+  m.bf16_batchnorm_forward_slowdown = 5.5, m.bf16_batchnorm_backward_slowdown = 2.8;
   if (lanes_f32 < 16) return m;
   // A full-width AVX-512 datapath (the Zen 5: 16 f32 lanes, twice the Zen 4's FMA rate a cycle)
   // doubles the measured peak, and oneDNN 2.6's convolutions keep up with less of it. `dlperf

@@ -155,11 +155,13 @@ struct EngineModel {
   /// model input, dropout, the logits' gradient, the weights' copies) stream at this share of
   /// the bandwidth.
   double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
-  /// oneDNN 2.6's bf16 batchnorm (bnorm_jit:avx512_core_bf16, nChw16c and nhwc alike) takes this
-  /// many times what its bytes take in fp32's kernel, forward and backward: `dlperf profile` of
-  /// `medium` at batch 64 beside `plan --layers` on two Intel Xeon VMs, 7.7-8.3x and 3.4-3.7x
-  /// (2026-11-28, without AMX) and 5.6-6.9x and 2.8-4.1x (2026-11-29, AMX). 1: not modelled (the
-  /// AVX2 fit, where no bf16 runs). Not measured on the Zens.
+  /// A bf16 batchnorm takes this many times what its bytes take in the model of fp32's (oneDNN's
+  /// chunks, batchnorm_passes_s), forward and backward: `dlperf profile` of `medium` at batch 64
+  /// beside `plan --layers` on two Intel Xeon VMs. oneDNN 2.6's kernel (bnorm_jit:avx512_core_bf16)
+  /// took 7.7-8.3x and 3.4-3.7x (2026-11-28) and 5.6-6.9x and 2.8-4.1x (2026-11-29); dlperf's own
+  /// passes, which the engine runs on whole vectors of 16 channels since (batchnorm_bf16.h), 4.9-7x
+  /// and 2.5-2.9x the same day, 3 profiles. 1: not modelled (the AVX2 fit, where no bf16 runs). Not
+  /// measured on the Zens.
   double bf16_batchnorm_forward_slowdown = 1, bf16_batchnorm_backward_slowdown = 1;
   /// A conv's or linear layer's forward output and backward input gradient are stored normally,
   /// so each store first reads its line (write-allocate): they move twice their bytes, and a

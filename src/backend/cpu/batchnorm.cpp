@@ -3,8 +3,13 @@
 //
 // oneDNN normalizes with the batch's biased variance, as PyTorch does; the running variance
 // is updated with the unbiased one (n / (n - 1)), as PyTorch does.
+//
+// In bf16 (nhwc or nChw16c, whole vectors of 16 channels) training runs dlperf's own passes
+// instead (batchnorm_bf16.h says why), which need no workspace for the fused relu: backward
+// recomputes its mask from the input.
 #include <algorithm>
 
+#include "backend/cpu/batchnorm_bf16.h"
 #include "backend/cpu/ops.h"
 
 namespace dlperf::cpu {
@@ -38,9 +43,13 @@ class BatchNorm final : public Op {
     name_ = name;
     const BatchNormPasses p(src, eps_, fuse_relu);
     train_pd_ = p.train;
-    train_ = Prim::of<batch_normalization_forward>(p.train);
+    own_ = bf16_batchnorm_layout(src, x);
+    fuse_relu_ = fuse_relu;
     eval_ = Prim::of<batch_normalization_forward>(p.eval);
-    bwd_ = Prim::of<batch_normalization_backward>(p.bwd);
+    if (!own_) {
+      train_ = Prim::of<batch_normalization_forward>(p.train);
+      bwd_ = Prim::of<batch_normalization_backward>(p.bwd);
+    }
 
     const md c_md({x[1]}, dt::f32, tag::a);
     add_param(name + ".weight", {x[1]}, c_md, Init::ones, 1);
@@ -51,7 +60,7 @@ class BatchNorm final : public Op {
     running_var = Mem(c_md, MemCategory::parameters);
     running_mean.zero();
     std::fill_n(running_var.f32(), x[1], 1.0f);
-    if (fuse_relu) workspace_ = Mem(train_pd_.workspace_desc(), MemCategory::activations);
+    if (fuse_relu && !own_) workspace_ = Mem(train_pd_.workspace_desc(), MemCategory::activations);
   }
 
   md input_md(int) const override { return src_; }
@@ -68,10 +77,16 @@ class BatchNorm final : public Op {
       run(eval_, std::move(args));
       return;
     }
-    args.emplace(DNNL_ARG_MEAN, mean_.mem);
-    args.emplace(DNNL_ARG_VARIANCE, var_.mem);
-    if (!workspace_.empty()) args.emplace(DNNL_ARG_WORKSPACE, workspace_.mem);
-    run(train_, std::move(args));
+    if (own_) {
+      const auto scope = profile::Scope::launch(profile::Phase::forward);  // a pass as a primitive's is
+      bf16_batchnorm_forward(static_cast<const uint16_t*>(in[0].get_data_handle()), static_cast<uint16_t*>(out.get_data_handle()), *own_,
+                             params_[0]->value.f32(), params_[1]->value.f32(), eps_, fuse_relu_, mean_.f32(), var_.f32());
+    } else {
+      args.emplace(DNNL_ARG_MEAN, mean_.mem);
+      args.emplace(DNNL_ARG_VARIANCE, var_.mem);
+      if (!workspace_.empty()) args.emplace(DNNL_ARG_WORKSPACE, workspace_.mem);
+      run(train_, std::move(args));
+    }
     const float m = momentum_;
     const float unbias = count_ > 1 ? float(count_) / float(count_ - 1) : 1.0f;
     const int64_t C = int64_t(floats_in(mean_.desc()));
@@ -83,6 +98,13 @@ class BatchNorm final : public Op {
 
   void backward(const std::vector<memory>& in, const memory&, const memory& diff_out,
                 const std::vector<memory>& diff_in) override {
+    if (own_) {
+      const auto scope = profile::Scope::launch(profile::Phase::backward_data);  // filed as oneDNN's backward is
+      bf16_batchnorm_backward(static_cast<const uint16_t*>(in[0].get_data_handle()), static_cast<const uint16_t*>(diff_out.get_data_handle()),
+                              static_cast<uint16_t*>(diff_in[0].get_data_handle()), *own_, params_[0]->value.f32(), params_[1]->value.f32(),
+                              eps_, fuse_relu_, mean_.f32(), var_.f32(), params_[0]->grad.f32(), params_[1]->grad.f32());
+      return;
+    }
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]},
                                          {DNNL_ARG_MEAN, mean_.mem},
                                          {DNNL_ARG_VARIANCE, var_.mem},
@@ -108,6 +130,8 @@ class BatchNorm final : public Op {
   int64_t count_;
   md src_;
   batch_normalization_forward::primitive_desc train_pd_;
+  std::optional<Bf16Vectors> own_;  ///< training runs dlperf's bf16 passes (bf16_batchnorm_layout)
+  bool fuse_relu_ = false;
   Prim train_, eval_, bwd_;
   Mem mean_, var_, workspace_;
 };
@@ -123,6 +147,10 @@ Footprint batchnorm_footprint(const md& src, const Dims& x, bool fuse_relu) {
   f.output = p.train.dst_desc();
   f.params = {c, c};
   f.buffers = {{MemCategory::activations, c}, {MemCategory::activations, c}, {MemCategory::parameters, c}, {MemCategory::parameters, c}};
+  if (bf16_batchnorm_layout(src, x)) {  // dlperf's own training passes: no relu mask, no scratchpad of theirs
+    f.scratchpad = p.eval.scratchpad_desc().get_size();
+    return f;
+  }
   if (fuse_relu) f.buffers.push_back({MemCategory::activations, p.train.workspace_desc().get_size()});
   f.scratchpad = std::max({p.train.scratchpad_desc().get_size(), p.eval.scratchpad_desc().get_size(), p.bwd.scratchpad_desc().get_size()});
   return f;
