@@ -11,13 +11,16 @@ bytes at the bandwidth of the level they fit in, plus a call. K is the pass's re
 
 --peak-gflops is `dlperf bench flops`'s AMX bf16 peak at the sweep's threads; the bandwidths and
 the call's cost are this Xeon VM's (2026-11-29, dlperf plan's ceilings), which --l2-gbps,
---l3-gbps, --l2-mib and --call-us change. Without --fit it checks the plan's figures below.
+--l3-gbps, --l2-mib and --call-us change. Without --fit it checks the figures below, which are
+the plan's for linear layers; the plan's convolutions take them over IN_TRAINING.
 """
 import argparse, csv, itertools, math, statistics
 
-# plan::EngineModel's (src/plan/step_time.h).
+# The sweep's fit, alone; plan::EngineModel's (src/plan/step_time.h) are these, for convolutions
+# over IN_TRAINING: in a training step their passes took longer than alone (step_time.h says how).
 EFFICIENCY = {('conv', 'forward'): 0.48, ('conv', 'backward_data'): 0.32, ('conv', 'backward_weights'): 0.18,
               ('linear', 'forward'): 0.25, ('linear', 'backward_data'): 0.3, ('linear', 'backward_weights'): 0.16}
+IN_TRAINING = {'forward': 1.39, 'backward_data': 1.71, 'backward_weights': 1.71}
 SHORT = 64
 BLOCK = 16
 

@@ -457,7 +457,8 @@ EngineModel engine_model(const std::string& isa, int lanes_f32) {
   m.dropout_ns_per_element = 0.25;
   m.output_block = 16;  // AVX-512's 16 floats, whatever the datapath's width
   m.linear_weight_short_outputs = 9;
-  m.bf16_batchnorm_forward_slowdown = 5.5, m.bf16_batchnorm_backward_slowdown = 2.8;
+  m.bf16_batchnorm_forward_slowdown = 7, m.bf16_batchnorm_backward_slowdown = 3.6;
+  m.bf16_own_batchnorm = true;
   if (lanes_f32 < 16) return m;
   // A full-width AVX-512 datapath (the Zen 5: 16 f32 lanes, twice the Zen 4's FMA rate a cycle)
   // doubles the measured peak, and oneDNN 2.6's convolutions keep up with less of it. `dlperf
@@ -598,10 +599,16 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       break;
     }
     case ops::OpKind::batchnorm2d:
+      if (in_bytes == 2 && m.bf16_own_batchnorm && n.in_dims[0][1] % 16 == 0) {  // EngineModel::bf16_own_batchnorm
+        const double bytes = 2 * in;
+        lt.forward_s += stream_s(3 * bytes, Sources{forward_dram}, c, m) + m.call_overhead_s;
+        lt.backward_s += stream_s(5 * bytes, Sources{backward_dram}, c, m) + m.call_overhead_s;
+        break;
+      }
       if (m.batchnorm_in_chunks) {
         const PassPair t =
             batchnorm_passes_s(n, in_bytes, written_past_the_caches(g, int(i), c), forward_dram, backward_dram, cold_bps, c, m);
-        const bool slow = in_bytes == 2;  // bf16's kernel (EngineModel::bf16_batchnorm_forward_slowdown)
+        const bool slow = in_bytes == 2;  // oneDNN's bf16 kernel (EngineModel::bf16_batchnorm_forward_slowdown)
         lt.forward_s += t.forward_s * (slow ? m.bf16_batchnorm_forward_slowdown : 1);
         lt.backward_s += t.backward_s * (slow ? m.bf16_batchnorm_backward_slowdown : 1);
         break;

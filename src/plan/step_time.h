@@ -155,14 +155,20 @@ struct EngineModel {
   /// model input, dropout, the logits' gradient, the weights' copies) stream at this share of
   /// the bandwidth.
   double bf16_backward_weight_share = 0.68, bf16_conversion_efficiency = 0.5;
-  /// A bf16 batchnorm takes this many times what its bytes take in the model of fp32's (oneDNN's
-  /// chunks, batchnorm_passes_s), forward and backward: `dlperf profile` of `medium` at batch 64
-  /// beside `plan --layers` on two Intel Xeon VMs. oneDNN 2.6's kernel (bnorm_jit:avx512_core_bf16)
-  /// took 7.7-8.3x and 3.4-3.7x (2026-11-28) and 5.6-6.9x and 2.8-4.1x (2026-11-29); dlperf's own
-  /// passes, which the engine runs on whole vectors of 16 channels since (batchnorm_bf16.h), 4.9-7x
-  /// and 2.5-2.9x the same day, 3 profiles. 1: not modelled (the AVX2 fit, where no bf16 runs). Not
-  /// measured on the Zens.
+  /// oneDNN 2.6's bf16 batchnorm (bnorm_jit:avx512_core_bf16), which the engine runs where the
+  /// channels are no whole vectors of 16, takes this many times what its bytes take in the model
+  /// of fp32's (oneDNN's chunks, batchnorm_passes_s), forward and backward: `dlperf profile` of
+  /// `medium` at batch 64 beside `plan --layers` on two Intel Xeon VMs, 7.7-8.3x and 3.4-3.7x
+  /// (2026-11-28) and 5.6-6.9x and 2.8-4.1x (2026-11-29). 1: not modelled (the AVX2 fit, where no
+  /// bf16 runs). Not measured on the Zens.
   double bf16_batchnorm_forward_slowdown = 1, bf16_batchnorm_backward_slowdown = 1;
+  /// dlperf's own bf16 batchnorm (whole vectors of 16 channels, batchnorm_bf16.h): forward streams
+  /// the tensor 3 times (the statistics, then read and write to normalize), backward 5 (the input
+  /// and the output's gradient for the sums, both again and the input's gradient), at the rate of
+  /// the level all of that fits in. `scripts/plan_vs_profile.py --model medium --batches 64,256
+  /// --precision bf16` (3 profiles, 2026-11-29, the AMX Xeon VM): its passes took 0.71-1.30x their
+  /// plan. false: not modelled (the AVX2 fit: no such code).
+  bool bf16_own_batchnorm = false;
   /// A conv's or linear layer's forward output and backward input gradient are stored normally,
   /// so each store first reads its line (write-allocate): they move twice their bytes, and a
   /// pass that did not fit a cache level with them may not fit it at all. Only a memory-bound
@@ -198,9 +204,14 @@ struct EngineModel {
   /// outputs rounded up to 16 (a tile's columns), K the pass's reduction, the outputs
   /// backward-data's input channels. Fitted on oneDNN's kernels alone over the presets' 3x3 shapes
   /// at batches 16-256 and 9 linear shapes at 16-1024 (scripts/amx_sweep/, a Xeon VM, 2026-11-29, 1
-  /// and 2 threads): convolutions a median 13-24% off a pass, linear layers 18-50%
-  /// (backward-weights at small batches the worst). One fit, whatever the CPU's other figures.
-  std::array<double, 3> amx_conv_efficiency = {0.48, 0.32, 0.18}, amx_linear_efficiency = {0.25, 0.3, 0.16};
+  /// and 2 threads): alone, convolutions a median 13-24% off a pass at 0.48, 0.32 and 0.18, linear
+  /// layers 18-50% (backward-weights at small batches the worst). In training the convolutions
+  /// took longer than alone: `scripts/plan_vs_profile.py --model medium --batches 64,256
+  /// --precision bf16` (3 profiles, the same VM) measured conv2's and conv3's forward passes at
+  /// 1.19-1.58x those figures' plan and their backward passes at 1.44-1.95x, so the convolutions'
+  /// figures are the sweep's over 1.39 and 1.71 (geometric means). One fit, whatever the CPU's
+  /// other figures.
+  std::array<double, 3> amx_conv_efficiency = {0.48 / 1.39, 0.32 / 1.71, 0.18 / 1.71}, amx_linear_efficiency = {0.25, 0.3, 0.16};
   double amx_short_reduction = 64;
 };
 
