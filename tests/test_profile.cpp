@@ -145,6 +145,25 @@ TEST(Profile, WinogradConvolutionsAreNamedAndNotTakenForPadding) {
   EXPECT_NE(profile::winograd_note(r).find("their GFLOP/s count the direct"), std::string::npos) << profile::winograd_note(r);
 }
 
+// bf16 layers on AMX tiles are read against the tiles' peak: named, filed compute- or memory-bound
+// by that peak's ridge, and left out of the padding note (14x past the FMA peak is not padding).
+TEST(Profile, AmxLayersAreReadAgainstTheTilesPeak) {
+  profile::Report r;
+  r.ceilings.peak_gflops = 220, r.ceilings.dram_gbps = 24, r.ceilings.amx_gflops = 6000;
+  profile::OpRow conv;
+  conv.name = "conv2", conv.op = "conv2d", conv.phase = "forward", conv.calls = 10, conv.self_s = 0.0035;
+  conv.flops = 9.2e9, conv.padding_flops = 0.8e9, conv.bytes = 49e6;  // 2,600 GFLOP/s at 188 FLOP a byte
+  conv.bound = "compute";  // against the FMA peak's ridge of 9 FLOP/B
+  r.rows = {conv};
+  EXPECT_NE(profile::above_peak_note(r), "");
+  EXPECT_EQ(profile::amx_note(r), "");
+  profile::set_amx_layers(r, {"conv2", "fc1"});
+  EXPECT_EQ(r.rows[0].bound, "memory") << "188 FLOP a byte is under the AMX ridge, 6000 / 24 = 250";
+  EXPECT_EQ(profile::above_peak_note(r), "");
+  EXPECT_EQ(profile::amx_note(r), "conv2 and fc1 ran on AMX tiles, whose bf16 peak is 6000 GFLOP/s here (27.3x the 220.0 above): their rows "
+                                  "are compute- or memory-bound against that");
+}
+
 // The step summary gives the recorded steps' median and range; when a few slow steps pull the
 // mean 5% or more above the median (a busy machine), a note says that every sum in the table
 // counts them, and names what the kernel saw others do on the CPUs when it saw it.

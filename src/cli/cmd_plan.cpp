@@ -668,9 +668,9 @@ void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {
     out["layers"] = nlohmann::json::array();
     for (size_t i = 0; i < p.layers.size(); ++i) {
       const auto& l = p.layers[i];
-      t.add({l.name, l.winograd ? l.op + " (Winograd)" : l.op, format_decimals(l.forward_s * 1e3, 3),
+      t.add({l.name, l.winograd ? l.op + " (Winograd)" : l.amx ? l.op + " (AMX)" : l.op, format_decimals(l.forward_s * 1e3, 3),
              format_decimals(l.backward_s * 1e3, 3), l.bound, format_bytes(by_layer[i].total()), share(by_layer[i].total())});
-      out["layers"].push_back({{"layer", l.name}, {"op", l.op}, {"winograd", l.winograd}, {"forward_s", l.forward_s},
+      out["layers"].push_back({{"layer", l.name}, {"op", l.op}, {"winograd", l.winograd}, {"amx", l.amx}, {"forward_s", l.forward_s},
                                {"backward_s", l.backward_s}, {"forward_bound", l.bound}, {"memory_bytes", by_layer[i].total()}});
     }
     out["memory_bytes_no_layer"] = by_layer.back().total();

@@ -503,6 +503,7 @@ void amx_passes(const nn::Node& n, const ops::PassCost& forward, const ops::Pass
   amx.peak_gflops = c.amx_gflops;
   const auto& e = n.kind == ops::OpKind::conv2d ? m.amx_conv_efficiency : m.amx_linear_efficiency;
   const auto [kf, kd, kw] = reductions(n);
+  lt.amx = true;
   EngineModel tiles = m;
   tiles.output_block = 16;  // a tile's 16 fp32 columns
   auto efficiency = [&](double share, double k, int64_t outputs) {

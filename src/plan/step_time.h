@@ -234,6 +234,7 @@ struct LayerTime {
   double gradient_sum_s = 0;  ///< of backward_s: adding its input gradients into later readers' (inputs_summing_gradients)
   std::string bound;  ///< "compute" or "memory" (the forward pass)
   bool winograd = false;  ///< a conv planned as Winograd (CpuCeilings::winograd)
+  bool amx = false;       ///< a bf16 conv or linear layer planned on AMX tiles (CpuCeilings::amx_gflops)
 };
 
 struct StepPrediction {

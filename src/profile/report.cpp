@@ -273,6 +273,7 @@ void print_report(const Report& r, size_t max_rows) {
   std::printf("Ceilings: %.1f GFLOP/s, DRAM %.1f GB/s (ridge %.1f FLOP/B): %s\n", r.ceilings.peak_gflops, r.ceilings.dram_gbps,
               r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
   if (const std::string why = winograd_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+  if (const std::string why = amx_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = unsteady_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = slower_than_plan_note(r); !why.empty()) std::printf("%s\n", why.c_str());
@@ -324,7 +325,28 @@ bool winograd_row(const Report& r, const OpRow& row) {
   if (r.winograd_layers.empty() || row.op != "conv2d") return false;
   return row.name == row.op || std::find(r.winograd_layers.begin(), r.winograd_layers.end(), row.name) != r.winograd_layers.end();
 }
+
+// A row of a layer on AMX tiles: the layer's, or with --group-by op its op's where one of its layers was.
+bool amx_row(const Report& r, const OpRow& row) {
+  if (r.amx_layers.empty() || (row.op != "conv2d" && row.op != "linear")) return false;
+  return row.name == row.op || std::find(r.amx_layers.begin(), r.amx_layers.end(), row.name) != r.amx_layers.end();
+}
 }  // namespace
+
+void set_amx_layers(Report& r, std::vector<std::string> layers) {
+  r.amx_layers = std::move(layers);
+  if (r.ceilings.amx_gflops <= 0 || r.ceilings.dram_gbps <= 0) return;
+  const double ridge = r.ceilings.amx_gflops / r.ceilings.dram_gbps;
+  for (OpRow& row : r.rows)
+    if (row.flops > 0 && amx_row(r, row)) row.bound = row.intensity() >= ridge ? "compute" : "memory";
+}
+
+std::string amx_note(const Report& r) {
+  if (r.amx_layers.empty() || r.ceilings.amx_gflops <= 0) return "";
+  return fmt::format("{} ran on AMX tiles, whose bf16 peak is {:.0f} GFLOP/s here ({:.1f}x the {:.1f} above): their rows are compute- or "
+                     "memory-bound against that",
+                     listed(r.amx_layers), r.ceilings.amx_gflops, r.ceilings.amx_gflops / r.ceilings.peak_gflops, r.ceilings.peak_gflops);
+}
 
 std::string winograd_note(const Report& r) {
   if (r.winograd_layers.empty()) return "";
@@ -339,7 +361,7 @@ std::string above_peak_note(const Report& r) {
   const OpRow* fastest = nullptr;  // the fastest of the passes that read above the peak for their padding's taps
   std::vector<std::string> above;
   for (const auto& row : r.rows)
-    if (row.padding_flops > 0 && row.gflops() > r.ceilings.peak_gflops && !winograd_row(r, row)) {
+    if (row.padding_flops > 0 && row.gflops() > r.ceilings.peak_gflops && !winograd_row(r, row) && !amx_row(r, row)) {
       above.push_back(row.name + " " + row.phase);
       if (fastest == nullptr || row.gflops() > fastest->gflops()) fastest = &row;
     }
@@ -368,7 +390,7 @@ json to_json(const Report& r) {
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
           {"host_load", hw::to_json(r.host_load)},
-          {"ceilings", plan::to_json(r.ceilings)}, {"winograd_layers", r.winograd_layers}};
+          {"ceilings", plan::to_json(r.ceilings)}, {"winograd_layers", r.winograd_layers}, {"amx_layers", r.amx_layers}};
 }
 
 void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory,

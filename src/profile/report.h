@@ -65,7 +65,14 @@ struct Report {
   /// The CPU engine's convolutions that ran as Winograd (cpu::Network::winograd_layers), which do
   /// fewer multiply-adds than their FLOPs count.
   std::vector<std::string> winograd_layers;
+  /// A bf16 CPU run's convolutions and linear layers that ran on AMX tiles (cpu::Network::amx_layers):
+  /// their rows are read against the tiles' peak (CpuCeilings::amx_gflops), not the FMA units'.
+  std::vector<std::string> amx_layers;
 };
+/// Sets `amx_layers` and files those rows compute- or memory-bound against the AMX peak.
+void set_amx_layers(Report& r, std::vector<std::string> layers);
+/// What the AMX rows are read against, for the console ("" without such rows).
+std::string amx_note(const Report& r);
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
 /// 2-byte activations, which the rows' bytes count). `group_by` is "layer" or "op". `gpu_layout`:
