@@ -29,20 +29,6 @@ auto once_per_thread_count(int threads, F measure) {
   return kept.get(threads, measure);
 }
 
-}  // namespace
-
-// Without a machine profile, the ceilings are measured on the spot (about two seconds) rather than
-// counted: a VM's /proc/cpuinfo reports the base clock, not the boost its cores run at, and
-// typical cache bandwidths are guesses. On the Zen 4 development VM the counted peak was 28% under
-// the measured one, the assumed bandwidths 30-60% off, and the plan's step times came out a
-// median 59% over the lab's runs (2% with these ceilings). The FMA peak is the best of bench's
-// full repeats (half a second): a VM's neighbours can halve a whole quick run's samples, never
-// raise one; and where even that best is under 90% of the peak counted at the base clock (cores
-// run at least that fast unless something takes them away), it is measured twice more. The
-// memory sweep is bench --quick's, each point its best round's (bench::kRounds). Measured
-// once per thread count per process, and again later where other work shared the CPUs
-// meanwhile (hw::KeptMeasurements); the source says so while they stand.
-namespace {
 // The AMX tiles' bf16 peak where oneDNN runs bf16 there (about 0.1 s, once per thread count), else
 // 0: 14x the FMA peak on a 2-vCPU Xeon VM (2026-11-29).
 double amx_peak_now(int threads) {
@@ -57,6 +43,17 @@ double amx_peak_now(int threads) {
 }
 }  // namespace
 
+// Without a machine profile, the ceilings are measured on the spot (about two seconds) rather than
+// counted: a VM's /proc/cpuinfo reports the base clock, not the boost its cores run at, and
+// typical cache bandwidths are guesses. On the Zen 4 development VM the counted peak was 28% under
+// the measured one, the assumed bandwidths 30-60% off, and the plan's step times came out a
+// median 59% over the lab's runs (2% with these ceilings). The FMA peak is the best of bench's
+// full repeats (half a second): a VM's neighbours can halve a whole quick run's samples, never
+// raise one; and where even that best is under 90% of the peak counted at the base clock (cores
+// run at least that fast unless something takes them away), it is measured twice more. The
+// memory sweep is bench --quick's, each point its best round's (bench::kRounds). Measured
+// once per thread count per process, and again later where other work shared the CPUs
+// meanwhile (hw::KeptMeasurements); the source says so while they stand.
 bench::Ceilings ceilings_measured_now(int threads) {
   const auto kept = once_per_thread_count(threads, [](int t) {
     const hw::CpuInfo cpu = hw::cpu_info();

@@ -15,7 +15,9 @@
 // The first layer's input (fp32 from the loader) and an fp32 output gradient (the logits') are
 // converted. The weight and bias gradients and the master weights stay fp32: the master weights
 // are kept in the layout backward-weights writes their gradient in, and the bf16 copy the passes
-// read is refreshed from them every forward pass.
+// read is refreshed from them every forward pass. On CPUs with AMX (Xeons from Sapphire Rapids on)
+// oneDNN 2.6 runs bf16 convolutions on its tiles only with nhwc activations, 7-12x faster than its
+// AVX512-BF16 kernel on nChw16c (docs/benchmarks.md), so there the search takes nhwc first.
 #include <fmt/format.h>
 
 #include <algorithm>
