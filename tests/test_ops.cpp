@@ -624,7 +624,8 @@ TEST(CpuBf16, OpsBetweenConvolutionsKeepBf16) {
 
 // bf16 batchnorm over whole vectors of 16 channels (nhwc on AMX CPUs, nChw16c elsewhere) is
 // dlperf's own code (backend/cpu/batchnorm_bf16.h): it matches float64 to bf16's rounding, its
-// relu too, also where the mean lies far from 0 (two passes: no cancellation in the variance).
+// relu too, also where the mean lies far from 0 (the variance around each plane's mean, combined
+// in double: no cancellation in fp32).
 TEST(CpuBf16, BatchnormOnWholeVectorsIsOwnCodeAndMatchesTheReference) {
   if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
   const cpu::dt bf16 = cpu::dt::bf16;
@@ -638,7 +639,7 @@ TEST(CpuBf16, BatchnormOnWholeVectorsIsOwnCodeAndMatchesTheReference) {
   constexpr double kRounded = 1e-2;
   for (const Dims& d : {xd, Dims{2, 48, 5, 5}})
     for (cpu::tag layout : {cpu::tag::nhwc, cpu::tag::nChw16c})
-      for (double offset : {0.0, 40.0})
+      for (double offset : {0.0, 40.0, 1000.0})
         for (bool fuse_relu : {false, true}) {
           SCOPED_TRACE(::testing::Message() << dims_str(d) << (layout == cpu::tag::nhwc ? " nhwc" : " nChw16c") << ", inputs around "
                                             << offset << (fuse_relu ? ", relu fused" : ""));

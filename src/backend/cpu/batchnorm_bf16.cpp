@@ -114,23 +114,32 @@ DLPERF_BF16_TARGET void bf16_batchnorm_forward(const uint16_t* x, uint16_t* y, c
   const int64_t C = v.blocks * 16;
   const double count = double(v.images * v.pixels);
   // One pass over the tensor (oneDNN makes two, mean then variance; the tensor comes from L2 or
-  // beyond, the plane from L1): each image plane's sum, and its squares around the plane's own
-  // mean, so no E[x^2] - mean^2 cancels in fp32. The planes combine exactly (Chan et al.): the
-  // squares around the mean are the planes' plus pixels x (plane mean - mean)^2 each, that is
-  // sum of (plane sum^2 / pixels) - count x mean^2, in double.
+  // beyond, a plane from L1). Each image plane's pixels are summed around the plane's own mean m_p
+  // (its fp32 sum over the pixels P): the residual r = sum of (x - m_p) and q = sum of (x - m_p)^2,
+  // small numbers fp32 holds well. Then, in double, sum of x = P m_p + r and sum of x^2 = q + 2 m_p r
+  // + P m_p^2 for each plane, exactly as the decomposition goes, so E[x^2] - mean^2 over the whole
+  // channel cancels only double's rounding, not fp32's (inputs around 1000 come out right).
   const std::vector<double> stats = channel_sums(v, 3, [&](int64_t n, int64_t b, double (*lanes)[16]) DLPERF_BF16_TARGET {
     const uint16_t* plane = x + n * v.sn + b * v.sb;
     Sum4 s;
     for (int64_t p = 0; p < v.pixels; ++p) s.add(p, load16(plane + p * v.sp));
-    const __m512 sum = s.total(), m = _mm512_div_ps(sum, _mm512_set1_ps(float(v.pixels)));
-    Sum4 q;
+    const __m512 m = _mm512_div_ps(s.total(), _mm512_set1_ps(float(v.pixels)));
+    Sum4 r, q;
     for (int64_t p = 0; p < v.pixels; ++p) {
       const __m512 d = _mm512_sub_ps(load16(plane + p * v.sp), m);
+      r.add(p, d);
       q.add(p, _mm512_mul_ps(d, d));
     }
-    store_lanes(lanes[0], sum);
-    store_lanes(lanes[1], q.total());
-    for (int l = 0; l < 16; ++l) lanes[2][l] = lanes[0][l] * lanes[0][l] / double(v.pixels);
+    double mp[16], rp[16], qp[16];
+    store_lanes(mp, m);
+    store_lanes(rp, r.total());
+    store_lanes(qp, q.total());
+    const double P = double(v.pixels);
+    for (int l = 0; l < 16; ++l) {
+      lanes[0][l] = P * mp[l] + rp[l];
+      lanes[1][l] = qp[l] + 2 * mp[l] * rp[l];
+      lanes[2][l] = P * mp[l] * mp[l];
+    }
   });
   for (int64_t c = 0; c < C; ++c) {
     const double m = stats[size_t(c)] / count;

@@ -1,9 +1,10 @@
 // Training batchnorm in bf16 (between a bf16 network's convolutions), own code: oneDNN 2.6's bf16
 // kernel (bnorm_jit:avx512_core_bf16) took 3-8x the time its bytes take, on two Intel Xeons, in
 // both layouts the engine keeps bf16 activations in (docs/benchmarks.md). This code makes
-// oneDNN's passes (mean, variance, normalize; backward's two sums, then the input's gradient)
-// over whole vectors of 16 channels, in fp32 inside, each image plane's sums in fp32 and the
-// planes' in double. Inference stays oneDNN's.
+// oneDNN's passes over whole vectors of 16 channels, one fewer forward (the statistics in one
+// pass, then normalize; backward's two sums, then the input's gradient), in fp32 inside, each
+// image plane's sums in fp32 around the plane's mean and the planes' in double. Inference stays
+// oneDNN's.
 #pragma once
 
 #include <cstdint>
