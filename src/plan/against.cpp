@@ -345,12 +345,12 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& giv
     const bool winograd = r.value(json::json_pointer("/cpu_step/winograd_on"), false);
     at.winograd = winograd;
     const cpu::ScopedWinograd as_run(winograd ? cpu::WinogradUse::where_it_pays : cpu::WinogradUse::off);
-    // A residual add's relu: inside the add where its record says so (since 2026-11-29), on its
-    // own in older records, which its memory and passes follow.
     // bf16 convolutions on AMX where its record lists the layers that ran there (since
     // 2026-11-29); older bf16 records ran them on the AVX512-BF16 kernels (their memory is laid
     // out as this process would: on a CPU with AMX, in nhwc).
     at.amx_convolutions = r.contains(json::json_pointer("/cpu_step/amx_layers"));
+    // A residual add's relu: inside the add where its record says so (since 2026-11-29), on its
+    // own in older records, which its memory and passes follow.
     std::optional<ScopedReluAfterAddApart> relu_apart;
     if (!r.value(json::json_pointer("/cpu_step/add_relu_fused"), false)) relu_apart.emplace();
     cmp.threads = std::max(threads, 0);
