@@ -333,6 +333,25 @@ __attribute__((target("avx512f,avx512bf16"))) float bf16_chains(int64_t iters) {
   return sum;
 }
 
+// Times `chains` (which does `flops` a call) on r.threads threads at once, after two calls to warm
+// up, r.repeats times, into r.gflops; each thread's result must be `expect` exactly (`what` says
+// whose it was where it is not).
+template <class Chains>
+void time_chains(FlopsResult& r, Chains chains, float expect, double flops, const char* what) {
+  std::vector<double> gflops;
+  for (int rep = -2; rep < r.repeats; ++rep) {
+    std::vector<float> result(size_t(r.threads), 0.f);
+    const double t0 = now_s();
+#pragma omp parallel num_threads(r.threads)
+    result[size_t(omp_get_thread_num())] = chains();
+    const double dt = now_s() - t0;
+    for (float v : result) check(v == expect, fmt::format("{} summed to {} instead of {}", what, v, expect), "the machine or compiler is faulty");
+    if (rep >= 0) gflops.push_back(double(r.threads) * flops / dt / 1e9);
+  }
+  r.gflops = spread_of(gflops);
+  r.per_core_gflops = r.gflops.median / r.threads;
+}
+
 }  // namespace
 
 FlopsResult bf16_peak(const Options& o, std::string* why_not) {
@@ -347,19 +366,7 @@ FlopsResult bf16_peak(const Options& o, std::string* why_not) {
   r.repeats = o.quick ? 5 : 15;
   const int64_t iters = o.quick ? 2'000'000 : 8'000'000;  // lanes stay below 2^4: 8M x 2^-19 = 15.3
   const float expect = float(kChains) * float(double(iters) * 2.0 / (1024.0 * 1024.0));
-  std::vector<double> gflops;
-  for (int rep = -2; rep < r.repeats; ++rep) {
-    std::vector<float> result(size_t(r.threads), 0.f);
-    const double t0 = now_s();
-#pragma omp parallel num_threads(r.threads)
-    result[size_t(omp_get_thread_num())] = bf16_chains(iters);
-    const double dt = now_s() - t0;
-    for (float v : result)
-      check(v == expect, fmt::format("bf16 benchmark: chains summed to {} instead of {}", v, expect), "the machine or compiler is faulty");
-    if (rep >= 0) gflops.push_back(double(r.threads) * double(iters) * kChains * 16 * 2 * 2 / dt / 1e9);
-  }
-  r.gflops = spread_of(gflops);
-  r.per_core_gflops = r.gflops.median / r.threads;
+  time_chains(r, [&] { return bf16_chains(iters); }, expect, double(iters) * kChains * 16 * 2 * 2, "bf16 benchmark: chains");
   r.implied_ghz = r.per_core_gflops / (double(cpu.fma_units) * cpu.lanes_f32 * 2 * 2);  // units x lanes x 2 products x 2 FLOPs
   return r;
 }
@@ -426,19 +433,7 @@ FlopsResult amx_peak(const Options& o, std::string* why_not) {
   const int64_t iters = o.quick ? 250'000 : 1'000'000;  // about 20 and 80 ms at 1024 FLOPs a cycle
   constexpr double kFlopsPerInstruction = 16 * 16 * 32 * 2;
   const float expect = float(4.0 * double(iters) / 32768.0);
-  std::vector<double> gflops;
-  for (int rep = -2; rep < r.repeats; ++rep) {
-    std::vector<float> result(size_t(r.threads), 0.f);
-    const double t0 = now_s();
-#pragma omp parallel num_threads(r.threads)
-    result[size_t(omp_get_thread_num())] = amx_chains(iters);
-    const double dt = now_s() - t0;
-    for (float v : result)
-      check(v == expect, fmt::format("AMX benchmark: tiles summed to {} instead of {}", v, expect), "the machine or compiler is faulty");
-    if (rep >= 0) gflops.push_back(double(r.threads) * double(iters) * 4 * kFlopsPerInstruction / dt / 1e9);
-  }
-  r.gflops = spread_of(gflops);
-  r.per_core_gflops = r.gflops.median / r.threads;
+  time_chains(r, [&] { return amx_chains(iters); }, expect, double(iters) * 4 * kFlopsPerInstruction, "AMX benchmark: tiles");
   r.implied_ghz = r.per_core_gflops / 1024;  // TDPBF16PS: 16,384 FLOPs every 16 cycles a core (Sapphire Rapids)
   return r;
 }
