@@ -273,44 +273,38 @@ nlohmann::json run_flops(BenchArgs& a, const hw::CpuInfo& cpu) {
   } else {
     std::printf("(the hardware catalog has no datasheet for '%s': no %% of spec)\n", cpu.model.c_str());
   }
-  j["bf16"] = guarded(a, "CPU bf16 peak", [&]() -> nlohmann::json {
-    // Measured again, as the fp32 peak, while it reads under 1.2x that peak: VDPBF16PS does two
-    // multiply-adds a lane where an FMA does one (2.0x on the Zen 4, 1.84-1.88x on the Zen 5).
+  // A bf16 peak beside the fp32 one, measured again while it reads under `floor` x fp32's: the
+  // instruction does at least that much more a cycle, so a lower read was disturbed.
+  auto bf16_row = [&](const char* label, const char* rerun_name, const std::string& how, double floor, int decimals, const char* after,
+                      const std::function<bench::FlopsResult(std::string*)>& measure) -> nlohmann::json {
     std::string why;
-    std::vector<double> bf16_leads;
-    const auto b = bench::fastest_run([&] { return bench::bf16_peak(o, &why); },
-                                      [&](const bench::FlopsResult& x) { return x.isa.empty() ? 0.0 : 1.2 * r.gflops.median; }, bf16_leads);
+    std::vector<double> leads;
+    const auto b = bench::fastest_run([&] { return measure(&why); },
+                                      [&](const bench::FlopsResult& x) { return x.isa.empty() ? 0.0 : floor * r.gflops.median; }, leads);
     if (b.isa.empty()) {
-      std::printf("bf16 peak: skipped: %s\n", why.c_str());
+      std::printf("%s: skipped: %s\n", label, why.c_str());
       return {{"skipped", why}};
     }
-    std::printf("bf16 peak (VDPBF16PS, %s, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.2fx the fp32 FMA peak\n", counted(b.threads, "thread").c_str(),
-                b.repeats, b.gflops.median, b.gflops.min, b.gflops.max, b.gflops.median / r.gflops.median);
-    if (const std::string note = bench::rerun_note(bf16_leads, "bf16 peak"); !note.empty()) std::printf("%s\n", note.c_str());
-    auto bj = bench::to_json(b);
-    bj["dtype"] = "bf16";
-    bj["runs_gflops_median"] = bf16_leads;
-    return bj;
+    std::printf("%s\n", fmt::format("{} ({}, {}, median of {} runs): {:.1f} GFLOP/s [{:.1f}-{:.1f}], {:.{}f}x the fp32 FMA peak{}", label, how,
+                                    counted(b.threads, "thread"), b.repeats, b.gflops.median, b.gflops.min, b.gflops.max,
+                                    b.gflops.median / r.gflops.median, decimals, after)
+                           .c_str());
+    if (const std::string note = bench::rerun_note(leads, rerun_name); !note.empty()) std::printf("%s\n", note.c_str());
+    auto row = bench::to_json(b);
+    row["dtype"] = "bf16";
+    row["runs_gflops_median"] = leads;
+    return row;
+  };
+  // VDPBF16PS does two multiply-adds a lane where an FMA does one (2.0x on the Zen 4, 1.84-1.88x on
+  // the Zen 5): measured again under 1.2x.
+  j["bf16"] = guarded(a, "CPU bf16 peak", [&] {
+    return bf16_row("bf16 peak", "bf16 peak", "VDPBF16PS", 1.2, 2, "", [&](std::string* why) { return bench::bf16_peak(o, why); });
   });
-  j["amx"] = guarded(a, "CPU AMX peak", [&]() -> nlohmann::json {
-    // Measured again while it reads under 8x the fp32 peak: TDPBF16PS does 16x a core's AVX-512
-    // FMAs a cycle (14.5x measured on the Xeon VM of 2026-11-29).
-    std::string why;
-    std::vector<double> amx_leads;
-    const auto b = bench::fastest_run([&] { return bench::amx_peak(o, &why); },
-                                      [&](const bench::FlopsResult& x) { return x.isa.empty() ? 0.0 : 8 * r.gflops.median; }, amx_leads);
-    if (b.isa.empty()) {
-      std::printf("AMX bf16 peak: skipped: %s\n", why.c_str());
-      return {{"skipped", why}};
-    }
-    std::printf("AMX bf16 peak (TDPBF16PS, %s, median of %d runs): %.1f GFLOP/s [%.1f-%.1f], %.1fx the fp32 FMA peak (oneDNN's bf16 "
-                "convolutions in nhwc and inner products run there)\n",
-                counted(b.threads, "thread").c_str(), b.repeats, b.gflops.median, b.gflops.min, b.gflops.max, b.gflops.median / r.gflops.median);
-    if (const std::string note = bench::rerun_note(amx_leads, "AMX peak"); !note.empty()) std::printf("%s\n", note.c_str());
-    auto aj = bench::to_json(b);
-    aj["dtype"] = "bf16";
-    aj["runs_gflops_median"] = amx_leads;
-    return aj;
+  // TDPBF16PS does 16x a core's AVX-512 FMAs a cycle (14.5x measured on the Xeon VM of
+  // 2026-11-29): measured again under 8x.
+  j["amx"] = guarded(a, "CPU AMX peak", [&] {
+    return bf16_row("AMX bf16 peak", "AMX peak", "TDPBF16PS", 8, 1, " (oneDNN's bf16 convolutions in nhwc and inner products run there)",
+                    [&](std::string* why) { return bench::amx_peak(o, why); });
   });
   return j;
 }
