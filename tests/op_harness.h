@@ -65,6 +65,7 @@ struct CpuRun {
   std::vector<cpu::dt> in_types;            ///< the data type the op asked for per input
   cpu::dt y_type = cpu::dt::undef;          ///< the data type it wrote
   std::string algorithm;                    ///< cpu::Op::algorithm(): "winograd" for a conv that ran so
+  std::string matrix_product_passes;        ///< cpu::Op::matrix_product_passes()
 };
 
 /// How run_cpu runs the op.
@@ -109,6 +110,7 @@ inline CpuRun run_cpu(ops::OpKind kind, const ops::OpAttrs& a, const std::vector
   r.y = cpu::to_plain(op->output_md(), y_dims, y);
   r.y_type = op->output_md().data_type();
   r.algorithm = op->algorithm();
+  r.matrix_product_passes = op->matrix_product_passes();
   for (size_t i = 0; i < inputs.size(); ++i) r.in_types.push_back(op->input_md(int(i)).data_type());
   if (dy.empty()) return r;
   cpu::Mem dym = to_layout(op->output_md(), y_dims, dy);

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "backend/cpu/layouts.h"
+#include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/network.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
@@ -202,6 +203,15 @@ TEST(Network, Bf16ResidualCnnOnAmxTilesTracksTheReferenceGraph) {
   }
   for (const char* layer : {"c1", "fc1"}) EXPECT_NE(std::find(amx.begin(), amx.end(), layer), amx.end()) << layer;
   EXPECT_TRUE(cpu::Network(g, 1).amx_layers().empty()) << "fp32 runs on the FMA units";
+  // With every pass of those convolutions as matrix products (conv_gemm.h; the rule keeps them
+  // for resnet18's deeper layers), it tracks the reference as well.
+  const cpu::ScopedConvGemm products("all");
+  check_network(spec, {3, 12, 12}, 4, "bf16");
+  const auto layers = cpu::Network(g, 1, true, "bf16").matrix_product_layers();
+  const std::pair<std::string, std::string> stem{"stem", "forward, backward-weights"},  // nothing needs the data's gradient
+      c1{"c1", "forward, backward-data, backward-weights"};
+  EXPECT_NE(std::find(layers.begin(), layers.end(), stem), layers.end());
+  EXPECT_NE(std::find(layers.begin(), layers.end(), c1), layers.end());
 }
 
 TEST(Network, F32CopiesResidualCnnMatchesReferenceGraph) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "backend/cpu/batchnorm_bf16.h"
+#include "backend/cpu/conv_gemm.h"
+#include "backend/cpu/layouts.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "hw/cpu_info.h"
@@ -661,6 +663,56 @@ TEST(CpuBf16, BatchnormOnWholeVectorsIsOwnCodeAndMatchesTheReference) {
           EXPECT_LT(rel_err(r.dparams[0], dg), kRounded);
           EXPECT_LT(rel_err(r.dparams[1], db), kRounded);
         }
+}
+
+// On AMX tiles the bf16 convolutions' passes on small maps and strides run as matrix products
+// over an unfolded input (backend/cpu/conv_gemm.h). Every pass of each shape here runs so
+// (DLPERF_CPU_CONV_GEMM=all), in chunks of a few images with a shorter last one (backward-weights'
+// later chunks add to the gradient), and matches float64 to bf16's rounding: padding, strides,
+// 1x1 convolutions (unfolded where strided, read as they are otherwise) and the bias.
+TEST(CpuBf16, ConvAsMatrixProductsOnAmxMatchesTheReference) {
+  if (!cpu::has_amx_kernels()) GTEST_SKIP() << "no AMX tiles here: bf16 convolutions stay oneDNN's";
+  struct Env {
+    Env() { ::setenv("DLPERF_CPU_CONV_GEMM", "all", 1), cpu::for_tests_set_conv_gemm_chunks(48, 20000); }
+    ~Env() { ::unsetenv("DLPERF_CPU_CONV_GEMM"), cpu::for_tests_set_conv_gemm_chunks(0, 0); }
+  } env;
+  for (const ConvCase& c : {ConvCase{{7, 32, 4, 4}, conv_attrs(48, 3, 1, 1, true)}, ConvCase{{5, 16, 9, 9}, conv_attrs(32, 3, 2, 1, false)},
+                            ConvCase{{6, 16, 7, 7}, conv_attrs(32, 1, 2, 0, false)}, ConvCase{{5, 32, 3, 5}, conv_attrs(16, 1, 1, 0, true)}}) {
+    const auto& [xd, a] = c;
+    SCOPED_TRACE(::testing::Message() << dims_str(xd) << " k" << a.kernel << " s" << a.stride);
+    const Dims wd = {a.out_channels, xd[1], a.kernel, a.kernel}, yd = ops::infer_shape(OpKind::conv2d, a, {xd});
+    const Vec x = round_to_bf16(random_vec(size_t(numel(xd)), 151)), w = random_vec(size_t(numel(wd)), 152, -0.5, 0.5);
+    const Vec b = a.bias ? random_vec(size_t(a.out_channels), 153) : Vec{}, dy = round_to_bf16(random_vec(size_t(numel(yd)), 154));
+    std::vector<Vec> params{w};
+    if (a.bias) params.push_back(b);
+    const auto r = run_cpu(OpKind::conv2d, a, {xd}, {x}, params, dy,
+                           {.input_layout = cpu::tag::nhwc, .input_type = cpu::dt::bf16, .compute = cpu::Compute::bf16});
+    EXPECT_EQ(r.matrix_product_passes, "forward, backward-data, backward-weights");
+    Vec dx, dw, db;
+    ref::conv2d_backward(x, xd, w, a, dy, dx, dw, db);
+    expect_close(r.y, ref::conv2d_forward(x, xd, w, b, a), cpu::Compute::bf16, "y");
+    expect_close(r.dx[0], dx, cpu::Compute::bf16, "dx");
+    EXPECT_LT(rel_err(r.dparams[0], dw), kBf16Tol) << "dw";
+    if (a.bias) EXPECT_LT(rel_err(r.dparams[1], db), kBf16Tol) << "db";
+  }
+  // The rule DLPERF_CPU_CONV_GEMM=auto follows: by output width and stride.
+  ::setenv("DLPERF_CPU_CONV_GEMM", "auto", 1);
+  auto rule = [](const Dims& x, const OpAttrs& a) {
+    return cpu::conv_gemm_passes(cpu::ConvGemmShape(a, x, ops::infer_shape(OpKind::conv2d, a, {x}))).names();
+  };
+  EXPECT_EQ(rule({64, 512, 4, 4}, conv_attrs(512, 3, 1, 1, false)), "forward, backward-data, backward-weights");
+  EXPECT_EQ(rule({64, 256, 7, 7}, conv_attrs(512, 3, 2, 1, false)), "forward, backward-data, backward-weights");
+  EXPECT_EQ(rule({64, 256, 7, 7}, conv_attrs(512, 1, 2, 0, false)), "backward-data, backward-weights");
+  EXPECT_EQ(rule({64, 256, 7, 7}, conv_attrs(256, 3, 1, 1, false)), "backward-weights");
+  EXPECT_EQ(rule({64, 128, 14, 14}, conv_attrs(256, 3, 2, 1, false)), "backward-data, backward-weights");
+  EXPECT_EQ(rule({64, 64, 28, 28}, conv_attrs(128, 1, 2, 0, false)), "backward-weights");
+  EXPECT_EQ(rule({64, 64, 28, 28}, conv_attrs(128, 3, 2, 1, false)), "");
+  EXPECT_EQ(rule({64, 64, 7, 7}, conv_attrs(128, 3, 1, 1, false)), "") << "medium's conv3: oneDNN's kernels";
+  EXPECT_EQ(rule({64, 64, 28, 28}, conv_attrs(64, 3, 1, 1, false)), "");
+  ::setenv("DLPERF_CPU_CONV_GEMM", "off", 1);
+  EXPECT_EQ(rule({64, 512, 4, 4}, conv_attrs(512, 3, 1, 1, false)), "");
+  ::setenv("DLPERF_CPU_CONV_GEMM", "sometimes", 1);
+  EXPECT_THROW(rule({64, 512, 4, 4}, conv_attrs(512, 3, 1, 1, false)), Error);
 }
 
 TEST(CpuF32Copies, ConvAndLinearMatchTheReference) {

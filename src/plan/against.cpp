@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 #include "backend/cuda/layout.h"  // CUDA-free
@@ -76,7 +77,9 @@ std::string missing_field(const json& r) {
       {"/data/test_images", [](const json& v) { return v.is_number() && v.get<double>() >= 0; }},
       {"/cpu_step/winograd_on", [](const json& v) { return v.is_boolean(); }},
       {"/cpu_step/add_relu_fused", [](const json& v) { return v.is_boolean(); }},
-      {"/cpu_step/amx_layers", [](const json& v) { return v.is_array(); }}};
+      {"/cpu_step/amx_layers", [](const json& v) { return v.is_array(); }},
+      {"/cpu_step/conv_matrix_products",
+       [](const json& v) { return v.is_string() && (v == "auto" || v == "off" || v == "all"); }}};
   for (const auto& [pointer, ok] : typed) {
     const json::json_pointer p(pointer);
     if (r.contains(p) && !ok(r[p])) return pointer;
@@ -349,6 +352,8 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& giv
     // 2026-11-29); older bf16 records ran them on the AVX512-BF16 kernels (their memory is laid
     // out as this process would: on a CPU with AMX, in nhwc).
     at.amx_convolutions = r.contains(json::json_pointer("/cpu_step/amx_layers"));
+    // Their passes as matrix products as its record says (since 2026-11-29), none in older ones.
+    const cpu::ScopedConvGemm products_as_run(r.value(json::json_pointer("/cpu_step/conv_matrix_products"), std::string("off")));
     // A residual add's relu: inside the add where its record says so (since 2026-11-29), on its
     // own in older records, which its memory and passes follow.
     std::optional<ScopedReluAfterAddApart> relu_apart;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <tuple>
 
+#include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
@@ -502,6 +503,14 @@ struct Run {
     // A bf16 run's layers that ran on AMX tiles (since 2026-11-29; plan --against plans a bf16
     // record without this on the AVX512-BF16 kernels it ran on before).
     if (cfg.precision == "bf16") r["cpu_step"]["amx_layers"] = net.amx_layers();
+    // And the passes of theirs that ran as matrix products, under which mode (since 2026-11-29;
+    // plan --against plans a record without it with oneDNN's convolutions, as it ran).
+    if (cfg.precision == "bf16") {
+      r["cpu_step"]["conv_matrix_products"] = cpu::conv_gemm_mode();
+      json passes = json::object();
+      for (const auto& [layer, which] : net.matrix_product_layers()) passes[layer] = which;
+      r["cpu_step"]["matrix_product_passes"] = passes;
+    }
     // Where a relu ran inside the residual add before it (since 2026-11-29): plan --against plans
     // a residual model's record without this as the engine ran it before, the relu apart.
     for (size_t i = 0; i < graph.nodes.size(); ++i)

@@ -94,13 +94,16 @@ namespace {
 // One scratchpad shared by all primitives: execution is sequential on one stream.
 struct Scratchpad {
   BufferPtr buffer;
-  memory get(const md& want) {
-    if (want.get_size() == 0) return memory(want, engine(), nullptr);
-    if (!buffer || buffer->bytes() < want.get_size()) {
+  std::byte* reserve(size_t bytes) {
+    if (!buffer || buffer->bytes() < bytes) {
       buffer.reset();  // the smaller one goes first: held while the larger one is taken, both would count in the peak
-      buffer = make_buffer(want.get_size(), MemCategory::workspace);
+      buffer = make_buffer(bytes, MemCategory::workspace);
     }
-    return memory(want, engine(), buffer->data());
+    return static_cast<std::byte*>(buffer->data());
+  }
+  memory get(const md& want, size_t offset) {
+    if (want.get_size() == 0) return memory(want, engine(), nullptr);
+    return memory(want, engine(), reserve(offset + want.get_size()) + offset);
   }
 };
 Scratchpad& scratchpad() {
@@ -116,9 +119,11 @@ Scratchpad& scratchpad() {
 
 void release_scratchpad() { scratchpad().buffer.reset(); }
 
-void run(const Prim& p, std::unordered_map<int, memory> args) {
+std::byte* shared_scratch(size_t bytes) { return scratchpad().reserve(bytes); }
+
+void run(const Prim& p, std::unordered_map<int, memory> args, size_t scratch_offset) {
   const auto scope = profile::Scope::launch(p.phase);
-  args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad().get(p.scratch));
+  args.emplace(DNNL_ARG_SCRATCHPAD, scratchpad().get(p.scratch, scratch_offset));
   try {
     p.prim.execute(stream(), args);
   } catch (const dnnl::error& e) {

@@ -128,8 +128,14 @@ struct Prim {
 /// the batch included): at most kMaxIndexedValues each.
 void check_indexable(const nn::Node& n);
 dnnl::primitive_attr default_attr();
-/// Runs `p` on the stream with `args` plus the shared scratchpad, then waits.
-void run(const Prim& p, std::unordered_map<int, memory> args);
+/// Runs `p` on the stream with `args` plus the shared scratchpad (from `scratch_offset` bytes on,
+/// past what the caller keeps at its front: shared_scratch), then waits.
+void run(const Prim& p, std::unordered_map<int, memory> args, size_t scratch_offset = 0);
+/// The shared scratchpad's front, grown to at least `bytes` (its contents are lost when it grows):
+/// room for an op's own temporaries between its primitives (conv_gemm.cpp's unfolded input),
+/// counted as workspace and shared as the primitives' scratchpads are. Reserve the total first
+/// (temporaries and the primitive's scratchpad behind them), then run with that offset.
+std::byte* shared_scratch(size_t bytes);
 void reorder(const memory& src, const memory& dst);
 /// Gives the shared scratchpad back to the allocator. It only grows, and it is live memory, so a
 /// run that follows a bigger one in the same process (the lab runs many; the tests run the
@@ -178,6 +184,9 @@ class Op {
   /// runs so, "amx" for a bf16 conv or linear layer whose forward pass oneDNN runs on AMX tiles
   /// (on_amx); empty otherwise.
   virtual std::string algorithm() const { return {}; }
+  /// The passes a conv runs as matrix products rather than as oneDNN's convolution (conv_gemm.h),
+  /// in order: "forward, backward-data, backward-weights" or a part; empty for none.
+  virtual std::string matrix_product_passes() const { return {}; }
 
  protected:
   Param& add_param(std::string name, Dims dims, const md& layout, Init init, int64_t fan_in);

@@ -17,13 +17,15 @@
 // are kept in the layout backward-weights writes their gradient in, and the bf16 copy the passes
 // read is refreshed from them every forward pass. On CPUs with AMX (Xeons from Sapphire Rapids on)
 // oneDNN 2.6 runs bf16 convolutions on its tiles only with nhwc activations, 7-12x faster than its
-// AVX512-BF16 kernel on nChw16c (docs/benchmarks.md), so there the search takes nhwc first.
+// AVX512-BF16 kernel on nChw16c (docs/benchmarks.md), so there the search takes nhwc first. Its
+// passes on small output maps and strides run as matrix products instead (conv_gemm.h).
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
 
+#include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 #include "core/error.h"
@@ -115,6 +117,30 @@ struct ConvSetup {
     }
     return passes(with_type(ax, low), ay);
   }
+
+  /// Which passes run as matrix products (conv_gemm.h): for bf16 passes on AMX tiles with nhwc
+  /// activations, as the rule says.
+  ConvGemmPasses gemm(const ConvPasses& p, const ops::OpAttrs& a) const {
+    const md nhwc_x(to_dnnl(x), dt::bf16, tag::nhwc), nhwc_y(to_dnnl(y), dt::bf16, tag::nhwc);
+    if (low != dt::bf16 || !on_amx(p.fwd) || p.fwd.src_desc() != nhwc_x || p.fwd.dst_desc() != nhwc_y) return {};
+    ConvGemmPasses g = conv_gemm_passes(ConvGemmShape(a, x, y));
+    g.backward_data = g.backward_data && need_dx;
+    return g;
+  }
+
+  /// The layouts of the weights: the fp32 master (where backward-weights writes their gradient)
+  /// and the copies forward and backward-data read.
+  struct Weights {
+    md master, fwd, bwd;
+  };
+  Weights weights(const ConvPasses& p, const ConvGemmPasses& g, const ops::OpAttrs& a) const {
+    const ConvGemmShape s(a, x, y);
+    Weights w;
+    w.master = !copies ? p.fwd.weights_desc() : g.backward_weights ? ConvGemm::weights_md(s, dt::f32) : p.bww.diff_weights_desc();
+    w.fwd = g.forward ? ConvGemm::weights_md(s, low) : p.fwd.weights_desc();
+    if (need_dx) w.bwd = g.backward_data ? ConvGemm::weights_md(s, low) : p.bwd.weights_desc();
+    return w;
+  }
 };
 
 class Conv2d final : public Op {
@@ -123,29 +149,35 @@ class Conv2d final : public Op {
       : need_dx_(o.need_dx) {
     const ConvSetup setup(a, x, o);
     const ConvPasses p = setup.search(producer);
+    const ConvGemmPasses g = setup.gemm(p, a);
+    const ConvSetup::Weights w = setup.weights(p, g, a);
     fwd_pd_ = p.fwd;
     algorithm_ = std::strstr(p.fwd.impl_info_str(), "wino") != nullptr ? "winograd" : on_amx(p.fwd) ? "amx" : "direct";
-    fwd_ = Prim::of<convolution_forward>(p.fwd);
-    bwd_weights_ = Prim::of<convolution_backward_weights>(p.bww);
-    if (need_dx_) bwd_data_ = Prim::of<convolution_backward_data>(p.bwd);
+    if (g.any()) gemm_ = std::make_unique<ConvGemm>(ConvGemmShape(a, x, setup.y), g, a.bias, need_dx_);
+    gemm_passes_ = g;
+    if (!g.forward) fwd_ = Prim::of<convolution_forward>(p.fwd);
+    if (!g.backward_weights) bwd_weights_ = Prim::of<convolution_backward_weights>(p.bww);
+    if (need_dx_ && !g.backward_data) bwd_data_ = Prim::of<convolution_backward_data>(p.bwd);
     const int64_t fan_in = x[1] * a.kernel * a.kernel;
-    const md master = setup.copies ? p.bww.diff_weights_desc() : p.fwd.weights_desc();
-    add_param(name + ".weight", setup.w, master, Init::uniform_fan_in, fan_in);
+    add_param(name + ".weight", setup.w, w.master, Init::uniform_fan_in, fan_in);
     if (a.bias) add_param(name + ".bias", {a.out_channels}, setup.bias, Init::uniform_fan_in, fan_in);
-    if (setup.copies) w_fwd_ = Mem(p.fwd.weights_desc(), MemCategory::parameters);
-    if (p.bww.diff_weights_desc() != master) dw_tmp_ = Mem(p.bww.diff_weights_desc(), MemCategory::workspace);
-    if (need_dx_ && p.bwd.weights_desc() != p.fwd.weights_desc()) w_bwd_ = Mem(p.bwd.weights_desc(), MemCategory::workspace);
+    if (setup.copies) w_fwd_ = Mem(w.fwd, MemCategory::parameters);
+    if (!g.backward_weights && p.bww.diff_weights_desc() != w.master) dw_tmp_ = Mem(p.bww.diff_weights_desc(), MemCategory::workspace);
+    if (need_dx_ && w.bwd != w.fwd) w_bwd_ = Mem(w.bwd, MemCategory::workspace);
     if (p.bww.diff_dst_desc() != p.fwd.dst_desc()) dy_low_ = Mem(p.bww.diff_dst_desc(), MemCategory::activations);
   }
 
   md input_md(int) const override { return fwd_pd_.src_desc(); }
   md output_md() const override { return fwd_pd_.dst_desc(); }
   std::string algorithm() const override { return algorithm_; }
+  std::string matrix_product_passes() const override { return gemm_passes_.names(); }
 
   void forward(const std::vector<memory>& in, const memory& out, bool) override {
     if (!w_fwd_.empty()) reorder(params_[0]->value.mem, w_fwd_.mem);
+    const memory* bias = params_.size() > 1 ? &params_[1]->value.mem : nullptr;
+    if (gemm_passes_.forward) return gemm_->forward(in[0], weights().mem, bias, out);
     std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_WEIGHTS, weights().mem}, {DNNL_ARG_DST, out}};
-    if (params_.size() > 1) args.emplace(DNNL_ARG_BIAS, params_[1]->value.mem);
+    if (bias) args.emplace(DNNL_ARG_BIAS, *bias);
     run(fwd_, std::move(args));
   }
 
@@ -154,16 +186,21 @@ class Conv2d final : public Op {
     const memory& dw = dw_tmp_.empty() ? params_[0]->grad.mem : dw_tmp_.mem;
     if (!dy_low_.empty()) reorder(diff_out, dy_low_.mem);
     const memory& dy = dy_low_.empty() ? diff_out : dy_low_.mem;
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
-    if (params_.size() > 1) args.emplace(DNNL_ARG_DIFF_BIAS, params_[1]->grad.mem);
-    run(bwd_weights_, std::move(args));
+    const memory* dbias = params_.size() > 1 ? &params_[1]->grad.mem : nullptr;
+    if (gemm_passes_.backward_weights) {
+      gemm_->backward_weights(in[0], dy, dw, dbias);
+    } else {
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, in[0]}, {DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_DIFF_WEIGHTS, dw}};
+      if (dbias) args.emplace(DNNL_ARG_DIFF_BIAS, *dbias);
+      run(bwd_weights_, std::move(args));
+    }
     if (!dw_tmp_.empty()) reorder(dw_tmp_.mem, params_[0]->grad.mem);
     if (!diff_in[0]) return;
     check(need_dx_, "conv2d: input gradient requested from an op built without it");
     if (!w_bwd_.empty()) reorder(params_[0]->value.mem, w_bwd_.mem);
-    run(bwd_data_, {{DNNL_ARG_DIFF_DST, dy},
-                    {DNNL_ARG_WEIGHTS, w_bwd_.empty() ? weights().mem : w_bwd_.mem},
-                    {DNNL_ARG_DIFF_SRC, diff_in[0]}});
+    const memory& w = w_bwd_.empty() ? weights().mem : w_bwd_.mem;
+    if (gemm_passes_.backward_data) return gemm_->backward_data(dy, w, diff_in[0]);
+    run(bwd_data_, {{DNNL_ARG_DIFF_DST, dy}, {DNNL_ARG_WEIGHTS, w}, {DNNL_ARG_DIFF_SRC, diff_in[0]}});
   }
 
  private:
@@ -177,26 +214,31 @@ class Conv2d final : public Op {
   Mem dw_tmp_, w_bwd_;
   Mem w_fwd_;   ///< copies: the weights forward reads, refreshed from the master weights
   Mem dy_low_;  ///< an fp32 output's gradient converted for the backward passes
+  ConvGemmPasses gemm_passes_;       ///< the passes that run as matrix products
+  std::unique_ptr<ConvGemm> gemm_;  ///< them, where there are any
 };
 }  // namespace
 
 Footprint conv2d_footprint(const ops::OpAttrs& a, const md& producer, const Dims& x, const OpOptions& o) {
   const ConvSetup setup(a, x, o);
   const ConvPasses p = setup.search(producer);
+  const ConvGemmPasses g = setup.gemm(p, a);
+  const ConvSetup::Weights w = setup.weights(p, g, a);
   // As the constructor allocates.
-  const md master = setup.copies ? p.bww.diff_weights_desc() : p.fwd.weights_desc();
   Footprint f;
   f.inputs = {p.fwd.src_desc()};
   f.output = p.fwd.dst_desc();
-  f.params = {master.get_size()};
+  f.params = {w.master.get_size()};
   if (a.bias) f.params.push_back(setup.bias.get_size());
-  if (setup.copies) f.buffers.push_back({MemCategory::parameters, p.fwd.weights_desc().get_size()});
-  if (p.bww.diff_weights_desc() != master) f.buffers.push_back({MemCategory::workspace, p.bww.diff_weights_desc().get_size()});
-  if (o.need_dx && p.bwd.weights_desc() != p.fwd.weights_desc())
-    f.buffers.push_back({MemCategory::workspace, p.bwd.weights_desc().get_size()});
+  if (setup.copies) f.buffers.push_back({MemCategory::parameters, w.fwd.get_size()});
+  if (!g.backward_weights && p.bww.diff_weights_desc() != w.master)
+    f.buffers.push_back({MemCategory::workspace, p.bww.diff_weights_desc().get_size()});
+  if (o.need_dx && w.bwd != w.fwd) f.buffers.push_back({MemCategory::workspace, w.bwd.get_size()});
   if (p.bww.diff_dst_desc() != p.fwd.dst_desc()) f.buffers.push_back({MemCategory::activations, p.bww.diff_dst_desc().get_size()});
-  f.scratchpad = std::max(p.fwd.scratchpad_desc().get_size(), p.bww.scratchpad_desc().get_size());
-  if (o.need_dx) f.scratchpad = std::max(f.scratchpad, p.bwd.scratchpad_desc().get_size());
+  if (!g.forward) f.scratchpad = p.fwd.scratchpad_desc().get_size();
+  if (!g.backward_weights) f.scratchpad = std::max(f.scratchpad, p.bww.scratchpad_desc().get_size());
+  if (o.need_dx && !g.backward_data) f.scratchpad = std::max(f.scratchpad, p.bwd.scratchpad_desc().get_size());
+  if (g.any()) f.scratchpad = std::max(f.scratchpad, ConvGemm(ConvGemmShape(a, x, setup.y), g, a.bias, o.need_dx, false).scratchpad());
   return f;
 }
 

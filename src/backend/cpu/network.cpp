@@ -232,6 +232,13 @@ std::vector<std::string> Network::layers_running(const std::string& algorithm) c
   return names;
 }
 
+std::vector<std::pair<std::string, std::string>> Network::matrix_product_layers() const {
+  std::vector<std::pair<std::string, std::string>> layers;
+  for (const Step& s : steps_)
+    if (s.op && !s.op->matrix_product_passes().empty()) layers.emplace_back(s.name, s.op->matrix_product_passes());
+  return layers;
+}
+
 void Network::reset_times() { times_.assign(times_.size(), {}); }
 
 }  // namespace dlperf::cpu

@@ -58,6 +58,9 @@ class Network {
   std::vector<std::string> winograd_layers() const { return layers_running("winograd"); }
   /// The bf16 convolutions and linear layers whose forward pass runs on AMX tiles (Op::algorithm).
   std::vector<std::string> amx_layers() const { return layers_running("amx"); }
+  /// The convolutions with passes that run as matrix products (Op::matrix_product_passes), by
+  /// name, in graph order, with those passes ("backward-data, backward-weights").
+  std::vector<std::pair<std::string, std::string>> matrix_product_layers() const;
 
   void set_timing(bool on) { timing_ = on; }
   const std::vector<NodeTime>& node_times() const { return times_; }
