@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
 #include "bench/machine_profile.h"
@@ -1233,6 +1234,50 @@ TEST(PlanStepTime, Bf16OnAmxTilesPlansItsConvolutionsAgainstTheirPeak) {
   plan::CpuCeilings old_record = tiles;
   old_record.amx_convolutions = false;
   EXPECT_EQ(plan::predict_step(g, nn::OptimizerConfig{}, old_record).layers[conv2].forward_s, without.layers[conv2].forward_s);
+}
+
+// The bf16 passes the engine runs as matrix products on AMX (backend/cpu/conv_gemm.h: small maps
+// and strides) are planned as oneDNN's matmul (EngineModel::amx_matmul_efficiency): every tap's
+// FLOPs at the fitted share of the peak x K / (K + 64), plus the unfolded input streamed. The
+// layers the rule leaves to oneDNN's convolutions plan as before, and so does a run made with the
+// products off (an older record).
+TEST(PlanStepTime, Bf16ConvolutionsAsMatrixProductsArePlannedAsTheirProducts) {
+  if (!cpu::has_amx_kernels()) GTEST_SKIP() << "no AMX here: the engine runs no products, the plan neither";
+  plan::CpuCeilings c;
+  c.peak_gflops = 450, c.l2_gbps = 240, c.l3_gbps = 55, c.dram_gbps = 24, c.isa = "avx512", c.lanes_f32 = 16;
+  c.l2_bytes = 4e6, c.l3_bytes = 32e6, c.bf16_measured_gflops = 225, c.call_overhead_s = 2e-6;
+  c = plan::with_precision(c, "bf16");
+  c.amx_gflops = 6000;
+  const nn::Graph g = nn::build_graph(nn::load_model("resnet18"), {1, 28, 28}, 10, 64);
+  auto plan_with = [&](const char* mode) {
+    const cpu::ScopedConvGemm as(mode);
+    return plan::predict_step(g, nn::OptimizerConfig{}, c);
+  };
+  const auto off = plan_with("off"), products = plan_with("auto");
+  const plan::EngineModel m = plan::engine_model("avx512", 16);
+  for (size_t i = 0; i < g.nodes.size(); ++i) {
+    const nn::Node& n = g.nodes[i];
+    if (n.kind != ops::OpKind::conv2d) continue;
+    SCOPED_TRACE(n.name);
+    const cpu::ConvGemmPasses passes = [&] {
+      const cpu::ScopedConvGemm as("auto");
+      return cpu::conv_gemm_passes(cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims));
+    }();
+    if (!passes.forward) EXPECT_DOUBLE_EQ(products.layers[i].forward_s, off.layers[i].forward_s);
+    if (!passes.any()) EXPECT_DOUBLE_EQ(products.layers[i].backward_s, off.layers[i].backward_s);
+    if (n.name != "layer4.2.conv1") continue;
+    ASSERT_TRUE(passes.forward && passes.backward_data && passes.backward_weights);
+    EXPECT_NE(products.layers[i].forward_s, off.layers[i].forward_s);
+    EXPECT_NE(products.layers[i].backward_s, off.layers[i].backward_s);
+    // 512 channels on 4x4 maps, every tap counted (31% of them on the padding).
+    const double K = 512 * 9, rows = 64 * 16, flops = 2 * rows * K * 512;
+    const double compute_s = flops / (6000e9 * m.amx_matmul_efficiency[0] * K / (K + m.amx_short_reduction));
+    // At most at DRAM's rate: the bf16 rows written and read, and the weights' bf16 copy (6 bytes
+    // a weight, at the conversions' share of the rate).
+    const double moved_s = 4 * rows * K / 24e9 + 6 * 512 * K / 24e9 / m.bf16_conversion_efficiency;
+    EXPECT_GT(products.layers[i].forward_s, compute_s);
+    EXPECT_LT(products.layers[i].forward_s, compute_s + moved_s + 10e-6);
+  }
 }
 
 // Where the engine runs 3x3 convolutions as Winograd (CpuCeilings::winograd), a conv the rule

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
 #include "bench/cpu_bench.h"
@@ -507,11 +508,31 @@ void amx_passes(const nn::Node& n, const ops::PassCost& forward, const ops::Pass
     return share * k / (k + m.amx_short_reduction) * output_block_share(outputs, tiles);
   };
   const int64_t in = n.in_dims[0][1], out = n.out_dims[1];
-  const PassTime f = pass_time(forward, efficiency(e[0], kf, out), amx, m, forward_dram);
-  lt.forward_s += f.s;
-  lt.bound = f.compute_bound ? "compute" : "memory";
-  if (n.needs_dx) lt.backward_s += pass_time(backward_data, efficiency(e[1], kd, in), amx, m).s;
-  lt.backward_s += pass_time(backward_weight, efficiency(e[2], kw, out), amx, m, backward_dram).s;
+  // The passes that run as matrix products (cpu::conv_gemm_passes), timed as oneDNN's matmul:
+  // its reduction and output columns are the unfolded input's (K = kh * kw * in) where the
+  // convolution's differ, and every tap counts, the padding's too.
+  cpu::ConvGemmPasses products;
+  if (n.kind == ops::OpKind::conv2d) products = cpu::conv_gemm_passes(cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims));
+  const cpu::ConvGemmShape s = n.kind == ops::OpKind::conv2d ? cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims) : cpu::ConvGemmShape();
+  const double K = double(s.cols()), unfolded = double(s.n * s.rows_per_image()) * K;
+  const auto& g = m.amx_matmul_efficiency;
+  auto product = [&](ops::PassCost p, double share, double k, int64_t outputs, double moved_bytes) {
+    p.padding_flops = 0;
+    return pass_time(p, efficiency(share, k, outputs), amx, m).s + (s.unfolds() ? stream_s(moved_bytes, {}, c, m) : 0);
+  };
+  if (products.forward) {
+    lt.forward_s += product(forward, g[0], kf, out, 2 * 2 * unfolded);  // bf16 rows written, then read
+    lt.bound = "compute";
+  } else {
+    const PassTime f = pass_time(forward, efficiency(e[0], kf, out), amx, m, forward_dram);
+    lt.forward_s += f.s;
+    lt.bound = f.compute_bound ? "compute" : "memory";
+  }
+  if (n.needs_dx)
+    lt.backward_s += products.backward_data ? product(backward_data, g[1], double(out), int64_t(K), 2 * 4 * unfolded)  // fp32 rows
+                                            : pass_time(backward_data, efficiency(e[1], kd, in), amx, m).s;
+  lt.backward_s += products.backward_weights ? product(backward_weight, g[2], kw, int64_t(K), 2 * 2 * unfolded)
+                                             : pass_time(backward_weight, efficiency(e[2], kw, out), amx, m, backward_dram).s;
 }
 
 // One layer's forward and backward time (graph node i) on the roofline, with the engine's

@@ -213,6 +213,16 @@ struct EngineModel {
   /// other figures.
   std::array<double, 3> amx_conv_efficiency = {0.48 / 1.39, 0.32 / 1.71, 0.18 / 1.71}, amx_linear_efficiency = {0.25, 0.3, 0.16};
   double amx_short_reduction = 64;
+  /// Those convolution passes the engine runs as matrix products (cpu::conv_gemm_passes: small
+  /// maps and strides) at these shares of the AMX peak, the same way (the product's reduction and
+  /// output columns), multiplying the padding's zeros too, plus their unfolded input written and
+  /// read back (forward, backward-weights) or their fp32 input-gradient rows folded (backward-data).
+  /// Fitted on resnet18's 22 such passes in training (`dlperf profile --model resnet18 --precision
+  /// bf16 --train-limit 1024 --steps 10`, the Xeon VM with AMX, 2026-11-29, batch 64, 2 threads),
+  /// medians of 4, 7 and 11 passes; the 3x3 ones' shares lay within 0.16-0.19, 0.19-0.25 and
+  /// 0.11-0.15. The strided 1x1 shortcuts' products (small outputs, a scattered gather) ran at
+  /// 0.02-0.10: planned short, by 3 ms of a 250 ms step.
+  std::array<double, 3> amx_matmul_efficiency = {0.18, 0.19, 0.13};
 };
 
 /// The bytes a training step of `g` in the CPU engine comes back to every step: each value and
