@@ -162,6 +162,15 @@ TEST(Profile, AmxLayersAreReadAgainstTheTilesPeak) {
   EXPECT_EQ(profile::above_peak_note(r), "");
   EXPECT_EQ(profile::amx_note(r), "conv2 and fc1 ran on AMX tiles, whose bf16 peak is 6000 GFLOP/s here (27.3x the 220.0 above): their rows "
                                   "are compute- or memory-bound against that");
+  // Passes that ran as matrix products (backend/cpu/conv_gemm.h) are named with the layer, and kept in the JSON.
+  EXPECT_EQ(profile::matrix_product_note(r), "");
+  r.matrix_product_layers = {{"conv2", "backward-weights"}, {"conv3", "forward, backward-data, backward-weights"}};
+  EXPECT_EQ(profile::matrix_product_note(r).rfind("conv2 (backward-weights) and conv3 (forward, backward-data, backward-weights) ran "
+                                                  "those passes as matrix products on the tiles",
+                                                  0),
+            0u)
+      << profile::matrix_product_note(r);
+  EXPECT_EQ(profile::to_json(r)["matrix_product_passes"]["conv2"], "backward-weights");
 }
 
 // The step summary gives the recorded steps' median and range; when a few slow steps pull the

@@ -274,6 +274,7 @@ void print_report(const Report& r, size_t max_rows) {
               r.ceilings.peak_gflops / r.ceilings.dram_gbps, r.ceilings.source.c_str());
   if (const std::string why = winograd_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = amx_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+  if (const std::string why = matrix_product_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = unsteady_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = slower_than_plan_note(r); !why.empty()) std::printf("%s\n", why.c_str());
@@ -331,6 +332,13 @@ bool amx_row(const Report& r, const OpRow& row) {
   if (r.amx_layers.empty() || (row.op != "conv2d" && row.op != "linear")) return false;
   return row.name == row.op || std::find(r.amx_layers.begin(), r.amx_layers.end(), row.name) != r.amx_layers.end();
 }
+
+// {layer: passes}, as the run record keeps them (cpu_step.matrix_product_passes).
+json matrix_product_json(const Report& r) {
+  json passes = json::object();
+  for (const auto& [layer, which] : r.matrix_product_layers) passes[layer] = which;
+  return passes;
+}
 }  // namespace
 
 void set_amx_layers(Report& r, std::vector<std::string> layers) {
@@ -346,6 +354,15 @@ std::string amx_note(const Report& r) {
   return fmt::format("{} ran on AMX tiles, whose bf16 peak is {:.0f} GFLOP/s here ({:.1f}x the {:.1f} above): their rows are compute- or "
                      "memory-bound against that",
                      listed(r.amx_layers), r.ceilings.amx_gflops, r.ceilings.amx_gflops / r.ceilings.peak_gflops, r.ceilings.peak_gflops);
+}
+
+std::string matrix_product_note(const Report& r) {
+  if (r.matrix_product_layers.empty()) return "";
+  std::vector<std::string> each;
+  for (const auto& [layer, passes] : r.matrix_product_layers) each.push_back(fmt::format("{} ({})", layer, passes));
+  return fmt::format("{} ran those passes as matrix products on the tiles (the input unfolded per tap, then oneDNN's matmul, where "
+                     "small maps and strides leave oneDNN's AMX convolutions short): they compute every tap, the padding's too",
+                     listed(each));
 }
 
 std::string winograd_note(const Report& r) {
@@ -390,7 +407,8 @@ json to_json(const Report& r) {
           {"recorded_s", r.recorded_s},
           {"flops_per_step", r.flops_per_step},
           {"host_load", hw::to_json(r.host_load)},
-          {"ceilings", plan::to_json(r.ceilings)}, {"winograd_layers", r.winograd_layers}, {"amx_layers", r.amx_layers}};
+          {"ceilings", plan::to_json(r.ceilings)}, {"winograd_layers", r.winograd_layers}, {"amx_layers", r.amx_layers},
+          {"matrix_product_passes", matrix_product_json(r)}};
 }
 
 void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory,

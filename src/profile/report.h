@@ -68,11 +68,16 @@ struct Report {
   /// A bf16 CPU run's convolutions and linear layers that ran on AMX tiles (cpu::Network::amx_layers):
   /// their rows are read against the tiles' peak (CpuCeilings::amx_gflops), not the FMA units'.
   std::vector<std::string> amx_layers;
+  /// Of those, the convolutions with passes that ran as matrix products (cpu::Network::matrix_product_layers):
+  /// layer and passes ("backward-data, backward-weights").
+  std::vector<std::pair<std::string, std::string>> matrix_product_layers;
 };
 /// Sets `amx_layers` and files those rows compute- or memory-bound against the AMX peak.
 void set_amx_layers(Report& r, std::vector<std::string> layers);
 /// What the AMX rows are read against, for the console ("" without such rows).
 std::string amx_note(const Report& r);
+/// Which convolutions' passes ran as matrix products, for the console ("" where none did).
+std::string matrix_product_note(const Report& r);
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
 /// 2-byte activations, which the rows' bytes count). `group_by` is "layer" or "op". `gpu_layout`:

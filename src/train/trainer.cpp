@@ -649,7 +649,7 @@ TrainResult train(const TrainConfig& cfg) {
     const plan::CpuCeilings ceilings = plan::host_ceilings(threads, cfg.precision);
     finish_profile(cfg, run.graph, ceilings, HostAllocator::instance().stats(), result, 0,
                    planned_step_s(cfg, run.graph, ceilings, result.record.value("summary", json::object())), 0,
-                   run.net.winograd_layers(), run.net.amx_layers());
+                   run.net.winograd_layers(), run.net.amx_layers(), run.net.matrix_product_layers());
   }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,
