@@ -240,39 +240,47 @@ T* at(const memory& m, int64_t elements) {
   return static_cast<T*>(m.get_data_handle()) + elements;
 }
 memory view(const md& d, void* p) { return memory(d, engine(), p); }
+
+// Runs `chunk(first, images, matmul)` over the batch in the pass's chunks of whole images.
+template <class Chunk>
+void each_chunk(const ChunkedPass& p, int64_t n, Chunk chunk) {
+  for (int64_t first = 0; first < n; first += p.images) {
+    const int64_t images = std::min(p.images, n - first);
+    chunk(first, images, first == 0 && p.first ? p.first : images == p.images ? p.full : p.rest);
+  }
+}
+
+// The chunk's rows of the product's input: the unfolded input, at the scratchpad's front, or the
+// input itself for a conv that does not unfold.
+uint16_t* input_rows(const ConvGemmShape& s, const memory& x, std::byte* front, int64_t first, int64_t images, profile::Phase phase) {
+  if (!s.unfolds()) return at<uint16_t>(x, first * s.rows_per_image() * s.cols());
+  const auto scope = profile::Scope::launch(phase);
+  auto* cols = reinterpret_cast<uint16_t*>(front);
+  unfold_bf16(at<uint16_t>(x, 0), cols, s, first, images);
+  return cols;
+}
 }  // namespace
 
 void ConvGemm::forward(const memory& x, const memory& w, const memory* bias, const memory& y) const {
   const ChunkedPass& f = p_->fwd;
-  const int64_t rpi = s_.rows_per_image(), K = s_.cols();
   std::byte* front = shared_scratch(f.scratchpad());
-  for (int64_t first = 0; first < s_.n; first += f.images) {
-    const int64_t images = std::min(f.images, s_.n - first);
-    const Matmul& m = images == f.images ? f.full : f.rest;
-    uint16_t* cols = at<uint16_t>(x, first * rpi * K);
-    if (s_.unfolds()) {
-      const auto scope = profile::Scope::launch(profile::Phase::forward);
-      cols = reinterpret_cast<uint16_t*>(front);
-      unfold_bf16(at<uint16_t>(x, 0), cols, s_, first, images);
-    }
-    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, view(m.a, cols)},
+  each_chunk(f, s_.n, [&](int64_t first, int64_t images, const Matmul& m) {
+    std::unordered_map<int, memory> args{{DNNL_ARG_SRC, view(m.a, input_rows(s_, x, front, first, images, profile::Phase::forward))},
                                          {DNNL_ARG_WEIGHTS, view(m.b, w.get_data_handle())},
-                                         {DNNL_ARG_DST, view(m.c, at<uint16_t>(y, first * rpi * s_.oc))}};
+                                         {DNNL_ARG_DST, view(m.c, at<uint16_t>(y, first * s_.rows_per_image() * s_.oc))}};
     if (bias) args.emplace(DNNL_ARG_BIAS, view(p_->bias, bias->get_data_handle()));
     run(m.prim, std::move(args), f.front);
-  }
+  });
 }
 
 void ConvGemm::backward_data(const memory& dy, const memory& w, const memory& dx) const {
   const ChunkedPass& d = p_->bwd_data;
-  const int64_t rpi = s_.rows_per_image(), K = s_.cols();
   std::byte* front = shared_scratch(d.scratchpad());
-  for (int64_t first = 0; first < s_.n; first += d.images) {
-    const int64_t images = std::min(d.images, s_.n - first);
-    const Matmul& m = images == d.images ? d.full : d.rest;
-    void* out = s_.unfolds() ? static_cast<void*>(front) : static_cast<void*>(at<uint16_t>(dx, first * rpi * K));
+  each_chunk(d, s_.n, [&](int64_t first, int64_t images, const Matmul& m) {
+    // A conv that unfolds gets fp32 rows of its input's gradient to fold; the others, dx itself.
+    void* out = s_.unfolds() ? static_cast<void*>(front) : static_cast<void*>(at<uint16_t>(dx, first * s_.rows_per_image() * s_.cols()));
     run(m.prim,
-        {{DNNL_ARG_SRC, view(m.a, at<uint16_t>(dy, first * rpi * s_.oc))},
+        {{DNNL_ARG_SRC, view(m.a, at<uint16_t>(dy, first * s_.rows_per_image() * s_.oc))},
          {DNNL_ARG_WEIGHTS, view(m.b, w.get_data_handle())},
          {DNNL_ARG_DST, view(m.c, out)}},
         d.front);
@@ -280,28 +288,19 @@ void ConvGemm::backward_data(const memory& dy, const memory& w, const memory& dx
       const auto scope = profile::Scope::launch(profile::Phase::backward_data);
       fold_bf16(reinterpret_cast<const float*>(front), at<uint16_t>(dx, 0), s_, first, images);
     }
-  }
+  });
 }
 
 void ConvGemm::backward_weights(const memory& x, const memory& dy, const memory& dw, const memory* dbias) const {
   const ChunkedPass& g = p_->bwd_weights;
-  const int64_t rpi = s_.rows_per_image(), K = s_.cols();
   std::byte* front = shared_scratch(g.scratchpad());
-  for (int64_t first = 0; first < s_.n; first += g.images) {
-    const int64_t images = std::min(g.images, s_.n - first);
-    const Matmul& m = first == 0 ? g.first : images == g.images ? g.full : g.rest;
-    uint16_t* cols = at<uint16_t>(x, first * rpi * K);
-    if (s_.unfolds()) {
-      const auto scope = profile::Scope::launch(profile::Phase::backward_weight);
-      cols = reinterpret_cast<uint16_t*>(front);
-      unfold_bf16(at<uint16_t>(x, 0), cols, s_, first, images);
-    }
+  each_chunk(g, s_.n, [&](int64_t first, int64_t images, const Matmul& m) {
     run(m.prim,
-        {{DNNL_ARG_SRC, view(m.a, at<uint16_t>(dy, first * rpi * s_.oc))},
-         {DNNL_ARG_WEIGHTS, view(m.b, cols)},
+        {{DNNL_ARG_SRC, view(m.a, at<uint16_t>(dy, first * s_.rows_per_image() * s_.oc))},
+         {DNNL_ARG_WEIGHTS, view(m.b, input_rows(s_, x, front, first, images, profile::Phase::backward_weight))},
          {DNNL_ARG_DST, view(m.c, dw.get_data_handle())}},
         g.front);
-  }
+  });
   if (dbias) run(p_->bias_grad, {{DNNL_ARG_SRC, view(p_->dy_rows, dy.get_data_handle())}, {DNNL_ARG_DST, view(p_->bias, dbias->get_data_handle())}});
 }
 
