@@ -706,6 +706,7 @@ TEST(CpuBf16, ConvAsMatrixProductsOnAmxMatchesTheReference) {
   EXPECT_EQ(rule({64, 256, 7, 7}, conv_attrs(256, 3, 1, 1, false)), "backward-weights");
   EXPECT_EQ(rule({64, 128, 14, 14}, conv_attrs(256, 3, 2, 1, false)), "backward-data, backward-weights");
   EXPECT_EQ(rule({64, 64, 28, 28}, conv_attrs(128, 1, 2, 0, false)), "backward-weights");
+  EXPECT_EQ(rule({16, 64, 56, 56}, conv_attrs(128, 1, 2, 0, false)), "") << "resnet18-imagenet's first shortcut: oneDNN's";
   EXPECT_EQ(rule({64, 64, 28, 28}, conv_attrs(128, 3, 2, 1, false)), "");
   EXPECT_EQ(rule({64, 64, 7, 7}, conv_attrs(128, 3, 1, 1, false)), "") << "medium's conv3: oneDNN's kernels";
   EXPECT_EQ(rule({64, 64, 28, 28}, conv_attrs(64, 3, 1, 1, false)), "");

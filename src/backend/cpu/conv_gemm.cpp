@@ -71,13 +71,14 @@ ConvGemmPasses conv_gemm_passes(const ConvGemmShape& s) {
   const std::string mode = conv_gemm_mode();
   if (mode == "off") return {};
   if (mode == "all") return {true, true, true};
-  // As resnet18's and medium's passes timed in training, each both ways (docs/benchmarks.md):
-  // oneDNN's 1x1 forward kernel fills the tiles with whole maps; its strided 3x3 kernels on 14x14
-  // outputs, and its kernels on medium's 64 channels, stayed faster than the products.
+  // As resnet18's (on 28x28 and 224x224 images) and medium's passes timed in training, each both
+  // ways (docs/benchmarks.md): oneDNN's 1x1 forward kernel fills the tiles with whole maps; its
+  // strided 3x3 kernels on 14x14 outputs, its strided 1x1 backward-weights on 28x28, and its
+  // kernels on medium's 64 channels stayed faster than the products.
   const bool strided = s.stride > 1, pointwise = s.k == 1, wide = s.c >= 128;
   return {.forward = wide && s.ow <= 4 && !pointwise,
           .backward_data = wide && (s.ow <= 4 || (strided && s.ow <= 7)),
-          .backward_weights = (wide && s.ow <= 7) || (strided && pointwise)};
+          .backward_weights = (wide && s.ow <= 7) || (strided && pointwise && s.ow <= 14)};
 }
 
 void unfold_bf16(const uint16_t* x, uint16_t* cols, const ConvGemmShape& s, int64_t first, int64_t images) {

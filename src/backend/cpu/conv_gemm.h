@@ -63,7 +63,7 @@ struct ConvGemmPasses {
 /// (docs/benchmarks.md). With at least 128 input channels: forward for output maps at most 4 wide
 /// (not 1x1 convolutions: oneDNN's 1x1 kernel fills the tiles), backward-data for maps at most 4
 /// wide or 7 with a stride, backward-weights for maps at most 7 wide. And backward-weights of
-/// strided 1x1 convolutions (shortcuts) of any size.
+/// strided 1x1 convolutions (shortcuts) on maps at most 14 wide.
 /// DLPERF_CPU_CONV_GEMM=off runs oneDNN's convolutions for every pass, =all runs every pass as
 /// matrix products (to compare, and for tests); auto (or unset) is the rule. Throws Error for
 /// another value.
