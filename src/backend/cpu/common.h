@@ -9,6 +9,8 @@
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include <atomic>
+#include <bit>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -42,6 +44,15 @@ md any_md(const Dims& d);
 md with_type(const md& m, dt type);
 /// Number of floats a layout occupies, padding included.
 inline size_t floats_in(const md& m) { return m.get_size() / sizeof(float); }
+
+/// bf16 is the top half of an fp32: widened exactly, and narrowed rounding to nearest even (as
+/// VCVTNEPS2BF16 and oneDNN's kernels round), a NaN kept a (quiet) NaN. Own code's scalar paths.
+inline float from_bf16(uint16_t v) { return std::bit_cast<float>(uint32_t(v) << 16); }
+inline uint16_t to_bf16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
 
 /// What conv2d and linear compute from and write. fp32: fp32 inputs and weights as stored. bf16
 /// (CPUs with AVX512-BF16): bf16 inputs, output gradients and copies of the fp32 master weights;

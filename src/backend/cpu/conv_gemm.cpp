@@ -24,15 +24,6 @@ constexpr size_t kAlign = 64;
 
 size_t aligned(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
-// fp32 to bf16, rounding to nearest even as VCVTNEPS2BF16 and oneDNN's kernels do; NaN stays NaN.
-uint16_t to_bf16(float f) {
-  uint32_t u = 0;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return uint16_t(u >> 16);
-}
-
 md rows(int64_t r, int64_t cols, dt type) { return md({r, cols}, type, tag::ab); }
 }  // namespace
 

@@ -3,7 +3,6 @@
 // fp32 (a bf16 network converts around it).
 #include <omp.h>
 
-#include <bit>
 #include <type_traits>
 
 #include "backend/cpu/ops.h"
@@ -60,14 +59,6 @@ class Relu final : public Op {
 // whose channels are not a multiple of 16 (the layout a conv with few channels gives), and the
 // gradient, handed to both inputs, is a pass with two outputs, which no primitive has (a relu
 // backward and a copy move five tensors' bytes where this moves four).
-
-// bf16 is the top half of an fp32; rounded to nearest even, NaN kept a (quiet) NaN.
-inline float from_bf16(uint16_t v) { return std::bit_cast<float>(uint32_t(v) << 16); }
-inline uint16_t to_bf16(float f) {
-  const uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40u);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 template <class T, bool Relu>
 void add_inputs(const T* __restrict a, const T* __restrict b, T* __restrict y, int64_t n) {
