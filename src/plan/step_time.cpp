@@ -511,9 +511,9 @@ void amx_passes(const nn::Node& n, const ops::PassCost& forward, const ops::Pass
   // The passes that run as matrix products (cpu::conv_gemm_passes), timed as oneDNN's matmul:
   // its reduction and output columns are the unfolded input's (K = kh * kw * in) where the
   // convolution's differ, and every tap counts, the padding's too.
-  cpu::ConvGemmPasses products;
-  if (n.kind == ops::OpKind::conv2d) products = cpu::conv_gemm_passes(cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims));
-  const cpu::ConvGemmShape s = n.kind == ops::OpKind::conv2d ? cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims) : cpu::ConvGemmShape();
+  const bool conv = n.kind == ops::OpKind::conv2d;
+  const cpu::ConvGemmShape s = conv ? cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims) : cpu::ConvGemmShape();
+  const cpu::ConvGemmPasses products = conv ? cpu::conv_gemm_passes(s) : cpu::ConvGemmPasses{};
   const double K = double(s.cols()), unfolded = double(s.n * s.rows_per_image()) * K;
   const auto& g = m.amx_matmul_efficiency;
   auto product = [&](ops::PassCost p, double share, double k, int64_t outputs, double moved_bytes) {

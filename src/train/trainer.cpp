@@ -502,10 +502,10 @@ struct Run {
     }
     // A bf16 run's layers that ran on AMX tiles (since 2026-11-29; plan --against plans a bf16
     // record without this on the AVX512-BF16 kernels it ran on before).
-    if (cfg.precision == "bf16") r["cpu_step"]["amx_layers"] = net.amx_layers();
     // And the passes of theirs that ran as matrix products, under which mode (since 2026-11-29;
     // plan --against plans a record without it with oneDNN's convolutions, as it ran).
     if (cfg.precision == "bf16") {
+      r["cpu_step"]["amx_layers"] = net.amx_layers();
       r["cpu_step"]["conv_matrix_products"] = cpu::conv_gemm_mode();
       json passes = json::object();
       for (const auto& [layer, which] : net.matrix_product_layers()) passes[layer] = which;

@@ -153,7 +153,7 @@ class Conv2d final : public Op {
     const ConvSetup::Weights w = setup.weights(p, g, a);
     fwd_pd_ = p.fwd;
     algorithm_ = std::strstr(p.fwd.impl_info_str(), "wino") != nullptr ? "winograd" : on_amx(p.fwd) ? "amx" : "direct";
-    if (g.any()) gemm_ = std::make_unique<ConvGemm>(ConvGemmShape(a, x, setup.y), g, a.bias, need_dx_);
+    if (g.any()) gemm_ = std::make_unique<ConvGemm>(ConvGemmShape(a, x, setup.y), g, a.bias);
     gemm_passes_ = g;
     if (!g.forward) fwd_ = Prim::of<convolution_forward>(p.fwd);
     if (!g.backward_weights) bwd_weights_ = Prim::of<convolution_backward_weights>(p.bww);
@@ -238,7 +238,7 @@ Footprint conv2d_footprint(const ops::OpAttrs& a, const md& producer, const Dims
   if (!g.forward) f.scratchpad = p.fwd.scratchpad_desc().get_size();
   if (!g.backward_weights) f.scratchpad = std::max(f.scratchpad, p.bww.scratchpad_desc().get_size());
   if (o.need_dx && !g.backward_data) f.scratchpad = std::max(f.scratchpad, p.bwd.scratchpad_desc().get_size());
-  if (g.any()) f.scratchpad = std::max(f.scratchpad, ConvGemm(ConvGemmShape(a, x, setup.y), g, a.bias, o.need_dx, false).scratchpad());
+  if (g.any()) f.scratchpad = std::max(f.scratchpad, ConvGemm(ConvGemmShape(a, x, setup.y), g, a.bias, false).scratchpad());
   return f;
 }
 

@@ -150,7 +150,7 @@ struct ConvGemm::Passes {
 
 md ConvGemm::weights_md(const ConvGemmShape& s, dt type) { return md({s.oc, s.c, s.k, s.k}, type, tag::ohwi); }
 
-ConvGemm::ConvGemm(const ConvGemmShape& s, ConvGemmPasses passes, bool bias, bool need_dx, bool build)
+ConvGemm::ConvGemm(const ConvGemmShape& s, ConvGemmPasses passes, bool bias, bool build)
     : s_(s), p_(std::make_unique<Passes>()) {
   const int64_t rpi = s.rows_per_image(), K = s.cols();
   auto chunk = [&](int64_t images) { return std::clamp<int64_t>(images, 1, s.n); };
@@ -181,7 +181,7 @@ ConvGemm::ConvGemm(const ConvGemmShape& s, ConvGemmPasses passes, bool bias, boo
     if (s.n % f.images) f.rest = make(s.n % f.images);
     f.front = s.unfolds() ? aligned(size_t(f.images * rpi * K) * sizeof(uint16_t)) : 0;
   }
-  if (passes.backward_data && need_dx) {
+  if (passes.backward_data) {
     ChunkedPass& d = p_->bwd_data;
     d.images = chunk(chunk_rows / rpi);
     // A conv that does not unfold writes dx itself, in bf16; the others write fp32 rows to fold.

@@ -99,9 +99,10 @@ void fold_bf16(const float* dcols, uint16_t* dx, const ConvGemmShape& s, int64_t
 /// (bf16 for forward and backward-data, fp32 for their gradient), bias and its gradient fp32.
 class ConvGemm {
  public:
-  /// `build` false: only the primitives' descriptors, no JIT code, for scratchpad() (the memory
-  /// planner's footprint).
-  ConvGemm(const ConvGemmShape& s, ConvGemmPasses passes, bool bias, bool need_dx, bool build = true);
+  /// `passes`: those it runs (backward-data only where the input's gradient is needed). `build`
+  /// false: only the primitives' descriptors, no JIT code, for scratchpad() (the memory planner's
+  /// footprint).
+  ConvGemm(const ConvGemmShape& s, ConvGemmPasses passes, bool bias, bool build = true);
   ~ConvGemm();
   ConvGemm(const ConvGemm&) = delete;
   ConvGemm& operator=(const ConvGemm&) = delete;
