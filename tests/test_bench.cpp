@@ -633,6 +633,19 @@ TEST(MachineProfile, GpuCeilingsFromTheBenchAndBack) {
   EXPECT_DOUBLE_EQ(bench::load_ceilings("some CPU", 2).bf16_gflops, 150.0);
   bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"bf16_gflops", "fast"}});
   EXPECT_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 0.0);
+  // The kernel choices' timed ratios, which every process here then takes (cpu::winograd_choice).
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).direct_over_winograd, 0.0) << "none kept";
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0},
+                                {"cpu_kernels", {{"direct_over_winograd", 1.29}, {"max_pool_onednn_over_dlperf", 3.86}, {"rounds", 7}}}});
+  const bench::Ceilings kept = bench::load_ceilings("some CPU", 2);
+  EXPECT_DOUBLE_EQ(kept.direct_over_winograd, 1.29);
+  EXPECT_DOUBLE_EQ(kept.max_pool_onednn_over_dlperf, 3.86);
+  EXPECT_EQ(kept.kernels_source(), "the median of 7 rounds of 'dlperf bench all', kept in runs/machine-profile.json");
+  EXPECT_EQ(bench::load_ceilings("some CPU", 1).direct_over_winograd, 0.0) << "timed on 2 threads, not 1";
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"cpu_kernels", {{"direct_over_winograd", 0}}}});
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 0.0) << "a ratio of 0 is a damaged file";
+  bench::write_machine_profile({{"cpu", "some CPU"}, {"threads", 2}, {"f32_gflops", 80.0}, {"cpu_kernels", {{"rounds", 2.5}}}});
+  EXPECT_EQ(bench::load_ceilings("some CPU", 2).f32_gflops, 0.0) << "rounds are whole";
   std::ofstream(bench::kMachineProfile) << "{ damaged";
   EXPECT_TRUE(bench::load_gpu_ceilings("NVIDIA H100 80GB HBM3").empty());
   std::filesystem::current_path(cwd);

@@ -6,6 +6,7 @@
 #include <pty.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "backend/cpu/layouts.h"
+#include "backend/cpu/ops.h"
 #include "bench/cpu_bench.h"
 #include "core/memory.h"
 #include "core/timer.h"
@@ -373,6 +375,19 @@ TEST(Cli, BenchAllKeepsTheCeilingsInTheMachineProfile) {
     EXPECT_GT(widths[i].at("counted_peak_gflops").get<double>(), 0);
   }
   EXPECT_EQ(o.out.find("FMAs ran at") != std::string::npos, widths.size() > 1) << o.out;
+  // The kernel choices' medians, where both kernels of a pair are here (AVX-512: Winograd, and
+  // dlperf's nChw16c max pooling), which every later run here takes in place of timing them.
+  const auto& kernels = b.at("cpu_kernels");
+  EXPECT_EQ(kernels.at("rounds"), 3) << "--quick";
+  for (const char* key : {"direct_over_winograd", "max_pool_onednn_over_dlperf"}) {
+    if (kernels.at(key).contains("median")) {
+      EXPECT_EQ(p.at("cpu_kernels").at(key), kernels[key]["median"]) << key;
+      EXPECT_NE(o.out.find(fmt::format("{:.2f}x (median of", kernels[key]["median"].get<double>())), std::string::npos) << o.out;
+    } else {
+      EXPECT_FALSE(p.value("cpu_kernels", nlohmann::json::object()).contains(key)) << key << ": " << kernels[key].dump();
+    }
+  }
+  EXPECT_EQ(kernels["direct_over_winograd"].contains("median"), cpu::winograd_kernel_here()) << kernels.dump();
 }
 
 // bench loader: a row per worker count, plain and augmented, in the table and the JSON; its
@@ -621,6 +636,37 @@ TEST(Cli, AModelMadeForAnInputIsPlannedOnIt) {
 
 // GPT-3 on one H100 takes centuries and millions of dollars: said as such, not as 2231805.6 h
 // and $27428890.
+// Where 'dlperf bench all' timed the engine's kernel pairs, every process here chooses by its
+// medians instead of timing them itself (where they time close, single timings fell either side
+// of the rule), and says so: the plan names the convolutions it planned as Winograd and why.
+TEST(Cli, PlanChoosesTheKernelsBenchAllKept) {
+  const hw::CpuInfo cpu = hw::cpu_info();
+  auto plan_with = [&](double direct_over_winograd) {
+    TempDir dir;
+    const nlohmann::json profile = {{"cpu", cpu.model}, {"cpu_identity", hw::cpu_identity(hw::to_json(cpu))},
+                                    {"threads", omp_get_max_threads()}, {"f32_gflops", 100.0}, {"bandwidth_gbps", {{"DRAM", 20.0}}},
+                                    {"cpu_kernels", {{"direct_over_winograd", direct_over_winograd}, {"rounds", 7}}}};
+    std::filesystem::create_directories(dir.path / "runs");
+    std::ofstream(dir.path / "runs" / "machine-profile.json") << profile.dump();
+    const Outcome o = run_dlperf(dir, "plan -m medium -b 64");
+    EXPECT_EQ(o.exit_code, 0) << o.err;
+    return o.out;
+  };
+  if (!cpu::winograd_kernel_here()) {  // no Winograd kernel here: the kept ratio cannot choose it
+    const std::string out = plan_with(5.0);
+    EXPECT_NE(out.find("convolutions      direct: direct only (oneDNN 2.6 has a Winograd kernel"), std::string::npos) << out;
+    return;
+  }
+  const std::string kept = ", the median of 7 rounds of 'dlperf bench all', kept in runs/machine-profile.json; Winograd is taken above 1.3x)";
+  const std::string fast = plan_with(5.0), close = plan_with(1.29);
+  EXPECT_NE(fast.find("convolutions      Winograd for conv2, conv3: Winograd for 3x3 convolutions large enough (the direct kernel timed "
+                      "5.00x Winograd's on 64 channels at 28x28, batch 4" + kept),
+            std::string::npos) << fast;
+  EXPECT_NE(close.find("convolutions      direct: direct only (the direct kernel timed 1.29x Winograd's on 64 channels at 28x28, batch 4" +
+                       kept),
+            std::string::npos) << close;
+}
+
 TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {
   TempDir dir;
   const Outcome o = run_dlperf(dir, "plan --transformer gpt3-175b --tokens 300e9 --batch-size 1536 --targets h100-sxm");

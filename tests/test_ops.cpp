@@ -142,13 +142,19 @@ TEST(Conv2dTest, WinogradIsChosenByShapeAndTiming) {
   const cpu::WinogradChoice fast = cpu::choose_winograd("auto", ratio(2.2));
   EXPECT_TRUE(fast.on);
   EXPECT_NE(fast.why.find("2.20x"), std::string::npos) << fast.why;
+  EXPECT_EQ(fast.why.find("bench all"), std::string::npos) << "timed by this process";
+  // Timed by 'dlperf bench all' (the machine profile's median): the why says so.
+  const cpu::WinogradChoice kept = cpu::choose_winograd("auto", ratio(1.29), "the median of 7 rounds of 'dlperf bench all'");
+  EXPECT_FALSE(kept.on);
+  EXPECT_NE(kept.why.find("timed 1.29x Winograd's on 64 channels at 28x28, batch 4, the median of 7 rounds of 'dlperf bench all'; "),
+            std::string::npos) << kept.why;
   EXPECT_FALSE(cpu::choose_winograd("auto", ratio(1.2)).on) << "close: direct stays";
   EXPECT_FALSE(cpu::choose_winograd("auto", ratio(0)).on) << "no Winograd kernel on this CPU";
   EXPECT_FALSE(cpu::choose_winograd("on", ratio(0)).on) << "nor when asked for";
   EXPECT_TRUE(cpu::choose_winograd("on", ratio(1.1)).on);
-  EXPECT_EQ(timed, 5);
+  EXPECT_EQ(timed, 6);
   EXPECT_FALSE(cpu::choose_winograd("off", ratio(2.2)).on);
-  EXPECT_EQ(timed, 5) << "not timed when turned off";
+  EXPECT_EQ(timed, 6) << "not timed when turned off";
   EXPECT_THROW(cpu::choose_winograd("fast", ratio(2.2)), Error);
   // Other work on the CPUs left too few undisturbed samples: direct, as where it is not clearly faster.
   const cpu::WinogradChoice busy = cpu::choose_winograd("auto", ratio(cpu::kTooBusyToTime));
@@ -430,14 +436,18 @@ TEST(PoolTest, MaxPoolOnBlocksOf16IsChosenByTiming) {
   const cpu::MaxPool16cChoice slow = cpu::choose_max_pool_16c("auto", true, ratio(4.2));
   EXPECT_TRUE(slow.own);
   EXPECT_NE(slow.why.find("4.20x"), std::string::npos) << slow.why;
+  const cpu::MaxPool16cChoice kept = cpu::choose_max_pool_16c("auto", true, ratio(3.86), "the median of 7 rounds of 'dlperf bench all'");
+  EXPECT_TRUE(kept.own);
+  EXPECT_NE(kept.why.find("timed 3.86x dlperf's here, forward and backward, the median of 7 rounds of 'dlperf bench all'; "),
+            std::string::npos) << kept.why;
   EXPECT_FALSE(cpu::choose_max_pool_16c("auto", true, ratio(1.2)).own) << "close: oneDNN's stays";
   EXPECT_FALSE(cpu::choose_max_pool_16c("auto", true, ratio(0.8)).own);
-  EXPECT_EQ(timed, 3);
+  EXPECT_EQ(timed, 4);
   EXPECT_FALSE(cpu::choose_max_pool_16c("onednn", true, ratio(4.2)).own);
   EXPECT_TRUE(cpu::choose_max_pool_16c("dlperf", true, ratio(0.5)).own);
   EXPECT_FALSE(cpu::choose_max_pool_16c("dlperf", false, ratio(4.2)).own) << "no AVX-512 code in this build";
   EXPECT_FALSE(cpu::choose_max_pool_16c("auto", false, ratio(4.2)).own);
-  EXPECT_EQ(timed, 3) << "timed only where the choice is open";
+  EXPECT_EQ(timed, 4) << "timed only where the choice is open";
   EXPECT_THROW(cpu::choose_max_pool_16c("fast", true, ratio(4.2)), Error);
   const cpu::MaxPool16cChoice busy = cpu::choose_max_pool_16c("auto", true, ratio(cpu::kTooBusyToTime));
   EXPECT_FALSE(busy.own) << "too busy to time: oneDNN's, as where the two are close";

@@ -51,6 +51,8 @@ nlohmann::json read_profile() {
                    "the wrong type, or not above 0");
   if (!p.value("quick", nlohmann::json(false)).is_boolean() || !p.value("cpu_identity", nlohmann::json::object()).is_object())
     return damaged("its quick or cpu_identity field has the wrong type");
+  if (const auto& k = p.value("cpu_kernels", nlohmann::json::object()); !is_numbers(k) || (k.contains("rounds") && !k["rounds"].is_number_integer()))
+    return damaged("its cpu_kernels field is not an object of timed ratios above 0 and their rounds");
   for (const auto& g : p.value("gpus", nlohmann::json::array()))
     if (!g.is_object() || !g.value("name", nlohmann::json()).is_string() ||
         !is_numbers(g.value("peak_gflops", nlohmann::json::object())) || !is_numbers(g.value("bandwidth_gbps", nlohmann::json::object())) ||
@@ -80,6 +82,10 @@ Ceilings ceilings_in(const nlohmann::json& p, const std::string& cpu_model, int 
     c.amx_bf16_gflops = p.value("amx_bf16_gflops", 0.0);
     c.bandwidth_gbps = p.value("bandwidth_gbps", nlohmann::json::object());
     c.call_overhead_us = p.value("call_overhead_us", 0.0);
+    const auto& kernels = p.value("cpu_kernels", nlohmann::json::object());
+    c.direct_over_winograd = kernels.value("direct_over_winograd", 0.0);
+    c.max_pool_onednn_over_dlperf = kernels.value("max_pool_onednn_over_dlperf", 0.0);
+    c.kernel_rounds = kernels.value("rounds", 0);
     c.quick = p.value("quick", false);
     c.busy_note = hw::busy_note(hw::host_load_from_json(p.value("host_load", nlohmann::json())));
   }
@@ -102,6 +108,11 @@ std::string Ceilings::source() const {
                        busy_note.empty() ? "" : fmt::format(", while {} (they may read low)", busy_note), kMachineProfile);
   return fmt::format("measured by 'dlperf bench all{}', in {}{}", quick ? " --quick" : "", kMachineProfile,
                      busy_note.empty() ? "" : fmt::format(", while {} (they may read low: rerun it on an idle machine)", busy_note));
+}
+
+std::string Ceilings::kernels_source() const {
+  return fmt::format("the median of {} of 'dlperf bench all{}', kept in {}", kernel_rounds == 1 ? std::string("1 round") : fmt::format("{} rounds", kernel_rounds),
+                     quick ? " --quick" : "", kMachineProfile);
 }
 
 std::string why_machine_profile_kept(const nlohmann::json& profile) try {

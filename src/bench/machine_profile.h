@@ -4,7 +4,9 @@
 //
 //   {"cpu": "...", "cpu_identity": {"model": .., "isa": .., "f32_lanes": .., "l1d_bytes": ..}, "threads": 2, "isa": "...", "f32_gflops": 81.2,
 //    "bandwidth_gbps": {"L1": .., "L2": .., "L3": .., "DRAM": ..}, "call_overhead_us": 1.7, "bf16_gflops": 912 (where the CPU has
-//    AVX512-BF16), "amx_bf16_gflops": 6200 (where oneDNN runs bf16 on AMX tiles), "quick": false, "source": "dlperf bench all", "host_load": {"others_share": .., "steal_share": ..,
+//    AVX512-BF16), "amx_bf16_gflops": 6200 (where oneDNN runs bf16 on AMX tiles),
+//    "cpu_kernels": {"direct_over_winograd": 1.31, "max_pool_onednn_over_dlperf": 3.8, "rounds": 7} (each where timed),
+//    "quick": false, "source": "dlperf bench all", "host_load": {"others_share": .., "steal_share": ..,
 //    "busy": false, ...} (hw::HostLoad, whose busy_note the ceilings' source() repeats),
 //    "gpus": [{"name": "NVIDIA H100 80GB HBM3", "peak_gflops": {"fp32": .., "tf32": .., "bf16": ..},
 //              "bandwidth_gbps": {"HBM": ..}, "bandwidth_kernel": "read", "quick": false}]}
@@ -24,6 +26,12 @@ struct Ceilings {
   double amx_bf16_gflops = 0;    ///< the AMX tiles' bf16 peak (bench::amx_peak); 0 = none (or no such unit)
   nlohmann::json bandwidth_gbps;  ///< {"L1": .., "L2": .., "L3": .., "DRAM": ..}
   double call_overhead_us = 0;   ///< a call into the CPU engine (bench::cpu_dispatch); 0 = none measured
+  /// The engine's kernel choices as bench all timed them (cpu::time_direct_over_winograd,
+  /// cpu::time_max_pool_16c: the median of its rounds), which every process here then takes in
+  /// place of timing them itself: where two kernels time close, each process's single timing
+  /// falls either side of the rule's threshold. 0 = not timed.
+  double direct_over_winograd = 0, max_pool_onednn_over_dlperf = 0;
+  int kernel_rounds = 0;  ///< how many rounds those medians are of
   bool quick = false;            ///< measured by 'dlperf bench all --quick' (fewer sizes and repeats)
   std::string busy_note;         ///< what else ran meanwhile, where that was enough to disturb them (hw::busy_note)
   bool measured_now = false;     ///< measured by this process (plan::ceilings_measured_now), not read from the profile
@@ -31,6 +39,9 @@ struct Ceilings {
   /// runs/machine-profile.json" (with --quick where they were measured so, and the busy note),
   /// or "measured just now, quickly; ...".
   std::string source() const;
+  /// How the kernel choices' ratios were timed, in words: "the median of 7 rounds of 'dlperf bench
+  /// all', kept in runs/machine-profile.json".
+  std::string kernels_source() const;
 };
 /// Reads kMachineProfile; empty Ceilings when it is missing, damaged, or for another CPU (by its
 /// cpu_identity where it has one) or thread count.

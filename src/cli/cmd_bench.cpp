@@ -32,6 +32,7 @@
 #include "core/files.h"
 #include "core/interrupt.h"
 #include "core/memory.h"
+#include "core/stats.h"
 #include "core/text.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
@@ -319,6 +320,52 @@ nlohmann::json run_cpu_launch(const bench::Options& o) {
   return bench::to_json(r);
 }
 
+// The CPU engine's kernel choices (cpu::winograd_choice, cpu::max_pool_16c_choice), each pair of
+// kernels timed as a process without the machine profile times it once, here several times. bench
+// all keeps the medians, which every later process here takes instead of its own timing: where
+// two kernels time close, single timings fall either side of the rule's threshold, and runs of
+// the same job would differ in speed and memory.
+nlohmann::json run_cpu_kernels(const bench::Options& o) {
+  const int rounds = o.quick ? 3 : 7;
+  struct Pair {
+    const char* key;
+    const char* name;
+    std::function<double()> time;
+    std::function<std::string(double)> choice;  // what the engine runs at a ratio, and why
+  };
+  const Pair pairs[] = {
+      {"direct_over_winograd", "3x3 convolutions: the direct kernel's time over Winograd's", cpu::time_direct_over_winograd,
+       [](double r) { return cpu::choose_winograd("auto", [r] { return r; }).why; }},
+      {"max_pool_onednn_over_dlperf", "nChw16c max pooling: oneDNN's time over dlperf's", cpu::time_max_pool_16c,
+       [](double r) { return cpu::choose_max_pool_16c("auto", true, [r] { return r; }).why; }}};
+  std::printf("\nCPU engine's kernel choices (each pair timed %d times, as a process without the machine profile times it once; "
+              "'bench all' keeps the medians, and every run here then chooses by them):\n", rounds);
+  nlohmann::json out = {{"rounds", rounds}};
+  for (const Pair& p : pairs) {
+    std::vector<double> ratios;
+    int busy = 0;
+    for (int i = 0; i < rounds && stop_signal() == 0; ++i) {
+      const double r = p.time();
+      if (r == 0) break;  // no such kernel here
+      if (r == cpu::kTooBusyToTime)
+        ++busy;
+      else
+        ratios.push_back(r);
+    }
+    if (ratios.empty()) {
+      const std::string why = busy > 0 ? "other work held the CPUs in every round" : "not both kernels here";
+      std::printf("  %s: not timed: %s\n", p.name, why.c_str());
+      out[p.key] = {{"skipped", why}};
+      continue;
+    }
+    const Spread r = spread_of(ratios);
+    std::printf("  %s: %.2fx (median of %zu, %.2f-%.2fx%s): %s\n", p.name, r.median, ratios.size(), r.min, r.max,
+                busy > 0 ? fmt::format("; {} cut into by other work", counted(busy, "round")).c_str() : "", p.choice(r.median).c_str());
+    out[p.key] = {{"median", r.median}, {"min", r.min}, {"max", r.max}, {"ratios", ratios}, {"busy_rounds", busy}};
+  }
+  return out;
+}
+
 // The data loader alone on `--data`'s training images (bench::loader_sweep): the images/s no
 // training run on that data can beat, by workers, plain and augmented.
 nlohmann::json run_loader(const BenchArgs& a) {
@@ -361,11 +408,13 @@ void add_bench(CLI::App& app, const Command& self) {
   auto args = std::make_shared<BenchArgs>();
   auto* c = app.add_subcommand(self.name, self.summary);
   c->add_option("benchmark", args->what,
-                "memory | flops | gemm | conv | copy | launch | gpu-memory | loader | roofline | allreduce | all, one or more (loader, "
-                "roofline and allreduce are not part of all; launch times a call into the CPU engine, and a GPU's kernel launch where there is one; "
+                "memory | flops | gemm | conv | kernels | copy | launch | gpu-memory | loader | roofline | allreduce | all, one or more "
+                "(loader, roofline and allreduce are not part of all; kernels times the pairs of CPU kernels the engine chooses between; "
+                "launch times a call into the CPU engine, and a GPU's kernel launch where there is one; "
                 "copy and gpu-memory need a GPU and are skipped, saying why, without one)")
       ->capture_default_str()
-      ->check(CLI::IsMember({"memory", "flops", "gemm", "conv", "copy", "launch", "gpu-memory", "loader", "roofline", "allreduce", "all"}));
+      ->check(CLI::IsMember(
+          {"memory", "flops", "gemm", "conv", "kernels", "copy", "launch", "gpu-memory", "loader", "roofline", "allreduce", "all"}));
   c->add_option("--gpu", args->gpu, "gemm, conv, copy, launch, gpu-memory: which GPU")->capture_default_str()->check(at_least(0));
   c->add_option("--ranks", args->ranks, "allreduce: MPI ranks (processes) on this machine")->capture_default_str()->check(between(2, 256));
   c->add_option("--model,-m", args->model, "roofline: the model whose training step is placed")->capture_default_str();
@@ -463,6 +512,7 @@ void add_bench(CLI::App& app, const Command& self) {
       std::printf("(%% of peak against the %.1f GFLOP/s measured in %s)\n", peak, bench::kMachineProfile);
     if (runs({"gemm", "all"})) record("gpu_gemm", guarded(*args, "GPU GEMM", [&] { return run_gpu_gemm(*args); }));
     if (runs({"conv", "all"})) record("gpu_conv", guarded(*args, "GPU conv", [&] { return run_gpu_conv(*args); }));
+    if (runs({"kernels", "all"})) record("cpu_kernels", run_cpu_kernels(args->opt));
     if (runs({"launch", "all"})) record("cpu_launch", run_cpu_launch(args->opt));
     for (const char* g : {"copy", "launch", "gpu-memory"})
       if (runs({g, "all"})) record(g, guarded(*args, gpu_bench_title(g), [&] { return run_gpu(g, *args); }));
@@ -492,6 +542,15 @@ void add_bench(CLI::App& app, const Command& self) {
       // process's time slices only ever slow a sample down, and the plan predicts a machine that
       // runs nothing else. The plan's on-the-spot ceilings take the FMA peak the same way.
       if (out.contains("cpu_launch")) profile["call_overhead_us"] = out["cpu_launch"]["us_min"];
+      if (out.contains("cpu_kernels")) {  // the medians of the pairs timed (not those skipped)
+        nlohmann::json kernels;
+        for (const auto& [key, timed] : out["cpu_kernels"].items())
+          if (timed.is_object() && timed.contains("median")) kernels[key] = timed["median"];
+        if (!kernels.empty()) {
+          kernels["rounds"] = out["cpu_kernels"]["rounds"];
+          profile["cpu_kernels"] = kernels;
+        }
+      }
       profile["host_load"] = out["host_load"];
       if (const auto& b = out["flops"].value("bf16", nlohmann::json()); b.is_object() && b.contains("gflops_max"))
         profile["bf16_gflops"] = b["gflops_max"];  // measured, not skipped (no AVX512-BF16) or failed

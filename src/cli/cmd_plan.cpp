@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "backend/cpu/layouts.h"
+#include "backend/cpu/ops.h"
 #include "backend/cuda/layout.h"
 #include "bench/cpu_bench.h"
 #include "cli/commands.h"
@@ -523,6 +524,16 @@ void print_cpu_plan(const PlanArgs& a, const plan::CpuCeilings& c, const plan::M
   std::printf("job               %s for %s\n", format_seconds(p.step_s * steps * double(a.epochs)).c_str(), counted(a.epochs, "epoch").c_str());
   std::printf("ceilings          %.1f GFLOP/s, L2 %.0f / L3 %.0f / DRAM %.0f GB/s, %s a call: %s\n", c.peak_gflops, c.l2_gbps,
               c.l3_gbps, c.dram_gbps, format_seconds(c.call_overhead_s).c_str(), c.source.c_str());
+  // Which kernel the fp32 convolutions were planned on, and why: it sets their time and memory.
+  std::vector<std::string> winograd;
+  bool convs = false;
+  for (const plan::LayerTime& l : p.layers) {
+    convs = convs || l.op == "conv2d";
+    if (l.winograd) winograd.push_back(l.name);
+  }
+  if (convs && a.precision == "fp32")
+    std::printf("convolutions      %s: %s\n", winograd.empty() ? "direct" : fmt::format("Winograd for {}", fmt::join(winograd, ", ")).c_str(),
+                cpu::winograd_choice().why.c_str());
 }
 
 void plan_one(const PlanArgs& a, const CpuCeilingsFn& fp32_ceilings) {

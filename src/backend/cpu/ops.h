@@ -65,15 +65,22 @@ struct MaxPool16cChoice {
   std::string why;                ///< "dlperf's (oneDNN's training max pooling timed 4.21x dlperf's here ...)"
   double onednn_over_dlperf = 0;  ///< the timed ratio; 0 = not timed
 };
-/// Made on the first call (about 10 ms of timing), then the same for the process. Throws Error
-/// for a DLPERF_CPU_MAX_POOL that is none of auto, dlperf and onednn.
+/// Made on the first call, then the same for the process: from the machine profile's timing
+/// where `dlperf bench all` kept one for this CPU and thread count (so that every run here
+/// chooses alike), else timed now (about 10 ms). Throws Error for a DLPERF_CPU_MAX_POOL that is
+/// none of auto, dlperf and onednn.
 const MaxPool16cChoice& max_pool_16c_choice();
 /// The choice if a network or a plan has made it already (it had a max pooling on nChw16c), else null.
 const MaxPool16cChoice* max_pool_16c_choice_if_made();
 /// How the choice is made: `asked` is DLPERF_CPU_MAX_POOL's value ("auto" when unset), and
-/// `onednn_over_dlperf` times the two codes (only called for "auto" in a build with the own code).
+/// `onednn_over_dlperf` times the two codes (only called for "auto" in a build with the own code);
+/// `timed_by` says how, where not by this process ("the median of 7 rounds of 'dlperf bench all'").
 MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built,
-                                     const std::function<double()>& onednn_over_dlperf);
+                                     const std::function<double()>& onednn_over_dlperf, std::string_view timed_by = {});
+/// oneDNN's nChw16c max pooling's time over dlperf's, forward and backward on `medium`'s pool1 at
+/// batch 32, the best of 5 undisturbed samples each (about 5-20 ms); kTooBusyToTime where other
+/// work left too few; 0 in a build without AVX-512 code of its own.
+double time_max_pool_16c();
 /// Tests only: build nChw16c max pooling with dlperf's code (true) or oneDNN's (false) whatever
 /// the choice, or (nullopt) as it says again. Throws for true in a build without AVX-512.
 void for_tests_run_max_pool_16c(std::optional<bool> own);
@@ -87,14 +94,22 @@ struct WinogradChoice {
   double direct_over_winograd = 0;  ///< the timed ratio; 0 = not timed, or no Winograd kernel here
   bool too_busy = false;            ///< other work left too few undisturbed samples to time (kTooBusyToTime)
 };
-/// Made on the first call (about 20 ms of timing), then the same for the process. Throws Error
-/// for a DLPERF_CPU_WINOGRAD that is none of auto, on and off.
+/// Made on the first call, then the same for the process: from the machine profile's timing
+/// where `dlperf bench all` kept one for this CPU and thread count (so that every run here
+/// chooses alike), else timed now (about 50 ms). Throws Error for a DLPERF_CPU_WINOGRAD that is
+/// none of auto, on and off.
 const WinogradChoice& winograd_choice();
 /// The choice if a network or a plan has made it already (it had a conv that could use it), else null.
 const WinogradChoice* winograd_choice_if_made();
 /// How the choice is made: `asked` is DLPERF_CPU_WINOGRAD's value ("auto" when unset), and
-/// `direct_over_winograd` times the two kernels (0 where oneDNN has no Winograd one).
-WinogradChoice choose_winograd(std::string_view asked, const std::function<double()>& direct_over_winograd);
+/// `direct_over_winograd` times the two kernels (0 where oneDNN has no Winograd one); `timed_by`
+/// says how, where not by this process ("the median of 7 rounds of 'dlperf bench all'").
+WinogradChoice choose_winograd(std::string_view asked, const std::function<double()>& direct_over_winograd,
+                               std::string_view timed_by = {});
+/// The direct kernel's time over Winograd's for a 3x3 convolution's three training passes on 4
+/// images of 64 channels at 28x28, the best of 9 undisturbed samples each, alternating (about 50
+/// ms); kTooBusyToTime where other work left too few; 0 where oneDNN has no Winograd kernel.
+double time_direct_over_winograd();
 /// Whether oneDNN has a Winograd kernel here (AVX-512, fp32; not under ONEDNN_MAX_CPU_ISA=AVX2),
 /// whatever the choice says.
 bool winograd_kernel_here();

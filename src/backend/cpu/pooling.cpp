@@ -22,6 +22,7 @@
 // a step, this code 0.05 and 0.07 (`dlperf profile --precision bf16`).
 #include <fmt/format.h>
 #include <immintrin.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -32,7 +33,9 @@
 #include <tuple>
 
 #include "backend/cpu/ops.h"
+#include "bench/machine_profile.h"
 #include "core/error.h"
+#include "hw/cpu_info.h"
 
 namespace dlperf::cpu {
 
@@ -443,11 +446,15 @@ class MaxPool final : public Op {
   std::vector<int64_t> offset_;
 };
 
+std::optional<bool> forced_16c;  // for_tests_run_max_pool_16c
+
+ChosenOnce<MaxPool16cChoice> the_choice;  // max_pool_16c_choice
+}  // namespace
+
 // dlperf's 2x2 max pooling against oneDNN's on nChw16c blocks, forward and backward, on 32
 // images of 32 channels at 28x28 (medium's pool1 at batch 32: 3.2 MB in), with the engine's
 // threads: the best of 5 undisturbed samples each (best_undisturbed_times), alternating. In
-// buffers of its own, untracked, and no profiler sees it. About 5-20 ms, once per process.
-// Returns oneDNN's time over dlperf's, or kTooBusyToTime.
+// buffers of its own, untracked, and no profiler sees it.
 double time_max_pool_16c() {
   using namespace dnnl;
   const Dims x = {32, 32, 28, 28}, y = {32, 32, 14, 14};
@@ -488,12 +495,8 @@ double time_max_pool_16c() {
   return best ? (*best)[0] / (*best)[1] : kTooBusyToTime;
 }
 
-std::optional<bool> forced_16c;  // for_tests_run_max_pool_16c
-
-ChosenOnce<MaxPool16cChoice> the_choice;  // max_pool_16c_choice
-}  // namespace
-
-MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built, const std::function<double()>& onednn_over_dlperf) {
+MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built, const std::function<double()>& onednn_over_dlperf,
+                                     std::string_view timed_by) {
   if (asked == "onednn") return {false, "oneDNN's (DLPERF_CPU_MAX_POOL=onednn)", 0};
   if (asked != "auto" && asked != "dlperf")
     throw Error(fmt::format("DLPERF_CPU_MAX_POOL={} is not a choice: use auto, dlperf or onednn (or unset it)", asked));
@@ -507,9 +510,9 @@ MaxPool16cChoice choose_max_pool_16c(std::string_view asked, bool own_code_built
   // Only where oneDNN's is clearly slower, so that machines where the two are close (the Zens)
   // keep one code from run to run, the one the AVX-512 fits' pooling figures were set on.
   c.own = c.onednn_over_dlperf > 1.25;
-  c.why = fmt::format("{} (oneDNN's training max pooling timed {:.2f}x dlperf's here, forward and backward; dlperf's is "
+  c.why = fmt::format("{} (oneDNN's training max pooling timed {:.2f}x dlperf's here, forward and backward{}; dlperf's is "
                       "taken above 1.25x)",
-                      c.own ? "dlperf's" : "oneDNN's", c.onednn_over_dlperf);
+                      c.own ? "dlperf's" : "oneDNN's", c.onednn_over_dlperf, timed_by.empty() ? "" : fmt::format(", {}", timed_by));
   return c;
 }
 
@@ -521,6 +524,10 @@ const MaxPool16cChoice& max_pool_16c_choice() {
 #else
     const bool built = false;
 #endif
+    // As winograd_choice: one choice for every run here where bench all timed the two codes.
+    const bench::Ceilings kept = bench::load_ceilings(hw::cpu_info().model, omp_get_max_threads());
+    if (kept.max_pool_onednn_over_dlperf > 0)
+      return choose_max_pool_16c(env ? env : "auto", built, [&] { return kept.max_pool_onednn_over_dlperf; }, kept.kernels_source());
     return choose_max_pool_16c(env ? env : "auto", built, time_max_pool_16c);
   });
 }
