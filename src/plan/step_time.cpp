@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "backend/cpu/batchnorm_bf16.h"
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
@@ -618,7 +619,8 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
       break;
     }
     case ops::OpKind::batchnorm2d:
-      if (in_bytes == 2 && m.bf16_own_batchnorm && n.in_dims[0][1] % 16 == 0) {  // EngineModel::bf16_own_batchnorm
+      // EngineModel::bf16_own_batchnorm, where the engine runs that code (not under DLPERF_CPU_BF16_BATCHNORM=onednn)
+      if (in_bytes == 2 && m.bf16_own_batchnorm && cpu::bf16_batchnorm_own_code() && n.in_dims[0][1] % 16 == 0) {
         const double bytes = 2 * in;
         lt.forward_s += stream_s(3 * bytes, Sources{forward_dram}, c, m) + m.call_overhead_s;
         lt.backward_s += stream_s(5 * bytes, Sources{backward_dram}, c, m) + m.call_overhead_s;

@@ -11,11 +11,18 @@
 
 namespace dlperf::cpu {
 
+bool bf16_batchnorm_own_code() {
+#ifdef __AVX512F__
+  const char* e = std::getenv("DLPERF_CPU_BF16_BATCHNORM");
+  return !(e && std::string_view(e) == "onednn");
+#else
+  return false;
+#endif
+}
+
 std::optional<Bf16Vectors> bf16_batchnorm_layout(const md& m, const Dims& x) {
 #ifdef __AVX512F__
-  if (x.size() != 4 || x[1] % 16 != 0 || m.data_type() != dt::bf16) return std::nullopt;
-  // DLPERF_CPU_BF16_BATCHNORM=onednn runs oneDNN's kernel instead, to compare the two.
-  if (const char* e = std::getenv("DLPERF_CPU_BF16_BATCHNORM"); e && std::string_view(e) == "onednn") return std::nullopt;
+  if (x.size() != 4 || x[1] % 16 != 0 || m.data_type() != dt::bf16 || !bf16_batchnorm_own_code()) return std::nullopt;
   const int64_t blocks = x[1] / 16, pixels = x[2] * x[3];
   if (m == md(to_dnnl(x), dt::bf16, tag::nhwc)) return Bf16Vectors{x[0], blocks, pixels, pixels * x[1], 16, x[1]};
   if (m == md(to_dnnl(x), dt::bf16, tag::nChw16c)) return Bf16Vectors{x[0], blocks, pixels, blocks * pixels * 16, pixels * 16, 16};

@@ -23,6 +23,9 @@ struct Bf16Vectors {
 /// The layout of `m` (shape `x`, NCHW order) where this code takes it: bf16 in nhwc or nChw16c,
 /// channels a multiple of 16, in a build with AVX-512 code. Else nullopt (oneDNN's kernel runs).
 std::optional<Bf16Vectors> bf16_batchnorm_layout(const md& m, const Dims& x);
+/// Whether this code runs bf16 batchnorms at all here: a build with AVX-512 code, and
+/// DLPERF_CPU_BF16_BATCHNORM not set to "onednn" (which runs oneDNN's kernel, to compare the two).
+bool bf16_batchnorm_own_code();
 
 /// The forward training pass: `mean` and `var` (biased, as oneDNN and PyTorch normalize) per
 /// channel, and y = (x - mean) / sqrt(var + eps) * gamma + beta, clamped at 0 with `relu`.
