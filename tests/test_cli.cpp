@@ -1073,7 +1073,7 @@ TEST(Cli, CtrlCStopsABenchSweepKeepingTheFinishedBenchmarks) {
   const std::string err = slurp(dir.path / "err.txt");
   // Without a GPU the GPU benchmarks are skipped, written but not counted as finished.
   const std::string finished =
-      has_gpu() ? "memory, flops, gemm, conv, gpu_gemm, gpu_conv, cpu_launch, copy" : "memory, flops, gemm, conv, cpu_launch";
+      has_gpu() ? "memory, flops, gemm, conv, gpu_gemm, gpu_conv, cpu_kernels, cpu_launch, copy" : "memory, flops, gemm, conv, cpu_kernels, cpu_launch";
   EXPECT_NE(err.find("stopped by SIGINT (Ctrl-C): the finished benchmarks (" + finished +
                      ") are in b.json, and runs/machine-profile.json was left as it was"),
             std::string::npos)
@@ -1081,7 +1081,7 @@ TEST(Cli, CtrlCStopsABenchSweepKeepingTheFinishedBenchmarks) {
   const nlohmann::json b = nlohmann::json::parse(slurp(dir.path / "b.json"));
   EXPECT_TRUE(b.contains("memory") && b.contains("flops") && b.contains("copy"));
   EXPECT_FALSE(b.contains("launch")) << "the sweep went on after the signal";
-  EXPECT_EQ(b["stopped"]["finished"].size(), has_gpu() ? 8u : 5u);
+  EXPECT_EQ(b["stopped"]["finished"].size(), has_gpu() ? 9u : 6u);
   EXPECT_FALSE(std::filesystem::exists(dir.path / "runs" / "machine-profile.json"));
 }
 

@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/files.h"
 #include "core/json_error.h"
+#include "core/text.h"
 #include "hw/cpu_info.h"
 #include "hw/host_load.h"
 
@@ -111,8 +112,8 @@ std::string Ceilings::source() const {
 }
 
 std::string Ceilings::kernels_source() const {
-  return fmt::format("the median of {} of 'dlperf bench all{}', kept in {}", kernel_rounds == 1 ? std::string("1 round") : fmt::format("{} rounds", kernel_rounds),
-                     quick ? " --quick" : "", kMachineProfile);
+  const std::string by = fmt::format("'dlperf bench all{}', kept in {}", quick ? " --quick" : "", kMachineProfile);
+  return kernel_rounds > 0 ? fmt::format("the median of {} of {}", counted(kernel_rounds, "round"), by) : "timed by " + by;
 }
 
 std::string why_machine_profile_kept(const nlohmann::json& profile) try {
