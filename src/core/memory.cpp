@@ -1,9 +1,11 @@
 #include "core/memory.h"
 
 #include <fmt/format.h>
+#include <sys/mman.h>
 
 #include <cmath>
 #include <cstdlib>
+#include <fstream>
 #include <new>
 
 #include "core/error.h"
@@ -27,8 +29,55 @@ CachingAllocator::CachingAllocator(RawAlloc alloc, RawFree free, std::string wha
 
 CachingAllocator::~CachingAllocator() { trim(); }
 
-HostAllocator::HostAllocator()
-    : CachingAllocator([](size_t bytes) { return std::aligned_alloc(64, bytes); }, [](void* p) { std::free(p); }, "host") {}
+namespace {
+constexpr size_t kHugePage = 2u << 20;  // x86-64's transparent huge page
+
+// The mode in /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never" -> "madvise");
+// empty where the file is missing (no THP in this kernel, a chroot without /sys).
+std::string transparent_huge_pages_mode() {
+  std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(f, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open != std::string::npos && close > open ? line.substr(open + 1, close - open - 1) : "";
+}
+
+// Training streams each activation and gradient through whole, layer after layer, tens of MB a
+// step: in 4 KiB pages every MiB takes 256 TLB entries, in huge pages half of one. Kernels that
+// run THP in "madvise" mode (Debian's cloud images, this project's VMs) give huge pages only to
+// memory that asks, and aligned_alloc's does not. Asking for them trained medium at batch 64 in
+// 0.89x the step time, at 256 in 0.85x, large at 64 in 0.89x (scripts/ab_profile.py, the AMX Xeon
+// VM, 2026-11-30; docs/benchmarks.md). Only whole pages are asked for: a block's tail, shorter
+// than a page, stays in small pages, so no memory is committed that the block does not touch and
+// the allocator's counts stay the bytes in use.
+void* host_alloc(size_t bytes) {
+  if (bytes < kHugePage || !host_huge_pages_asked()) return std::aligned_alloc(64, bytes);
+  void* p = nullptr;
+  if (::posix_memalign(&p, kHugePage, bytes) != 0) return nullptr;
+  ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint: where THP is off it fails, harmlessly
+  return p;
+}
+}  // namespace
+
+bool host_huge_pages_asked() {
+  static const bool asked = [] {
+    const char* e = std::getenv("DLPERF_HUGE_PAGES");
+    const std::string_view v = e ? e : "on";
+    if (v != "on" && v != "off")
+      throw Error(fmt::format("DLPERF_HUGE_PAGES={} is not a choice: use on or off (or unset it)", v));
+    return v == "on";
+  }();
+  return asked;
+}
+
+std::string host_huge_pages_note() {
+  const std::string mode = transparent_huge_pages_mode();
+  if (!host_huge_pages_asked()) return "off (DLPERF_HUGE_PAGES=off)";
+  if (mode == "never") return "none: the kernel's transparent huge pages are off (never)";
+  return fmt::format("asked for buffers of 2 MiB and more (transparent huge pages: {})", mode.empty() ? "unknown" : mode);
+}
+
+HostAllocator::HostAllocator() : CachingAllocator(host_alloc, [](void* p) { std::free(p); }, "host") {}
 
 HostAllocator& HostAllocator::instance() {
   static HostAllocator a;

@@ -75,7 +75,9 @@ class CachingAllocator {
   void release_cache_locked();  ///< gives every cached block back (the caller holds mutex_)
 };
 
-/// The process's host allocator: 64-byte aligned blocks.
+/// The process's host allocator: 64-byte aligned blocks, and from 2 MiB up blocks aligned to 2 MiB
+/// whose whole 2 MiB pages the kernel is asked to back with transparent huge pages (memory.cpp
+/// says why), unless DLPERF_HUGE_PAGES=off.
 class HostAllocator : public CachingAllocator {
  public:
   static HostAllocator& instance();
@@ -83,6 +85,14 @@ class HostAllocator : public CachingAllocator {
  private:
   HostAllocator();
 };
+
+/// Whether HostAllocator asks for huge pages: DLPERF_HUGE_PAGES unset or "on", not "off"; Error
+/// for any other value.
+bool host_huge_pages_asked();
+/// The same in words for run records and reports, with the kernel's transparent huge page mode:
+/// "asked for buffers of 2 MiB and more (transparent huge pages: madvise)", "off
+/// (DLPERF_HUGE_PAGES=off)", or "none: the kernel's transparent huge pages are off (never)".
+std::string host_huge_pages_note();
 
 /// An owned block from HostAllocator, freed (into the cache) when the last owner goes.
 class Buffer {

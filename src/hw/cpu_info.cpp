@@ -168,6 +168,7 @@ nlohmann::json machine_json() {
           {"os", fmt::format("{} {}", u.sysname, u.release)},
           {"hostname", u.nodename},
           {"onednn", fmt::format("{}.{}.{}", v->major, v->minor, v->patch)},
+          {"huge_pages", host_huge_pages_note()},
           {"dlperf", dlperf_version()},
           {"dlperf_commit", dlperf_commit()},
           {"cuda_backend", cuda::built()},
