@@ -44,10 +44,10 @@ std::string transparent_huge_pages_mode() {
 
 // Training streams each activation and gradient through whole, layer after layer, tens of MB a
 // step: in 4 KiB pages every MiB takes 256 TLB entries, in huge pages half of one. Kernels that
-// run THP in "madvise" mode (Debian's cloud images, this project's VMs) give huge pages only to
-// memory that asks, and aligned_alloc's does not. Asking for them trained medium at batch 64 in
-// 0.89x the step time, at 256 in 0.85x, large at 64 in 0.89x (scripts/ab_profile.py, the AMX Xeon
-// VM, 2026-11-30; docs/benchmarks.md). Only whole pages are asked for: a block's tail, shorter
+// run THP in "madvise" mode (this project's VMs, among others) give huge pages only to memory
+// that asks, and aligned_alloc's does not. Asking for them trained medium at batch 64 in
+// 0.89-0.93x the step time, at 256 in 0.85-0.94x, large at 64 in 0.89-0.92x (scripts/ab_profile.py,
+// the AMX Xeon VM, 2026-11-30; docs/benchmarks.md). Only whole pages are asked for: a block's tail, shorter
 // than a page, stays in small pages, so no memory is committed that the block does not touch and
 // the allocator's counts stay the bytes in use.
 void* host_alloc(size_t bytes) {
