@@ -703,7 +703,9 @@ TEST(CpuBf16, ConvAsMatrixProductsOnAmxMatchesTheReference) {
     expect_close(r.y, ref::conv2d_forward(x, xd, w, b, a), cpu::Compute::bf16, "y");
     expect_close(r.dx[0], dx, cpu::Compute::bf16, "dx");
     EXPECT_LT(rel_err(r.dparams[0], dw), kBf16Tol) << "dw";
-    if (a.bias) EXPECT_LT(rel_err(r.dparams[1], db), kBf16Tol) << "db";
+    if (a.bias) {
+      EXPECT_LT(rel_err(r.dparams[1], db), kBf16Tol) << "db";
+    }
   }
   // The rule DLPERF_CPU_CONV_GEMM=auto follows: by output width and stride.
   ::setenv("DLPERF_CPU_CONV_GEMM", "auto", 1);

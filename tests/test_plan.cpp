@@ -1272,8 +1272,12 @@ TEST(PlanStepTime, Bf16ConvolutionsAsMatrixProductsArePlannedAsTheirProducts) {
       const cpu::ScopedConvGemm as("auto");
       return cpu::conv_gemm_passes(cpu::ConvGemmShape(n.attrs, n.in_dims[0], n.out_dims));
     }();
-    if (!passes.forward) EXPECT_DOUBLE_EQ(products.layers[i].forward_s, off.layers[i].forward_s);
-    if (!passes.any()) EXPECT_DOUBLE_EQ(products.layers[i].backward_s, off.layers[i].backward_s);
+    if (!passes.forward) {
+      EXPECT_DOUBLE_EQ(products.layers[i].forward_s, off.layers[i].forward_s);
+    }
+    if (!passes.any()) {
+      EXPECT_DOUBLE_EQ(products.layers[i].backward_s, off.layers[i].backward_s);
+    }
     if (n.name != "layer4.2.conv1") continue;
     ASSERT_TRUE(passes.forward && passes.backward_data && passes.backward_weights);
     EXPECT_NE(products.layers[i].forward_s, off.layers[i].forward_s);
