@@ -12,6 +12,7 @@
 #include "backend/cpu/ops.h"
 #include "backend/cuda/runtime.h"
 #include "core/interrupt.h"
+#include "core/memory.h"
 #include "core/version.h"
 #include "data/loader.h"
 #include "hw/cpu_info.h"
@@ -84,6 +85,9 @@ TEST(Lab, QuickLabWritesEveryFileWithTheDocumentedColumns) {
   const json j = json::parse(slurp(dir.path / "lab.json"));
   ASSERT_EQ(j["experiments"].size(), 6u);
   const std::string readme = slurp(dir.path / "README.md");
+  // Whether the engine's large buffers asked for huge pages, with the kernel's mode (a run's speed moves with it).
+  EXPECT_EQ(j["machine"]["huge_pages"], host_huge_pages_note());
+  EXPECT_NE(readme.find("- **Huge pages:** " + host_huge_pages_note()), std::string::npos);
   // Where the runs max-pooled AVX-512's blocks, the machine section says which code did (timed).
   if (const cpu::MaxPool16cChoice* c = cpu::max_pool_16c_choice_if_made()) {
     EXPECT_EQ(j["machine"]["cpu_max_pool_nChw16c"], c->why);

@@ -185,7 +185,8 @@ std::string machine_text(const json& m) {
     return fmt::format("- **CPU:** {}\n- **OS:** {}\n- **GPU:** {}\n- **Software:** dlperf {} (commit {}), oneDNN {}\n", cpu,
                        value_field(m, "os", unknown), gpu, value_field(m, "dlperf", unknown),
                        value_field(m, "dlperf_commit", std::string("unknown")), value_field(m, "onednn", unknown)) +
-           line("cpu_max_pool_nChw16c", "CPU max pooling (nChw16c)") + line("cpu_winograd", "CPU convolutions");
+           line("huge_pages", "Huge pages") + line("cpu_max_pool_nChw16c", "CPU max pooling (nChw16c)") +
+           line("cpu_winograd", "CPU convolutions");
   });
 }
 
