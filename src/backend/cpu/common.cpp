@@ -9,7 +9,9 @@
 #include <limits>
 
 #include "backend/cpu/layouts.h"
+#include "bench/machine_profile.h"
 #include "core/error.h"
+#include "hw/cpu_info.h"
 
 #include <fmt/format.h>
 #include <oneapi/dnnl/dnnl_debug.h>
@@ -185,6 +187,11 @@ std::vector<long> threads_preempted(int threads) {
   return n;
 }
 }  // namespace
+
+const bench::Ceilings& kept_kernel_timings() {
+  static const bench::Ceilings kept = bench::load_ceilings(hw::cpu_info().model, omp_get_max_threads());
+  return kept;
+}
 
 std::optional<std::vector<double>> best_undisturbed_times(const std::vector<std::function<void()>>& passes, int need, int most,
                                                           int* disturbed) {

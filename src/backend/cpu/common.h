@@ -25,6 +25,10 @@
 #include "nn/graph.h"
 #include "profile/recorder.h"
 
+namespace dlperf::bench {
+struct Ceilings;
+}  // namespace dlperf::bench
+
 namespace dlperf::cpu {
 
 using dnnl::memory;
@@ -77,6 +81,10 @@ Compute compute_for(const std::string& precision);
 /// compare them. `disturbed` (optional) gets how many samples were left out.
 std::optional<std::vector<double>> best_undisturbed_times(const std::vector<std::function<void()>>& passes, int need, int most,
                                                           int* disturbed = nullptr);
+/// The kernel timings `dlperf bench all` kept in the machine profile for this CPU and the engine's
+/// thread count (bench::Ceilings::direct_over_winograd, max_pool_onednn_over_dlperf: 0 where none),
+/// read once. The kernel choices take them in place of timing, so every run here chooses alike.
+const bench::Ceilings& kept_kernel_timings();
 
 /// A choice the engine makes once per process, such as which of two kernels timed faster here:
 /// made on the first get() (again on the next if making it threw), then the same; if_made()

@@ -22,7 +22,6 @@
 // a step, this code 0.05 and 0.07 (`dlperf profile --precision bf16`).
 #include <fmt/format.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -35,7 +34,6 @@
 #include "backend/cpu/ops.h"
 #include "bench/machine_profile.h"
 #include "core/error.h"
-#include "hw/cpu_info.h"
 
 namespace dlperf::cpu {
 
@@ -525,7 +523,7 @@ const MaxPool16cChoice& max_pool_16c_choice() {
     const bool built = false;
 #endif
     // As winograd_choice: one choice for every run here where bench all timed the two codes.
-    const bench::Ceilings kept = bench::load_ceilings(hw::cpu_info().model, omp_get_max_threads());
+    const bench::Ceilings& kept = kept_kernel_timings();
     if (kept.max_pool_onednn_over_dlperf > 0)
       return choose_max_pool_16c(env ? env : "auto", built, [&] { return kept.max_pool_onednn_over_dlperf; }, kept.kernels_source());
     return choose_max_pool_16c(env ? env : "auto", built, time_max_pool_16c);

@@ -19,7 +19,6 @@
 // hence a rule of dlperf's. On other CPUs the balance may differ, so the engine times both codes
 // once per process (winograd_choice) and uses Winograd only where it is clearly faster.
 #include <fmt/format.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -28,7 +27,6 @@
 #include "backend/cpu/ops.h"
 #include "bench/machine_profile.h"
 #include "core/error.h"
-#include "hw/cpu_info.h"
 
 namespace dlperf::cpu {
 
@@ -142,7 +140,7 @@ const WinogradChoice& winograd_choice() {
     // Where the two kernels time close, each process's own timing falls either side of 1.3x (10
     // processes on the AMX Xeon VM: 1.26-1.40x, 4 direct, 6 Winograd), so runs of the same job
     // differed in speed and memory; bench all's median makes one choice for all of them.
-    const bench::Ceilings kept = bench::load_ceilings(hw::cpu_info().model, omp_get_max_threads());
+    const bench::Ceilings& kept = kept_kernel_timings();
     if (kept.direct_over_winograd > 0 && winograd_kernel_here())
       return choose_winograd(asked, [&] { return kept.direct_over_winograd; }, kept.kernels_source());
     return choose_winograd(asked, time_direct_over_winograd);
