@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <fcntl.h>
+#include <gnu/libc-version.h>
 #include <pty.h>
 #include <sys/ioctl.h>
 #include <sys/wait.h>
@@ -665,6 +666,47 @@ TEST(Cli, PlanChoosesTheKernelsBenchAllKept) {
   EXPECT_NE(close.find("convolutions      direct: direct only (the direct kernel timed 1.29x Winograd's on 64 channels at 28x28, batch 4" +
                        kept),
             std::string::npos) << close;
+}
+
+// Where the kernel's THP mode is madvise, dlperf's main starts itself again with glibc's malloc
+// asking for huge pages for its heap (glibc 2.35 on; memory.cpp says why): then small
+// buffers, oneDNN's and the data's sit in huge pages too. The record says what asked and how much
+// of the process the kernel backed so. A logreg run's buffers are all under 2 MiB, so without the
+// heap's asking nothing of it is in huge pages.
+TEST(Cli, TheWholeHeapAsksForHugePagesWhereTheKernelWaitsToBeAsked) {
+  auto record_with = [](const std::string& env) {
+    TempDir dir;
+    const std::string cmd = fmt::format("cd '{}' && env {} '{}' train -m logreg -d synthetic:1x28x28:6000 -b 16 --epochs 1 "
+                                        "--no-progress >out.txt 2>err.txt",
+                                        dir.path.string(), env, DLPERF_BIN);
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << slurp(dir.path / "err.txt");
+    for (const auto& f : std::filesystem::directory_iterator(dir.path / "runs"))
+      if (f.path().extension() == ".json") return nlohmann::json::parse(slurp(f.path()));
+    ADD_FAILURE() << "no run record";
+    return nlohmann::json();
+  };
+  const nlohmann::json asked = record_with("DLPERF_HUGE_PAGES=on"), not_heap = record_with("GLIBC_TUNABLES=glibc.malloc.hugetlb=0"),
+                       off = record_with("DLPERF_HUGE_PAGES=off");
+  const std::string malloc_asks = "asked for by glibc's malloc (glibc.malloc.hugetlb=1; transparent huge pages: madvise)";
+  EXPECT_EQ(off["machine"]["huge_pages"], "off (DLPERF_HUGE_PAGES=off)");
+  EXPECT_NE(not_heap["machine"]["huge_pages"], malloc_asks);
+  int major = 0, minor = 0;
+  std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor);
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  const bool sanitized = true;  // the sanitizer's malloc: no second start
+#else
+  const bool sanitized = false;
+#endif
+  if (transparent_huge_pages_mode() != "madvise" || major * 100 + minor < 235 || sanitized) {
+    EXPECT_NE(asked["machine"]["huge_pages"], malloc_asks);
+    return;
+  }
+  EXPECT_EQ(asked["machine"]["huge_pages"], malloc_asks);
+  EXPECT_EQ(not_heap["machine"]["huge_pages"], "asked for buffers of 2 MiB and more (transparent huge pages: madvise)");
+  if (!std::filesystem::exists("/proc/self/smaps_rollup")) return;
+  EXPECT_GT(asked["summary"]["huge_page_bytes"].get<double>(), 0) << "the heap asked, and the kernel gave none";
+  EXPECT_EQ(not_heap["summary"]["huge_page_bytes"].get<double>(), 0);
+  EXPECT_EQ(off["summary"]["huge_page_bytes"].get<double>(), 0);
 }
 
 TEST(Cli, PlanSaysLongJobsInYearsAndGroupsTheDigitsOfCosts) {

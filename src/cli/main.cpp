@@ -11,6 +11,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/interrupt.h"
+#include "core/memory.h"
 #include "core/text.h"
 #include "core/version.h"
 
@@ -31,6 +32,7 @@ void print_commands(FILE* to) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  dlperf::rerun_with_huge_page_heap(argv);  // may start dlperf again, its malloc asking for huge pages
   // 'dlperf help train' (and 'help models show') is 'dlperf train --help', as git and cargo read it.
   std::vector<char*> args(argv, argv + argc);
   static char help_flag[] = "--help";

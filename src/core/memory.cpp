@@ -1,11 +1,16 @@
 #include "core/memory.h"
 
 #include <fmt/format.h>
+#include <gnu/libc-version.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <limits>
 #include <new>
 
 #include "core/error.h"
@@ -29,17 +34,37 @@ CachingAllocator::CachingAllocator(RawAlloc alloc, RawFree free, std::string wha
 
 CachingAllocator::~CachingAllocator() { trim(); }
 
-namespace {
-constexpr size_t kHugePage = 2u << 20;  // x86-64's transparent huge page
-
-// The mode in /sys/kernel/mm/transparent_hugepage/enabled ("always [madvise] never" -> "madvise");
-// empty where the file is missing (no THP in this kernel, a chroot without /sys).
 std::string transparent_huge_pages_mode() {
   std::ifstream f("/sys/kernel/mm/transparent_hugepage/enabled");
   std::string line;
   std::getline(f, line);
   const size_t open = line.find('['), close = line.find(']');
   return open != std::string::npos && close > open ? line.substr(open + 1, close - open - 1) : "";
+}
+
+namespace {
+constexpr size_t kHugePage = 2u << 20;  // x86-64's transparent huge page
+
+// GLIBC_TUNABLES' value for glibc.malloc.hugetlb, empty where it is not set.
+std::string glibc_hugetlb_tunable() {
+  const char* e = std::getenv("GLIBC_TUNABLES");
+  const std::string_view all = e ? e : "", key = "glibc.malloc.hugetlb=";
+  for (size_t at = 0; at <= all.size();) {
+    const size_t end = std::min(all.find(':', at), all.size());
+    if (const std::string_view t = all.substr(at, end - at); t.substr(0, key.size()) == key) return std::string(t.substr(key.size()));
+    at = end + 1;
+  }
+  return "";
+}
+
+bool glibc_has_hugetlb_tunable() {  // since glibc 2.35
+  int major = 0, minor = 0;
+  return std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) == 2 && (major > 2 || (major == 2 && minor >= 35));
+}
+
+// Whether this process started with glibc's malloc asking for huge pages for all its memory.
+bool heap_asks_for_huge_pages() {
+  return glibc_hugetlb_tunable() == "1" && glibc_has_hugetlb_tunable() && transparent_huge_pages_mode() == "madvise";
 }
 
 // Training streams each activation and gradient through whole, layer after layer, tens of MB a
@@ -51,13 +76,60 @@ std::string transparent_huge_pages_mode() {
 // than a page, stays in small pages, so no memory is committed that the block does not touch and
 // the allocator's counts stay the bytes in use.
 void* host_alloc(size_t bytes) {
-  if (bytes < kHugePage || !host_huge_pages_asked()) return std::aligned_alloc(64, bytes);
+  // Where glibc's malloc asks for its whole heap (rerun_with_huge_page_heap), aligning would only
+  // leave the gaps before the aligned blocks resident inside huge pages: resnet18 at batch 64 took
+  // 1.437 GB so against 1.294 unaligned, with no step faster.
+  static const bool heap_asks = heap_asks_for_huge_pages();
+  if (bytes < kHugePage || !host_huge_pages_asked() || heap_asks) return std::aligned_alloc(64, bytes);
   void* p = nullptr;
   if (::posix_memalign(&p, kHugePage, bytes) != 0) return nullptr;
   ::madvise(p, bytes / kHugePage * kHugePage, MADV_HUGEPAGE);  // a hint: where THP is off it fails, harmlessly
   return p;
 }
 }  // namespace
+
+// The allocator's own advice reaches only its blocks of 2 MiB and more. Its smaller blocks (a
+// `medium` layer's activations at batch 64 are 0.2-1.6 MB), oneDNN's own buffers and the loaded
+// dataset stayed in small pages between them, and passes over those ran up to 1.6x slower than
+// with no huge pages at all. With glibc's malloc asking for huge pages for its heap they ran
+// 0.71-0.89x their time with the allocator's advice alone, and the step 0.93-1.00x (across
+// small, medium, large and resnet18, fp32 and bf16), 0.87-0.96x its time without huge pages
+// (scripts/ab_profile.py, the AMX Xeon VM, 2026-11-30; docs/benchmarks.md). glibc reads that
+// setting only as a program starts (GLIBC_TUNABLES; no call sets it later), hence a second start,
+// before anything else has run. Without it (dlperf's library in another program, the tests) the
+// allocator's advice still holds.
+void rerun_with_huge_page_heap(char** argv) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  (void)argv;  // the sanitizer's malloc, not glibc's, holds the memory
+#else
+  try {
+    if (!host_huge_pages_asked()) return;
+  } catch (const Error&) {
+    return;  // a bad DLPERF_HUGE_PAGES: the command says so where it first allocates
+  }
+  const char* preload = std::getenv("LD_PRELOAD");
+  if (preload && std::string_view(preload).find("vgpreload") != std::string_view::npos) return;  // valgrind's malloc
+  if (transparent_huge_pages_mode() != "madvise" || !glibc_has_hugetlb_tunable() || !glibc_hugetlb_tunable().empty()) return;
+  const char* before = std::getenv("GLIBC_TUNABLES");
+  const std::string was = before ? before : "";
+  const std::string tunables = was.empty() ? "glibc.malloc.hugetlb=1" : was + ":glibc.malloc.hugetlb=1";
+  ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+  ::execv("/proc/self/exe", argv);  // returns only where it failed: run on as we are
+  if (before) ::setenv("GLIBC_TUNABLES", was.c_str(), 1);
+  else ::unsetenv("GLIBC_TUNABLES");
+#endif
+}
+
+double process_huge_page_bytes() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  std::string key, unit;
+  double kb = 0;
+  while (f >> key) {
+    if (key == "AnonHugePages:" && f >> kb >> unit) return kb * 1024;
+    f.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+  }
+  return -1;
+}
 
 bool host_huge_pages_asked() {
   static const bool asked = [] {
@@ -74,6 +146,8 @@ std::string host_huge_pages_note() {
   const std::string mode = transparent_huge_pages_mode();
   if (!host_huge_pages_asked()) return "off (DLPERF_HUGE_PAGES=off)";
   if (mode == "never") return "none: the kernel's transparent huge pages are off (never)";
+  if (heap_asks_for_huge_pages())
+    return "asked for by glibc's malloc (glibc.malloc.hugetlb=1; transparent huge pages: madvise)";
   return fmt::format("asked for buffers of 2 MiB and more (transparent huge pages: {})", mode.empty() ? "unknown" : mode);
 }
 

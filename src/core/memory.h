@@ -77,7 +77,8 @@ class CachingAllocator {
 
 /// The process's host allocator: 64-byte aligned blocks, and from 2 MiB up blocks aligned to 2 MiB
 /// whose whole 2 MiB pages the kernel is asked to back with transparent huge pages (memory.cpp
-/// says why), unless DLPERF_HUGE_PAGES=off.
+/// says why), unless DLPERF_HUGE_PAGES=off or glibc's malloc asks for them itself
+/// (rerun_with_huge_page_heap).
 class HostAllocator : public CachingAllocator {
  public:
   static HostAllocator& instance();
@@ -89,10 +90,26 @@ class HostAllocator : public CachingAllocator {
 /// Whether HostAllocator asks for huge pages: DLPERF_HUGE_PAGES unset or "on", not "off"; Error
 /// for any other value.
 bool host_huge_pages_asked();
+/// The kernel's transparent huge page mode, as /sys/kernel/mm/transparent_hugepage/enabled marks
+/// it ("always [madvise] never" -> "madvise"); empty where that file is missing (no THP in this
+/// kernel, a chroot without /sys).
+std::string transparent_huge_pages_mode();
+/// Where the kernel gives transparent huge pages only to memory that asks (THP "madvise") and
+/// glibc's malloc can ask for all of its memory (glibc 2.35 on), starts this program again at once
+/// with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 added (memory.cpp says why). Returns, changing
+/// nothing, where it does not: DLPERF_HUGE_PAGES=off, another THP mode, an older glibc, a
+/// sanitizer's or valgrind's malloc, glibc.malloc.hugetlb already set, or the start failing.
+/// For main, before anything else.
+void rerun_with_huge_page_heap(char** argv);
 /// The same in words for run records and reports, with the kernel's transparent huge page mode:
-/// "asked for buffers of 2 MiB and more (transparent huge pages: madvise)", "off
+/// "asked for by glibc's malloc (glibc.malloc.hugetlb=1; transparent huge pages: madvise)",
+/// "asked for buffers of 2 MiB and more (transparent huge pages: madvise)" where malloc did not, "off
 /// (DLPERF_HUGE_PAGES=off)", or "none: the kernel's transparent huge pages are off (never)".
 std::string host_huge_pages_note();
+
+/// This process's memory in transparent huge pages now (AnonHugePages in /proc/self/smaps_rollup),
+/// in bytes; -1 where that file cannot be read.
+double process_huge_page_bytes();
 
 /// An owned block from HostAllocator, freed (into the cache) when the last owner goes.
 class Buffer {

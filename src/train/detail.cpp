@@ -11,6 +11,7 @@
 
 #include "bench/cpu_bench.h"
 #include "core/files.h"
+#include "core/memory.h"
 #include "core/version.h"
 #include "hw/cpu_info.h"
 #include "hw/host_load.h"
@@ -276,6 +277,8 @@ json build_record(const TrainConfig& cfg, const nn::Graph& graph, const data::Da
                     {"final_train_loss", epochs.back().train_loss},
                     {"peak_bytes", peak}, {"max_rss_bytes", double(ru.ru_maxrss) * 1024.0},
                     {"data_wait_share", wait / train_s}, {"host_load", hw::to_json(hw::combined(loads))}};
+  // What of the process the kernel backed with huge pages (machine.huge_pages says what asked).
+  if (const double huge = process_huge_page_bytes(); !epochs.empty() && huge >= 0) r["summary"]["huge_page_bytes"] = huge;
   // Energy and CO2 where measured (RAPL: CPU packages only; NVML: the GPU board).
   if (!epochs.empty() && epochs.back().energy_j >= 0) {
     r["summary"]["energy_j"] = joules;
