@@ -1840,6 +1840,52 @@ TEST(PlanAgainst, ARunIsPlannedWithTheConvolutionsItRan) {
   EXPECT_EQ((cpu::winograd_choice().on ? winograd : direct).predicted_peak, as_ran.predicted_peak);
 }
 
+// A bf16 run is planned with its batchnorms on the code that ran them: dlperf's, or oneDNN's
+// kernel under DLPERF_CPU_BF16_BATCHNORM=onednn, as its record says (cpu_step.bf16_batchnorm);
+// records from before it say nothing and are planned as this process would run them.
+TEST(PlanAgainst, ABf16RunIsPlannedWithTheBatchnormsThatRanIt) {
+  if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
+  TempDir dir;
+  train::TrainConfig c = quiet_run("medium", "synthetic:1x28x28:128", 64, 1, "cpu");
+  c.precision = "bf16";
+  c.runs_dir = dir.path.string();
+  nlohmann::json rec = nlohmann::json::parse(std::ifstream(train::train(c).record_path));
+  const bool own_here = cpu::bf16_batchnorm_own_code();
+  EXPECT_EQ(rec["cpu_step"]["bf16_batchnorm"], own_here ? "dlperf" : "onednn") << rec["cpu_step"].dump();
+  RecordPlanner compare{dir.path};
+  const plan::Comparison as_ran = compare(rec);
+  EXPECT_EQ(as_ran.predicted_peak, as_ran.measured_peak);
+  rec["cpu_step"]["bf16_batchnorm"] = "dlperf";
+  const plan::Comparison own = compare(rec);
+  rec["cpu_step"]["bf16_batchnorm"] = "onednn";
+  const plan::Comparison onednn = compare(rec);
+  rec["cpu_step"].erase("bf16_batchnorm");
+  const plan::Comparison older = compare(rec);
+  EXPECT_EQ(older.predicted_step_s, own_here ? own.predicted_step_s : onednn.predicted_step_s);
+  // oneDNN 2.6's bf16 kernel took 3-8x the time its bytes take (batchnorm_bf16.h); the plan so.
+  EXPECT_GT(onednn.predicted_step_s, own.predicted_step_s);
+  EXPECT_EQ(cpu::bf16_batchnorm_own_code(), own_here) << "the scope ends with the comparison";
+  // A run on oneDNN's kernel says so, and its memory (laid out for that kernel) is planned to the byte.
+  nlohmann::json on_onednn;
+  {
+    const cpu::ScopedBf16Batchnorm as_onednn(false);
+    on_onednn = nlohmann::json::parse(std::ifstream(train::train(c).record_path));
+  }
+  EXPECT_EQ(on_onednn["cpu_step"]["bf16_batchnorm"], "onednn");
+  const plan::Comparison ran_onednn = compare(on_onednn);
+  EXPECT_EQ(ran_onednn.predicted_peak, ran_onednn.measured_peak);
+  if (own_here) {
+    EXPECT_NE(ran_onednn.measured_peak, as_ran.measured_peak);
+  }
+  rec["cpu_step"]["bf16_batchnorm"] = "oneDNN";  // damaged: not a code the engine has
+  const std::string path = (dir.path / "damaged.json").string();
+  std::ofstream(path) << rec.dump();
+  std::vector<plan::Skipped> skipped;
+  EXPECT_TRUE(plan::compare_with_records({path}, compare.ceilings.begin()->second, skipped).empty());
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].why.find("/cpu_step/bf16_batchnorm"), std::string::npos) << skipped[0].why;
+}
+
 // A residual model's run is planned with the relu after its add as it ran: inside the add where
 // its record says so, apart in records from before the engine fused it (no
 // cpu_step.add_relu_fused), which a run under ScopedReluAfterAddApart makes; memory to the byte

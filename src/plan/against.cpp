@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "backend/cpu/batchnorm_bf16.h"
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
@@ -79,7 +80,8 @@ std::string missing_field(const json& r) {
       {"/cpu_step/add_relu_fused", [](const json& v) { return v.is_boolean(); }},
       {"/cpu_step/amx_layers", [](const json& v) { return v.is_array(); }},
       {"/cpu_step/conv_matrix_products",
-       [](const json& v) { return v.is_string() && (v == "auto" || v == "off" || v == "all"); }}};
+       [](const json& v) { return v.is_string() && (v == "auto" || v == "off" || v == "all"); }},
+      {"/cpu_step/bf16_batchnorm", [](const json& v) { return v.is_string() && (v == "dlperf" || v == "onednn"); }}};
   for (const auto& [pointer, ok] : typed) {
     const json::json_pointer p(pointer);
     if (r.contains(p) && !ok(r[p])) return pointer;
@@ -354,6 +356,11 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& giv
     at.amx_convolutions = r.contains(json::json_pointer("/cpu_step/amx_layers"));
     // Their passes as matrix products as its record says (since 2026-11-29), none in older ones.
     const cpu::ScopedConvGemm products_as_run(r.value(json::json_pointer("/cpu_step/conv_matrix_products"), std::string("off")));
+    // Its bf16 batchnorms on dlperf's code or oneDNN's kernel as its record says (since
+    // 2026-11-30: DLPERF_CPU_BF16_BATCHNORM=onednn runs the kernel); older records as this process would.
+    std::optional<cpu::ScopedBf16Batchnorm> batchnorm_as_run;
+    if (const std::string bn = r.value(json::json_pointer("/cpu_step/bf16_batchnorm"), std::string()); !bn.empty())
+      batchnorm_as_run.emplace(bn == "dlperf");
     // A residual add's relu: inside the add where its record says so (since 2026-11-29), on its
     // own in older records, which its memory and passes follow.
     std::optional<ScopedReluAfterAddApart> relu_apart;

@@ -11,6 +11,7 @@
 #include <optional>
 #include <tuple>
 
+#include "backend/cpu/batchnorm_bf16.h"
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
@@ -510,6 +511,8 @@ struct Run {
       json passes = json::object();
       for (const auto& [layer, which] : net.matrix_product_layers()) passes[layer] = which;
       r["cpu_step"]["matrix_product_passes"] = passes;
+      // Whose code ran its batchnorms (since 2026-11-30), which plan --against plans so.
+      r["cpu_step"]["bf16_batchnorm"] = cpu::bf16_batchnorm_own_code() ? "dlperf" : "onednn";
     }
     // Where a relu ran inside the residual add before it (since 2026-11-29): plan --against plans
     // a residual model's record without this as the engine ran it before, the relu apart.

@@ -11,14 +11,22 @@
 
 namespace dlperf::cpu {
 
+namespace {
+std::optional<bool> scoped_own_code;  // ScopedBf16Batchnorm's
+}  // namespace
+
 bool bf16_batchnorm_own_code() {
 #ifdef __AVX512F__
+  if (scoped_own_code) return *scoped_own_code;
   const char* e = std::getenv("DLPERF_CPU_BF16_BATCHNORM");
   return !(e && std::string_view(e) == "onednn");
 #else
   return false;
 #endif
 }
+
+ScopedBf16Batchnorm::ScopedBf16Batchnorm(bool own_code) { scoped_own_code = own_code; }
+ScopedBf16Batchnorm::~ScopedBf16Batchnorm() { scoped_own_code.reset(); }
 
 std::optional<Bf16Vectors> bf16_batchnorm_layout(const md& m, const Dims& x) {
 #ifdef __AVX512F__

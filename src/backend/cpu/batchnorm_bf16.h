@@ -24,8 +24,20 @@ struct Bf16Vectors {
 /// channels a multiple of 16, in a build with AVX-512 code. Else nullopt (oneDNN's kernel runs).
 std::optional<Bf16Vectors> bf16_batchnorm_layout(const md& m, const Dims& x);
 /// Whether this code runs bf16 batchnorms at all here: a build with AVX-512 code, and
-/// DLPERF_CPU_BF16_BATCHNORM not set to "onednn" (which runs oneDNN's kernel, to compare the two).
+/// DLPERF_CPU_BF16_BATCHNORM not set to "onednn" (which runs oneDNN's kernel, to compare the two),
+/// or within a ScopedBf16Batchnorm, as it says.
 bool bf16_batchnorm_own_code();
+
+/// For its scope, bf16 batchnorms built and planned run this code (where the build has it) or
+/// oneDNN's kernel as `own_code` says, whatever DLPERF_CPU_BF16_BATCHNORM says: `plan --against`
+/// plans a run as its record says it ran. Not nested.
+class ScopedBf16Batchnorm {
+ public:
+  explicit ScopedBf16Batchnorm(bool own_code);
+  ~ScopedBf16Batchnorm();
+  ScopedBf16Batchnorm(const ScopedBf16Batchnorm&) = delete;
+  ScopedBf16Batchnorm& operator=(const ScopedBf16Batchnorm&) = delete;
+};
 
 /// The forward training pass: `mean` and `var` (biased, as oneDNN and PyTorch normalize) per
 /// channel, and y = (x - mean) / sqrt(var + eps) * gamma + beta, clamped at 0 with `relu`.
