@@ -260,7 +260,16 @@ TEST(Lab, RedrawRefusesWhatIsNotALab) {
            {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"observations", json::array()},
                                    {"columns", json::array({json{{"key", "batch"}, {"header", "batch"}, {"decimals", 0}}})},
                                    {"rows", json::array({json{{"status", "missing"}, {"note", "no GPU"}, {"batch", nullptr}}})}},
-            "damaged: experiments[0].rows[0].batch: type must be number, but is null"}}) {
+            "damaged: experiments[0].rows[0].batch: type must be number, but is null"},
+           // found by scripts/fuzz_inputs.py (seed 9136): a field the observations read beside the columns went unnamed
+           {"/experiments/0", json{{"name", "batch"}, {"title", "B"}, {"question", "Q"}, {"observations", json::array()},
+                                   {"columns", json::array({json{{"key", "batch"}, {"header", "batch"}, {"decimals", 0}}})},
+                                   {"rows", json::array({json{{"status", "measured"}, {"note", ""}, {"batch", 64}, {"total_s", {{"a", 1}}}}})}},
+            "damaged: experiments[0].rows[0].total_s: type must be number, but is object"},
+           {"/experiments/0", json{{"name", "model"}, {"title", "M"}, {"question", "Q"}, {"observations", json::array()},
+                                   {"columns", json::array({json{{"key", "model"}, {"header", "model"}, {"decimals", -1}}})},
+                                   {"rows", json::array({json{{"status", "measured"}, {"note", ""}, {"model", "medium"}, {"winograd_layers", "conv2"}}})}},
+            "damaged: experiments[0].rows[0].winograd_layers: type must be a list of layer names, but is string"}}) {
     json j = lab;
     j[json::json_pointer(pointer)] = value;
     std::ofstream(dir.path / "lab.json") << j.dump();

@@ -56,7 +56,7 @@ std::string run_key_of_config(json config) {
 }
 
 std::string resumable_run_key(const json& record, const json& machine) {
-  if (!record.is_object() || record.value("command", "") != "train" || !record.contains("summary") ||
+  if (!record.is_object() || record.value("command", json()) != "train" || !record.contains("summary") ||
       !record.contains("config") || record.contains("profile") || record.contains("stopped"))
     return "";
   // Another build measured it: its numbers may not be this code's.

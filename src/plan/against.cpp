@@ -126,7 +126,7 @@ std::string nvml_energy_too_coarse(const json& r, const json& epoch) {
 std::string other_dlperf_output(const json& j) {
   if (!j.is_object()) return "";
   if (j.contains("traceEvents")) return "trace";
-  const std::string command = j.value("command", "");
+  const json command = j.value("command", json());
   if (command == "bench") return "bench result";
   if (command == "lab") return "lab summary";
   if (j.contains("rows") && j.contains("step") && j.contains("ceilings")) return "profile table";
@@ -210,6 +210,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& giv
       return;
     } catch (const std::exception& e) {  // unreadable (dlperf::Error), or the file system's error
       skipped.push_back({file, fmt::format("not a JSON run record ({})", e.what())});
+      return;
+    }
+    if (r.is_object() && r.contains("command") && !r["command"].is_string()) {
+      skipped.push_back({file, "a damaged run record: /command is missing or not what dlperf wrote"});
       return;
     }
     if (!r.is_object() || r.value("command", "") != "train" || !r.contains("summary")) {
