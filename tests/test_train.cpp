@@ -361,7 +361,9 @@ TEST(Train, ACheckpointHeaderFieldOfTheWrongTypeIsNamed) {
            {"/history/0/train_acc", nlohmann::json::object(), "has a damaged header: its history's epoch 1 reads 'train_acc: type must be number, but is object'"},
            {"/history/0/peak_bytes_by_category/activations", true, "epoch 1 reads 'activations: type must be number, but is boolean'"},
            {"/history/0/peak_bytes_by_category", 7, "epoch 1 reads 'peak_bytes_by_category: type must be object, but is number'"},
-           {"/history", 3, "its history is not a list of the finished epochs"}}) {
+           {"/history", 3, "its history is not a list of the finished epochs"},
+           // found by scripts/fuzz_inputs.py (seed 9139): "cannot use at() with number", unnamed
+           {"/history/0", 1e308, "its history's epoch 1 is not an object of the epoch's figures"}}) {
     nlohmann::json h = header;
     h[nlohmann::json::json_pointer(pointer)] = value;
     EXPECT_NE(refusal(h).find(said), std::string::npos) << pointer << ": " << refusal(h);

@@ -112,6 +112,8 @@ void check_header(const json& meta, const std::string& path, const std::string& 
   need(!config.contains("epochs") || config["epochs"].is_number_integer(), "config.epochs", "a whole number");
   need(meta.contains("history") && meta["history"].is_array(), "history", "a list of the finished epochs");
   for (size_t i = 0; i < meta["history"].size(); ++i) try {
+      // found by scripts/fuzz_inputs.py (seed 9139): a number there read "cannot use at() with number"
+      need(meta["history"][i].is_object(), fmt::format("history's epoch {}", i + 1), "an object of the epoch's figures");
       epoch_from_json(meta["history"][i]);
     } catch (const json::exception& e) {
       throw Error(fmt::format("{} has a damaged header: its history's epoch {} reads '{}'", path, i + 1, json_error_text(e)), hint);
