@@ -62,10 +62,12 @@ bool glibc_has_hugetlb_tunable() {  // since glibc 2.35
   return std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) == 2 && (major > 2 || (major == 2 && minor >= 35));
 }
 
+// Whether glibc's malloc can ask for huge pages here and it would matter: THP gives them only
+// where asked, and glibc has the tunable.
+bool malloc_can_ask_for_huge_pages() { return transparent_huge_pages_mode() == "madvise" && glibc_has_hugetlb_tunable(); }
+
 // Whether this process started with glibc's malloc asking for huge pages for all its memory.
-bool heap_asks_for_huge_pages() {
-  return glibc_hugetlb_tunable() == "1" && glibc_has_hugetlb_tunable() && transparent_huge_pages_mode() == "madvise";
-}
+bool heap_asks_for_huge_pages() { return glibc_hugetlb_tunable() == "1" && malloc_can_ask_for_huge_pages(); }
 
 // Training streams each activation and gradient through whole, layer after layer, tens of MB a
 // step: in 4 KiB pages every MiB takes 256 TLB entries, in huge pages half of one. Kernels that
@@ -109,7 +111,7 @@ void rerun_with_huge_page_heap(char** argv) {
   }
   const char* preload = std::getenv("LD_PRELOAD");
   if (preload && std::string_view(preload).find("vgpreload") != std::string_view::npos) return;  // valgrind's malloc
-  if (transparent_huge_pages_mode() != "madvise" || !glibc_has_hugetlb_tunable() || !glibc_hugetlb_tunable().empty()) return;
+  if (!malloc_can_ask_for_huge_pages() || !glibc_hugetlb_tunable().empty()) return;
   const char* before = std::getenv("GLIBC_TUNABLES");
   const std::string was = before ? before : "";
   const std::string tunables = was.empty() ? "glibc.malloc.hugetlb=1" : was + ":glibc.malloc.hugetlb=1";
