@@ -56,6 +56,32 @@ TEST(KERNEL_SUITE, TrainingOnTheGpuLearns) {
   EXPECT_LT(r.epochs.back().train_loss, r.epochs.front().train_loss);
   EXPECT_EQ(r.record["config"]["device_used"], "cuda:0");
   EXPECT_GT(r.record["summary"]["peak_bytes"].get<double>(), 0);
+  // The board's energy each epoch, from NVML's counter: the driver's on a GPU; under the
+  // emulation, ctest puts the stand-in (tests/fake_nvml.cpp: 250 W, an update every 20 ms) first
+  // on LD_LIBRARY_PATH. Without either the record says why there is none.
+  const std::string source = r.record["energy_source"];
+  if (source.find("NVML board energy counter") == std::string::npos) {
+    EXPECT_TRUE(source.find("NVML") != std::string::npos) << source;
+    return;
+  }
+  double joules = 0;
+  for (const auto& e : r.record["epochs"]) {
+    ASSERT_TRUE(e["energy_j"].is_number()) << e.dump();
+    ASSERT_TRUE(e["energy_j_range"].is_array()) << e.dump();
+    const double j = e["energy_j"], low = e["energy_j_range"][0], high = e["energy_j_range"][1];
+    EXPECT_GT(j, 0);
+    EXPECT_LE(low, j);
+    EXPECT_GE(high, j);
+    joules += j;
+  }
+  EXPECT_NEAR(r.record["summary"]["energy_j"].get<double>(), joules, 1e-9 * joules);
+#ifdef DLPERF_CUDA_EMULATION
+  // The stand-in's 250 W over the training loops, as their updates allow.
+  const double train_s = r.record["summary"]["train_s"];
+  EXPECT_LE(r.record["summary"]["energy_j_range"][0].get<double>(), 250 * train_s * 1.05);
+  EXPECT_GE(r.record["summary"]["energy_j_range"][1].get<double>(), 250 * train_s * 0.95);
+  EXPECT_NE(source.find("moved every 20 ms"), std::string::npos) << source;
+#endif
 }
 
 TEST(KERNEL_SUITE, CheckpointsResumeOnTheGpuAndOnTheCpu) {

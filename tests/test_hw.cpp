@@ -1,10 +1,14 @@
-// Reading the machine: an energy counter that updates only now and then (hw/energy_trace.h).
+// Reading the machine: an energy counter that updates only now and then (hw/energy_trace.h), the
+// GPU's power meter through NVML (hw/nvml.h, against tests/fake_nvml.cpp), denormals.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -13,6 +17,7 @@
 #include "core/timer.h"
 #include "hw/cpu_info.h"
 #include "hw/energy_trace.h"
+#include "hw/nvml.h"
 
 using namespace dlperf;
 
@@ -113,6 +118,110 @@ TEST(EnergySampler, ACounterThatCannotBeReadGivesNoWindow) {
   EXPECT_FALSE(sampler.between(now_s() - 0.04, now_s(), 0.02));
   EXPECT_GT(reads.load(), 1);  // it kept trying
   EXPECT_EQ(sampler.update_period_s(), 0);
+}
+
+namespace {
+
+// The stand-in NVML (tests/fake_nvml.cpp), held open for its settings and counts: the meter's
+// own dlopen of the same path shares this copy.
+class FakeNvml {
+ public:
+  explicit FakeNvml(const char* path = DLPERF_FAKE_NVML) : lib_(dlopen(path, RTLD_NOW | RTLD_LOCAL)) {
+    if (!lib_) return;
+    configure_ = reinterpret_cast<void (*)(int, int, int, double, double)>(dlsym(lib_, "fake_nvml_configure"));
+    initialized_ = reinterpret_cast<int (*)()>(dlsym(lib_, "fake_nvml_initialized"));
+    misuse_ = reinterpret_cast<int (*)()>(dlsym(lib_, "fake_nvml_misuse"));
+    last_pci_ = reinterpret_cast<void (*)(char*, int)>(dlsym(lib_, "fake_nvml_last_pci"));
+    configure(0, 0, 0, 250, 0.02);
+  }
+  ~FakeNvml() {
+    if (lib_) dlclose(lib_);
+  }
+  FakeNvml(const FakeNvml&) = delete;
+  FakeNvml& operator=(const FakeNvml&) = delete;
+  bool loaded() const { return lib_ && configure_ && initialized_ && misuse_ && last_pci_; }
+  /// NVML's return codes for init, a device handle and the energy counter; the board's watts and
+  /// how often its counter moves.
+  void configure(int init, int handle, int energy, double watts, double period_s) const { configure_(init, handle, energy, watts, period_s); }
+  int initialized() const { return initialized_(); }
+  int misuse() const { return misuse_(); }
+  std::string last_pci() const {
+    char out[64];
+    last_pci_(out, sizeof out);
+    return out;
+  }
+
+ private:
+  void* lib_;
+  void (*configure_)(int, int, int, double, double) = nullptr;
+  int (*initialized_)() = nullptr;
+  int (*misuse_)() = nullptr;
+  void (*last_pci_)(char*, int) = nullptr;
+};
+
+}  // namespace
+
+// A board at 250 W whose counter moves every 20 ms: the meter finds it by PCI id (as the GPU
+// trainer does) or by index, reads its power, and its sampler thread gives a window's energy.
+// NVML is shut down once the meter goes, after its thread stopped reading.
+TEST(GpuPowerMeter, ReadsTheBoardsEnergyCounterThroughNvml) {
+  const FakeNvml nvml;
+  ASSERT_TRUE(nvml.loaded()) << DLPERF_FAKE_NVML << ": " << dlerror();
+  {
+    hw::GpuPowerMeter m("0000:41:00.0", DLPERF_FAKE_NVML);
+    ASSERT_TRUE(m.available()) << m.why_not();
+    EXPECT_EQ(nvml.last_pci(), "0000:41:00.0");
+    EXPECT_EQ(nvml.initialized(), 1);
+    EXPECT_DOUBLE_EQ(m.watts(), 250);
+    EXPECT_GE(m.joules(), 0);
+    const double a = now_s();
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const double b = now_s();
+    const auto e = m.energy(a, b, 1.0);
+    ASSERT_TRUE(e) << "no counter update within 1 s of the window's end";
+    // Loose: on a busy machine the thread's reads come late, and each late read blurs an update.
+    EXPECT_NEAR(e->joules, 250 * (b - a), 0.1 * 250 * (b - a));
+    EXPECT_LE(e->low, e->joules);
+    EXPECT_GE(e->high, e->joules);
+    EXPECT_GE(e->updates, 8);
+    EXPECT_NEAR(m.update_period_s(), 0.02, 0.01);
+    EXPECT_GT(m.joules(), 0);
+  }
+  EXPECT_EQ(nvml.initialized(), 0);
+  {
+    hw::GpuPowerMeter by_index("0", DLPERF_FAKE_NVML);
+    EXPECT_TRUE(by_index.available()) << by_index.why_not();
+    EXPECT_EQ(nvml.last_pci(), "");  // asked by index
+  }
+  EXPECT_EQ(nvml.initialized(), 0);
+  EXPECT_EQ(nvml.misuse(), 0);  // no read outside init .. shutdown, no shutdown without an init
+}
+
+// Each way NVML can fail gives no reading, a reason, zeros where a figure is asked for, and
+// leaves NVML shut down as it found it.
+TEST(GpuPowerMeter, SaysWhyNvmlGivesNoReading) {
+  const FakeNvml nvml;
+  ASSERT_TRUE(nvml.loaded()) << DLPERF_FAKE_NVML << ": " << dlerror();
+  auto why = [&](const char* device, const char* library = DLPERF_FAKE_NVML) {
+    hw::GpuPowerMeter m(device, library);
+    EXPECT_FALSE(m.available());
+    EXPECT_EQ(m.joules(), 0);
+    EXPECT_EQ(m.watts(), 0);
+    EXPECT_FALSE(m.energy(now_s() - 0.1, now_s(), 0.05));
+    EXPECT_EQ(m.update_period_s(), 0);
+    return m.why_not();
+  };
+  EXPECT_EQ(why("0", "/nonexistent/libnvidia-ml.so.1"), "NVML (/nonexistent/libnvidia-ml.so.1, part of the NVIDIA driver) is not installed here");
+  EXPECT_EQ(why("0", DLPERF_FAKE_NVML_OLD), "this NVML lacks the functions dlperf reads (driver too old)");
+  nvml.configure(9, 0, 0, 250, 0.02);  // NVML_ERROR_DRIVER_NOT_LOADED
+  EXPECT_EQ(why("0"), "NVML did not initialize (error 9)");
+  nvml.configure(0, 6, 0, 250, 0.02);  // NVML_ERROR_NOT_FOUND
+  EXPECT_EQ(why("3"), "NVML has no GPU 3 (error 6)");
+  EXPECT_EQ(why("0000:c1:00.0"), "NVML has no GPU 0000:c1:00.0 (error 6)");
+  nvml.configure(0, 0, 3, 250, 0.02);  // NVML_ERROR_NOT_SUPPORTED: a board before Volta
+  EXPECT_EQ(why("0"), "this GPU has no NVML energy counter (Volta or later needed)");
+  EXPECT_EQ(nvml.initialized(), 0);  // each failure after init shut NVML down again
+  EXPECT_EQ(nvml.misuse(), 0);
 }
 
 namespace dlperf::hw {

@@ -18,10 +18,10 @@ using EnergyFn = int (*)(void*, unsigned long long*);
 using PowerFn = int (*)(void*, unsigned int*);
 }  // namespace
 
-GpuPowerMeter::GpuPowerMeter(const std::string& device) {
-  lib_ = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+GpuPowerMeter::GpuPowerMeter(const std::string& device, const std::string& library) {
+  lib_ = dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!lib_) {
-    why_ = "NVML (libnvidia-ml.so.1, part of the NVIDIA driver) is not installed here";
+    why_ = fmt::format("NVML ({}, part of the NVIDIA driver) is not installed here", library);
     return;
   }
   auto init = reinterpret_cast<InitFn>(dlsym(lib_, "nvmlInit_v2"));
@@ -37,6 +37,7 @@ GpuPowerMeter::GpuPowerMeter(const std::string& device) {
     why_ = fmt::format("NVML did not initialize (error {})", rc);
     return;
   }
+  initialized_ = true;  // shut down again however the rest goes: NVML counts its inits
   void* handle = nullptr;
   const bool pci = device.find(':') != std::string::npos;
   const int rc = pci ? by_pci(device.c_str(), &handle) : by_index(unsigned(std::atoi(device.c_str())), &handle);
@@ -63,7 +64,7 @@ GpuPowerMeter::GpuPowerMeter(const std::string& device) {
 GpuPowerMeter::~GpuPowerMeter() {
   sampler_.reset();  // its thread reads through NVML: stopped before NVML goes
   if (lib_) {
-    if (auto shutdown = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlShutdown")); shutdown && device_) shutdown();
+    if (auto shutdown = reinterpret_cast<int (*)()>(dlsym(lib_, "nvmlShutdown")); shutdown && initialized_) shutdown();
     dlclose(lib_);
   }
 }

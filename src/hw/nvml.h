@@ -13,8 +13,10 @@ namespace dlperf::hw {
 class GpuPowerMeter {
  public:
   /// `device`: a PCI bus id ("0000:41:00.0", as cudaDeviceGetPCIBusId gives, which matches
-  /// CUDA's numbering whatever CUDA_DEVICE_ORDER says) or an NVML index ("0").
-  explicit GpuPowerMeter(const std::string& device);
+  /// CUDA's numbering whatever CUDA_DEVICE_ORDER says) or an NVML index ("0"). `library`: the
+  /// NVML to load, by name (the driver's, found as the dynamic loader finds libraries) or by path
+  /// (the tests' stand-in, tests/fake_nvml.cpp).
+  explicit GpuPowerMeter(const std::string& device, const std::string& library = "libnvidia-ml.so.1");
   ~GpuPowerMeter();
   GpuPowerMeter(const GpuPowerMeter&) = delete;
   GpuPowerMeter& operator=(const GpuPowerMeter&) = delete;
@@ -36,6 +38,7 @@ class GpuPowerMeter {
  private:
   void* lib_ = nullptr;
   void* device_ = nullptr;
+  bool initialized_ = false;  ///< nvmlInit_v2 succeeded: nvmlShutdown is owed
   unsigned long long start_mj_ = 0;
   std::string why_;
   int (*energy_)(void*, unsigned long long*) = nullptr;
