@@ -12,6 +12,7 @@
 #include "data/dataset.h"
 #include "data/augment.h"
 #include "data/loader.h"
+#include "hw/cpu_info.h"
 #include "train/trainer.h"
 #include "test_util.h"
 
@@ -281,6 +282,44 @@ TEST(Loader, BatchesAreIdenticalForAnyNumberOfWorkers) {
       cfg.workers = w;
       EXPECT_EQ(epoch_batches(d, cfg, 3), ref) << w << " workers, " << prefetch << " slots";
     }
+  // Workers that spin for their slots (a core each beside one compute thread, where there are cores).
+  cfg.compute_threads = 1;
+  for (const int prefetch : {2, 3, 8})
+    for (const int w : {1, 2}) {
+      cfg.prefetch = prefetch;
+      cfg.workers = w;
+      EXPECT_EQ(epoch_batches(d, cfg, 3), ref) << w << " spinning workers, " << prefetch << " slots";
+    }
+}
+
+// A worker with a core of its own (one compute thread beside it) spins for its slot a while
+// instead of sleeping: behind a consumer that takes a batch every 50 us it hardly ever sleeps,
+// where one that shares the cores sleeps about once per half a queue. Behind one that holds each
+// batch 1 ms it stops spinning and sleeps.
+TEST(Loader, AWorkerWithACoreOfItsOwnSpinsForItsSlot) {
+  if (hw::usable_cpus() < 2) GTEST_SKIP() << "one usable CPU: no core for the worker alone";
+  const auto d = data::load_data("synthetic:1x8x8:640").train;
+  data::LoaderConfig cfg;
+  cfg.batch = 4;  // 160 batches
+  cfg.workers = 1;
+  cfg.augment = false;
+  cfg.prefetch = 8;
+  auto waits = [&](int compute_threads, int consumer_us) {
+    cfg.compute_threads = compute_threads;
+    data::Loader l(d, cfg, {0.5f}, {0.25f});
+    l.start_epoch(0);
+    int64_t batches = 0;
+    while (l.next()) {
+      ++batches;
+      std::this_thread::sleep_for(std::chrono::microseconds(consumer_us));
+    }
+    EXPECT_EQ(batches, 160);
+    return l.worker_waits();
+  };
+  const int64_t sleeping = waits(hw::usable_cpus(), 50), spinning = waits(1, 50);
+  EXPECT_GE(sleeping, 20);  // 160 batches, a wait per 4
+  EXPECT_LE(spinning, sleeping / 4);  // a preempted spin may still run out now and then
+  EXPECT_GE(waits(1, 1000), 20);  // a spin lasts 200 us
 }
 
 // A worker that finds its slot taken waits until half the queue is free and then refills it in

@@ -31,6 +31,10 @@ struct LoaderConfig {
   int workers = 0;
   int prefetch = 0;        ///< batches the loader holds; 0 = loader_slots
   uint64_t seed = 0;
+  /// Threads that compute while the workers fill (the training's); 0 = not known. Where they and
+  /// the workers fit on the usable CPUs, a worker waiting for a free slot spins for it a while
+  /// before it sleeps (Loader::worker_loop).
+  int compute_threads = 0;
 };
 
 struct Batch {
@@ -96,6 +100,8 @@ class Loader {
   // next()'s spin. A slot's id is the batch a worker fills or filled in it (-1: free).
   std::vector<std::atomic<int64_t>> ready_;
   bool spin_ = false;                        // whether next() spins: the workers leave a core for it
+  bool worker_spin_ = false;                 // whether a worker spins for a free slot: it has a core of its own
+  std::atomic<int64_t> released_{0};         // batches the consumer is done with (next() releases them in order)
   std::vector<std::thread> threads_;
   mutable std::mutex mutex_;
   std::condition_variable produced_, consumed_;

@@ -149,8 +149,9 @@ std::string final_accuracy(const json& summary) {
   return fmt::format("final test accuracy {:.2f}%", 100 * acc.get<double>());
 }
 
-data::LoaderConfig loader_config(const TrainConfig& cfg, bool training) {
+data::LoaderConfig loader_config(const TrainConfig& cfg, bool training, int compute_threads) {
   data::LoaderConfig lc;
+  lc.compute_threads = compute_threads;
   lc.batch = cfg.batch;
   lc.workers = cfg.workers;
   lc.seed = cfg.seed;

@@ -147,7 +147,9 @@ Interrupted stopped_run(const TrainConfig& cfg, int64_t stopped_in, const TrainR
 /// A run whose loss became `loss` (NaN or infinite) `when` ("at epoch 2, step 40"), after
 /// `finished_epochs` epochs (resumed ones included): what happened, and how to go on.
 Diverged diverged_run(const TrainConfig& cfg, double loss, const std::string& when, int64_t finished_epochs);
-data::LoaderConfig loader_config(const TrainConfig& cfg, bool training);
+/// The loaders' settings; `compute_threads`: the threads the training computes on while they fill
+/// (the CPU engine's team; on a GPU the one thread driving it; 0 = not known).
+data::LoaderConfig loader_config(const TrainConfig& cfg, bool training, int compute_threads = 0);
 /// Running totals of an epoch's training steps, and what they make of its EpochStats.
 struct EpochTally {
   double loss_sum = 0;

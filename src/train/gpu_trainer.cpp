@@ -288,7 +288,8 @@ struct GpuRun {
     opts.conv_workspace = size_t(cfg.conv_workspace_mb) << 20;
     opts.small_conv = cuda::parse_small_conv(cfg.small_conv);
     opts.input_as_stored = cfg.data_on_device;  // DeviceDataset::loader writes the stored input
-    const data::LoaderConfig train_lc = loader_config(cfg, true), test_lc = loader_config(cfg, false);
+    // The host's compute: the thread driving the GPU.
+    const data::LoaderConfig train_lc = loader_config(cfg, true, 1), test_lc = loader_config(cfg, false, 1);
     try {
       net = std::make_unique<cuda::Network>(graph, cfg.seed, device, opts);
       if (cfg.data_on_device) {

@@ -362,10 +362,11 @@ struct Run {
   int64_t steps_run = 0;                        ///< steps this run has trained (the window counts them)
   json resumed_config = json::object();         ///< --resume: the settings the checkpoint was made with
 
-  Run(const TrainConfig& c, data::DataPair d, nn::Graph g)
+  /// `threads`: the engine's compute threads.
+  Run(const TrainConfig& c, data::DataPair d, nn::Graph g, int threads)
       : cfg(c), data(std::move(d)), norm(data.train),
-        train_loader(data.train, loader_config(c, true), norm.mean, norm.stddev),
-        test_loader(data.test, loader_config(c, false), norm.mean, norm.stddev),
+        train_loader(data.train, loader_config(c, true, threads), norm.mean, norm.stddev),
+        test_loader(data.test, loader_config(c, false, threads), norm.mean, norm.stddev),
         graph(std::move(g)),
         net(graph, c.seed, /*fuse=*/true, c.precision), opt(c.optimizer, param_refs(net)),
         per_epoch(train_loader.batches_per_epoch()), total_steps(per_epoch * c.epochs) {}
@@ -616,7 +617,7 @@ TrainResult train(const TrainConfig& cfg) {
   cpu::release_scratchpad();
   HostAllocator::instance().trim();
   HostAllocator::instance().reset_peaks();
-  Run run(cfg, std::move(d), std::move(graph));
+  Run run(cfg, std::move(d), std::move(graph), threads);
 
   TrainResult result;
   const int64_t start_epoch = cfg.resume ? run.resume(result.epochs) : 0;
