@@ -687,30 +687,33 @@ TEST(Cli, TheWholeHeapAsksForHugePagesWhereTheKernelWaitsToBeAsked) {
   };
   const nlohmann::json asked = record_with("DLPERF_HUGE_PAGES=on"), not_heap = record_with("GLIBC_TUNABLES=glibc.malloc.hugetlb=0"),
                        off = record_with("DLPERF_HUGE_PAGES=off");
-  // Under valgrind, whose malloc replaces glibc's (its preloaded vgpreload_*.so says so), no second
-  // start: valgrind itself cannot run this build (its AVX-512 code), so a harmless library under
-  // that name stands in for it.
-  TempDir preload;
-  std::filesystem::create_symlink(DLPERF_FAKE_NVML, preload.path / "vgpreload_memcheck-amd64-linux.so");
-  const nlohmann::json valgrind = record_with(fmt::format("LD_PRELOAD='{}'", (preload.path / "vgpreload_memcheck-amd64-linux.so").string()));
   const std::string malloc_asks = "asked for by glibc's malloc (glibc.malloc.hugetlb=1; transparent huge pages: madvise)";
   EXPECT_EQ(off["machine"]["huge_pages"], "off (DLPERF_HUGE_PAGES=off)");
   EXPECT_NE(not_heap["machine"]["huge_pages"], malloc_asks);
   int major = 0, minor = 0;
   std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  const bool sanitized = true;  // the sanitizer's malloc: no second start
+  // The sanitizer's malloc: no second start. (Nor can a library be preloaded before its runtime.)
+  const bool sanitized = true;
 #else
   const bool sanitized = false;
-#endif
+  // Under valgrind, whose malloc replaces glibc's (its preloaded vgpreload_*.so says so), no second
+  // start: valgrind itself cannot run this build (its AVX-512 code), so a harmless library under
+  // that name stands in for it.
+  TempDir preload;
+  std::filesystem::create_symlink(DLPERF_FAKE_NVML, preload.path / "vgpreload_memcheck-amd64-linux.so");
+  const nlohmann::json valgrind = record_with(fmt::format("LD_PRELOAD='{}'", (preload.path / "vgpreload_memcheck-amd64-linux.so").string()));
   EXPECT_NE(valgrind["machine"]["huge_pages"], malloc_asks);
+#endif
   if (transparent_huge_pages_mode() != "madvise" || major * 100 + minor < 235 || sanitized) {
     EXPECT_NE(asked["machine"]["huge_pages"], malloc_asks);
     return;
   }
   EXPECT_EQ(asked["machine"]["huge_pages"], malloc_asks);
   EXPECT_EQ(not_heap["machine"]["huge_pages"], "asked for buffers of 2 MiB and more (transparent huge pages: madvise)");
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
   EXPECT_EQ(valgrind["machine"]["huge_pages"], not_heap["machine"]["huge_pages"]);
+#endif
   if (!std::filesystem::exists("/proc/self/smaps_rollup")) return;
   EXPECT_GT(asked["summary"]["huge_page_bytes"].get<double>(), 0) << "the heap asked, and the kernel gave none";
   EXPECT_EQ(not_heap["summary"]["huge_page_bytes"].get<double>(), 0);
