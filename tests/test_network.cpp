@@ -4,6 +4,7 @@
 // where a residual branch rejoins.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/network.h"
+#include "backend/cpu/small_layers.h"
 #include "core/error.h"
 #include "hw/cpu_info.h"
 #include "nn/optimizer.h"
@@ -175,15 +177,88 @@ void check_network(const json& spec, const Dims& chw, int64_t batch, const std::
         << p->name;
 }
 
+// Layers this small run on one thread (small_layers.h); each is also checked on all the threads.
 TEST(Network, ResidualCnnMatchesReferenceGraph) {
-  check_network(residual_cnn(), {3, 12, 12}, 4);
-  check_network(residual_cnn(), {1, 12, 12}, 3);  // a 1-channel input takes other layouts
+  for (const bool one_thread : {true, false}) {
+    SCOPED_TRACE(one_thread ? "small layers on one thread" : "every layer on all threads");
+    const cpu::ScopedSmallLayers rule(one_thread);
+    check_network(residual_cnn(), {3, 12, 12}, 4);
+    check_network(residual_cnn(), {1, 12, 12}, 3);  // a 1-channel input takes other layouts
+  }
 }
 
 TEST(Network, Bf16ResidualCnnTracksTheReferenceGraph) {
   if (!hw::cpu_info().avx512_bf16) GTEST_SKIP() << "this CPU has no AVX512-BF16; bf16 training is refused on it";
-  check_network(residual_cnn(), {3, 12, 12}, 4, "bf16");
-  check_network(residual_cnn(), {1, 12, 12}, 3, "bf16");
+  for (const bool one_thread : {true, false}) {
+    SCOPED_TRACE(one_thread ? "small layers on one thread" : "every layer on all threads");
+    const cpu::ScopedSmallLayers rule(one_thread);
+    check_network(residual_cnn(), {3, 12, 12}, 4, "bf16");
+    check_network(residual_cnn(), {1, 12, 12}, 3, "bf16");
+  }
+}
+
+// A layer too small to share between the threads runs on one: the convolutions and linear layers
+// of at most kOneThreadMaxFlops, the other layers over at most kOneThreadMaxValues. Such a
+// network computes what it computes on all threads, and leaves OpenMP's thread count as it was.
+TEST(Network, LayersTooSmallToShareRunOnOneThread) {
+  const hw::ScopedThreads two(2);  // OpenMP forks a team of two even on one CPU
+  auto graph = [](const char* model, int64_t batch) { return nn::build_graph(nn::load_model(model), {1, 28, 28}, 10, batch); };
+  using Names = std::vector<std::string>;
+  EXPECT_EQ(cpu::Network(graph("logreg", 16), 1).one_thread_layers(), Names{"fc"});     // 0.25 MFLOP
+  EXPECT_EQ(cpu::Network(graph("logreg", 64), 1).one_thread_layers(), Names{"fc"});     // 1.0 MFLOP
+  EXPECT_TRUE(cpu::Network(graph("logreg", 256), 1).one_thread_layers().empty());       // 4.0 MFLOP
+  EXPECT_EQ(cpu::Network(graph("mlp", 16), 1).one_thread_layers(), (Names{"relu1", "fc2"}));  // fc1: 1.6 MFLOP
+  EXPECT_EQ(cpu::Network(graph("mlp", 256), 1).one_thread_layers(), (Names{"relu1", "fc2"}));  // relu1: 32,768 values
+  EXPECT_EQ(cpu::Network(graph("mlp", 512), 1).one_thread_layers(), Names{"fc2"});
+  const nn::Graph medium = graph("medium", 64);  // rule alone: its network would take 80 MB
+  Names medium_one;
+  for (size_t i = 0; i < medium.nodes.size(); ++i)
+    if (cpu::runs_on_one_thread(medium, i, 2)) medium_one.push_back(medium.nodes[i].name);
+  EXPECT_EQ(medium_one, (Names{"relu4", "fc2"}));
+  EXPECT_EQ(cpu::step_compute_threads(graph("logreg", 16), 2), 1);  // the loader's worker has the other core
+  EXPECT_EQ(cpu::step_compute_threads(graph("mlp", 16), 2), 2);
+  EXPECT_EQ(cpu::step_compute_threads(graph("logreg", 16), 1), 1);
+  {
+    const hw::ScopedThreads one(1);
+    EXPECT_TRUE(cpu::Network(graph("logreg", 16), 1).one_thread_layers().empty()) << "one thread: no team to leave";
+  }
+  {
+    const cpu::ScopedSmallLayers all_threads(false);
+    EXPECT_TRUE(cpu::Network(graph("mlp", 16), 1).one_thread_layers().empty());
+    EXPECT_EQ(cpu::step_compute_threads(graph("logreg", 16), 2), 2);
+  }
+  // DLPERF_CPU_SMALL_LAYERS turns the rule off for comparison, and refuses what it does not know.
+  ::setenv("DLPERF_CPU_SMALL_LAYERS", "all-threads", 1);
+  EXPECT_TRUE(cpu::Network(graph("mlp", 16), 1).one_thread_layers().empty());
+  ::setenv("DLPERF_CPU_SMALL_LAYERS", "sometimes", 1);
+  try {
+    cpu::small_layers_on_one_thread();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("DLPERF_CPU_SMALL_LAYERS=sometimes"), std::string::npos) << e.what();
+  }
+  ::unsetenv("DLPERF_CPU_SMALL_LAYERS");
+  // The mlp at batch 16 on one thread per small layer and on all threads: the same step.
+  auto step = [&](bool one_thread) {
+    const cpu::ScopedSmallLayers rule(one_thread);
+    cpu::Network net(graph("mlp", 16), 5);
+    const Vec input = random_vec(16 * 28 * 28, 3, -2, 2);
+    std::copy(input.begin(), input.end(), net.input());
+    std::vector<int32_t> labels(16);
+    for (int i = 0; i < 16; ++i) labels[size_t(i)] = i % 10;
+    net.forward(true);
+    const double loss = net.loss(labels.data(), 16, 0, true).loss;
+    net.backward();
+    EXPECT_EQ(omp_get_max_threads(), 2) << "the small layers' one thread is put back";
+    std::vector<std::vector<float>> grads;
+    for (cpu::Param* p : net.params()) grads.push_back(cpu::to_plain(p->layout, p->dims, p->grad));
+    return std::pair{loss, grads};
+  };
+  const auto [loss_one, grads_one] = step(true);
+  const auto [loss_all, grads_all] = step(false);
+  EXPECT_NEAR(loss_one, loss_all, 1e-6 * std::abs(loss_all));
+  ASSERT_EQ(grads_one.size(), grads_all.size());
+  for (size_t k = 0; k < grads_one.size(); ++k) EXPECT_LT(rel_err(grads_one[k], Vec(grads_all[k].begin(), grads_all[k].end())), 1e-5) << k;
 }
 
 // On a CPU with AMX the bf16 convolutions take nhwc, where oneDNN runs them on AMX tiles
@@ -316,6 +391,8 @@ TEST(Network, RandomGraphsMatchTheReferenceGraph) {
   for (uint64_t seed = 1; seed <= graphs; ++seed) {
     const json spec = random_model(seed, /*dropout=*/false);
     SCOPED_TRACE(fmt::format("seed {}: {}", seed, spec.dump()));
+    // Layers this small run on one thread (small_layers.h): every other graph on all the threads.
+    const cpu::ScopedSmallLayers rule(seed % 2 == 0);
     const int64_t batch = 8;
     const auto graph = nn::build_graph(nn::parse_model_spec(spec, "random"), {3, 8, 8}, 10, batch);
     cpu::Network net(graph, 123);

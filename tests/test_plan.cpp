@@ -14,6 +14,7 @@
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
+#include "backend/cpu/small_layers.h"
 #include "bench/machine_profile.h"
 #include "core/memory.h"
 #include "hw/cpu_info.h"
@@ -1062,6 +1063,50 @@ TEST(PlanStepTime, CallsCostTheMeasuredEngineCall) {
   EXPECT_NEAR(measured.step_s - fitted.step_s, (8 + m.step_calls) * (5e-6 - m.call_overhead_s), 1e-12);
 }
 
+// A layer too small to share between the threads runs on one (cpu::runs_on_one_thread): the plan
+// gives it one core's share of the ceilings and a call with no team to fork. A network whose
+// layers all run so leaves the loader's worker a core of its own, which fills the next batch while
+// the step computes. Under ScopedSmallLayers(false) every layer is planned on all threads.
+TEST(PlanStepTime, ALayerTooSmallToShareIsPlannedOnOneThread) {
+  plan::CpuCeilings c;
+  c.peak_gflops = 100, c.l2_gbps = 200, c.l3_gbps = 150, c.dram_gbps = 30;
+  c.l2_bytes = 1e6, c.l3_bytes = 32e6, c.call_overhead_s = 5e-6, c.one_thread_call_overhead_s = 0.5e-6;
+  c.threads = 2, c.cpus = 2;
+  const plan::EngineModel m = plan::engine_model("avx512");
+  const json mlp = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", 64}}, {{"type", "relu"}, {"name", "r"}},
+                                {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const nn::Graph g = nn::build_graph(nn::parse_model_spec(mlp, "t"), {1, 28, 28}, 10, 16);
+  const auto p = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
+  EXPECT_FALSE(p.layers[1].one_thread);  // 1.6 MFLOP
+  EXPECT_TRUE(p.layers[2].one_thread);   // 2,048 values
+  EXPECT_TRUE(p.layers[3].one_thread);   // 20 kFLOP
+  const double relu_bytes = g.nodes[2].cost.forward.bytes;
+  ASSERT_LT(relu_bytes, c.l2_bytes / 2);
+  EXPECT_NEAR(p.layers[2].forward_s, relu_bytes / 100e9 + 0.5e-6, 1e-15);  // one core's half of L2's rate
+  plan::CpuCeilings unmeasured = c;
+  unmeasured.one_thread_call_overhead_s = 0;
+  EXPECT_NEAR(plan::predict_step(g, nn::OptimizerConfig{}, unmeasured, m).layers[2].forward_s, relu_bytes / 100e9 + m.one_thread_call_s,
+              1e-15);
+  {
+    const cpu::ScopedSmallLayers all_threads(false);
+    const auto shared = plan::predict_step(g, nn::OptimizerConfig{}, c, m);
+    EXPECT_FALSE(shared.layers[2].one_thread);
+    EXPECT_NEAR(shared.layers[2].forward_s, relu_bytes / 200e9 + 5e-6, 1e-15);
+    EXPECT_DOUBLE_EQ(shared.layers[1].forward_s, p.layers[1].forward_s);
+  }
+  // logreg: its one layer on one thread, so the worker fills the next batch meanwhile.
+  const json logreg = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", "classes"}}}}};
+  const nn::Graph lr = nn::build_graph(nn::parse_model_spec(logreg, "t"), {1, 28, 28}, 10, 16);
+  EXPECT_EQ(cpu::step_compute_threads(lr, 2), 1);
+  EXPECT_EQ(cpu::step_compute_threads(g, 2), 2);
+  const double fill_s = 16 * 28 * 28 * m.loader_ns_per_pixel * 1e-9;
+  EXPECT_NEAR(plan::predict_step(lr, nn::OptimizerConfig{}, c, m).overhead_s, m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);
+  EXPECT_NEAR(p.overhead_s, fill_s + m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);  // fc1 takes both cores
+  const cpu::ScopedSmallLayers all_threads(false);
+  EXPECT_EQ(cpu::step_compute_threads(lr, 2), 2);
+  EXPECT_NEAR(plan::predict_step(lr, nn::OptimizerConfig{}, c, m).overhead_s, fill_s + m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);
+}
+
 // oneDNN's AVX-512 inner product gives each thread whole blocks of up to 64 features by 16-64
 // images: a layer with fewer blocks than threads keeps the rest idle, and its forward pass takes
 // as long as on fewer threads. Elsewhere (AVX2's gemm) the plan assumes every thread works.
@@ -1801,8 +1846,9 @@ TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
   rec["summary"]["engine_call_us"] = {{"start", 1.0}, {"end", 1.0}};
   const plan::Comparison fast = compare(rec);
   EXPECT_DOUBLE_EQ(fast.call_us, 1.0);
-  // The mlp's step is a dozen or so calls: 2 us more each makes it 20-40 us longer.
-  EXPECT_GT(slow.predicted_step_s - fast.predicted_step_s, 10 * 2e-6);
+  // The mlp's step is a dozen or so calls, of which half fork the threads (its relu and last layer
+  // run on one, cpu::runs_on_one_thread): 2 us more each makes it 10-40 us longer.
+  EXPECT_GT(slow.predicted_step_s - fast.predicted_step_s, 5 * 2e-6);
   EXPECT_LT(slow.predicted_step_s - fast.predicted_step_s, 40 * 2e-6);
   for (const nlohmann::json& damaged : {nlohmann::json(), nlohmann::json("fast"), nlohmann::json{{"start", "1"}, {"end", 2}},
                                         nlohmann::json{{"start", 0}, {"end", 2}}}) {
@@ -1811,6 +1857,38 @@ TEST(PlanAgainst, ARunIsPlannedWithTheCallCostItsRecordMeasured) {
     EXPECT_FALSE(now.call_from_record) << damaged.dump();
     EXPECT_GT(now.call_us, 0) << damaged.dump();
   }
+}
+
+// A run is planned with its small layers on one thread where its record lists layers that ran so
+// (cpu_step.one_thread_layers), and every layer on all its threads in records from before the
+// engine did (no such list) or under DLPERF_CPU_SMALL_LAYERS=all-threads (an empty one).
+TEST(PlanAgainst, ARunIsPlannedWithItsSmallLayersAsTheyRan) {
+  TempDir dir;
+  if (hw::usable_cpus() < 2) GTEST_SKIP() << "one CPU: the run trains on one thread, where no layer has a team to leave";
+  train::TrainConfig c = quiet_run("mlp", "synthetic:1x28x28:256", 16, 1, "cpu");
+  c.runs_dir = dir.path.string();
+  c.threads = 2;
+  nlohmann::json rec = train::train(c).record;
+  EXPECT_EQ(rec["cpu_step"]["one_thread_layers"], nlohmann::json({"relu1", "fc2"})) << rec["cpu_step"].dump();
+  rec["summary"]["engine_call_us"] = {{"start", 3.0}, {"end", 3.0}};  // a team's call far dearer than one thread's
+  RecordPlanner compare{dir.path};
+  const plan::Comparison as_run = compare(rec);
+  EXPECT_EQ(as_run.predicted_peak, as_run.measured_peak);
+  rec["cpu_step"].erase("one_thread_layers");
+  const plan::Comparison before = compare(rec);
+  EXPECT_EQ(before.predicted_peak, before.measured_peak);
+  // Five passes (relu1's two, fc2's three) cost a call on one thread in place of the team's 3 us,
+  // and run at a core's share of the ceilings, which on layers this small costs far less.
+  EXPECT_GT(before.predicted_step_s - as_run.predicted_step_s, 3 * (3e-6 - 1e-6));
+  rec["cpu_step"]["one_thread_layers"] = nlohmann::json::array();
+  EXPECT_DOUBLE_EQ(compare(rec).predicted_step_s, before.predicted_step_s);
+  rec["cpu_step"]["one_thread_layers"] = "fc2";
+  std::vector<plan::Skipped> skipped;
+  const std::string path = (dir.path / "wrong.json").string();
+  std::ofstream(path) << rec.dump();
+  EXPECT_TRUE(plan::compare_with_records({path}, plan::host_ceilings(2), skipped).empty());
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_NE(skipped[0].why.find("/cpu_step/one_thread_layers"), std::string::npos) << skipped[0].why;
 }
 
 // A run is planned with its convolutions as they ran: Winograd where its record says the engine

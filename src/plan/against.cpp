@@ -14,6 +14,7 @@
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/small_layers.h"
 #include "backend/cuda/layout.h"  // CUDA-free
 #include "core/memory.h"
 #include "core/error.h"
@@ -79,6 +80,7 @@ std::string missing_field(const json& r) {
       {"/cpu_step/winograd_on", [](const json& v) { return v.is_boolean(); }},
       {"/cpu_step/add_relu_fused", [](const json& v) { return v.is_boolean(); }},
       {"/cpu_step/amx_layers", [](const json& v) { return v.is_array(); }},
+      {"/cpu_step/one_thread_layers", [](const json& v) { return v.is_array(); }},
       {"/cpu_step/conv_matrix_products",
        [](const json& v) { return v.is_string() && (v == "auto" || v == "off" || v == "all"); }},
       {"/cpu_step/bf16_batchnorm", [](const json& v) { return v.is_string() && (v == "dlperf" || v == "onednn"); }}};
@@ -369,6 +371,10 @@ std::vector<Comparison> compare_with_records(const std::vector<std::string>& giv
     // own in older records, which its memory and passes follow.
     std::optional<ScopedReluAfterAddApart> relu_apart;
     if (!r.value(json::json_pointer("/cpu_step/add_relu_fused"), false)) relu_apart.emplace();
+    // Its small layers on one thread where its record lists some that ran so (since 2026-11-30);
+    // every layer on all its threads in older records, and in runs under
+    // DLPERF_CPU_SMALL_LAYERS=all-threads (an empty list: where the rule picks none, the same plan).
+    const cpu::ScopedSmallLayers small_layers_as_run(!r.value(json::json_pointer("/cpu_step/one_thread_layers"), json::array()).empty());
     cmp.threads = std::max(threads, 0);
     cmp.predicted_step_s = predict_step(g, opt, with_precision(at, precision)).step_s;
     // oneDNN sizes some scratchpads by the threads it will fork: laid out on the run's.

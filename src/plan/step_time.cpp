@@ -10,6 +10,7 @@
 #include "backend/cpu/conv_gemm.h"
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/small_layers.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
 #include "bench/ops_bench.h"
@@ -139,6 +140,7 @@ CpuCeilings host_ceilings(int threads, const std::string& precision) {
     c.source += fmt::format("; a call's cost measured then too ({:.2f} us; it may read high)", call_us);
   }
   c.call_overhead_s = call_us * 1e-6;
+  if (threads > 1) c.one_thread_call_overhead_s = call_overhead_now_us(1) * 1e-6;
   if (winograd.too_busy && !winograd.on)
     c.source += "; 3x3 convolutions planned direct, as the engine would run them: other work held the CPUs while it timed "
                 "Winograd against direct (an idle machine times them; DLPERF_CPU_WINOGRAD=on plans Winograd)";
@@ -694,6 +696,20 @@ LayerTime layer_time(const nn::Graph& g, size_t i, const CpuCeilings& c, const E
   return lt;
 }
 
+// `c` for a layer that runs on one thread (cpu::runs_on_one_thread): one core's share of the
+// compute peaks and of each level's bandwidth and of L2, and a call with no team to fork.
+std::pair<CpuCeilings, EngineModel> on_one_thread(const CpuCeilings& c, const EngineModel& m) {
+  CpuCeilings one = c;
+  const double share = 1.0 / std::max(c.threads, 1);
+  one.threads = 1;
+  for (double* v : {&one.peak_gflops, &one.bf16_measured_gflops, &one.fp32_peak_gflops, &one.amx_gflops, &one.l1_gbps, &one.l2_gbps,
+                    &one.l3_gbps, &one.dram_gbps, &one.l2_bytes})
+    *v *= share;
+  EngineModel single = m;
+  single.call_overhead_s = c.one_thread_call_overhead_s > 0 ? c.one_thread_call_overhead_s : m.one_thread_call_s;
+  return {one, single};
+}
+
 }  // namespace
 
 StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, const CpuCeilings& c, const EngineModel& fit) {
@@ -702,8 +718,11 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   StepPrediction p;
   const ElementBytes elem = engine_element_bytes(g, c.precision);
   const double cold_bps = cold_bytes_per_s(step_footprint_bytes(g, opt, c.precision), c, m);
+  const auto [one, single] = on_one_thread(c, m);
   for (size_t i = 0; i < g.nodes.size(); ++i) {
-    const LayerTime lt = layer_time(g, i, c, m, elem, cold_bps);
+    const bool one_thread = cpu::runs_on_one_thread(g, i, c.threads);
+    LayerTime lt = one_thread ? layer_time(g, i, one, single, elem, cold_bps) : layer_time(g, i, c, m, elem, cold_bps);
+    lt.one_thread = one_thread;
     p.forward_s += lt.forward_s;
     p.backward_s += lt.backward_s;
     p.layers.push_back(lt);
@@ -722,7 +741,11 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
     }
   const double fill_ns = c.augment ? m.loader_augmented_ns_per_pixel : m.loader_ns_per_pixel;
   const double fill_s = double(numel(g.input)) * fill_ns * 1e-9, calls_s = m.step_calls * m.call_overhead_s;
-  if (workers_have_own_cores(c)) {
+  // Where every layer and the optimizer run on one thread, the team's other threads wait idle,
+  // and the workers have their cores (cpu::step_compute_threads).
+  CpuCeilings step = c;
+  step.threads = cpu::step_compute_threads(g, c.threads);
+  if (workers_have_own_cores(step)) {
     // Workers with cores of their own take turns filling batches while the step computes: it
     // waits for the hand-off, and for the fill only where one worker's turn outlasts the step.
     const double compute_s = p.forward_s + p.backward_s + p.optimizer_s + calls_s + m.loader_handoff_s;

@@ -36,6 +36,10 @@ struct CpuCeilings {
   /// runs: it moves with the CPUs' placement), added to every layer pass; 0 = not measured
   /// (ceilings made by hand): EngineModel::call_overhead_s then.
   double call_overhead_s = 0;
+  /// A call on one thread, which a layer small enough for one (cpu::runs_on_one_thread) pays in
+  /// place of call_overhead_s: no team to fork (0.3-0.4 us on the VMs measured); measured by
+  /// host_ceilings where threads > 1. 0 = not measured: EngineModel::one_thread_call_s then.
+  double one_thread_call_overhead_s = 0;
   int threads = 1;
   /// The CPUs the process may use (hw::usable_cpus(), set by host_ceilings): with `threads` and the
   /// loader workers within them, each worker has a core of its own. 0 = unknown: they share.
@@ -113,6 +117,8 @@ struct EngineModel {
   /// Per layer pass (thread fork/join, primitive dispatch) where the ceilings carry no measured
   /// figure (CpuCeilings::call_overhead_s, which host_ceilings always measures): the Zen 5's.
   double call_overhead_s = 1.7e-6;
+  /// A call on one thread where the ceilings carry no measured figure (CpuCeilings::one_thread_call_overhead_s).
+  double one_thread_call_s = 0.4e-6;
   /// Per step outside the layers: the input's copy into the network, the loss and the loop's
   /// bookkeeping, each about a call (dlperf profile: 1.6, 1.4 and 1.0 us on the Zen 5, 1.7 a call).
   double step_calls = 3;
@@ -245,6 +251,7 @@ struct LayerTime {
   std::string bound;  ///< "compute" or "memory" (the forward pass)
   bool winograd = false;  ///< a conv planned as Winograd (CpuCeilings::winograd)
   bool amx = false;       ///< a bf16 conv or linear layer planned on AMX tiles (CpuCeilings::amx_gflops)
+  bool one_thread = false;  ///< small enough to run on one thread (cpu::runs_on_one_thread): planned on one core's share
 };
 
 struct StepPrediction {

@@ -275,6 +275,7 @@ void print_report(const Report& r, size_t max_rows) {
   if (const std::string why = winograd_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = amx_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = matrix_product_note(r); !why.empty()) std::printf("%s\n", why.c_str());
+  if (const std::string why = one_thread_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = above_peak_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = unsteady_note(r); !why.empty()) std::printf("%s\n", why.c_str());
   if (const std::string why = slower_than_plan_note(r); !why.empty()) std::printf("%s\n", why.c_str());
@@ -365,6 +366,15 @@ std::string matrix_product_note(const Report& r) {
                      listed(each));
 }
 
+std::string one_thread_note(const Report& r) {
+  if (r.one_thread_layers.empty() || r.ceilings.threads <= 1) return "";
+  const size_t n = r.one_thread_layers.size();
+  return fmt::format("{} ran on one thread of {} (too small to share: forking the threads would cost more than they save), so {} "
+                     "reach{} at most a {} share of the ceilings",
+                     listed(r.one_thread_layers), r.ceilings.threads, n == 1 ? "it" : "they", n == 1 ? "es" : "",
+                     r.ceilings.threads == 2 ? std::string("half") : fmt::format("1/{}", r.ceilings.threads));
+}
+
 std::string winograd_note(const Report& r) {
   if (r.winograd_layers.empty()) return "";
   const size_t n = r.winograd_layers.size();
@@ -408,7 +418,7 @@ json to_json(const Report& r) {
           {"flops_per_step", r.flops_per_step},
           {"host_load", hw::to_json(r.host_load)},
           {"ceilings", plan::to_json(r.ceilings)}, {"winograd_layers", r.winograd_layers}, {"amx_layers", r.amx_layers},
-          {"matrix_product_passes", matrix_product_json(r)}};
+          {"matrix_product_passes", matrix_product_json(r)}, {"one_thread_layers", r.one_thread_layers}};
 }
 
 void write_trace(const std::string& path, const std::vector<Event>& events, const std::vector<MemorySample>& memory,

@@ -71,6 +71,14 @@ struct Report {
   /// Of those, the convolutions with passes that ran as matrix products (cpu::Network::matrix_product_layers):
   /// layer and passes ("backward-data, backward-weights").
   std::vector<std::pair<std::string, std::string>> matrix_product_layers;
+  /// The CPU engine's layers too small to share between its threads, which ran on one
+  /// (cpu::Network::one_thread_layers): their GFLOP/s and GB/s are one core's.
+  std::vector<std::string> one_thread_layers;
+};
+/// Which code ran a CPU run's layers (cpu::Network's lists), for the report's fields above.
+struct CpuLayers {
+  std::vector<std::string> winograd, amx, one_thread;
+  std::vector<std::pair<std::string, std::string>> matrix_products;
 };
 /// Sets `amx_layers` and files those rows compute- or memory-bound against the AMX peak.
 void set_amx_layers(Report& r, std::vector<std::string> layers);
@@ -78,6 +86,8 @@ void set_amx_layers(Report& r, std::vector<std::string> layers);
 std::string amx_note(const Report& r);
 /// Which convolutions' passes ran as matrix products, for the console ("" where none did).
 std::string matrix_product_note(const Report& r);
+/// Which layers ran on one thread, for the console ("" where none did).
+std::string one_thread_note(const Report& r);
 
 /// Builds the report of `events` recorded while training `g` in `precision` (bf16 and fp16 move
 /// 2-byte activations, which the rows' bytes count). `group_by` is "layer" or "op". `gpu_layout`:

@@ -163,8 +163,7 @@ data::LoaderConfig loader_config(const TrainConfig& cfg, bool training, int comp
 
 void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& ms,
                     TrainResult& result, int64_t kernels_per_step, double planned_step_s, double clock_tick_ns,
-                    std::vector<std::string> winograd_layers, std::vector<std::string> amx_layers,
-                    std::vector<std::pair<std::string, std::string>> matrix_product_layers) {
+                    profile::CpuLayers layers) {
   const bool say = !cfg.quiet;
   const auto& rec = profile::Recorder::get();
   const auto events = rec.events();
@@ -174,9 +173,10 @@ void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::
   rep.step.loader_workers = cfg.data_on_device ? 0 : cfg.workers;
   rep.step.every = cfg.profile_every;
   rep.host_load = rec.host_load();
-  rep.winograd_layers = std::move(winograd_layers);
-  profile::set_amx_layers(rep, std::move(amx_layers));
-  rep.matrix_product_layers = std::move(matrix_product_layers);
+  rep.winograd_layers = std::move(layers.winograd);
+  profile::set_amx_layers(rep, std::move(layers.amx));
+  rep.matrix_product_layers = std::move(layers.matrix_products);
+  rep.one_thread_layers = std::move(layers.one_thread);
   rep.step.planned_s = planned_step_s;
   rep.step.device_clock_tick_ns = clock_tick_ns;
   if (kernels_per_step > 0) {

@@ -24,6 +24,7 @@
 #include "nn/graph.h"
 #include "plan/step_time.h"
 #include "profile/recorder.h"
+#include "profile/report.h"
 #include "train/trainer.h"
 
 namespace dlperf::train::detail {
@@ -236,13 +237,11 @@ nlohmann::json build_record(const TrainConfig& cfg, const nn::Graph& graph, cons
 /// `planned_step_s`, when positive, is dlperf plan's step time for the run (a CPU run's), which
 /// the report reads the median step against (profile::slower_than_plan_note). `clock_tick_ns`,
 /// when positive, is how finely a GPU profile's stamps resolve a span (cuda::Network::clock_tick_ns).
-/// `winograd_layers`: a CPU run's convolutions that ran as Winograd (profile::Report::winograd_layers);
-/// `amx_layers`: its layers that ran on AMX tiles (profile::Report::amx_layers), `matrix_product_layers`
-/// those of its convolutions' passes that ran as matrix products there (profile::Report::matrix_product_layers).
+/// `layers`: which code ran a CPU run's layers (Winograd, AMX tiles, matrix products, one thread),
+/// which the report's notes name.
 void finish_profile(const TrainConfig& cfg, const nn::Graph& graph, const plan::CpuCeilings& ceilings, const MemoryStats& peaks,
                     TrainResult& result, int64_t kernels_per_step = 0, double planned_step_s = 0, double clock_tick_ns = 0,
-                    std::vector<std::string> winograd_layers = {}, std::vector<std::string> amx_layers = {},
-                    std::vector<std::pair<std::string, std::string>> matrix_product_layers = {});
+                    profile::CpuLayers layers = {});
 /// A checkpoint's header: where the run stands (epochs and updates done, the history so far).
 nlohmann::json checkpoint_meta(const TrainConfig& cfg, const nn::Graph& graph, int64_t epochs_done, int64_t optimizer_steps,
                                const std::vector<EpochStats>& history);

@@ -16,6 +16,7 @@
 #include "backend/cpu/layouts.h"
 #include "backend/cpu/network.h"
 #include "backend/cpu/ops.h"
+#include "backend/cpu/small_layers.h"
 #include "backend/cuda/runtime.h"
 #include "bench/cpu_bench.h"
 #include "bench/machine_profile.h"
@@ -365,8 +366,9 @@ struct Run {
   /// `threads`: the engine's compute threads.
   Run(const TrainConfig& c, data::DataPair d, nn::Graph g, int threads)
       : cfg(c), data(std::move(d)), norm(data.train),
-        train_loader(data.train, loader_config(c, true, threads), norm.mean, norm.stddev),
-        test_loader(data.test, loader_config(c, false, threads), norm.mean, norm.stddev),
+        // A network whose layers all run on one thread (small_layers.h) leaves the workers the other cores.
+        train_loader(data.train, loader_config(c, true, cpu::step_compute_threads(g, threads)), norm.mean, norm.stddev),
+        test_loader(data.test, loader_config(c, false, cpu::step_compute_threads(g, threads)), norm.mean, norm.stddev),
         graph(std::move(g)),
         net(graph, c.seed, /*fuse=*/true, c.precision), opt(c.optimizer, param_refs(net)),
         per_epoch(train_loader.batches_per_epoch()), total_steps(per_epoch * c.epochs) {}
@@ -502,6 +504,9 @@ struct Run {
       r["cpu_step"]["winograd_on"] = cpu::winograd_choice().on;  // what plan --against reads
       r["cpu_step"]["winograd_layers"] = net.winograd_layers();
     }
+    // The layers small enough to run on one thread, which did (since 2026-11-30; plan --against
+    // plans a record without them with every layer on all its threads, as the engine ran them).
+    r["cpu_step"]["one_thread_layers"] = net.one_thread_layers();
     // A bf16 run's layers that ran on AMX tiles (since 2026-11-29; plan --against plans a bf16
     // record without this on the AVX512-BF16 kernels it ran on before).
     // And the passes of theirs that ran as matrix products, under which mode (since 2026-11-29;
@@ -653,7 +658,8 @@ TrainResult train(const TrainConfig& cfg) {
     const plan::CpuCeilings ceilings = plan::host_ceilings(threads, cfg.precision);
     finish_profile(cfg, run.graph, ceilings, HostAllocator::instance().stats(), result, 0,
                    planned_step_s(cfg, run.graph, ceilings, result.record.value("summary", json::object())), 0,
-                   run.net.winograd_layers(), run.net.amx_layers(), run.net.matrix_product_layers());
+                   {.winograd = run.net.winograd_layers(), .amx = run.net.amx_layers(), .one_thread = run.net.one_thread_layers(),
+                    .matrix_products = run.net.matrix_product_layers()});
   }
   if (!cfg.runs_dir.empty() && keeps_record(result, resumed_epochs)) {
     result.record_path = write_record(result.record, cfg.runs_dir,

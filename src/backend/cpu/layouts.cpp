@@ -4,10 +4,13 @@
 #include "backend/cpu/layouts.h"
 
 #include <fmt/format.h>
+#include <omp.h>
 
 #include <algorithm>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/small_layers.h"
+#include "hw/cpu_info.h"
 #include "core/error.h"
 #include "plan/memory.h"
 
@@ -53,6 +56,8 @@ EngineBuffers walk(const nn::Graph& g, const std::string& precision, std::vector
     const bool fuse_relu = readers.size() == 1 && plan::relu_fused_on_cpu(g, size_t(readers[0]));
     check_indexable(n);
     Footprint f;
+    // Laid out as the engine builds it: a layer small enough for one thread on one (its scratchpad).
+    const hw::ScopedThreads threads(runs_on_one_thread(g, i, omp_get_max_threads()) ? 1 : 0);
     try {
       f = footprint(n.kind, n.attrs, in, n.in_dims,
                     {.fuse_relu = fuse_relu, .need_dx = n.needs_dx, .compute = compute, .fp32_output = i + 1 == g.nodes.size()});

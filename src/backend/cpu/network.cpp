@@ -2,11 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <omp.h>
+
 #include <cmath>
 
+#include "backend/cpu/small_layers.h"
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "hw/cpu_info.h"
 #include "plan/memory.h"
 
 namespace dlperf::cpu {
@@ -31,6 +35,7 @@ struct Network::Step {
   int out = 0;
   bool fused_away = false;
   bool view = false;  // a flatten that shares its input's bytes: nothing to run
+  bool one_thread = false;  // too small to share between the threads (small_layers.h): built and run on one
   std::string name;
 };
 
@@ -76,6 +81,9 @@ Network::Network(const nn::Graph& graph, uint64_t seed, bool fuse, const std::st
     const std::vector<int> readers = graph_.consumers(int(i));
     const bool fuse_relu = fuse && readers.size() == 1 && plan::relu_fused_on_cpu(graph_, size_t(readers[0]));
     check_indexable(n);
+    // oneDNN sizes a primitive's work split and scratchpad by the threads when it is built.
+    s.one_thread = runs_on_one_thread(graph_, i, omp_get_max_threads());
+    const hw::ScopedThreads threads(s.one_thread ? 1 : 0);
     try {
       s.op = make_op(n.kind, n.attrs, in_mds, n.in_dims, n.name,
                      {.fuse_relu = fuse_relu,
@@ -150,6 +158,7 @@ void Network::forward(bool training) {
     if (s.fused_away || s.view) continue;
     const double t0 = timing_ ? now_s() : 0;
     const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::forward, s.node);
+    const hw::ScopedThreads threads(s.one_thread ? 1 : 0);
     ins.clear();
     for (Link& l : s.links) {
       if (l.convert) {
@@ -179,6 +188,7 @@ void Network::backward() {
     if (s.fused_away || s.view) continue;
     const double t0 = timing_ ? now_s() : 0;
     const profile::Scope scope(s.name, ops::to_string(graph_.nodes[size_t(s.node)].kind), profile::Phase::backward, s.node);
+    const hw::ScopedThreads threads(s.one_thread ? 1 : 0);
     ins.clear();
     dins.clear();
     const nn::Node& n = graph_.nodes[size_t(s.node)];
@@ -229,6 +239,13 @@ std::vector<std::string> Network::layers_running(const std::string& algorithm) c
   std::vector<std::string> names;
   for (const Step& s : steps_)
     if (s.op && s.op->algorithm() == algorithm) names.push_back(s.name);
+  return names;
+}
+
+std::vector<std::string> Network::one_thread_layers() const {
+  std::vector<std::string> names;
+  for (const Step& s : steps_)
+    if (s.one_thread) names.push_back(s.name);
   return names;
 }
 

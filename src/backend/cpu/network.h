@@ -58,6 +58,9 @@ class Network {
   std::vector<std::string> winograd_layers() const { return layers_running("winograd"); }
   /// The bf16 convolutions and linear layers whose forward pass runs on AMX tiles (Op::algorithm).
   std::vector<std::string> amx_layers() const { return layers_running("amx"); }
+  /// The layers too small to share between the threads, which run on one (small_layers.h), by
+  /// name, in graph order; none on one thread.
+  std::vector<std::string> one_thread_layers() const;
   /// The convolutions with passes that run as matrix products (Op::matrix_product_passes), by
   /// name, in graph order, with those passes ("backward-data, backward-weights").
   std::vector<std::pair<std::string, std::string>> matrix_product_layers() const;
