@@ -781,6 +781,12 @@ TEST(Lab, WorkerAndDeviceObservationsFollowTheData) {
       << lab::observe(t)[0];
   t.rows[1]["call_us"] = nullptr;  // an older record: no figures
   EXPECT_TRUE(says(lab::observe(t), "costs the threads' round trip for little work.")) << lab::observe(t)[0];
+  // Where its smallest layers ran on one thread on every core too, the sentence blames the larger.
+  t.rows[0]["one_thread_layers"] = {"relu1", "fc2"};
+  EXPECT_TRUE(says(lab::observe(t), ": its larger layers are too small to share between cores, so each call into the engine costs the "
+                                    "threads' round trip for little work (relu1 and fc2 already ran on one thread)."))
+      << lab::observe(t)[0];
+  t.rows[0].erase("one_thread_layers");
   t.rows[0].erase("call_us"), t.rows[1].erase("call_us");
   EXPECT_TRUE(says(obs, "mlp at batch 16: the CPU (1 thread) wins, 2.0x faster than the GPU (50.0 us vs 100 us per step)")) << obs[1];
   t.rows[1]["epoch_s"] = 0.26;  // one thread twice as slow: the all-core row is the CPU's best

@@ -1094,13 +1094,19 @@ TEST(PlanStepTime, ALayerTooSmallToShareIsPlannedOnOneThread) {
     EXPECT_NEAR(shared.layers[2].forward_s, relu_bytes / 200e9 + 5e-6, 1e-15);
     EXPECT_DOUBLE_EQ(shared.layers[1].forward_s, p.layers[1].forward_s);
   }
-  // logreg: its one layer on one thread, so the worker fills the next batch meanwhile.
+  // logreg: its one layer on one thread, so the step forks no team (its calls are one thread's)
+  // and the worker fills the next batch meanwhile.
   const json logreg = {{"layers", {{{"type", "flatten"}}, {{"type", "linear"}, {"out_features", "classes"}}}}};
   const nn::Graph lr = nn::build_graph(nn::parse_model_spec(logreg, "t"), {1, 28, 28}, 10, 16);
   EXPECT_EQ(cpu::step_compute_threads(lr, 2), 1);
   EXPECT_EQ(cpu::step_compute_threads(g, 2), 2);
   const double fill_s = 16 * 28 * 28 * m.loader_ns_per_pixel * 1e-9;
-  EXPECT_NEAR(plan::predict_step(lr, nn::OptimizerConfig{}, c, m).overhead_s, m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);
+  const auto alone = plan::predict_step(lr, nn::OptimizerConfig{}, c, m);
+  EXPECT_NEAR(alone.overhead_s, m.step_calls * 0.5e-6 + m.loader_handoff_s, 1e-15);
+  plan::CpuCeilings one_thread = c;
+  one_thread.threads = 1, one_thread.call_overhead_s = 0.5e-6;  // --threads 1, one core's ceilings: the same step
+  one_thread.peak_gflops = 50, one_thread.l2_gbps = 100, one_thread.l3_gbps = 75, one_thread.dram_gbps = 15, one_thread.l2_bytes = 0.5e6;
+  EXPECT_NEAR(plan::predict_step(lr, nn::OptimizerConfig{}, one_thread, m).step_s, alone.step_s, 1e-15);
   EXPECT_NEAR(p.overhead_s, fill_s + m.step_calls * 5e-6 + m.loader_handoff_s, 1e-15);  // fc1 takes both cores
   const cpu::ScopedSmallLayers all_threads(false);
   EXPECT_EQ(cpu::step_compute_threads(lr, 2), 2);
@@ -1870,16 +1876,18 @@ TEST(PlanAgainst, ARunIsPlannedWithItsSmallLayersAsTheyRan) {
   c.threads = 2;
   nlohmann::json rec = train::train(c).record;
   EXPECT_EQ(rec["cpu_step"]["one_thread_layers"], nlohmann::json({"relu1", "fc2"})) << rec["cpu_step"].dump();
-  rec["summary"]["engine_call_us"] = {{"start", 3.0}, {"end", 3.0}};  // a team's call far dearer than one thread's
+  // A team's call far dearer than one thread's (and than these layers' work at any ceilings).
+  rec["summary"]["engine_call_us"] = {{"start", 50.0}, {"end", 50.0}};
   RecordPlanner compare{dir.path};
   const plan::Comparison as_run = compare(rec);
   EXPECT_EQ(as_run.predicted_peak, as_run.measured_peak);
   rec["cpu_step"].erase("one_thread_layers");
   const plan::Comparison before = compare(rec);
   EXPECT_EQ(before.predicted_peak, before.measured_peak);
-  // Five passes (relu1's two, fc2's three) cost a call on one thread in place of the team's 3 us,
+  // Five passes (relu1's two, fc2's three) cost a call on one thread in place of the team's 50 us,
   // and run at a core's share of the ceilings, which on layers this small costs far less.
-  EXPECT_GT(before.predicted_step_s - as_run.predicted_step_s, 3 * (3e-6 - 1e-6));
+  EXPECT_GT(before.predicted_step_s - as_run.predicted_step_s, 4 * (50e-6 - 5e-6));
+  EXPECT_LT(before.predicted_step_s - as_run.predicted_step_s, 5 * 50e-6);
   rec["cpu_step"]["one_thread_layers"] = nlohmann::json::array();
   EXPECT_DOUBLE_EQ(compare(rec).predicted_step_s, before.predicted_step_s);
   rec["cpu_step"]["one_thread_layers"] = "fc2";

@@ -149,8 +149,9 @@ Experiment device(Runner& run, const LabConfig& lab) {
     e.rows.push_back(cpu);
     // A tiny model's ops are too small to share between cores: each call into the engine pays
     // the threads' round trip (bench launch's figure, microseconds) for less work than that, and
-    // one thread leaves the loader's worker a core of its own. On one thread the CPU trains it at
-    // its best, which is the CPU a GPU should be compared with.
+    // one thread leaves the loader's worker a core of its own. Its smallest layers run on one
+    // thread anyway (backend/cpu/small_layers.h), its larger ones (the mlp's fc1) on all. On one
+    // thread the CPU trains it at its best, which is the CPU a GPU should be compared with.
     if (w.tiny && threads > 1) {
       train::TrainConfig one = c;
       one.threads = 1;

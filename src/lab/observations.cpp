@@ -186,11 +186,16 @@ std::vector<std::string> device(const Experiment& e) {
           calls ? fmt::format(" ({:.2f} us a call on {} around that run, {:.2f} on {})", all["call_us"].get<double>(), threads_of(all),
                               fewer["call_us"].get<double>(), threads_of(fewer))
                 : "";
+      // Its smallest layers ran on one thread on every core's run too (small_layers.h): then the
+      // calls that still fork the team are its larger layers'.
+      const auto alone = all.value("one_thread_layers", std::vector<std::string>{});
+      const std::string ops = alone.empty() ? "its ops are" : "its larger layers are";
+      const std::string smallest = alone.empty() ? "" : fmt::format(" ({} already ran on one thread)", listed(alone));
       out.push_back(fmt::format("{} at batch {} on the CPU: {} trains {} {} ({} vs {} a step){}.", w, batch, threads_of(fewer),
                                 relative_speed(speedup, e.noise_pct, 2), threads_of(all), step_time(num(fewer, "step_ms")),
                                 step_time(num(all, "step_ms")),
-                                faster ? ": its ops are too small to share between cores, so each call into the engine costs "
-                                         "the threads' round trip" + round_trip + " for little work" + loader
+                                faster ? ": " + ops + " too small to share between cores, so each call into the engine costs "
+                                         "the threads' round trip" + round_trip + " for little work" + smallest + loader
                                        : ""));
     }
     if (!gpu) {

@@ -311,7 +311,7 @@ void check_cell_types(const json& row, const std::vector<Column>& columns) {
   // What the observations read where a row has it, whichever columns its experiment shows.
   for (const char* key : {"total_s", "images_per_s", "test_acc", "call_us", "mflops_per_image", "data_wait_pct", "loss_scale_skips"})
     must_be(key, type::number_float, true);
-  for (const char* key : {"winograd_layers", "amx_layers"})
+  for (const char* key : {"winograd_layers", "amx_layers", "one_thread_layers"})
     if (row.contains(key) && !(row[key].is_array() && std::all_of(row[key].begin(), row[key].end(), [](const json& v) { return v.is_string(); })))
       throw json::type_error::create(302, fmt::format("{}: type must be a list of layer names, but is {}", key, row[key].type_name()), nullptr);
 }

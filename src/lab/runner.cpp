@@ -327,6 +327,8 @@ json measured_row(const json& rec) {
           {"winograd_layers", rec.value(json::json_pointer("/cpu_step/winograd_layers"), json::array())},
           // A bf16 run's layers that ran on AMX tiles, whose peak is its ceiling.
           {"amx_layers", rec.value(json::json_pointer("/cpu_step/amx_layers"), json::array())},
+          // The layers too small to share between the threads, which ran on one.
+          {"one_thread_layers", rec.value(json::json_pointer("/cpu_step/one_thread_layers"), json::array())},
           {"epochs", rec.at("epochs").size()},
           {"train_images", field<int64_t>(rec.at("data"), "train_images")},
           {"test_images", field<int64_t>(rec.at("data"), "test_images")},

@@ -730,9 +730,15 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
   // The optimizer streams weights, gradients and state once: read all, write weights and state.
   // Each parameter tensor is a loop of its own (nn/optimizer.cpp), on one thread up to
   // hw::kParallelMinElements (at one thread's share of the bandwidth), else on all of them.
+  // Where every layer and the optimizer run on one thread (cpu::step_compute_threads), no call of
+  // the step forks the team: it is a step on one thread, whose other threads wait idle, and the
+  // loader's workers have their cores.
+  CpuCeilings step = c;
+  step.threads = cpu::step_compute_threads(g, c.threads);
+  const double call_s = step.threads < c.threads ? single.call_overhead_s : m.call_overhead_s;
   const double element_bytes = 4 * (2 + 2 * optimizer_states(opt) + 1);
   const double bandwidth = bandwidth_for(double(g.param_count()) * element_bytes, c, m);
-  p.optimizer_s = m.call_overhead_s;
+  p.optimizer_s = call_s;
   for (const nn::Node& n : g.nodes)
     for (const auto& param : n.params) {
       const int64_t elements = numel(param.dims);
@@ -740,11 +746,7 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
       p.optimizer_s += double(elements) * element_bytes / (bandwidth * share);
     }
   const double fill_ns = c.augment ? m.loader_augmented_ns_per_pixel : m.loader_ns_per_pixel;
-  const double fill_s = double(numel(g.input)) * fill_ns * 1e-9, calls_s = m.step_calls * m.call_overhead_s;
-  // Where every layer and the optimizer run on one thread, the team's other threads wait idle,
-  // and the workers have their cores (cpu::step_compute_threads).
-  CpuCeilings step = c;
-  step.threads = cpu::step_compute_threads(g, c.threads);
+  const double fill_s = double(numel(g.input)) * fill_ns * 1e-9, calls_s = m.step_calls * call_s;
   if (workers_have_own_cores(step)) {
     // Workers with cores of their own take turns filling batches while the step computes: it
     // waits for the hand-off, and for the fill only where one worker's turn outlasts the step.
