@@ -1,6 +1,6 @@
-# Made by dlperf lab. Rerun with: gnuplot /tmp/s84lab/plots/model-gflops.gp
+# Made by dlperf lab. Rerun with: gnuplot /tmp/ab/lab2/plots/model-gflops.gp
 set terminal pngcairo size 900,560 enhanced font 'Sans,10'
-set output '/tmp/s84lab/plots/model-gflops.png'
+set output '/tmp/ab/lab2/plots/model-gflops.png'
 set title 'Achieved GFLOP/s by model'
 set ylabel 'GFLOP/s (forward + backward)'
 set grid ytics
@@ -10,4 +10,4 @@ set style fill solid
 set boxwidth 0.6
 set xtics nomirror
 set offsets 0.5,0.5,0,0
-plot '/tmp/s84lab/plots/model-gflops-0.dat' using 0:2:xtic(1) with boxes fs solid 0.6 lc rgb '#4477aa' notitle, '/tmp/s84lab/plots/model-gflops-0.dat' using 0:2:(sprintf('%.3g', $2)) with labels offset 0,0.8 notitle
+plot '/tmp/ab/lab2/plots/model-gflops-0.dat' using 0:2:xtic(1) with boxes fs solid 0.6 lc rgb '#4477aa' notitle, '/tmp/ab/lab2/plots/model-gflops-0.dat' using 0:2:(sprintf('%.3g', $2)) with labels offset 0,0.8 notitle

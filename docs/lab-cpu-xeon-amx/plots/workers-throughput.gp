@@ -1,6 +1,6 @@
-# Made by dlperf lab. Rerun with: gnuplot /tmp/s84lab/plots/workers-throughput.gp
+# Made by dlperf lab. Rerun with: gnuplot /tmp/ab/lab2/plots/workers-throughput.gp
 set terminal pngcairo size 900,560 enhanced font 'Sans,10'
-set output '/tmp/s84lab/plots/workers-throughput.png'
+set output '/tmp/ab/lab2/plots/workers-throughput.png'
 set title 'Throughput by data-loader workers'
 set ylabel 'images per second'
 set grid ytics
@@ -8,4 +8,4 @@ set key top left
 set yrange [0:*]
 set xlabel 'workers'
 set offsets graph 0.05, graph 0.05, 0, 0
-plot '/tmp/s84lab/plots/workers-throughput-0.dat' using 1:2 with linespoints lw 2 pt 7 title 'measured'
+plot '/tmp/ab/lab2/plots/workers-throughput-0.dat' using 1:2 with linespoints lw 2 pt 7 title 'measured'
