@@ -727,15 +727,15 @@ StepPrediction predict_step(const nn::Graph& g, const nn::OptimizerConfig& opt, 
     p.backward_s += lt.backward_s;
     p.layers.push_back(lt);
   }
-  // The optimizer streams weights, gradients and state once: read all, write weights and state.
-  // Each parameter tensor is a loop of its own (nn/optimizer.cpp), on one thread up to
-  // hw::kParallelMinElements (at one thread's share of the bandwidth), else on all of them.
   // Where every layer and the optimizer run on one thread (cpu::step_compute_threads), no call of
   // the step forks the team: it is a step on one thread, whose other threads wait idle, and the
   // loader's workers have their cores.
   CpuCeilings step = c;
   step.threads = cpu::step_compute_threads(g, c.threads);
   const double call_s = step.threads < c.threads ? single.call_overhead_s : m.call_overhead_s;
+  // The optimizer streams weights, gradients and state once: read all, write weights and state.
+  // Each parameter tensor is a loop of its own (nn/optimizer.cpp), on one thread up to
+  // hw::kParallelMinElements (at one thread's share of the bandwidth), else on all of them.
   const double element_bytes = 4 * (2 + 2 * optimizer_states(opt) + 1);
   const double bandwidth = bandwidth_for(double(g.param_count()) * element_bytes, c, m);
   p.optimizer_s = call_s;

@@ -10,8 +10,8 @@
 
 #include "backend/cpu/ops.h"
 #include "backend/cpu/small_layers.h"
-#include "hw/cpu_info.h"
 #include "core/error.h"
+#include "hw/cpu_info.h"
 #include "plan/memory.h"
 
 namespace dlperf::cpu {

@@ -3,7 +3,7 @@
 // call that forks and joins the team pays the threads' round trip (`dlperf bench launch`: 1-3 us
 // idle, and in training up to 7 us, where a team thread must be woken) for less work than that.
 // On the 2-vCPU Xeon VM the mlp's relu over 16x64 values took 7.9 us a call on 2 threads and 1.2
-// on one, and logreg at batch 16 trained an epoch 1.5x faster with its layer on one thread
+// on one, and logreg at batch 16 trained an epoch in 0.50x the time with its layer on one thread
 // (docs/benchmarks.md, "Small layers on one thread").
 #pragma once
 
